@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from gpuwise.workload.arch import Architecture
 
@@ -61,6 +62,7 @@ def _mlp(arch: Architecture, inner: int, gated: bool | None = None) -> tuple[int
     return weights + biases, weights
 
 
+@cache
 def count_params(arch: Architecture) -> ParamCounts:
     """Count every parameter of the model that transformers builds from this config."""
     d, v, layers = arch.hidden_size, arch.vocab_size, arch.num_layers

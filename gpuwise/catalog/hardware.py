@@ -1,0 +1,81 @@
+"""The hardware catalogue (data/hardware.toml) and lookup by name."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from gpuwise.helpers import GIB, normalise_name, unknown_name_error
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One device. Peaks are dense; sparse peaks are kept apart. Units in the field names."""
+
+    id: str
+    name: str
+    kind: str  # gpu | tpu | apple | cpu
+    vendor: str
+    memory_bytes: int
+    memory_bandwidth_gbs: float
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    sparse_peak_tflops: dict[str, float] = field(default_factory=dict)
+    compute_units: int = 0
+    compute_unit_name: str = ""
+    l2_mib: float = 0.0
+    tdp_w: float = 0.0
+    interconnect: str = ""
+    interconnect_gbs: float = 0.0
+    host_link: str = ""
+    host_link_gbs: float = 0.0
+    list_price_usd: float = 0.0
+    cloud_usd_per_hour: float = 0.0
+    aliases: tuple[str, ...] = ()
+    spec_source: str = ""
+    spec_date: str = ""
+    price_source: str = ""
+    price_date: str = ""
+    notes: str = ""
+    source: str = "spec"  # "spec" (catalogue) or "measured" (this machine)
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.kind != "cpu"
+
+
+def _from_record(rec: dict) -> Hardware:
+    rec = dict(rec)
+    memory_gib = rec.pop("memory_gib")
+    rec["aliases"] = tuple(rec.get("aliases", ()))
+    known = set(Hardware.__dataclass_fields__)
+    return Hardware(memory_bytes=int(memory_gib * GIB),
+                    **{k: v for k, v in rec.items() if k in known})  # fmt: skip
+
+
+@cache
+def load_hardware() -> tuple[Hardware, ...]:
+    """Every device in the catalogue, in file order."""
+    text = resources.files("gpuwise.catalog").joinpath("data/hardware.toml").read_text()
+    return tuple(_from_record(r) for r in tomllib.loads(text)["device"])
+
+
+def find_hardware(name: str) -> Hardware:
+    """Look a device up by id, alias or display name; unknown names get 'did you mean'."""
+    key = normalise_name(name)
+    devices = load_hardware()
+    for hw in devices:
+        names = {hw.id, normalise_name(hw.name), *(normalise_name(a) for a in hw.aliases)}
+        if key in names:
+            return hw
+    # A unique prefix or substring match is still unambiguous ("h200" -> "h200-sxm").
+    partial = [hw for hw in devices if hw.id.startswith(key)]
+    if len(partial) == 1:
+        return partial[0]
+    choices = [hw.id for hw in devices] + [a for hw in devices for a in hw.aliases]
+    raise unknown_name_error("hardware", name, choices, "gpuwise hardware")

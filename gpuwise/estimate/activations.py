@@ -1,0 +1,93 @@
+"""Activation memory: what autograd saves for backward (training) and the transient peak of a
+forward pass without grad (inference prefill). Training terms come from measured per-family
+profiles of the transformers runtime (catalog/data/activation_profiles.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwise.catalog.runtimes import activation_profile
+from gpuwise.workload import Architecture, count_params
+
+
+def term_units(arch: Architecture, batch: int, seq: int, tp: int = 1) -> dict[str, float]:
+    """Element counts of each profile term for this model and shape, split over `tp` ranks."""
+    b, s = batch, seq
+    h = arch.num_heads / tp
+    kv = max(1.0, arch.num_kv_heads / tp)
+    hd = arch.head_dim
+    inner = arch.intermediate_size / tp
+    if arch.moe:
+        moe = arch.moe
+        # Routed tokens pass through k experts each; the shared experts see every token.
+        inner = (moe.experts_per_token * moe.expert_intermediate + moe.shared_intermediate) / tp
+    q = arch.q_dim / tp
+    return {
+        "bsqkv": b * s * (q + 2 * kv * hd), "bsd": b * s * arch.hidden_size,
+        "bsq": b * s * q, "bskv": b * s * kv * hd, "bsi": b * s * inner,
+        "bhss": b * h * s * s, "bkss": b * kv * s * s, "bhs": b * h * s, "bs": b * s,
+        "bsv": b * s * arch.vocab_size / tp, "bsh": b * s * hd,
+        "bshr": b * s * h * arch.rotary_dim, "bskr": b * s * kv * arch.rotary_dim,
+        "bsr": b * s * arch.rotary_dim,
+    }  # fmt: skip
+
+
+def _apply(coefs: dict[str, float], units: dict[str, float], cast_params: float,
+           only: str | None = None) -> float:  # fmt: skip
+    total = 0.0
+    for term, coef in coefs.items():
+        if term == "weight_cast":
+            total += coef * cast_params
+        elif term in units and (only is None or (term == only)):
+            total += coef * units[term]
+    return total
+
+
+def saved_for_backward(arch: Architecture, batch: int, seq: int, mode: str, attention: str,
+                       checkpointing: bool, tp: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Bytes autograd holds at the end of the forward pass, by part.
+
+    Returns layers (all decoder layers), recompute (one layer rebuilt during backward under
+    checkpointing), logits (the b x s x vocab tensors) and other (embeddings, final norm, loss),
+    with the attention implementation the profile used.
+    """
+    dropout = arch.attention_dropout > 0 or arch.hidden_dropout > 0
+    prof, used = activation_profile(arch.model_type, mode, attention, checkpointing, dropout)
+    units = term_units(arch, batch, seq, tp)
+    counts = count_params(arch)
+    layer_linear = counts.linear / arch.num_layers / tp
+    head = (counts.lm_head or counts.embedding) / tp
+    per_layer = _apply(prof["per_layer"], units, layer_linear)
+    model = prof["model"]
+    logits = _apply(model, units, 0.0, only="bsv")
+    other = _apply({k: v for k, v in model.items() if k != "bsv"}, units, head)
+    recompute = 0.0
+    if checkpointing:
+        full, _ = activation_profile(arch.model_type, mode, attention, False, dropout)
+        recompute = _apply(full["per_layer"], units, layer_linear)
+    return {"layers": per_layer * arch.num_layers, "recompute": recompute, "logits": logits,
+            "other": other, "attention": used}  # fmt: skip
+
+
+def prefill_transient(arch: Architecture, batch: int, tokens: int, compute_bytes: float,
+                      attention: str) -> float:  # fmt: skip
+    """Peak bytes of temporaries inside one decoder layer during a no-grad forward pass.
+
+    Alive together: the residual stream and its normalised copy, plus the larger of the
+    attention block (q, rotated q and k, the attention output, and under eager attention the
+    score matrix with its fp32 softmax) and the MLP block (gate, up and their product, or the
+    plain MLP's inner activation and its nonlinearity).
+    """
+    bs = batch * tokens
+    c = compute_bytes
+    stream = 2 * bs * arch.hidden_size * c
+    attn = bs * (3 * arch.q_dim + 2 * arch.kv_dim) * c
+    if attention == "eager":
+        scores = batch * arch.num_heads * tokens * tokens
+        attn += scores * (2 * c + 4)
+    inner = arch.intermediate_size
+    if arch.moe:
+        inner = max(arch.moe.expert_intermediate, arch.moe.shared_intermediate)
+    mlp = bs * inner * c * (3 if arch.gated_mlp or arch.moe else 2)
+    norm_upcast = 2 * bs * arch.hidden_size * 4 if c < 4 else 0
+    return stream + max(attn, mlp, norm_upcast)

@@ -1,0 +1,99 @@
+"""What the user wants to run: inference and training plans, checked on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwise.helpers import GpuwiseError
+
+ATTENTIONS = ("eager", "sdpa", "flash")
+TRAIN_DTYPES = ("fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16")
+OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
+FINETUNES = ("full", "lora", "qlora")
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MAX_TOKENS = 1 << 24  # 16M tokens: beyond any context window a model has
+
+
+def _check_size(name: str, value: int, low: int = 1, high: int = MAX_TOKENS) -> None:
+    if not isinstance(value, int) or value < low or value > high:
+        raise GpuwiseError(f"{name} must be an integer from {low} to {high:,}, got {value!r}",
+                           f"pass a sensible --{name.replace('_', '-')}")  # fmt: skip
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise GpuwiseError(f"unknown {name} {value!r}", f"choose one of: {', '.join(choices)}")
+
+
+@dataclass(frozen=True)
+class InferencePlan:
+    """Generate `new_tokens` after a `prompt_tokens` prompt for `batch` sequences."""
+
+    batch: int = 1
+    prompt_tokens: int = 512
+    new_tokens: int = 128
+    weights: str = "bf16"
+    kv_dtype: str | None = None  # None: the compute dtype
+    attention: str = "sdpa"
+    logits: str = "last"  # generate() keeps the last position's logits; "all" keeps every one
+
+    def __post_init__(self) -> None:
+        _check_size("batch", self.batch, high=1 << 16)
+        _check_size("prompt", self.prompt_tokens)
+        _check_size("new_tokens", self.new_tokens, low=0)
+        _check_choice("attention", self.attention, ATTENTIONS)
+        _check_choice("logits mode", self.logits, ("last", "all"))
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.new_tokens
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """One optimiser step on `batch` sequences of `seq` tokens."""
+
+    batch: int = 1
+    seq: int = 2048
+    dtype: str = "mixed-bf16"
+    optimizer: str = "adamw"
+    finetune: str = "full"
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = LORA_TARGETS
+    checkpointing: bool = False
+    attention: str = "sdpa"
+    gpus: int = 1
+    zero: int = 0
+    tp: int = 1
+
+    def __post_init__(self) -> None:
+        _check_size("batch", self.batch, high=1 << 16)
+        _check_size("seq", self.seq)
+        _check_choice("dtype", self.dtype, TRAIN_DTYPES)
+        _check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        _check_choice("finetune", self.finetune, FINETUNES)
+        _check_choice("attention", self.attention, ATTENTIONS)
+        _check_size("lora_rank", self.lora_rank, high=1 << 14)
+        _check_size("gpus", self.gpus, high=1 << 16)
+        _check_size("tp", self.tp, high=1 << 10)
+        if self.zero not in (0, 1, 2, 3):
+            raise GpuwiseError(f"--zero must be 0, 1, 2 or 3, got {self.zero}",
+                               "ZeRO stages: 1 shards optimizer states, 2 also gradients, "
+                               "3 also weights (FSDP full shard)")  # fmt: skip
+        if self.gpus % self.tp:
+            raise GpuwiseError(f"--gpus {self.gpus} is not a multiple of --tp {self.tp}",
+                               "tensor parallel groups must divide the GPU count")  # fmt: skip
+        for target in self.lora_targets:
+            _check_choice("LoRA target", target, LORA_TARGETS)
+
+    @property
+    def data_parallel(self) -> int:
+        return self.gpus // self.tp
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.dtype.removeprefix("mixed-")
+
+    @property
+    def mixed(self) -> bool:
+        return self.dtype.startswith("mixed-")

@@ -1,0 +1,40 @@
+"""The can-I-run-it views: one model across precisions, or a catalogue on one device."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.answers import max_context
+from gpuwise.estimate.inference import estimate_inference
+from gpuwise.estimate.plans import InferencePlan
+from gpuwise.workload import Architecture, count_params
+
+CHECK_PRECISIONS = ("fp32", "bf16", "fp8", "int8", "int4", "nf4")
+
+
+def precision_row(arch: Architecture, plan: InferencePlan, hw: Hardware) -> dict[str, Any]:
+    est = estimate_inference(arch, plan, hw)
+    return {
+        "weights": plan.weights, "weight_bytes": est.breakdown["weights"],
+        "total_bytes": est.total_bytes, "fits": est.fits, "headroom_bytes": est.headroom_bytes,
+        "max_context": max_context(arch, plan, hw), "model_max_context": arch.max_position,
+        "breakdown": est.breakdown,
+    }  # fmt: skip
+
+
+def check_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
+               precisions: tuple[str, ...] = CHECK_PRECISIONS) -> list[dict[str, Any]]:  # fmt: skip
+    return [precision_row(arch, replace(plan, weights=p), hw) for p in precisions]
+
+
+def catalogue_rows(models: list[tuple[str, Architecture]], plan: InferencePlan, hw: Hardware,
+                   precisions: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
+    rows = []
+    for name, arch in models:
+        for p in precisions:
+            row = precision_row(arch, replace(plan, weights=p), hw)
+            row.update(model=name, params=count_params(arch).total)
+            rows.append(row)
+    return rows

@@ -1,0 +1,40 @@
+"""Bytes of the model's weights in a storage format (quantised matrices plus scales)."""
+
+from __future__ import annotations
+
+from gpuwise.catalog.formats import WeightFormat, weight_format
+from gpuwise.workload import Architecture, count_params
+
+
+def weight_bytes(arch: Architecture, fmt: WeightFormat | str) -> float:
+    """Stored weight bytes. Quantised formats apply to attention/MLP matrices only."""
+    fmt = weight_format(fmt) if isinstance(fmt, str) else fmt
+    counts = count_params(arch)
+    if not fmt.quantised:
+        return counts.total * fmt.bytes_per_element
+    other = counts.total - counts.linear
+    compute = weight_format(fmt.compute_dtype).bytes_per_element
+    rows = _linear_rows(arch)
+    scales = rows * fmt.scale_bytes_per_row
+    if fmt.group_size:
+        scales += counts.linear / fmt.group_size * fmt.scale_bytes_per_group
+    return counts.linear * fmt.bytes_per_element + scales + other * compute
+
+
+def _linear_rows(arch: Architecture) -> int:
+    """Output rows of all quantised matrices (per-row scales are stored per output feature)."""
+    d = arch.hidden_size
+    attn = arch.q_dim + 2 * arch.kv_dim + d
+    if arch.mla:
+        m = arch.mla
+        attn = arch.q_dim + m.kv_lora_rank + m.qk_rope_head_dim + arch.num_heads * (
+            m.qk_nope_head_dim + m.v_head_dim) + d  # fmt: skip
+    mlp = (2 if arch.gated_mlp else 1) * arch.intermediate_size + d
+    moe = arch.moe
+    if not moe:
+        return arch.num_layers * (attn + mlp)
+    expert = 2 * moe.expert_intermediate + d
+    shared = 2 * moe.shared_intermediate + d if moe.shared_experts else 0
+    dense_layers = arch.num_layers - moe.layers
+    return arch.num_layers * attn + dense_layers * mlp + moe.layers * (
+        moe.num_experts * expert + shared)  # fmt: skip

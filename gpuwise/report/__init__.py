@@ -1,0 +1,1 @@
+"""Rendering only: terminal tables (rich) and JSON records. Nothing here computes estimates."""

@@ -1,0 +1,41 @@
+"""Plain dicts for --json: every number with its unit in the key and its source."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.models import ResolvedModel
+from gpuwise.estimate.results import MemoryEstimate
+from gpuwise.workload import Architecture, count_params
+
+
+def model_record(model: ResolvedModel, arch: Architecture) -> dict[str, Any]:
+    counts = count_params(arch)
+    return {
+        "name": model.name, "origin": model.origin, "location": model.location,
+        "family": arch.model_type, "params": counts.total, "active_params": counts.active,
+        "layers": arch.num_layers, "hidden_size": arch.hidden_size,
+        "attention": arch.attention_kind, "heads": arch.num_heads,
+        "kv_heads": arch.num_kv_heads, "head_dim": arch.head_dim, "vocab_size": arch.vocab_size,
+        "max_position": arch.max_position, "tied_embeddings": arch.tie_embeddings,
+        "sliding_window": arch.sliding_window, "sliding_layers": arch.sliding_layers,
+        "moe": asdict(arch.moe) if arch.moe else None,
+    }  # fmt: skip
+
+
+def hardware_record(hw: Hardware) -> dict[str, Any]:
+    rec = asdict(hw)
+    rec["aliases"] = list(hw.aliases)
+    return rec
+
+
+def memory_record(est: MemoryEstimate) -> dict[str, Any]:
+    return {
+        "total_bytes": est.total_bytes, "breakdown": est.breakdown,
+        "capacity_bytes": est.capacity_bytes, "fits": est.fits,
+        "headroom_bytes": est.headroom_bytes, "model_bytes": est.model_bytes,
+        "peak_phase": est.peak_phase, "phases": est.phases, "runtime": est.runtime,
+        "source": est.source, "notes": list(est.notes),
+    }  # fmt: skip

@@ -1,0 +1,119 @@
+"""Terminal rendering with rich. `format_*` builds a renderable; the CLI prints it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.models import ModelEntry
+from gpuwise.estimate.results import MemoryEstimate
+from gpuwise.helpers import format_bytes, format_count, format_tokens
+
+ORDER = ("weights", "gradients", "optimizer", "kv_cache", "activations", "logits", "workspace",
+         "overhead")  # fmt: skip
+
+
+def fits_text(fits: bool) -> Text:
+    return Text("yes", style="green") if fits else Text("no", style="red")
+
+
+def format_hardware_line(hw: Hardware) -> str:
+    bw = f", {hw.memory_bandwidth_gbs:,.0f} GB/s" if hw.memory_bandwidth_gbs else ""
+    return f"{hw.name} ({format_bytes(hw.memory_bytes)}{bw}; {hw.source})"
+
+
+def format_memory(title: str, est: MemoryEstimate, hw: Hardware, extra: dict[str, str]) -> Group:
+    table = Table(title=title, title_justify="left", show_edge=False)
+    table.add_column("component")
+    table.add_column("memory", justify="right")
+    table.add_column("share", justify="right")
+    for key in ORDER + tuple(k for k in est.breakdown if k not in ORDER):
+        if key in est.breakdown and (est.breakdown[key] or key in ("weights", "activations")):
+            value = est.breakdown[key]
+            table.add_row(key, format_bytes(value), f"{100 * value / est.total_bytes:.1f}%")
+    table.add_row(Text("total (estimated)", style="bold"),
+                  Text(format_bytes(est.total_bytes), style="bold"), "")  # fmt: skip
+    lines = [
+        f"on:        {format_hardware_line(hw)}",
+        f"runtime:   {est.runtime}; peak during {est.peak_phase}",
+    ]
+    head = "headroom" if est.fits else "short by"
+    lines.append(f"fits:      {'yes' if est.fits else 'NO'} ({head} "
+                 f"{format_bytes(abs(est.headroom_bytes))} of {format_bytes(est.capacity_bytes)})")  # fmt: skip
+    lines += [f"{k + ':':<10} {v}" for k, v in extra.items()]
+    lines += [f"note:      {n}" for n in est.notes]
+    return Group(table, Text("\n".join(lines)))
+
+
+def format_check(name: str, hw: Hardware, rows: list[dict[str, Any]], context: str) -> Table:
+    table = Table(title=f"{name} on {format_hardware_line(hw)}, {context}", title_justify="left")
+    for col in ("weights", "weight memory", "total", "fits", "headroom", "max context (batch 1)"):
+        table.add_column(col, justify="left" if col == "weights" else "right")
+    for r in rows:
+        table.add_row(r["weights"], format_bytes(r["weight_bytes"]), format_bytes(r["total_bytes"]),
+                      fits_text(r["fits"]), format_bytes(r["headroom_bytes"]),
+                      _context_cell(r["max_context"], r["model_max_context"]))  # fmt: skip
+    return table
+
+
+def _context_cell(ctx: int, model_max: int) -> str:
+    if ctx == 0:
+        return "-"
+    if model_max and ctx >= model_max:
+        return f"{format_tokens(model_max)} (model limit)"
+    return format_tokens(ctx)
+
+
+def format_local(machine_lines: list[str], rows: list[dict[str, Any]], context: str) -> Group:
+    table = Table(title=f"What runs here ({context}; estimated, transformers runtime)",
+                  title_justify="left")  # fmt: skip
+    for col in ("model", "params", "weights", "memory", "fits", "max context (batch 1)"):
+        table.add_column(col, justify="left" if col in ("model", "weights") else "right")
+    for r in rows:
+        table.add_row(r["model"], format_count(r["params"]), r["weights"],
+                      format_bytes(r["total_bytes"]), fits_text(r["fits"]),
+                      _context_cell(r["max_context"], r["model_max_context"]))  # fmt: skip
+    return Group(Text("\n".join(machine_lines)), table)
+
+
+def format_hardware_table(devices: tuple[Hardware, ...]) -> Table:
+    table = Table(title="Hardware catalogue (spec values; dense peaks)", title_justify="left")
+    for col in ("id", "name", "memory", "GB/s", "bf16 TFLOP/s", "fp8", "TDP W", "link",
+                "$/h cloud", "list $"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("id", "name", "link") else "right")
+    for hw in devices:
+        pk = hw.peak_tflops
+        table.add_row(hw.id, hw.name, format_bytes(hw.memory_bytes), f"{hw.memory_bandwidth_gbs:,.0f}",
+                      _num(pk.get("bf16")), _num(pk.get("fp8")), _num(hw.tdp_w), hw.interconnect,
+                      _num(hw.cloud_usd_per_hour, 2), _num(hw.list_price_usd))  # fmt: skip
+    return table
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if not value else f"{value:,.{digits}f}"
+
+
+def format_models_table(entries: list[tuple[ModelEntry, int, int, str]]) -> Table:
+    table = Table(title="Model catalogue (Hugging Face config.json facts)", title_justify="left")
+    for col in ("id", "hub id", "family", "params", "active", "attention"):
+        table.add_column(col, justify="right" if col in ("params", "active") else "left")
+    for entry, total, active, attention in entries:
+        table.add_row(entry.id, entry.hf_id, entry.family, format_count(total),
+                      format_count(active) if active != total else "", attention)  # fmt: skip
+    return table
+
+
+def format_validation(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="Estimate vs measured (model memory = total minus runtime baseline)",
+                  title_justify="left")  # fmt: skip
+    for col in ("quantity", "estimated", "measured", "error"):
+        table.add_column(col, justify="left" if col == "quantity" else "right")
+    for r in rows:
+        err = r.get("error")
+        table.add_row(r["quantity"], format_bytes(r["estimated"]), format_bytes(r["measured"]),
+                      "" if err is None else f"{100 * err:+.1f}%")  # fmt: skip
+    return table

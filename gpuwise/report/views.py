@@ -1,0 +1,142 @@
+"""Each command's view: run the estimate, then return (JSON record, terminal renderable)."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict, replace
+from typing import Any
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.models import ResolvedModel, load_models
+from gpuwise.estimate import answers
+from gpuwise.estimate.inference import estimate_inference
+from gpuwise.estimate.plans import InferencePlan, TrainingPlan
+from gpuwise.estimate.summary import catalogue_rows, check_rows
+from gpuwise.estimate.training import estimate_training
+from gpuwise.helpers import GIB, format_bytes, format_tokens
+from gpuwise.report import terminal
+from gpuwise.report.records import hardware_record, memory_record, model_record
+from gpuwise.workload import Architecture, count_params, from_config
+
+View = tuple[dict[str, Any], Any]
+LOCAL_PRECISIONS = ("bf16", "int8", "int4")
+
+
+def _context_label(plan: InferencePlan) -> str:
+    return (f"batch {plan.batch}, prompt {format_tokens(plan.prompt_tokens)} + "
+            f"{plan.new_tokens} new tokens")  # fmt: skip
+
+
+def local_view() -> View:
+    from gpuwise.measure.device import detect_local
+
+    machine = detect_local()
+    hw = machine.best_device()
+    plan = InferencePlan(prompt_tokens=2048, new_tokens=256)
+    entries = load_models()
+    models = [(e.id, from_config(e.load_config(), e.id)) for e in entries]
+    rows = catalogue_rows(models, plan, hw, LOCAL_PRECISIONS)
+    gpus = ", ".join(f"{g.name} ({format_bytes(g.memory_total_bytes)}, via {g.via})"
+                     for g in machine.gpus) or f"none ({machine.gpu_unavailable_reason})"  # fmt: skip
+    lines = [
+        f"CPU:  {machine.cpu_model}, {machine.physical_cores or '?'} cores / "
+        f"{machine.logical_cores} threads ({platform.machine()})",
+        f"RAM:  {format_bytes(machine.ram_total_bytes)} "
+        f"({format_bytes(machine.ram_available_bytes)} available)",
+        f"GPU:  {gpus}",
+        f"Estimates for: {terminal.format_hardware_line(hw)}",
+    ]
+    obj = {"machine": asdict(machine), "hardware": hardware_record(hw),
+           "plan": asdict(plan), "models": rows}  # fmt: skip
+    return obj, terminal.format_local(lines, rows, _context_label(plan))
+
+
+def check_view(model: ResolvedModel, arch: Architecture, hw: Hardware, batch: int, prompt: int,
+               new_tokens: int) -> View:  # fmt: skip
+    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens)
+    rows = check_rows(arch, plan, hw)
+    obj = {"model": model_record(model, arch), "hardware": hardware_record(hw),
+           "plan": asdict(plan), "precisions": rows,
+           "params": count_params(arch).total,
+           "precision_that_fits": answers.precision_that_fits(arch, plan, hw)}  # fmt: skip
+    return obj, terminal.format_check(model.name, hw, rows, _context_label(plan))
+
+
+def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
+               plan: InferencePlan) -> View:  # fmt: skip
+    est = estimate_inference(arch, plan, hw)
+    found = {
+        "max_batch": answers.max_inference_batch(arch, plan, hw),
+        "max_context_batch1": answers.max_context(arch, plan, hw),
+        "precision_that_fits": answers.precision_that_fits(arch, plan, hw),
+        "devices_needed": answers.devices_for_inference(arch, plan, hw),
+    }
+    obj = {"model": model_record(model, arch), "hardware": hardware_record(hw),
+           "plan": asdict(plan), "memory": memory_record(est),
+           "params": count_params(arch).total, "answers": found}  # fmt: skip
+    ctx = found["max_context_batch1"]
+    extra = {
+        "answers": f"largest batch {found['max_batch']} at this context; largest context at "
+                   f"batch 1: {format_tokens(ctx) if ctx else 'none'}"
+                   + (f" (model limit {format_tokens(arch.max_position)})"
+                      if arch.max_position and ctx > arch.max_position else ""),
+        "precision": f"highest weight precision that fits: {found['precision_that_fits'] or 'none'}"
+                     f"; devices needed (tensor parallel): {found['devices_needed'] or 'too many'}",
+    }  # fmt: skip
+    title = f"{model.name} inference: {_context_label(plan)}, weights {plan.weights}"
+    return obj, terminal.format_memory(title, est, hw, extra)
+
+
+def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
+               plan: TrainingPlan) -> View:  # fmt: skip
+    est = estimate_training(arch, plan, hw)
+    found = {
+        "max_batch": answers.max_training_batch(arch, plan, hw),
+        "devices_needed_zero3": answers.devices_for_training(arch, plan, hw),
+        "with_checkpointing_bytes": estimate_training(
+            arch, replace(plan, checkpointing=True), hw).total_bytes,
+    }  # fmt: skip
+    obj = {"model": model_record(model, arch), "hardware": hardware_record(hw),
+           "plan": asdict(plan), "memory": memory_record(est),
+           "params": count_params(arch).total, "answers": found}  # fmt: skip
+    extra = {
+        "answers": f"largest batch at seq {plan.seq}: {found['max_batch']}; devices needed with "
+                   f"ZeRO-3: {found['devices_needed_zero3'] or 'more than 1024'}",
+    }
+    if not plan.checkpointing:
+        extra["tip"] = (f"with --checkpointing: "
+                        f"{format_bytes(found['with_checkpointing_bytes'])}")  # fmt: skip
+    title = (f"{model.name} training: batch {plan.batch} x seq {plan.seq}, {plan.dtype}, "
+             f"{plan.optimizer}, {plan.finetune}")  # fmt: skip
+    return obj, terminal.format_memory(title, est, hw, extra)
+
+
+def models_view() -> View:
+    entries = []
+    for e in load_models():
+        arch = from_config(e.load_config(), e.id)
+        counts = count_params(arch)
+        entries.append((e, counts.total, counts.active, arch.attention_kind))
+    obj = [{**asdict(e), "params": t, "active_params": a, "attention": k}
+           for e, t, a, k in entries]  # fmt: skip
+    return obj, terminal.format_models_table(entries)
+
+
+def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan | TrainingPlan,
+                  quiet: bool) -> View:  # fmt: skip
+    from gpuwise.measure.validation import validate
+
+    result = validate(model.config, arch, plan, quiet=quiet)
+    rows = [
+        {"quantity": "model memory", "estimated": result["estimated_model_bytes"],
+         "measured": result["measured_model_bytes"], "error": result["error"]},
+        {"quantity": "runtime baseline (overhead)", "estimated": result["estimated_overhead_bytes"],
+         "measured": result["measured_baseline_bytes"], "error": None},
+        {"quantity": "peak total", "estimated": result["estimated_total_bytes"],
+         "measured": result["measured_peak_bytes"], "error": None},
+    ]  # fmt: skip
+    obj = {"model": model_record(model, arch), "plan": asdict(plan), **result}
+    return obj, terminal.format_validation(rows)
+
+
+__all__ = ["GIB"]
