@@ -6,8 +6,12 @@ import json
 import sys
 from typing import Annotated, Any
 
-import click
 import typer
+
+try:  # recent typer vendors its own click; its exceptions are the ones raised
+    from typer._click import exceptions as click_errors  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - typer releases that use click itself
+    from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from gpuwise.helpers import GpuwiseError
 
@@ -179,13 +183,13 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, standalone_mode=False)
     except GpuwiseError as exc:
         _fail(exc.message, exc.hint)
-    except click.exceptions.NoSuchOption as exc:
+    except click_errors.NoSuchOption as exc:
         hint = f"did you mean {' or '.join(exc.possibilities)}?" if exc.possibilities else ""
         _fail(exc.format_message(), hint or "see `gpuwise --help`")
-    except click.UsageError as exc:
+    except click_errors.UsageError as exc:
         cmd = exc.ctx.command_path if exc.ctx else "gpuwise"
         _fail(exc.format_message(), f"see `{cmd} --help`")
-    except click.exceptions.Abort:
+    except click_errors.Abort:
         _fail("aborted", "")
     except RuntimeError as exc:  # a real run that could not run (no torch, child failed)
         _fail(str(exc).splitlines()[0] if str(exc) else "run failed", "see the message above")

@@ -33,8 +33,18 @@ def catalogue_rows(models: list[tuple[str, Architecture]], plan: InferencePlan, 
                    precisions: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
     rows = []
     for name, arch in models:
+        fitted = _within_model_limit(arch, plan)
         for p in precisions:
-            row = precision_row(arch, replace(plan, weights=p), hw)
+            row = precision_row(arch, replace(fitted, weights=p), hw)
             row.update(model=name, params=count_params(arch).total)
             rows.append(row)
     return rows
+
+
+def _within_model_limit(arch: Architecture, plan: InferencePlan) -> InferencePlan:
+    """Shorten the prompt so prompt + new tokens stay inside the model's context window."""
+    limit = arch.max_position
+    if not limit or plan.context_tokens <= limit:
+        return plan
+    new = min(plan.new_tokens, limit // 4)
+    return replace(plan, prompt_tokens=max(1, limit - new), new_tokens=new)
