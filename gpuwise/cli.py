@@ -85,8 +85,8 @@ def infer(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of generating text with a model (Hugging Face transformers runtime)."""
-    from gpuwise.report.views import infer_view
     from gpuwise.estimate.plans import InferencePlan
+    from gpuwise.report.views import infer_view
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, kv_dtype=kv_dtype, attention=attention, logits=logits)  # fmt: skip
@@ -155,8 +155,8 @@ def validate_infer(
     weights: str = "bf16", attention: Attention = "sdpa", as_json: Json = False,
 ) -> None:  # fmt: skip
     """Generate with random weights on this machine; compare peak memory with the estimate."""
-    from gpuwise.report.views import validate_view
     from gpuwise.estimate.plans import InferencePlan
+    from gpuwise.report.views import validate_view
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, attention=attention)  # fmt: skip

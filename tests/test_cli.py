@@ -20,9 +20,28 @@ def run(args, capsys):
 
 
 def test_infer_json_contract(capsys):
-    code, out, _ = run(["infer", "llama-3.1-8b", "--on", "h100", "--batch", "2", "--prompt",
-                        "1024", "--new-tokens", "64", "--weights", "int4", "--kv-dtype", "fp8",
-                        "--attention", "eager", "--json"], capsys)
+    code, out, _ = run(
+        [
+            "infer",
+            "llama-3.1-8b",
+            "--on",
+            "h100",
+            "--batch",
+            "2",
+            "--prompt",
+            "1024",
+            "--new-tokens",
+            "64",
+            "--weights",
+            "int4",
+            "--kv-dtype",
+            "fp8",
+            "--attention",
+            "eager",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     obj = json.loads(out)
     mem = obj["memory"]
@@ -36,10 +55,33 @@ def test_infer_json_contract(capsys):
 
 
 def test_train_json_contract(capsys):
-    code, out, _ = run(["train", "qwen2.5-7b", "--on", "a100-80gb", "--batch", "2", "--seq",
-                        "1024", "--dtype", "bf16", "--optimizer", "adamw8bit", "--finetune",
-                        "lora", "--checkpointing", "--gpus", "4", "--zero", "2", "--tp", "2",
-                        "--json"], capsys)
+    code, out, _ = run(
+        [
+            "train",
+            "qwen2.5-7b",
+            "--on",
+            "a100-80gb",
+            "--batch",
+            "2",
+            "--seq",
+            "1024",
+            "--dtype",
+            "bf16",
+            "--optimizer",
+            "adamw8bit",
+            "--finetune",
+            "lora",
+            "--checkpointing",
+            "--gpus",
+            "4",
+            "--zero",
+            "2",
+            "--tp",
+            "2",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, out
     mem = json.loads(out)["memory"]
     for key in ("weights", "gradients", "optimizer", "activations", "logits", "overhead"):
@@ -63,22 +105,26 @@ def test_main_job_json(capsys):
     obj = json.loads(out)
     assert obj["hardware"]["source"] == "detected"
     assert obj["models"] and {"model", "weights", "total_bytes", "fits", "max_context"} <= set(
-        obj["models"][0])
+        obj["models"][0]
+    )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["check", "lama-3.1-8b"], "did you mean"),
-    (["infer", "gpt2", "--on", "h1000"], "did you mean"),
-    (["infer", "gpt2", "--batch", "0"], "batch"),
-    (["infer", "gpt2", "--prompt", "-3"], "prompt"),
-    (["infer", "gpt2", "--weights", "int3"], "precision"),
-    (["train", "gpt2", "--zero", "7"], "zero"),
-    (["train", "gpt2", "--gpus", "3", "--tp", "2"], "multiple"),
-    (["infer", "gpt2", "--batch", "abc"], "batch"),
-    (["infer", "gpt2", "--bacth", "2"], "bacth"),
-    (["check", "./missing/config.json"], "no such file"),
-    (["frobnicate"], "frobnicate"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["check", "lama-3.1-8b"], "did you mean"),
+        (["infer", "gpt2", "--on", "h1000"], "did you mean"),
+        (["infer", "gpt2", "--batch", "0"], "batch"),
+        (["infer", "gpt2", "--prompt", "-3"], "prompt"),
+        (["infer", "gpt2", "--weights", "int3"], "precision"),
+        (["train", "gpt2", "--zero", "7"], "zero"),
+        (["train", "gpt2", "--gpus", "3", "--tp", "2"], "multiple"),
+        (["infer", "gpt2", "--batch", "abc"], "batch"),
+        (["infer", "gpt2", "--bacth", "2"], "bacth"),
+        (["check", "./missing/config.json"], "no such file"),
+        (["frobnicate"], "frobnicate"),
+    ],
+)
 def test_bad_input_is_one_clear_line(args, needle, capsys):
     code, out, err = run(args, capsys)
     assert code == 2
@@ -90,8 +136,17 @@ def test_bad_input_is_one_clear_line(args, needle, capsys):
 
 def test_malformed_config_names_the_missing_field(tmp_path, capsys):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
-                               "num_attention_heads": 4, "vocab_size": 100}))
+    cfg.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "vocab_size": 100,
+            }
+        )
+    )
     code, _, err = run(["check", str(cfg), "--on", "t4"], capsys)
     assert code == 2 and "intermediate_size" in err
     cfg.write_text("{not json")
@@ -116,10 +171,12 @@ def test_hub_id_without_network_or_cache_says_so(capsys, monkeypatch, tmp_path):
 
 
 def test_estimate_path_imports_no_torch_or_numpy():
-    code = ("import sys; from gpuwise.cli import main\n"
-            "try:\n    main(['check', 'llama-3.1-8b', '--on', 'h100', '--json'])\n"
-            "except SystemExit: pass\n"
-            "bad = [m for m in ('torch', 'numpy', 'transformers') if m in sys.modules]\n"
-            "print('HEAVY', bad)")
+    code = (
+        "import sys; from gpuwise.cli import main\n"
+        "try:\n    main(['check', 'llama-3.1-8b', '--on', 'h100', '--json'])\n"
+        "except SystemExit: pass\n"
+        "bad = [m for m in ('torch', 'numpy', 'transformers') if m in sys.modules]\n"
+        "print('HEAVY', bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY []" in out.stdout

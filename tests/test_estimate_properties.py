@@ -18,8 +18,18 @@ from gpuwise.estimate import (
 from gpuwise.helpers import GpuwiseError
 from gpuwise.workload import from_config
 
-MODELS = ["gpt2", "llama-3.1-8b", "qwen2.5-0.5b", "mixtral-8x7b", "gemma-2-2b", "phi-2",
-          "falcon-7b", "deepseek-v2-lite", "pythia-70m", "mistral-7b"]
+MODELS = [
+    "gpt2",
+    "llama-3.1-8b",
+    "qwen2.5-0.5b",
+    "mixtral-8x7b",
+    "gemma-2-2b",
+    "phi-2",
+    "falcon-7b",
+    "deepseek-v2-lite",
+    "pythia-70m",
+    "mistral-7b",
+]
 ARCH = {m: from_config(resolve_model(m).config, m) for m in MODELS}
 H100 = find_hardware("h100-sxm")
 WEIGHTS = ["fp32", "bf16", "fp8", "int8", "int4", "nf4"]
@@ -29,17 +39,27 @@ sizes = st.integers(min_value=1, max_value=8192)
 
 
 @settings(max_examples=150, deadline=None)
-@given(models, st.integers(1, 64), sizes, st.integers(0, 2048), st.sampled_from(WEIGHTS),
-       st.sampled_from(["eager", "sdpa"]))
+@given(
+    models,
+    st.integers(1, 64),
+    sizes,
+    st.integers(0, 2048),
+    st.sampled_from(WEIGHTS),
+    st.sampled_from(["eager", "sdpa"]),
+)
 def test_inference_parts_add_up_and_grow(name, batch, prompt, new, weights, attention):
     arch = ARCH[name]
-    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new, weights=weights,
-                         attention=attention)
+    plan = InferencePlan(
+        batch=batch, prompt_tokens=prompt, new_tokens=new, weights=weights, attention=attention
+    )
     est = estimate_inference(arch, plan, H100)
     assert sum(est.breakdown.values()) == est.total_bytes
     assert all(v >= 0 for v in est.breakdown.values())
-    for bigger in (replace(plan, batch=batch + 1), replace(plan, prompt_tokens=prompt + 64),
-                   replace(plan, new_tokens=new + 64)):
+    for bigger in (
+        replace(plan, batch=batch + 1),
+        replace(plan, prompt_tokens=prompt + 64),
+        replace(plan, new_tokens=new + 64),
+    ):
         assert estimate_inference(arch, bigger, H100).total_bytes >= est.total_bytes
     order = WEIGHTS  # fp32 > bf16 > 8-bit > 4-bit
     i = order.index(weights)
@@ -49,32 +69,44 @@ def test_inference_parts_add_up_and_grow(name, batch, prompt, new, weights, atte
 
 
 @settings(max_examples=120, deadline=None)
-@given(models, st.integers(1, 16), st.integers(16, 4096),
-       st.sampled_from(["fp32", "bf16", "mixed-bf16"]),
-       st.sampled_from(["adamw", "sgd", "adafactor", "adamw8bit"]),
-       st.sampled_from(["full", "lora", "qlora"]), st.booleans())
+@given(
+    models,
+    st.integers(1, 16),
+    st.integers(16, 4096),
+    st.sampled_from(["fp32", "bf16", "mixed-bf16"]),
+    st.sampled_from(["adamw", "sgd", "adafactor", "adamw8bit"]),
+    st.sampled_from(["full", "lora", "qlora"]),
+    st.booleans(),
+)
 def test_training_parts_add_up_and_grow(name, batch, seq, dtype, opt, finetune, ckpt):
     arch = ARCH[name]
-    plan = TrainingPlan(batch=batch, seq=seq, dtype=dtype, optimizer=opt, finetune=finetune,
-                        checkpointing=ckpt)
+    plan = TrainingPlan(
+        batch=batch, seq=seq, dtype=dtype, optimizer=opt, finetune=finetune, checkpointing=ckpt
+    )
     est = estimate_training(arch, plan, H100)
     assert sum(est.breakdown.values()) == est.total_bytes
     assert all(v >= 0 for v in est.breakdown.values())
     for bigger in (replace(plan, batch=batch + 1), replace(plan, seq=seq + 128)):
         assert estimate_training(arch, bigger, H100).total_bytes >= est.total_bytes
     if dtype == "bf16":
-        assert estimate_training(arch, replace(plan, dtype="fp32"), H100).total_bytes >= \
-            est.total_bytes
+        assert (
+            estimate_training(arch, replace(plan, dtype="fp32"), H100).total_bytes
+            >= est.total_bytes
+        )
 
 
 @settings(max_examples=80, deadline=None)
-@given(models, st.integers(1, 8), st.integers(64, 4096), st.sampled_from([1, 2, 3]),
-       st.sampled_from([2, 4, 8, 64]))
+@given(
+    models,
+    st.integers(1, 8),
+    st.integers(64, 4096),
+    st.sampled_from([1, 2, 3]),
+    st.sampled_from([2, 4, 8, 64]),
+)
 def test_sharding_never_increases_per_device_memory(name, batch, seq, zero, gpus):
     arch = ARCH[name]
     one = estimate_training(arch, TrainingPlan(batch=batch, seq=seq), H100)
-    many = estimate_training(arch, TrainingPlan(batch=batch, seq=seq, gpus=gpus, zero=zero),
-                             H100)
+    many = estimate_training(arch, TrainingPlan(batch=batch, seq=seq, gpus=gpus, zero=zero), H100)
     assert many.total_bytes <= one.total_bytes
     tp = estimate_training(arch, TrainingPlan(batch=batch, seq=seq, gpus=gpus, tp=2), H100)
     assert tp.total_bytes <= one.total_bytes
@@ -141,15 +173,18 @@ def test_zero_stage_three_mixed_adam_is_16_bytes_per_param_sharded():
     assert est.breakdown["optimizer"] == pytest.approx(12 * p / 8, rel=1e-6)
 
 
-@pytest.mark.parametrize("kwargs", [dict(batch=0), dict(prompt_tokens=-5),
-                                    dict(attention="flashy"), dict(batch=10**9)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(batch=0), dict(prompt_tokens=-5), dict(attention="flashy"), dict(batch=10**9)]
+)
 def test_bad_inference_plans_are_user_errors(kwargs):
     with pytest.raises(GpuwiseError):
         InferencePlan(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [dict(seq=0), dict(dtype="fp64"), dict(zero=4),
-                                    dict(gpus=3, tp=2), dict(optimizer="lion")])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(seq=0), dict(dtype="fp64"), dict(zero=4), dict(gpus=3, tp=2), dict(optimizer="lion")],
+)
 def test_bad_training_plans_are_user_errors(kwargs):
     with pytest.raises(GpuwiseError):
         TrainingPlan(**kwargs)

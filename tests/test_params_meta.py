@@ -24,37 +24,87 @@ def test_catalogue_param_count_is_exact(entry):
     assert count_params(from_config(config)).total == _real_count(config)
 
 
-@pytest.mark.parametrize("entry", [e for e in load_models() if e.published_params],
-                         ids=lambda e: e.id)
+@pytest.mark.parametrize(
+    "entry", [e for e in load_models() if e.published_params], ids=lambda e: e.id
+)
 def test_catalogue_matches_published_count(entry):
     assert count_params(from_config(entry.load_config())).total == entry.published_params
 
 
-SMALL = dict(hidden_size=64, intermediate_size=176, num_attention_heads=4, num_key_value_heads=2,
-             num_hidden_layers=2, vocab_size=97)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=176,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    num_hidden_layers=2,
+    vocab_size=97,
+)
 VARIANTS = {
     "llama-bias": dict(SMALL, model_type="llama", attention_bias=True, mlp_bias=True),
     "llama-untied-headdim": dict(SMALL, model_type="llama", head_dim=24, tie_word_embeddings=False),
     "mistral-mqa": dict(SMALL, model_type="mistral", num_key_value_heads=1),
     "gemma2": dict(SMALL, model_type="gemma2", head_dim=32),
     "phi-partial": dict(SMALL, model_type="phi", num_key_value_heads=4, partial_rotary_factor=0.4),
-    "neox-serial": dict(SMALL, model_type="gpt_neox", num_key_value_heads=4,
-                        use_parallel_residual=False, tie_word_embeddings=True),
-    "falcon-new-arch": dict(hidden_size=64, num_attention_heads=8, num_kv_heads=2,
-                            num_hidden_layers=2, vocab_size=97, new_decoder_architecture=True,
-                            model_type="falcon"),
-    "falcon-serial-bias": dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=2,
-                               vocab_size=97, parallel_attn=False, bias=True, model_type="falcon"),
-    "bigcode-mha": dict(n_embd=64, n_layer=2, n_head=4, vocab_size=97, n_positions=32,
-                        multi_query=False, model_type="gpt_bigcode"),
-    "qwen2-moe-sparse-step": dict(SMALL, model_type="qwen2_moe", num_experts=4,
-                                  num_experts_per_tok=2, moe_intermediate_size=48,
-                                  shared_expert_intermediate_size=96, decoder_sparse_step=2),
-    "deepseek-v3-qlora": dict(SMALL, model_type="deepseek_v3", num_key_value_heads=4,
-                              n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
-                              n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=32,
-                              q_lora_rank=24, qk_nope_head_dim=16, qk_rope_head_dim=8,
-                              v_head_dim=16, n_group=2, topk_group=1),
+    "neox-serial": dict(
+        SMALL,
+        model_type="gpt_neox",
+        num_key_value_heads=4,
+        use_parallel_residual=False,
+        tie_word_embeddings=True,
+    ),
+    "falcon-new-arch": dict(
+        hidden_size=64,
+        num_attention_heads=8,
+        num_kv_heads=2,
+        num_hidden_layers=2,
+        vocab_size=97,
+        new_decoder_architecture=True,
+        model_type="falcon",
+    ),
+    "falcon-serial-bias": dict(
+        hidden_size=64,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        vocab_size=97,
+        parallel_attn=False,
+        bias=True,
+        model_type="falcon",
+    ),
+    "bigcode-mha": dict(
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        vocab_size=97,
+        n_positions=32,
+        multi_query=False,
+        model_type="gpt_bigcode",
+    ),
+    "qwen2-moe-sparse-step": dict(
+        SMALL,
+        model_type="qwen2_moe",
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=48,
+        shared_expert_intermediate_size=96,
+        decoder_sparse_step=2,
+    ),
+    "deepseek-v3-qlora": dict(
+        SMALL,
+        model_type="deepseek_v3",
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=48,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        kv_lora_rank=32,
+        q_lora_rank=24,
+        qk_nope_head_dim=16,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        n_group=2,
+        topk_group=1,
+    ),
 }
 
 

@@ -72,7 +72,9 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "config.json"
         if not path.exists():
-            raise GpuwiseError(f"no config.json in {path.parent}", "pass a model folder that has one")
+            raise GpuwiseError(
+                f"no config.json in {path.parent}", "pass a model folder that has one"
+            )
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
@@ -89,7 +91,9 @@ def _from_hub(repo_id: str) -> ResolvedModel:
     try:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
     except ImportError:  # pragma: no cover - a base dependency
-        raise GpuwiseError("huggingface_hub is not installed", "pip install huggingface_hub") from None
+        raise GpuwiseError(
+            "huggingface_hub is not installed", "pip install huggingface_hub"
+        ) from None
     fetch_error = ""
     try:
         path = hf_hub_download(repo_id, "config.json", etag_timeout=5)

@@ -118,13 +118,14 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> M
     acts = saved["layers"] + saved["other"]
     logits = saved["logits"]
     tokens = plan.batch * plan.seq
-    # Backward starts with the gradient of the loss w.r.t. the log-probabilities and the
-    # logits (fp32), then the LM head's weight gradient; under checkpointing one layer is
+    # Backward starts with the gradients of the loss w.r.t. the log-probabilities and the
+    # logits (fp32, both alive in log_softmax's backward); later the LM head's weight gradient
+    # is allocated while the logits' gradient is alive. Under checkpointing one layer is
     # recomputed while its gradients flow.
     logits_grad = tokens * arch.vocab_size / plan.tp * 8
     head_grad = pb.gradients * (count_params(arch).lm_head or count_params(arch).embedding) / max(
         1, count_params(arch).total) if plan.finetune == "full" else 0.0  # fmt: skip
-    backward_extra = logits_grad + head_grad + saved["recompute"]
+    backward_extra = max(logits_grad, head_grad) + saved["recompute"]
     state = 4.0 if (plan.mixed or plan.finetune != "full") else compute
     step_temp = _step_temporary(plan, pb, rt.optimizer_foreach, state)
     base = pb.weights + pb.optimizer

@@ -62,7 +62,9 @@ def _config(family: str, dropout: float) -> dict[str, Any]:
     return base
 
 
-def term_sizes(heads_kv: int, head_dim: int, rot: int, inner: int = I, d: int = D) -> dict[str, int]:
+def term_sizes(
+    heads_kv: int, head_dim: int, rot: int, inner: int = I, d: int = D
+) -> dict[str, int]:
     """Element counts of each shape term for the profiling dimensions."""
     return {
         "bsqkv": B * S * (H + 2 * heads_kv) * head_dim,
@@ -95,10 +97,12 @@ def _saved_storages(model: Any, input_ids: Any, autocast: Any) -> dict[int, tupl
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
         out = model(input_ids=input_ids, labels=input_ids)
-    # The loss and logits are alive at the end of forward too.
-    for t in (out.loss, out.logits):
-        saved.setdefault(t.untyped_storage().data_ptr(), (t.untyped_storage().nbytes(),
-                                                          t.element_size()))  # fmt: skip
+    # A training loop keeps the loss (as the Trainer does); the logits tensor itself is freed
+    # once forward returns unless the loop holds the model output.
+    loss = out.loss
+    del out
+    saved.setdefault(loss.untyped_storage().data_ptr(), (loss.untyped_storage().nbytes(),
+                                                         loss.element_size()))  # fmt: skip
     return saved
 
 
@@ -139,7 +143,8 @@ def profile_one(family: str, mode: str, attention: str, checkpointing: bool,
         cfg = transformers.AutoConfig.for_model(**cfg_dict)
         dtype = torch.bfloat16 if mode == "bf16" else torch.float32
         model = transformers.AutoModelForCausalLM.from_config(
-            cfg, dtype=dtype, attn_implementation=attention)
+            cfg, dtype=dtype, attn_implementation=attention
+        )
         model.train()
         if checkpointing:
             model.gradient_checkpointing_enable({"use_reentrant": False})
@@ -149,8 +154,9 @@ def profile_one(family: str, mode: str, attention: str, checkpointing: bool,
         from gpuwise.workload import count_params, from_config
 
         arch = from_config(cfg_dict)
-        sizes = term_sizes(arch.num_kv_heads, arch.head_dim, arch.rotary_dim,
-                           arch.intermediate_size)
+        sizes = term_sizes(
+            arch.num_kv_heads, arch.head_dim, arch.rotary_dim, arch.intermediate_size
+        )
         results.append(classify(_saved_storages(model, ids, autocast), sizes))
         counts.append(count_params(arch))
     one, two = results

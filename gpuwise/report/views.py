@@ -101,7 +101,7 @@ def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
            "params": count_params(arch).total, "answers": found}  # fmt: skip
     extra = {
         "answers": f"largest batch at seq {plan.seq}: {found['max_batch']}; devices needed with "
-                   f"ZeRO-3: {found['devices_needed_zero3'] or 'more than 1024'}",
+        f"ZeRO-3: {found['devices_needed_zero3'] or 'more than 1024'}",
     }
     if not plan.checkpointing:
         extra["tip"] = (f"with --checkpointing: "

@@ -1,0 +1,107 @@
+"""Validation suite: estimated vs measured peak memory for real runs on this machine.
+
+Each case builds a catalogue model from its config with random weights, runs it (generate()
+or training steps) in a fresh process, and compares the estimate's model memory (total minus
+the runtime baseline) with the measured peak above the process baseline.
+
+Run:  .venv/bin/python benchmarks/validate_memory.py [--quick] [--out benchmarks/results/memory.json]
+Targets (issue 2): median absolute error <= 3%, worst <= 8%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from gpuwise.catalog import resolve_model
+from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.measure.validation import validate
+from gpuwise.workload import from_config
+
+CASES = [
+    ("smollm2-135m", InferencePlan(batch=1, prompt_tokens=512, new_tokens=16, weights="fp32")),
+    ("smollm2-135m", InferencePlan(batch=4, prompt_tokens=256, new_tokens=8, weights="bf16")),
+    ("qwen2.5-0.5b", InferencePlan(batch=1, prompt_tokens=1024, new_tokens=8, weights="bf16")),
+    (
+        "gpt2",
+        InferencePlan(batch=2, prompt_tokens=512, new_tokens=8, weights="fp32", attention="eager"),
+    ),
+    ("pythia-160m", InferencePlan(batch=1, prompt_tokens=1024, new_tokens=8, weights="fp32")),
+    ("tinyllama-1.1b", InferencePlan(batch=1, prompt_tokens=512, new_tokens=4, weights="bf16")),
+    ("gpt2", TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")),
+    ("smollm2-135m", TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")),
+    ("pythia-70m", TrainingPlan(batch=4, seq=256, dtype="fp32", optimizer="sgd")),
+    ("smollm2-135m", TrainingPlan(batch=2, seq=256, dtype="mixed-bf16", optimizer="adamw")),
+    (
+        "smollm2-135m",
+        TrainingPlan(batch=2, seq=512, dtype="fp32", optimizer="adamw", checkpointing=True),
+    ),
+    (
+        "gpt2",
+        TrainingPlan(batch=1, seq=512, dtype="fp32", optimizer="adafactor", attention="eager"),
+    ),
+    ("qwen2.5-0.5b", TrainingPlan(batch=1, seq=256, dtype="bf16", optimizer="adamw")),
+]
+
+
+def describe(plan: InferencePlan | TrainingPlan) -> str:
+    if isinstance(plan, InferencePlan):
+        return (
+            f"infer b{plan.batch} p{plan.prompt_tokens}+{plan.new_tokens} {plan.weights} "
+            f"{plan.attention}"
+        )
+    return f"train b{plan.batch} s{plan.seq} {plan.dtype} {plan.optimizer} {plan.attention}" + (
+        " ckpt" if plan.checkpointing else ""
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="first three cases only")
+    parser.add_argument("--out", default="benchmarks/results/memory.json")
+    args = parser.parse_args()
+    cases = CASES[:3] if args.quick else CASES
+    rows = []
+    for i, (name, plan) in enumerate(cases, 1):
+        model = resolve_model(name)
+        arch = from_config(model.config, name)
+        start = time.perf_counter()
+        result = validate(model.config, arch, plan, quiet=True)
+        row = {
+            "model": name,
+            "plan": describe(plan),
+            "estimated": result["estimated_model_bytes"],
+            "measured": result["measured_model_bytes"],
+            "error": result["error"],
+            "baseline": result["measured_baseline_bytes"],
+            "phase": result["estimated_peak_phase"],
+            "seconds": time.perf_counter() - start,
+            "versions": result["versions"],
+        }
+        rows.append(row)
+        print(
+            f"[{i}/{len(cases)}] {name:15s} {row['plan']:42s} est {row['estimated'] / 2**20:8.1f} "
+            f"MiB  meas {row['measured'] / 2**20:8.1f} MiB  err {100 * row['error']:+6.2f}%  "
+            f"({row['seconds']:.0f} s)",
+            flush=True,
+        )
+    errors = [abs(r["error"]) for r in rows]
+    summary = {
+        "median_abs_error": statistics.median(errors),
+        "worst_abs_error": max(errors),
+        "cases": len(rows),
+    }
+    print(
+        f"median |error| {100 * summary['median_abs_error']:.2f}%  worst "
+        f"{100 * summary['worst_abs_error']:.2f}%  over {len(rows)} cases"
+    )
+    Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
