@@ -66,3 +66,22 @@ def activation_profile(model_type: str, mode: str, attention: str, checkpointing
 
 def profile_runtime() -> str:
     return str(_profiles().get("runtime", ""))
+
+
+@cache
+def _op_counts() -> dict[str, Any]:
+    path = resources.files("gpuwise.catalog").joinpath("data/op_counts.json")
+    return json.loads(path.read_text())["counts"]
+
+
+def op_counts(model_type: str, mode: str, attention: str) -> dict[str, dict[str, int]]:
+    """Aten ops per layer and per model that transformers dispatches, by phase."""
+    family = PROFILE_FAMILY.get(model_type, "llama")
+    mode = {"fp16": "bf16", "mixed-fp16": "mixed-bf16"}.get(mode, mode)
+    if attention == "flash":
+        attention = "sdpa"
+    counts = _op_counts()
+    entry = counts.get(f"{family}/{mode}/{attention}", {})
+    if "unsupported" in entry or not entry:
+        entry = counts[f"{family}/{mode}/eager"]
+    return entry

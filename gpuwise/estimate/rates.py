@@ -1,0 +1,121 @@
+"""How fast a device does each kind of work: from its datasheet with default efficiencies
+(`spec`), or from a probe of this machine (`measured`)."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.helpers import GpuwiseError
+
+DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "bf16",
+                  "int4": "bf16", "nf4": "bf16"}  # fmt: skip
+
+
+@cache
+def _defaults(kind: str) -> dict[str, Any]:
+    text = resources.files("gpuwise.catalog").joinpath("data/efficiency.toml").read_text()
+    data = tomllib.loads(text)
+    return data.get(kind, data["gpu"])
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    """Achievable rates of one device. `matmul_curves[dtype]` holds (flops, flop/s) points."""
+
+    name: str
+    kind: str
+    peak_flops: dict[str, float]
+    bandwidth_bytes_per_s: float
+    matmul_max: float
+    compute_units: int
+    tile: int
+    min_rows: int
+    memory_efficiency: float
+    op_overhead_s: float
+    view_overhead_s: float
+    interconnect_bytes_per_s: float
+    source: str  # "spec" or "measured"
+    matmul_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        return self.bandwidth_bytes_per_s * self.memory_efficiency
+
+    def peak(self, dtype: str) -> float:
+        key = DTYPE_PEAK_KEY.get(dtype, dtype)
+        value = self.peak_flops.get(key) or self.peak_flops.get("fp16") or self.peak_flops.get(
+            "fp32")  # fmt: skip
+        if not value:
+            raise GpuwiseError(f"no {dtype} compute rate known for {self.name}",
+                               "run `gpuwise probe` on it, or pick catalogue hardware")  # fmt: skip
+        return value
+
+    def matmul_rate(self, m: int, n: int, flops: float, dtype: str) -> float:
+        """FLOP/s an (m x k) @ (k x n) matmul achieves: from the probe's curve (by FLOPs) where
+        measured, else the peak x `matmul_max` x the share of the hardware the shape fills:
+        rows below `min_rows` idle the matrix units, and the last wave of output tiles
+        leaves compute units idle."""
+        curve = self.matmul_curves.get(dtype) or self.matmul_curves.get(
+            DTYPE_PEAK_KEY.get(dtype, dtype))  # fmt: skip
+        if curve:
+            return _interpolate(curve, flops)
+        rows = min(1.0, max(1, m) / self.min_rows)
+        tiles = math.ceil(max(1, m) / self.tile) * math.ceil(max(1, n) / self.tile)
+        waves = math.ceil(tiles / self.compute_units)
+        return self.peak(dtype) * self.matmul_max * rows * tiles / (waves * self.compute_units)
+
+
+def _interpolate(curve: tuple[tuple[float, float], ...], flops: float) -> float:
+    """Piecewise-linear in log(flops); flat beyond the measured range."""
+    xs = [math.log(f) for f, _ in curve]
+    x = math.log(max(flops, 1.0))
+    i = bisect.bisect_left(xs, x)
+    if i == 0:
+        # Below the smallest measured size the rate falls in proportion (fixed cost dominates).
+        return curve[0][1] * max(flops, 1.0) / curve[0][0]
+    if i >= len(xs):
+        return curve[-1][1]
+    t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+    return curve[i - 1][1] + t * (curve[i][1] - curve[i - 1][1])
+
+
+def rates_from_spec(hw: Hardware) -> DeviceRates:
+    """Datasheet peaks with the default efficiencies for this kind of device."""
+    d = _defaults(hw.kind)
+    if not hw.memory_bandwidth_gbs or not hw.peak_tflops:
+        raise GpuwiseError(f"no speed figures for {hw.name}",
+                           "run `gpuwise probe` here first, or estimate --on a catalogue device")  # fmt: skip
+    units = max(1, hw.compute_units)
+    return DeviceRates(
+        name=hw.name, kind=hw.kind,
+        peak_flops={k: v * 1e12 for k, v in hw.peak_tflops.items()},
+        bandwidth_bytes_per_s=hw.memory_bandwidth_gbs * 1e9,
+        matmul_max=d["matmul_max"], compute_units=units, tile=d["tile"], min_rows=d["min_rows"],
+        memory_efficiency=d["memory"], op_overhead_s=d["op_overhead_s"],
+        view_overhead_s=d["view_overhead_s"],
+        interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
+        source="spec",
+    )  # fmt: skip
+
+
+def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
+                            matmul_curves: dict[str, tuple[tuple[float, float], ...]],
+                            op_overhead_s: float, view_overhead_s: float) -> DeviceRates:  # fmt: skip
+    """Rates measured on this machine by `gpuwise probe` (efficiency already included)."""
+    peaks = {k: max(r for _, r in v) for k, v in matmul_curves.items() if v}
+    d = _defaults(hw.kind)
+    return DeviceRates(
+        name=hw.name, kind=hw.kind, peak_flops=peaks,
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s, matmul_max=1.0,
+        compute_units=max(1, hw.compute_units), tile=d["tile"], min_rows=d["min_rows"],
+        memory_efficiency=1.0, op_overhead_s=op_overhead_s, view_overhead_s=view_overhead_s,
+        interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
+        source="measured", matmul_curves=matmul_curves,
+    )  # fmt: skip

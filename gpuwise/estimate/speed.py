@@ -1,0 +1,178 @@
+"""How fast: prefill, decode and training-step time from the roofline model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.estimate.plans import InferencePlan, TrainingPlan
+from gpuwise.estimate.rates import DeviceRates
+from gpuwise.estimate.timing import PhaseTime, dispatch_overhead, phase_time
+from gpuwise.estimate.weights import weight_bytes
+from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.ops import Op, Shape, forward_ops, loss_ops
+
+RUNTIME = "Hugging Face transformers (PyTorch eager)"
+
+
+@dataclass(frozen=True)
+class InferenceTime:
+    prefill: PhaseTime
+    decode: PhaseTime  # one step at the mid-point of generation
+    batch: int
+    new_tokens: int
+    source: str
+    runtime: str = RUNTIME
+
+    @property
+    def prefill_s(self) -> float:
+        return self.prefill.seconds
+
+    @property
+    def decode_s_per_token(self) -> float:
+        return self.decode.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second across the batch, in the decode phase."""
+        return self.batch / self.decode.seconds
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.new_tokens * self.decode_s_per_token
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    forward: PhaseTime
+    backward: PhaseTime
+    optimizer: PhaseTime
+    comm_s: float
+    tokens: int  # tokens per step on all devices
+    model_flops: float  # 6 N T + attention, per step on all devices
+    peak_flops: float  # all devices
+    source: str
+    runtime: str = RUNTIME
+
+    @property
+    def step_s(self) -> float:
+        return self.forward.seconds + self.backward.seconds + self.optimizer.seconds + self.comm_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: useful FLOPs per second over the dense peak."""
+        return self.model_flops / self.step_s / self.peak_flops
+
+    @property
+    def bound(self) -> str:
+        return self.backward.bound
+
+    def seconds_for(self, tokens: float) -> float:
+        return tokens / self.tokens_per_s
+
+
+def _effective_weight_bytes(arch: Architecture, fmt: str) -> float:
+    """Average stored bytes per matrix weight, scales included."""
+    return weight_bytes(arch, fmt) / count_params(arch).total
+
+
+def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
+           logits: int) -> Shape:  # fmt: skip
+    fmt = weight_format(plan.weights)
+    compute = weight_format(fmt.compute_dtype).bytes_per_element
+    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
+    return Shape(plan.batch, tokens, context, compute, _effective_weight_bytes(arch, fmt.id), kv,
+                 plan.attention, logits)  # fmt: skip
+
+
+def _mode(dtype: str) -> str:
+    return "fp32" if dtype == "fp32" else ("mixed-bf16" if dtype.startswith("mixed") else "bf16")
+
+
+def estimate_inference_time(arch: Architecture, plan: InferencePlan,
+                            rates: DeviceRates) -> InferenceTime:  # fmt: skip
+    """Time to first token (prefill) and per output token (decode) with generate()."""
+    fmt = weight_format(plan.weights)
+    dtype = fmt.compute_dtype
+    mode = _mode(dtype)
+    logits = plan.prompt_tokens if plan.logits == "all" else 1
+    pre = _shape(plan, arch, plan.prompt_tokens, plan.prompt_tokens, logits)
+    prefill = phase_time("prefill", forward_ops(arch, pre), rates, dtype,
+                         dispatch_overhead(arch, mode, plan.attention, "inference", rates))  # fmt: skip
+    mid = plan.prompt_tokens + max(0, plan.new_tokens - 1) // 2
+    dec = _shape(plan, arch, 1, mid + 1, 1)
+    decode = phase_time("decode", forward_ops(arch, dec), rates, dtype,
+                        dispatch_overhead(arch, mode, plan.attention, "decode", rates))  # fmt: skip
+    return InferenceTime(prefill, decode, plan.batch, plan.new_tokens, rates.source)
+
+
+def _optimizer_ops(plan: TrainingPlan, trainable: float) -> list[Op]:
+    """The optimizer's memory traffic per trainable parameter (all fp32 under mixed)."""
+    state = 4.0 if plan.mixed or plan.finetune != "full" else weight_format(
+        plan.compute_dtype).bytes_per_element  # fmt: skip
+    sweeps = {"adamw": 7, "sgd": 4, "adafactor": 5, "adamw8bit": 4.5}[plan.optimizer]
+    return [Op("optimizer", "elementwise", trainable * 10, trainable * sweeps * state)]
+
+
+def _collectives(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
+                 grad_bytes: float, weight_bytes_total: float) -> float:  # fmt: skip
+    """Ring collectives, not overlapped with compute: TP all-reduces of activations in
+    forward and backward; data-parallel gradient all-reduce (or reduce-scatter + gather)."""
+    bw = rates.interconnect_bytes_per_s
+    if plan.gpus <= 1 or not bw:
+        return 0.0
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    seconds = 0.0
+    if plan.tp > 1:
+        per = plan.batch * plan.seq * arch.hidden_size * c
+        seconds += 4 * arch.num_layers * 2 * (plan.tp - 1) / plan.tp * per / bw
+    dp = plan.data_parallel
+    if dp > 1:
+        seconds += 2 * (dp - 1) / dp * grad_bytes / plan.tp / bw
+        if plan.zero >= 3:  # weights gathered for forward and again for backward
+            seconds += 2 * (dp - 1) / dp * weight_bytes_total / plan.tp / bw
+    return seconds
+
+
+def estimate_training_time(arch: Architecture, plan: TrainingPlan,
+                           rates: DeviceRates) -> TrainingTime:  # fmt: skip
+    """One optimizer step: forward, backward (~2x forward), recompute, optimizer, comms."""
+    dtype = plan.compute_dtype
+    mode = _mode(plan.dtype)
+    c = weight_format(dtype).bytes_per_element
+    w = 4.0 if plan.mixed else c
+    if plan.finetune == "qlora":
+        w = _effective_weight_bytes(arch, "nf4")
+    shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, plan.attention, plan.seq)
+    ops = [_split(op, plan.tp) for op in forward_ops(arch, shape) + loss_ops(arch, shape)]
+    overhead = dispatch_overhead(arch, mode, plan.attention, "training", rates)
+    fwd = phase_time("forward", ops, rates, dtype, overhead / 3)
+    # Backward computes two matmuls per forward one; frozen LoRA bases skip the weight grad.
+    back_scale = 2.0 if plan.finetune == "full" else 1.1
+    bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3, scale=back_scale)
+    if plan.checkpointing:
+        recompute = phase_time("recompute", ops, rates, dtype, overhead / 3)
+        bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3 + recompute.overhead_s,
+                         scale=back_scale + 1.0)  # fmt: skip
+    counts = count_params(arch)
+    trainable = counts.total if plan.finetune == "full" else counts.total * 0.01
+    optimizer = phase_time("optimizer", _optimizer_ops(plan, trainable / plan.tp), rates, "fp32",
+                           0.0)  # fmt: skip
+    grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
+    comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
+    tokens = plan.batch * plan.seq * plan.data_parallel
+    attn = 6 * arch.num_layers * plan.seq * arch.q_dim  # causal attention FLOPs per token x 2
+    model_flops = tokens * (6 * counts.active + attn)
+    peak = rates.peak(dtype) * plan.gpus
+    return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source)
+
+
+def _split(op: Op, tp: int) -> Op:
+    """Tensor parallelism divides each layer's matrices and heads over `tp` devices."""
+    if tp == 1 or op.name in ("embedding", "residual", "layernorm", "rmsnorm"):
+        return op
+    return Op(op.name, op.kind, op.flops / tp, op.bytes / tp, op.count, op.m, op.n // tp, op.k)

@@ -1,0 +1,150 @@
+"""A forward pass as a list of operations with their FLOPs and bytes moved.
+
+Bytes count what an eager runtime (PyTorch, as transformers runs it) reads and writes: a
+matrix multiply reads its weight and input and writes its output; an elementwise step
+reads and writes whole tensors, once per kernel. Norms and rotary embeddings in
+transformers are several kernels each, and eager attention with grouped KV heads copies the
+keys and values to every query head first (`repeat_kv`); sdpa does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwise.workload.arch import Architecture
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of one layer (or of the model); `count` is how many times it runs."""
+
+    name: str
+    kind: str  # matmul | attention | norm | elementwise | embedding | logits
+    flops: float
+    bytes: float
+    count: int = 1
+    m: int = 0  # matmul shape (m x k) @ (k x n), for size-dependent efficiency
+    n: int = 0
+    k: int = 0
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte moved."""
+        return self.flops / self.bytes if self.bytes else float("inf")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Tokens processed now (`tokens` per sequence) against a cache of `context` positions."""
+
+    batch: int
+    tokens: int
+    context: int  # keys/values attended to, including the new tokens
+    compute_bytes: float  # activation dtype size
+    weight_bytes: float  # bytes per weight element (quantised formats: scales included)
+    kv_bytes: float
+    attention: str = "sdpa"
+    logits_tokens: int = 1  # positions whose logits are computed
+
+    @property
+    def rows(self) -> int:
+        return self.batch * self.tokens
+
+
+def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = None) -> Op:
+    m = s.rows if rows is None else rows
+    c = s.compute_bytes
+    return Op(name, "matmul", 2.0 * m * n * k, n * k * s.weight_bytes + m * k * c + m * n * c,
+              count, m, n, k)  # fmt: skip
+
+
+def _elementwise(name: str, elements: float, passes: float, c: float, count: int,
+                 kind: str = "elementwise") -> Op:  # fmt: skip
+    """`passes` full read-or-write sweeps over `elements` values of `c` bytes."""
+    return Op(name, kind, elements * passes / 2, elements * passes * c, count)
+
+
+def _norm(arch: Architecture, s: Shape, count: int) -> Op:
+    elements = s.rows * arch.hidden_size
+    if arch.norm == "layer":
+        return _elementwise("layernorm", elements, 2, s.compute_bytes, count, "norm")
+    # transformers' RMSNorm: upcast, pow, mean, rsqrt-scale, downcast, weight: ~7 fp32 sweeps.
+    return _elementwise("rmsnorm", elements, 7, 4, count, "norm")
+
+
+def _attention(arch: Architecture, s: Shape) -> list[Op]:
+    L = arch.num_layers
+    h, hd, c = arch.num_heads, arch.head_dim, s.compute_bytes
+    qk_dim = arch.q_dim // h
+    causal = 0.5 if s.tokens == s.context and s.tokens > 1 else 1.0
+    pairs = s.batch * h * s.tokens * s.context * causal
+    flops = 2 * pairs * (qk_dim + hd)
+    kv_elems = s.batch * s.context * arch.kv_cache_elements_per_token()
+    kv_read = kv_elems * s.kv_bytes
+    q_out = 2 * s.rows * arch.q_dim * c
+    ops = []
+    if s.attention == "eager":
+        groups = arch.num_heads // arch.num_kv_heads
+        if groups > 1:  # repeat_kv materialises keys and values for every query head
+            ops.append(Op("repeat_kv", "elementwise", 0.0, kv_read * (1 + groups), L))
+            kv_read *= groups
+        scores = s.batch * h * s.tokens * s.context
+        # scores matmul write, scale, mask add, fp32 softmax, downcast, read for P @ V
+        ops.append(Op("attention", "attention", flops, kv_read + q_out + scores * (6 * c + 8), L,
+                      s.batch * h * s.tokens, s.context, hd))  # fmt: skip
+    else:
+        ops.append(Op("attention", "attention", flops, kv_read + q_out, L,
+                      s.batch * h * s.tokens, s.context, hd))  # fmt: skip
+    rope = s.rows * (arch.q_dim + arch.kv_dim) * (arch.rotary_dim / max(1, hd))
+    if rope:
+        ops.append(_elementwise("rotary", rope, 10, c, L))
+    return ops
+
+
+def _mlp(arch: Architecture, s: Shape) -> list[Op]:
+    L, d, c = arch.num_layers, arch.hidden_size, s.compute_bytes
+    moe = arch.moe
+    dense_layers = L - (moe.layers if moe else 0)
+    ops: list[Op] = []
+    widths = [(arch.intermediate_size, dense_layers, s.rows, arch.gated_mlp)]
+    if moe:
+        routed = s.rows * moe.experts_per_token
+        ops.append(_matmul("router", s, moe.num_experts, d, moe.layers))
+        # Each active expert reads its weights once; tokens are split among them.
+        active = min(moe.num_experts, routed)
+        widths.append(
+            (moe.expert_intermediate * active, moe.layers, max(1, routed // active), True)
+        )
+        if moe.shared_experts:
+            widths.append((moe.shared_intermediate, moe.layers, s.rows, True))
+    for inner, layers, rows, gated in widths:
+        if not layers:
+            continue
+        n_in = 2 * inner if gated else inner
+        ops.append(_matmul("mlp_in", s, n_in, d, layers, rows))
+        ops.append(_matmul("mlp_out", s, d, inner, layers, rows))
+        ops.append(_elementwise("activation", rows * inner, 5 if gated else 2, c, layers))
+    return ops
+
+
+def forward_ops(arch: Architecture, s: Shape) -> list[Op]:
+    """Every operation of one forward pass over `s` (prefill, a decode step, or training)."""
+    L, d, c = arch.num_layers, arch.hidden_size, s.compute_bytes
+    ops = [_elementwise("embedding", s.rows * d, 2, c, 1, "embedding")]
+    norms = arch.norms_per_layer
+    ops.append(_norm(arch, s, L * norms))
+    ops.append(_matmul("qkv", s, arch.q_dim + 2 * arch.kv_dim, d, L))
+    ops += _attention(arch, s)
+    ops.append(_matmul("attn_out", s, d, arch.q_dim, L))
+    ops += _mlp(arch, s)
+    ops.append(_elementwise("residual", s.rows * d, 3, c, 2 * L))
+    ops.append(_norm(arch, s, 1))
+    head_rows = s.batch * s.logits_tokens
+    ops.append(_matmul("lm_head", s, arch.vocab_size, d, 1, head_rows))
+    return ops
+
+
+def loss_ops(arch: Architecture, s: Shape) -> list[Op]:
+    """Cross-entropy over the logits in fp32: upcast, log_softmax, gather (forward only)."""
+    elements = s.rows * arch.vocab_size
+    return [_elementwise("loss", elements, 4, 4, 1, "logits")]
