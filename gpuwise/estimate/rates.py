@@ -41,6 +41,8 @@ class DeviceRates:
     op_overhead_s: float
     view_overhead_s: float
     interconnect_bytes_per_s: float
+    collective_latency_s: float
+    kernel_latency_s: float
     source: str  # "spec" or "measured"
     matmul_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
@@ -66,10 +68,14 @@ class DeviceRates:
             DTYPE_PEAK_KEY.get(dtype, dtype))  # fmt: skip
         if curve:
             return _interpolate(curve, flops)
-        rows = min(1.0, max(1, m) / self.min_rows)
-        tiles = math.ceil(max(1, m) / self.tile) * math.ceil(max(1, n) / self.tile)
+        best = self.peak(dtype) * self.matmul_max
+        if m < self.min_rows:
+            # Skinny (GEMV-like) shapes split the reduction over every unit instead of tiling
+            # the output, so only the idle rows of the matrix units are lost.
+            return best * max(1, m) / self.min_rows
+        tiles = math.ceil(m / self.tile) * math.ceil(max(1, n) / self.tile)
         waves = math.ceil(tiles / self.compute_units)
-        return self.peak(dtype) * self.matmul_max * rows * tiles / (waves * self.compute_units)
+        return best * tiles / (waves * self.compute_units)
 
 
 def _interpolate(curve: tuple[tuple[float, float], ...], flops: float) -> float:
@@ -101,7 +107,8 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         memory_efficiency=d["memory"], op_overhead_s=d["op_overhead_s"],
         view_overhead_s=d["view_overhead_s"],
         interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
-        source="spec",
+        collective_latency_s=d["collective_latency_s"],
+        kernel_latency_s=d["kernel_latency_s"], source="spec",
     )  # fmt: skip
 
 
@@ -117,5 +124,6 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         compute_units=max(1, hw.compute_units), tile=d["tile"], min_rows=d["min_rows"],
         memory_efficiency=1.0, op_overhead_s=op_overhead_s, view_overhead_s=view_overhead_s,
         interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
-        source="measured", matmul_curves=matmul_curves,
+        collective_latency_s=d["collective_latency_s"],
+        kernel_latency_s=0.0 if hw.kind == "cpu" else d["kernel_latency_s"], source="measured", matmul_curves=matmul_curves,
     )  # fmt: skip

@@ -9,6 +9,7 @@ from gpuwise.estimate.plans import InferencePlan, TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.timing import PhaseTime, dispatch_overhead, phase_time
 from gpuwise.estimate.weights import weight_bytes
+from gpuwise.helpers import GpuwiseError
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.ops import Op, Shape, forward_ops, loss_ops
 
@@ -93,21 +94,51 @@ def _mode(dtype: str) -> str:
     return "fp32" if dtype == "fp32" else ("mixed-bf16" if dtype.startswith("mixed") else "bf16")
 
 
-def estimate_inference_time(arch: Architecture, plan: InferencePlan,
-                            rates: DeviceRates) -> InferenceTime:  # fmt: skip
+RUNTIMES = {
+    "transformers": RUNTIME,
+    "compiled": "PyTorch torch.compile with CUDA graphs (gpt-fast style)",
+}
+
+
+def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> list[Op]:
+    ops = forward_ops(arch, shape)
+    if runtime == "compiled":
+        # Compiled kernels fuse norms, rotary, activations and residuals into neighbouring
+        # matmuls: what remains is the matmul and attention traffic.
+        ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
+    return [_split(op, tp) for op in ops]
+
+
+def _tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int) -> float:
+    """Two all-reduces of the hidden state per layer under tensor parallelism."""
+    if tp <= 1:
+        return 0.0
+    size = shape.rows * arch.hidden_size * shape.compute_bytes * 2 * (tp - 1) / tp
+    bw = rates.interconnect_bytes_per_s or rates.memory_bytes_per_s
+    return 2 * arch.num_layers * (rates.collective_latency_s + size / bw)
+
+
+def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
+                            runtime: str = "transformers", tp: int = 1) -> InferenceTime:  # fmt: skip
     """Time to first token (prefill) and per output token (decode) with generate()."""
+    if runtime not in RUNTIMES:
+        raise GpuwiseError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
     fmt = weight_format(plan.weights)
     dtype = fmt.compute_dtype
     mode = _mode(dtype)
     logits = plan.prompt_tokens if plan.logits == "all" else 1
-    pre = _shape(plan, arch, plan.prompt_tokens, plan.prompt_tokens, logits)
-    prefill = phase_time("prefill", forward_ops(arch, pre), rates, dtype,
-                         dispatch_overhead(arch, mode, plan.attention, "inference", rates))  # fmt: skip
-    mid = plan.prompt_tokens + max(0, plan.new_tokens - 1) // 2
-    dec = _shape(plan, arch, 1, mid + 1, 1)
-    decode = phase_time("decode", forward_ops(arch, dec), rates, dtype,
-                        dispatch_overhead(arch, mode, plan.attention, "decode", rates))  # fmt: skip
-    return InferenceTime(prefill, decode, plan.batch, plan.new_tokens, rates.source)
+    eager = runtime == "transformers"
+    phases = []
+    for name, tokens, context, count_key in (
+        ("prefill", plan.prompt_tokens, plan.prompt_tokens, "inference"),
+        ("decode", 1, plan.prompt_tokens + max(0, plan.new_tokens - 1) // 2 + 1, "decode"),
+    ):
+        shape = _shape(plan, arch, tokens, context, logits if name == "prefill" else 1)
+        overhead = dispatch_overhead(arch, mode, plan.attention, count_key, rates) if eager else 0
+        phases.append(phase_time(name, _inference_ops(arch, shape, runtime, tp), rates, dtype,
+                                 overhead, _tp_allreduce_s(arch, shape, rates, tp)))  # fmt: skip
+    return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,
+                         RUNTIMES[runtime])  # fmt: skip
 
 
 def _optimizer_ops(plan: TrainingPlan, trainable: float) -> list[Op]:

@@ -73,10 +73,21 @@ def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
 
 
 def phase_time(name: str, ops: list[Op], rates: DeviceRates, dtype: str, overhead_s: float,
-               comm_s: float = 0.0, scale: float = 1.0) -> PhaseTime:  # fmt: skip
-    """Sum the operations' times; `scale` multiplies the work (backward is ~2x forward)."""
+               comm_s: float = 0.0, scale: float = 1.0, kernels: float | None = None,
+               ) -> PhaseTime:  # fmt: skip
+    """Sum the operations' times; `scale` multiplies the work (backward is ~2x forward).
+
+    On an accelerator every kernel also pays a device-side latency (launch, ramp-up and
+    tail), and the host dispatches asynchronously: the phase takes the longer of the host's
+    dispatch time and the device's time. On a CPU the same cores do both, so they add.
+    `kernels` is how many kernels run (default: one per operation).
+    """
     times = tuple(time_op(op, rates, dtype) for op in ops)
     ops_s = scale * sum(t.seconds for t in times)
+    n_kernels = scale * sum(op.count for op in ops) if kernels is None else kernels
+    ops_s += n_kernels * rates.kernel_latency_s
+    if rates.kind != "cpu":
+        overhead_s = max(0.0, overhead_s - ops_s)  # only the part the device cannot hide
     flops = scale * sum(t.op.flops * t.op.count for t in times)
     moved = scale * sum(t.op.bytes * t.op.count for t in times)
     return PhaseTime(name, ops_s + overhead_s + comm_s, ops_s, overhead_s, comm_s, flops, moved,

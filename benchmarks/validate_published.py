@@ -1,0 +1,100 @@
+"""Time estimates from catalogue specs and default efficiencies vs published GPU measurements
+(../shared/validation/published.json, or the path given). Nothing is fitted to these entries.
+
+Run:  .venv/bin/python benchmarks/validate_published.py [path/to/published.json]
+Target (issue 3): median absolute error <= 15%.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.estimate import InferencePlan
+from gpuwise.estimate.rates import rates_from_spec
+from gpuwise.estimate.speed import estimate_inference_time
+from gpuwise.workload import from_config
+
+DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published.json"
+HARDWARE = {"A100-SXM4-80GB": "a100-sxm-80gb", "A100-SXM": "a100-sxm-80gb",
+            "H100-SXM": "h100-sxm", "MI300X": "mi300x"}  # fmt: skip
+
+
+def _hardware(text: str) -> str:
+    for key, hw in HARDWARE.items():
+        if key in text:
+            return hw
+    raise KeyError(text)
+
+
+def _weights(text: str) -> str:
+    return text.split()[0]
+
+
+def decode_rows(entries: list[dict]) -> list[dict]:
+    rows = []
+    for e in entries:
+        arch = from_config(resolve_model(e["model"].lower()).config)
+        rates = rates_from_spec(find_hardware(_hardware(e["hardware"])))
+        plan = InferencePlan(batch=e["batch"], prompt_tokens=e.get("prompt_tokens", 5),
+                             new_tokens=200, weights=_weights(e["weights"]))  # fmt: skip
+        t = estimate_inference_time(arch, plan, rates, runtime="compiled",
+                                    tp=e.get("tensor_parallel", 1))  # fmt: skip
+        est = t.tokens_per_s
+        rows.append({"what": f"decode {e['model']} {e['weights']} tp{e.get('tensor_parallel', 1)}",
+                     "estimated": est, "published": e["tokens_per_s"], "unit": "tok/s",
+                     "error": est / e["tokens_per_s"] - 1, "bound": t.decode.bound})  # fmt: skip
+    return rows
+
+
+def gemm_rows(entries: list[dict]) -> list[dict]:
+    rows = []
+    for e in entries:
+        rates = rates_from_spec(find_hardware(_hardware(e["hardware"])))
+        est = rates.matmul_rate(8192, 8192, 2 * 8192**3, "bf16") / 1e12
+        rows.append({"what": f"bf16 matmul {e['hardware']}", "estimated": est,
+                     "published": e["achieved_TFLOPS"], "unit": "TFLOP/s",
+                     "error": est / e["achieved_TFLOPS"] - 1})  # fmt: skip
+    return rows
+
+
+def bandwidth_rows(entries: list[dict]) -> list[dict]:
+    rows = []
+    for e in entries:
+        if "A100" in e["hardware"]:
+            rates = rates_from_spec(find_hardware("a100-sxm-80gb"))
+            rows.append({"what": "HBM bandwidth A100-SXM4-80GB", "unit": "GB/s",
+                         "estimated": rates.memory_bytes_per_s / 1e9, "published": 1700.0,
+                         "error": rates.memory_bytes_per_s / 1e9 / 1700.0 - 1})  # fmt: skip
+        elif "NVLink" in e["hardware"]:
+            rates = rates_from_spec(find_hardware("h100-sxm"))
+            est = rates.interconnect_bytes_per_s * 2 / 1e9
+            rows.append({"what": "NVLink4 peer-to-peer (bidirectional)", "unit": "GB/s",
+                         "estimated": est, "published": e["measured_GB_per_s_bidirectional"],
+                         "error": est / e["measured_GB_per_s_bidirectional"] - 1})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
+    data = json.loads(path.read_text())
+    rows = (decode_rows(data["decode"]) + gemm_rows(data["gemm"])
+            + bandwidth_rows(data["bandwidth"]))  # fmt: skip
+    print(f"{'entry':52s} {'estimated':>10s} {'published':>10s} {'unit':8s} {'error':>7s}")
+    for r in rows:
+        print(
+            f"{r['what']:52s} {r['estimated']:10.1f} {r['published']:10.1f} {r['unit']:8s} "
+            f"{100 * r['error']:+6.1f}%"
+        )
+    errors = [abs(r["error"]) for r in rows]
+    print(
+        f"median |error| {100 * statistics.median(errors):.1f}% over {len(rows)} entries; "
+        f"worst {100 * max(errors):.1f}%"
+    )
+
+
+if __name__ == "__main__":
+    main()
