@@ -98,12 +98,17 @@ def param_bytes(arch: Architecture, plan: TrainingPlan) -> ParamBytes:
 
 def _step_temporary(plan: TrainingPlan, pb: ParamBytes, foreach: bool, state: float) -> float:
     """Scratch memory of optimizer.step(): foreach kernels work on whole lists at once."""
-    if plan.optimizer == "sgd":
+    if plan.optimizer in ("sgd", "adamw8bit"):  # in place / one fused kernel
         return 0.0
     elements = pb.trainable if foreach else pb.largest_trainable
     if plan.zero >= 1:
         elements /= plan.data_parallel
-    copies = 3 if plan.optimizer == "adafactor" else 1
+    if plan.optimizer == "adafactor":
+        copies = 3
+    else:
+        # foreach: one sqrt copy of every state, divided in place; single-tensor:
+        # `(exp_avg_sq.sqrt() / bias_correction2_sqrt)` holds two temporaries of one tensor.
+        copies = 1 if foreach else 2
     return elements * state * copies
 
 
