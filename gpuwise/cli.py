@@ -82,6 +82,7 @@ def infer(
     kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype (default: compute)")] = None,
     attention: Attention = "sdpa",
     logits: Annotated[str, typer.Option(help="last (generate's default) or all")] = "last",
+    ops: Annotated[bool, typer.Option("--ops", help="print the per-operation table")] = False,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of generating text with a model (Hugging Face transformers runtime)."""
@@ -90,7 +91,7 @@ def infer(
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, kv_dtype=kv_dtype, attention=attention, logits=logits)  # fmt: skip
-    _emit(infer_view(*_model(model), _hardware(on), plan), as_json)
+    _emit(infer_view(*_model(model), _hardware(on), plan, ops), as_json)
 
 
 @app.command()
@@ -104,6 +105,7 @@ def train(
     lora_targets: Annotated[str, typer.Option(help="comma list of q_proj,k_proj,...")] = "",
     checkpointing: Annotated[bool, typer.Option("--checkpointing")] = False,
     gpus: int = 1, zero: int = 0, tp: int = 1, attention: Attention = "sdpa",
+    ops: Annotated[bool, typer.Option("--ops", help="print the per-operation table")] = False,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of one training step: weights, gradients, optimizer, activations."""
@@ -111,7 +113,7 @@ def train(
 
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
                           checkpointing, gpus, zero, tp, attention)  # fmt: skip
-    _emit(train_view(*_model(model), _hardware(on), plan), as_json)
+    _emit(train_view(*_model(model), _hardware(on), plan, ops), as_json)
 
 
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,

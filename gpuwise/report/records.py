@@ -39,3 +39,34 @@ def memory_record(est: MemoryEstimate) -> dict[str, Any]:
         "peak_phase": est.peak_phase, "phases": est.phases, "runtime": est.runtime,
         "source": est.source, "notes": list(est.notes),
     }  # fmt: skip
+
+
+def inference_time_record(t: Any, how: str, curve: list[dict[str, float]]) -> dict[str, Any]:
+    return {
+        "prefill_s": t.prefill_s, "decode_s_per_token": t.decode_s_per_token,
+        "tokens_per_s": t.tokens_per_s, "generate_s": t.total_s,
+        "bound": {"prefill": t.prefill.bound, "decode": t.decode.bound},
+        "overhead_s": {"prefill": t.prefill.overhead_s, "decode": t.decode.overhead_s},
+        "source": t.source, "rates": how, "runtime": t.runtime, "source_kind": "estimated",
+        "throughput_by_batch": curve,
+    }  # fmt: skip
+
+
+def training_time_record(t: Any, how: str) -> dict[str, Any]:
+    return {
+        "step_s": t.step_s, "tokens_per_s": t.tokens_per_s, "mfu": t.mfu,
+        "forward_s": t.forward.seconds, "backward_s": t.backward.seconds,
+        "optimizer_s": t.optimizer.seconds, "communication_s": t.comm_s,
+        "bound": {"forward": t.forward.bound, "backward": t.backward.bound,
+                  "optimizer": t.optimizer.bound},
+        "source": t.source, "rates": how, "runtime": t.runtime,
+    }  # fmt: skip
+
+
+def ops_record(phase: Any) -> list[dict[str, Any]]:
+    return [
+        {"op": t.op.name, "kind": t.op.kind, "count": t.op.count, "flops": t.op.flops * t.op.count,
+         "bytes": t.op.bytes * t.op.count, "intensity": t.op.intensity, "seconds": t.seconds,
+         "bound": t.bound}
+        for t in phase.ops
+    ]  # fmt: skip

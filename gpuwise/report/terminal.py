@@ -117,3 +117,33 @@ def format_validation(rows: list[dict[str, Any]]) -> Table:
         table.add_row(r["quantity"], format_bytes(r["estimated"]), format_bytes(r["measured"]),
                       "" if err is None else f"{100 * err:+.1f}%")  # fmt: skip
     return table
+
+
+def format_seconds(s: float | None) -> str:
+    if s is None:
+        return "NA"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+def format_ops(title: str, phase: Any) -> Table:
+    """The per-operation roofline table of one phase."""
+    table = Table(title=title, title_justify="left", show_edge=False)
+    for col in ("op", "kind", "x", "GFLOP", "MB moved", "FLOP/B", "time", "share", "bound"):
+        table.add_column(col, justify="left" if col in ("op", "kind", "bound") else "right")
+    total = phase.seconds or 1.0
+    for t in phase.ops:
+        op = t.op
+        table.add_row(op.name, op.kind, str(op.count), f"{op.flops * op.count / 1e9:,.2f}",
+                      f"{op.bytes * op.count / 1e6:,.1f}", f"{op.intensity:,.1f}",
+                      format_seconds(t.seconds), f"{100 * t.seconds / total:.0f}%", t.bound)  # fmt: skip
+    latency = phase.ops_s - sum(t.seconds for t in phase.ops)
+    if latency > 0:
+        table.add_row("kernel latency", "fixed", "", "", "", "", format_seconds(latency),
+                      f"{100 * latency / total:.0f}%", "")  # fmt: skip
+    table.add_row("dispatch overhead", "fixed", "", "", "", "", format_seconds(phase.overhead_s),
+                  f"{100 * phase.overhead_s / total:.0f}%", "")  # fmt: skip
+    return table

@@ -6,16 +6,28 @@ import platform
 from dataclasses import asdict, replace
 from typing import Any
 
+from rich.console import Group
+
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel, load_models
 from gpuwise.estimate import answers
 from gpuwise.estimate.inference import estimate_inference
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
+from gpuwise.estimate.rates import DeviceRates
+from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
 from gpuwise.estimate.summary import catalogue_rows, check_rows
 from gpuwise.estimate.training import estimate_training
 from gpuwise.helpers import GIB, format_bytes, format_tokens
+from gpuwise.measure.rates_source import rates_for
 from gpuwise.report import terminal
-from gpuwise.report.records import hardware_record, memory_record, model_record
+from gpuwise.report.records import (
+    hardware_record,
+    inference_time_record,
+    memory_record,
+    model_record,
+    ops_record,
+    training_time_record,
+)
 from gpuwise.workload import Architecture, count_params, from_config
 
 View = tuple[dict[str, Any], Any]
@@ -62,9 +74,49 @@ def check_view(model: ResolvedModel, arch: Architecture, hw: Hardware, batch: in
     return obj, terminal.format_check(model.name, hw, rows, _context_label(plan))
 
 
+def _throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
+                      rates: DeviceRates) -> list[dict[str, float]]:  # fmt: skip
+    """Decode tokens/s as the batch doubles, until memory runs out."""
+    curve = []
+    batch = 1
+    while batch <= 4096:
+        p = replace(plan, batch=batch)
+        if not estimate_inference(arch, p, hw).fits:
+            break
+        t = estimate_inference_time(arch, p, rates)
+        curve.append({"batch": batch, "tokens_per_s": t.tokens_per_s,
+                      "decode_s_per_token": t.decode_s_per_token})  # fmt: skip
+        batch *= 2
+    return curve
+
+
+def _inference_time(arch: Architecture, plan: InferencePlan, hw: Hardware) -> tuple[Any, Any]:
+    rates, how = rates_for(hw)
+    if rates is None:
+        return None, {"unavailable": how}
+    t = estimate_inference_time(arch, plan, rates)
+    return t, inference_time_record(t, how, _throughput_curve(arch, plan, hw, rates))
+
+
+def _time_lines(rec: dict[str, Any]) -> dict[str, str]:
+    if "unavailable" in rec:
+        return {"time": f"not estimated: {rec['unavailable']}"}
+    if "step_s" in rec:
+        return {"time": f"step {terminal.format_seconds(rec['step_s'])}, "
+                        f"{rec['tokens_per_s']:,.0f} tokens/s, MFU {100 * rec['mfu']:.0f}% "
+                        f"(backward {rec['bound']['backward']}-bound; {rec['source']}: "
+                        f"{rec['rates']})"}  # fmt: skip
+    return {"time": f"prefill {terminal.format_seconds(rec['prefill_s'])} "
+                    f"({rec['bound']['prefill']}-bound), decode "
+                    f"{terminal.format_seconds(rec['decode_s_per_token'])}/token "
+                    f"({rec['bound']['decode']}-bound), {rec['tokens_per_s']:,.1f} tokens/s "
+                    f"({rec['source']}: {rec['rates']})"}  # fmt: skip
+
+
 def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
-               plan: InferencePlan) -> View:  # fmt: skip
+               plan: InferencePlan, show_ops: bool = False) -> View:  # fmt: skip
     est = estimate_inference(arch, plan, hw)
+    timing, time_rec = _inference_time(arch, plan, hw)
     found = {
         "max_batch": answers.max_inference_batch(arch, plan, hw),
         "max_context_batch1": answers.max_context(arch, plan, hw),
@@ -73,7 +125,9 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
     }
     obj = {"model": model_record(model, arch), "hardware": hardware_record(hw),
            "plan": asdict(plan), "memory": memory_record(est),
-           "params": count_params(arch).total, "answers": found}  # fmt: skip
+           "params": count_params(arch).total, "answers": found, "time": time_rec}  # fmt: skip
+    if show_ops and timing is not None:
+        obj["ops"] = {"prefill": ops_record(timing.prefill), "decode": ops_record(timing.decode)}
     ctx = found["max_context_batch1"]
     extra = {
         "answers": f"largest batch {found['max_batch']} at this context; largest context at "
@@ -83,13 +137,21 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
         "precision": f"highest weight precision that fits: {found['precision_that_fits'] or 'none'}"
                      f"; devices needed (tensor parallel): {found['devices_needed'] or 'too many'}",
     }  # fmt: skip
+    extra.update(_time_lines(time_rec))
     title = f"{model.name} inference: {_context_label(plan)}, weights {plan.weights}"
-    return obj, terminal.format_memory(title, est, hw, extra)
+    view = terminal.format_memory(title, est, hw, extra)
+    if show_ops and timing is not None:
+        view = Group(view, terminal.format_ops("prefill operations", timing.prefill),
+                     terminal.format_ops("decode operations (one step)", timing.decode))  # fmt: skip
+    return obj, view
 
 
 def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
-               plan: TrainingPlan) -> View:  # fmt: skip
+               plan: TrainingPlan, show_ops: bool = False) -> View:  # fmt: skip
     est = estimate_training(arch, plan, hw)
+    rates, how = rates_for(hw)
+    timing = estimate_training_time(arch, plan, rates) if rates else None
+    time_rec = training_time_record(timing, how) if timing else {"unavailable": how}
     found = {
         "max_batch": answers.max_training_batch(arch, plan, hw),
         "devices_needed_zero3": answers.devices_for_training(arch, plan, hw),
@@ -98,7 +160,9 @@ def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
     }  # fmt: skip
     obj = {"model": model_record(model, arch), "hardware": hardware_record(hw),
            "plan": asdict(plan), "memory": memory_record(est),
-           "params": count_params(arch).total, "answers": found}  # fmt: skip
+           "params": count_params(arch).total, "answers": found, "time": time_rec}  # fmt: skip
+    if show_ops and timing is not None:
+        obj["ops"] = {"forward": ops_record(timing.forward)}
     extra = {
         "answers": f"largest batch at seq {plan.seq}: {found['max_batch']}; devices needed with "
         f"ZeRO-3: {found['devices_needed_zero3'] or 'more than 1024'}",
@@ -106,9 +170,14 @@ def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
     if not plan.checkpointing:
         extra["tip"] = (f"with --checkpointing: "
                         f"{format_bytes(found['with_checkpointing_bytes'])}")  # fmt: skip
+    extra.update(_time_lines(time_rec))
     title = (f"{model.name} training: batch {plan.batch} x seq {plan.seq}, {plan.dtype}, "
              f"{plan.optimizer}, {plan.finetune}")  # fmt: skip
-    return obj, terminal.format_memory(title, est, hw, extra)
+    view = terminal.format_memory(title, est, hw, extra)
+    if show_ops and timing is not None:
+        view = Group(view, terminal.format_ops("forward operations (backward ~2x)",
+                                               timing.forward))  # fmt: skip
+    return obj, view
 
 
 def models_view() -> View:
