@@ -103,12 +103,10 @@ def _step_temporary(plan: TrainingPlan, pb: ParamBytes, foreach: bool, state: fl
     elements = pb.trainable if foreach else pb.largest_trainable
     if plan.zero >= 1:
         elements /= plan.data_parallel
-    if plan.optimizer == "adafactor":
-        copies = 3
-    else:
-        # foreach: one sqrt copy of every state, divided in place; single-tensor:
-        # `(exp_avg_sq.sqrt() / bias_correction2_sqrt)` holds two temporaries of one tensor.
-        copies = 1 if foreach else 2
+    # Adafactor: ~3 update-sized temporaries. AdamW foreach: one sqrt copy of every state,
+    # divided in place; single-tensor: `(exp_avg_sq.sqrt() / bias_correction2_sqrt)` holds
+    # two temporaries of one tensor.
+    copies = 3 if plan.optimizer == "adafactor" else (1 if foreach else 2)
     return elements * state * copies
 
 
