@@ -108,7 +108,7 @@ def _saved_storages(model: Any, input_ids: Any, autocast: Any) -> dict[int, tupl
 
 def classify(saved: dict[int, tuple[int, int]], sizes: dict[str, int]) -> dict[str, float]:
     """Bytes per unit of each term; anything unmatched goes to 'other' (in bytes)."""
-    by_count = {}
+    by_count: dict[int, str] = {}
     for name, count in sizes.items():
         by_count.setdefault(count, name)  # first name wins when two coincide
     out: dict[str, float] = {}
@@ -117,11 +117,11 @@ def classify(saved: dict[int, tuple[int, int]], sizes: dict[str, int]) -> dict[s
             out["weight_cast"] = out.get("weight_cast", 0.0) + nbytes
             continue
         numel = nbytes // itemsize
-        name = by_count.get(numel)
-        if name is None:
+        term = by_count.get(numel)
+        if term is None:
             out["other"] = out.get("other", 0.0) + nbytes
         else:
-            out[name] = out.get(name, 0.0) + nbytes / sizes[name]
+            out[term] = out.get(term, 0.0) + nbytes / sizes[term]
     return out
 
 

@@ -30,7 +30,7 @@ from gpuwise.report.records import (
 )
 from gpuwise.workload import Architecture, count_params, from_config
 
-View = tuple[dict[str, Any], Any]
+View = tuple[Any, Any]  # (JSON-able record, rich renderable)
 LOCAL_PRECISIONS = ("bf16", "int8", "int4")
 
 
@@ -117,7 +117,7 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
                plan: InferencePlan, show_ops: bool = False) -> View:  # fmt: skip
     est = estimate_inference(arch, plan, hw)
     timing, time_rec = _inference_time(arch, plan, hw)
-    found = {
+    found: dict[str, Any] = {
         "max_batch": answers.max_inference_batch(arch, plan, hw),
         "max_context_batch1": answers.max_context(arch, plan, hw),
         "precision_that_fits": answers.precision_that_fits(arch, plan, hw),
