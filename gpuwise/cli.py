@@ -129,6 +129,17 @@ def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: s
 
 
 @app.command()
+def probe(
+    quick: Annotated[bool, typer.Option("--quick", help="fewer sizes: under 15 s")] = False,
+    as_json: Json = False,
+) -> None:
+    """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead) and save it."""
+    from gpuwise.report.probe_view import probe_view
+
+    _emit(probe_view(quick, quiet=as_json), as_json)
+
+
+@app.command()
 def hardware(as_json: Json = False) -> None:
     """List the hardware catalogue (spec values with their sources)."""
     from gpuwise.catalog.hardware import load_hardware
@@ -154,29 +165,31 @@ app.add_typer(validate_app, name="validate")
 @validate_app.command("infer")
 def validate_infer(
     model: str, batch: Batch = 1, prompt: int = 512, new_tokens: int = 32,
-    weights: str = "bf16", attention: Attention = "sdpa", as_json: Json = False,
+    weights: str = "bf16", attention: Attention = "sdpa", memory: bool = True, time: bool = True,
+    as_json: Json = False,
 ) -> None:  # fmt: skip
-    """Generate with random weights on this machine; compare peak memory with the estimate."""
+    """Generate with random weights here; compare peak memory and times with the estimates."""
     from gpuwise.estimate.plans import InferencePlan
     from gpuwise.report.views import validate_view
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, attention=attention)  # fmt: skip
-    _emit(validate_view(*_model(model), plan, as_json), as_json)
+    _emit(validate_view(*_model(model), plan, as_json, memory, time), as_json)
 
 
 @validate_app.command("train")
 def validate_train(
     model: str, batch: Batch = 1, seq: int = 256, dtype: str = "fp32", optimizer: str = "adamw",
     checkpointing: Annotated[bool, typer.Option("--checkpointing")] = False,
-    attention: Attention = "sdpa", as_json: Json = False,
+    attention: Attention = "sdpa", memory: bool = True, time: bool = True,
+    as_json: Json = False,
 ) -> None:  # fmt: skip
-    """Run training steps with random weights here; compare peak memory with the estimate."""
+    """Run training steps with random weights here; compare memory and step time."""
     from gpuwise.report.views import validate_view
 
     plan = _training_plan(batch, seq, dtype, optimizer, "full", 16, "", checkpointing, 1, 0, 1,
                           attention)  # fmt: skip
-    _emit(validate_view(*_model(model), plan, as_json), as_json)
+    _emit(validate_view(*_model(model), plan, as_json, memory, time), as_json)
 
 
 def main(argv: list[str] | None = None) -> None:

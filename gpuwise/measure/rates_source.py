@@ -3,6 +3,8 @@ for the local machine and a probe profile exists, else the catalogue's datasheet
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.rates import DeviceRates, rates_from_spec
 from gpuwise.helpers import GpuwiseError
@@ -31,13 +33,21 @@ def _measured(hw: Hardware) -> DeviceRates | None:
     return profile_rates(profile, hw)
 
 
-def profile_rates(profile: object, hw: Hardware) -> DeviceRates | None:
-    """Turn a probe profile into rates (None when it lacks bandwidth or matmul readings)."""
+def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:
+    """Turn a probe profile into rates (None when it lacks bandwidth or matmul readings).
+
+    Matmul curves use each point's median time (what a run sees), not its best; the per-op
+    cost is the tiny `add`'s time, and a view (no kernel) is taken as a third of it.
+    """
     from gpuwise.estimate.rates import rates_from_measurements
 
-    bandwidth = getattr(profile, "triad_bytes_per_s", None)
-    curves = getattr(profile, "matmul_curves", None)
-    overhead = getattr(profile, "op_overhead_s", None)
-    if not bandwidth or not curves or overhead is None:
+    triad = profile.bandwidth_gbs("triad")
+    overhead = profile.overhead_s.get("add")
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for p in profile.matmul_points:
+        flops = 2.0 * p.m * p.n * p.k
+        curves.setdefault(p.dtype, []).append((flops, flops / p.median_s))
+    if not triad or not curves or overhead is None:
         return None
-    return rates_from_measurements(hw, bandwidth, curves(), overhead, overhead / 3)
+    sorted_curves = {k: tuple(sorted(v)) for k, v in curves.items()}
+    return rates_from_measurements(hw, triad * 1e9, sorted_curves, overhead, overhead / 3)

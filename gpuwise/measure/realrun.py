@@ -23,8 +23,10 @@ For the resident set to track live tensors, the parent starts the child with
 - ``MALLOC_TRIM_THRESHOLD_=0``: free memory at the top of the heap is returned at once.
 
 Without them the resident set keeps what was freed: training GPT-2 (124M) at batch 2, seq 256
-gave a "baseline" of 1.36-1.50 GB and a spread of 162 MiB over three runs; with them, 393 MiB
+gave a "baseline" of 1357-1503 MiB and a spread of 162 MiB over three runs; with them, 393 MiB
 and 0.16 MiB. The price is page faults on every large allocation, which slows the run a little.
+What is left is noise of up to about 1 MB between repeats, whatever the model: allocations under
+64 KiB (and Python's object arenas) still live in heap pages that freeing may not return.
 
 The baseline is what is resident at rest after the warm-up and is not a model or optimizer
 tensor (interpreter, libraries, kernel caches): ``RSS_at_rest - bytes of tensors at rest``,
@@ -73,7 +75,7 @@ _CHILD_ENV = {
     "MALLOC_TRIM_THRESHOLD_": "0",
     # MALLOC_ARENA_MAX is left alone: only allocations under the mmap threshold go to arenas,
     # and with 1, 2 or the default number of arenas the spread of three repeated runs was the
-    # same (0.04-0.26 MiB on SmolLM2-135M inference and GPT-2 training), as was the baseline.
+    # same (0.04-0.16 MiB on SmolLM2-135M inference and GPT-2 training), as was the baseline.
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "TRANSFORMERS_VERBOSITY": "error",
@@ -106,7 +108,19 @@ class MeasuredMemory:
     method: str = ""
 
 
-def measure_inference(
+def measure_inference(config: dict, *, timeout_s: float = 900, **plan: Any) -> MeasuredMemory:
+    """Measure a greedy `generate` of `new_tokens` after a `prompt_tokens` prompt, `batch` rows.
+
+    Plan keywords: batch, prompt_tokens, new_tokens, dtype ("bf16"), attention ("sdpa"),
+    kv_dtype (None), device ("cpu"). `kv_dtype` None (or the compute dtype) keeps the KV cache
+    in the compute dtype; "fp8", "int4" and "int2" use transformers' QuantizedCache (the int
+    ones need optimum-quanto). Raises RuntimeError when the real run fails or takes longer
+    than `timeout_s`.
+    """
+    return MeasuredMemory(**_run_child(inference_job(config, **plan), timeout_s))
+
+
+def inference_job(
     config: dict,
     *,
     batch: int,
@@ -116,14 +130,8 @@ def measure_inference(
     attention: str = "sdpa",
     kv_dtype: str | None = None,
     device: str = "cpu",
-    timeout_s: float = 900,
-) -> MeasuredMemory:
-    """Measure a greedy `generate` of `new_tokens` after a `prompt_tokens` prompt, `batch` rows.
-
-    `kv_dtype` None (or the compute dtype) keeps the KV cache in the compute dtype; "fp8",
-    "int4" and "int2" use transformers' QuantizedCache (the int ones need optimum-quanto).
-    Raises RuntimeError when the real run fails or takes longer than `timeout_s`.
-    """
+) -> dict:
+    """The child's job for a generate() plan, checked before any process starts."""
     _check_choice("dtype", dtype, DTYPES)
     _check_choice("attention", attention, ATTENTIONS)
     if kv_dtype is not None and kv_dtype != dtype:
@@ -145,10 +153,22 @@ def measure_inference(
         "kv_dtype": kv_dtype_job,
         "device": device,
     }
-    return _run_child(job, timeout_s)
+    return job
 
 
-def measure_training(
+def measure_training(config: dict, *, timeout_s: float = 900, **plan: Any) -> MeasuredMemory:
+    """Measure `steps` training steps (forward with labels, backward, optimizer step, zero_grad).
+
+    Plan keywords: batch, seq, dtype ("fp32"), optimizer ("adamw"), checkpointing, attention,
+    finetune ("full"), lora_rank, lora_targets, device ("cpu"), steps (2). `dtype`
+    "mixed-bf16"/"mixed-fp16" keeps fp32 weights and runs the forward under torch.autocast.
+    `finetune` "lora" needs peft; "qlora" and `optimizer` "adamw8bit" need bitsandbytes and a
+    CUDA GPU. Raises RuntimeError when the real run fails or takes longer than `timeout_s`.
+    """
+    return MeasuredMemory(**_run_child(training_job(config, **plan), timeout_s))
+
+
+def training_job(
     config: dict,
     *,
     batch: int,
@@ -162,15 +182,8 @@ def measure_training(
     lora_targets: tuple[str, ...] = LORA_TARGETS,
     device: str = "cpu",
     steps: int = 2,
-    timeout_s: float = 900,
-) -> MeasuredMemory:
-    """Measure `steps` training steps (forward with labels, backward, optimizer step, zero_grad).
-
-    `dtype` "mixed-bf16"/"mixed-fp16" keeps fp32 weights and runs the forward under
-    torch.autocast. `finetune` "lora" needs peft; "qlora" and `optimizer` "adamw8bit" need
-    bitsandbytes and a CUDA GPU. Raises RuntimeError when the real run fails or takes longer
-    than `timeout_s`.
-    """
+) -> dict:
+    """The child's job for a training plan, checked before any process starts."""
     _check_choice("dtype", dtype, TRAIN_DTYPES)
     _check_choice("optimizer", optimizer, OPTIMIZERS)
     _check_choice("attention", attention, ATTENTIONS)
@@ -201,7 +214,7 @@ def measure_training(
         "device": device,
         "steps": steps,
     }
-    return _run_child(job, timeout_s)
+    return job
 
 
 # ---------------------------------------------------------------- parent side
@@ -235,8 +248,16 @@ def _checked_config(config: dict) -> dict:
     return config
 
 
-def _run_child(job: dict, timeout_s: float) -> MeasuredMemory:
+def _run_child(job: dict, timeout_s: float, allocator_env: bool = True) -> dict:
+    """Run one job in a fresh process and return its result record.
+
+    `allocator_env` sets the malloc variables that make the resident set track live tensors
+    (memory measurements); timing runs leave the allocator as users have it.
+    """
     env = {**os.environ, **_CHILD_ENV}
+    if not allocator_env:
+        for key in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+            env.pop(key, None)
     # The child must import this very package, installed or not.
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -259,7 +280,7 @@ def _run_child(job: dict, timeout_s: float) -> MeasuredMemory:
     if proc.returncode != 0 or result is None or "error" in result:
         reason = result["error"] if result and "error" in result else f"exit code {proc.returncode}"
         raise RuntimeError(f"{what} failed: {reason}{_tail(proc.stderr)}")
-    return MeasuredMemory(**result)
+    return result
 
 
 def _last_json_line(stdout: str) -> dict | None:
@@ -657,6 +678,13 @@ def _run_job(job: dict) -> dict:
     if job["device"].startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device {job['device']!r} asked for, but torch sees no CUDA GPU")
     model = _build_model(job)
+    if job.get("measure") == "time":
+        from gpuwise.measure.timerun import time_job
+
+        result = time_job(model, job)
+        result["torch_version"] = torch.__version__
+        result["transformers_version"] = transformers.__version__
+        return result
     optimizer = None
     if job["kind"] == "inference":
         run = _inference_plan(model, job)
@@ -683,7 +711,8 @@ def _child_main() -> int:
     try:
         job = json.loads(sys.stdin.read())
         result = _run_job(job)
-        MeasuredMemory(**result)  # the parent builds one from it: fail here if it would not
+        if job.get("measure") != "time":
+            MeasuredMemory(**result)  # the parent builds one from it: fail here if it would not
         payload, code = json.dumps(result), 0
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as text
         import traceback

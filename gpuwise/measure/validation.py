@@ -1,4 +1,4 @@
-"""`gpuwise validate`: run a plan for real on this machine and compare with the estimate."""
+"""`gpuwise validate`: run a plan for real on this machine and compare with the estimates."""
 
 from __future__ import annotations
 
@@ -6,42 +6,86 @@ from typing import Any
 
 from gpuwise.estimate.inference import estimate_inference
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
+from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
 from gpuwise.measure.device import detect_local
+from gpuwise.measure.rates_source import rates_for
 from gpuwise.workload import Architecture
 
 
 def validate(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
-             quiet: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Measure the plan in a fresh process (torch needed) and return both sides and the error."""
+             quiet: bool = False, memory: bool = True, timing: bool = True,
+             repeats: int = 5) -> dict[str, Any]:  # fmt: skip
+    """Measure the plan in fresh processes (torch needed); both sides and the errors."""
+    hw = detect_local(use_torch=True).best_device()
+    device = "cuda" if hw.kind == "gpu" else "cpu"
+    result: dict[str, Any] = {"device": device}
+    if memory:
+        result.update(_memory(config, arch, plan, hw, device))
+    if timing:
+        result.update(_timing(config, arch, plan, hw, device, repeats))
+    return result
+
+
+def _plan_kwargs(plan: InferencePlan | TrainingPlan, device: str) -> dict[str, Any]:
+    if isinstance(plan, InferencePlan):
+        return dict(batch=plan.batch, prompt_tokens=plan.prompt_tokens,
+                    new_tokens=plan.new_tokens, dtype=plan.weights, attention=plan.attention,
+                    kv_dtype=plan.kv_dtype, device=device)  # fmt: skip
+    return dict(batch=plan.batch, seq=plan.seq, dtype=plan.dtype, optimizer=plan.optimizer,
+                checkpointing=plan.checkpointing, attention=plan.attention,
+                finetune=plan.finetune, lora_rank=plan.lora_rank,
+                lora_targets=plan.lora_targets, device=device)  # fmt: skip
+
+
+def _memory(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
+            hw: Any, device: str) -> dict[str, Any]:  # fmt: skip
     from gpuwise.estimate.training import estimate_training
     from gpuwise.measure import realrun
 
-    hw = detect_local(use_torch=True).best_device()
-    device = "cuda" if hw.kind == "gpu" else "cpu"
+    kwargs = _plan_kwargs(plan, device)
     if isinstance(plan, InferencePlan):
         est = estimate_inference(arch, plan, hw)
-        measured = realrun.measure_inference(
-            config, batch=plan.batch, prompt_tokens=plan.prompt_tokens,
-            new_tokens=plan.new_tokens, dtype=plan.weights, attention=plan.attention,
-            kv_dtype=plan.kv_dtype, device=device)  # fmt: skip
+        measured = realrun.measure_inference(config, **kwargs)
     else:
         est = estimate_training(arch, plan, hw)
-        measured = realrun.measure_training(
-            config, batch=plan.batch, seq=plan.seq, dtype=plan.dtype, optimizer=plan.optimizer,
-            checkpointing=plan.checkpointing, attention=plan.attention, finetune=plan.finetune,
-            lora_rank=plan.lora_rank, lora_targets=plan.lora_targets, device=device)  # fmt: skip
-    model_est = est.model_bytes
-    error = (model_est - measured.model_bytes) / measured.model_bytes
+        measured = realrun.measure_training(config, **kwargs)
     return {
         "device": measured.device, "runtime": est.runtime,
-        "estimated_total_bytes": est.total_bytes, "estimated_model_bytes": model_est,
+        "estimated_total_bytes": est.total_bytes, "estimated_model_bytes": est.model_bytes,
         "estimated_overhead_bytes": est.breakdown.get("overhead", 0),
         "estimated_breakdown": est.breakdown, "estimated_peak_phase": est.peak_phase,
         "measured_peak_bytes": measured.peak_bytes,
         "measured_baseline_bytes": measured.baseline_bytes,
         "measured_model_bytes": measured.model_bytes,
         "measured_tensors_at_rest": measured.tensors_at_rest,
-        "measured_seconds": measured.seconds, "error": error,
+        "error": (est.model_bytes - measured.model_bytes) / measured.model_bytes,
         "versions": {"torch": measured.torch_version,
                      "transformers": measured.transformers_version},
     }  # fmt: skip
+
+
+def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
+            hw: Any, device: str, repeats: int) -> dict[str, Any]:  # fmt: skip
+    from gpuwise.measure import timerun
+
+    rates, how = rates_for(hw)
+    kwargs = _plan_kwargs(plan, device)
+    if isinstance(plan, InferencePlan):
+        measured = timerun.time_inference(config, repeats=repeats, **kwargs)
+        pairs = {"prefill_s": measured.prefill_s, "decode_s_per_token": measured.decode_s_per_token}
+        if rates is not None:
+            t = estimate_inference_time(arch, plan, rates)
+            est = {"prefill_s": t.prefill_s, "decode_s_per_token": t.decode_s_per_token}
+    else:
+        measured = timerun.time_training(config, repeats=repeats, **kwargs)
+        pairs = {"step_s": measured.step_s}
+        if rates is not None:
+            est = {"step_s": estimate_training_time(arch, plan, rates).step_s}
+    rows = {}
+    for key, value in pairs.items():
+        guess = est[key] if rates is not None else None
+        error = None if guess is None or not value else guess / value - 1
+        rows[key] = {"estimated": guess, "measured": value, "error": error}
+    return {"time": rows, "time_rates": how,
+            "time_source": rates.source if rates is not None else None,
+            "time_repeats": measured.repeats, "time_threads": measured.threads}  # fmt: skip

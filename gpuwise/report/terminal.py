@@ -108,13 +108,15 @@ def format_models_table(entries: list[tuple[ModelEntry, int, int, str]]) -> Tabl
 
 
 def format_validation(rows: list[dict[str, Any]]) -> Table:
-    table = Table(title="Estimate vs measured (model memory = total minus runtime baseline)",
+    table = Table(title="Estimate vs measured on this machine (model memory = total minus "
+                  "the runtime baseline; times are medians after a warm-up)",
                   title_justify="left")  # fmt: skip
     for col in ("quantity", "estimated", "measured", "error"):
         table.add_column(col, justify="left" if col == "quantity" else "right")
     for r in rows:
         err = r.get("error")
-        table.add_row(r["quantity"], format_bytes(r["estimated"]), format_bytes(r["measured"]),
+        fmt = format_seconds if r.get("unit") == "seconds" else format_bytes
+        table.add_row(r["quantity"], fmt(r["estimated"]), fmt(r["measured"]),
                       "" if err is None else f"{100 * err:+.1f}%")  # fmt: skip
     return table
 

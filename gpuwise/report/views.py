@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from rich.console import Group
+from rich.text import Text
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel, load_models
@@ -192,20 +193,28 @@ def models_view() -> View:
 
 
 def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan | TrainingPlan,
-                  quiet: bool) -> View:  # fmt: skip
+                  quiet: bool, memory: bool = True, timing: bool = True) -> View:  # fmt: skip
     from gpuwise.measure.validation import validate
 
-    result = validate(model.config, arch, plan, quiet=quiet)
-    rows = [
-        {"quantity": "model memory", "estimated": result["estimated_model_bytes"],
-         "measured": result["measured_model_bytes"], "error": result["error"]},
-        {"quantity": "runtime baseline (overhead)", "estimated": result["estimated_overhead_bytes"],
-         "measured": result["measured_baseline_bytes"], "error": None},
-        {"quantity": "peak total", "estimated": result["estimated_total_bytes"],
-         "measured": result["measured_peak_bytes"], "error": None},
-    ]  # fmt: skip
+    result = validate(model.config, arch, plan, quiet=quiet, memory=memory, timing=timing)
+    rows = []
+    if memory:
+        rows += [
+            {"quantity": "model memory", "estimated": result["estimated_model_bytes"],
+             "measured": result["measured_model_bytes"], "error": result["error"],
+             "unit": "bytes"},
+            {"quantity": "runtime baseline (overhead)",
+             "estimated": result["estimated_overhead_bytes"],
+             "measured": result["measured_baseline_bytes"], "error": None, "unit": "bytes"},
+            {"quantity": "peak total", "estimated": result["estimated_total_bytes"],
+             "measured": result["measured_peak_bytes"], "error": None, "unit": "bytes"},
+        ]  # fmt: skip
+    for key, row in result.get("time", {}).items():
+        rows.append({"quantity": key.replace("_", " "), "unit": "seconds", **row})
     obj = {"model": model_record(model, arch), "plan": asdict(plan), **result}
-    return obj, terminal.format_validation(rows)
+    note = (f"time estimates: {result['time_source'] or 'none'} ({result['time_rates']})"
+            if timing else "")  # fmt: skip
+    return obj, Group(terminal.format_validation(rows), Text(note))
 
 
 __all__ = ["GIB"]

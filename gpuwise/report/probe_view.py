@@ -1,0 +1,56 @@
+"""`gpuwise probe`: run the probe with a progress bar (on a terminal), save it, show it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+
+def probe_view(quick: bool, quiet: bool) -> tuple[Any, Any]:
+    from gpuwise.measure.probe import run_probe
+    from gpuwise.measure.profile_store import save_profile
+
+    if quiet or not sys.stderr.isatty():
+        profile = run_probe(quick)
+    else:
+        columns = (TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("probing", total=1.0)
+            profile = run_probe(quick, lambda what, done: bar.update(
+                task, description=what[:40], completed=done))  # fmt: skip
+    path = save_profile(profile)
+    record = json.loads(profile.to_json())
+    record["saved_to"] = str(path)
+    return record, format_profile(profile, str(path))
+
+
+def format_profile(profile: Any, path: str) -> Group:
+    table = Table(title=f"Probe of {profile.device} ({profile.backend}, "
+                  f"{profile.threads or '?'} threads; measured)", title_justify="left")  # fmt: skip
+    for col in ("measurement", "value", "of spec"):
+        table.add_column(col, justify="left" if col == "measurement" else "right")
+    for r in profile.bandwidth + profile.links:
+        table.add_row(f"{r.kind} bandwidth", "NA" if r.gbs is None else f"{r.gbs:,.1f} GB/s",
+                      _fraction(r.fraction_of_spec))  # fmt: skip
+    for dtype, best in profile.matmul_best.items():
+        value = "NA" if best is None else (f"{best.flops_per_s / 1e9:,.1f} GFLOP/s at "
+                                           f"{best.m}x{best.n}x{best.k}")  # fmt: skip
+        table.add_row(f"matmul {dtype} (best)", value,
+                      _fraction(profile.matmul_fraction_of_spec.get(dtype)))  # fmt: skip
+    for name, seconds in profile.overhead_s.items():
+        table.add_row(f"per-op overhead ({name})",
+                      "NA" if seconds is None else f"{seconds * 1e6:.1f} us", "")  # fmt: skip
+    lines = [f"missing: {k}: {v}" for k, v in profile.missing.items()]
+    lines += [f"note: {n}" for n in profile.notes]
+    lines.append(f"saved to {path}: `--on local` time estimates now use these (source: measured)")
+    return Group(table, Text("\n".join(lines)))
+
+
+def _fraction(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.0f}%"
