@@ -14,6 +14,7 @@ from typing import Any
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.helpers import GpuwiseError
 
+PHASES = ("inference", "decode", "training")
 DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "bf16",
                   "int4": "bf16", "nf4": "bf16"}  # fmt: skip
 
@@ -45,6 +46,25 @@ class DeviceRates:
     kernel_latency_s: float
     source: str  # "spec" or "measured"
     matmul_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # Measured FLOP/s of (m x 4096) @ (4096 x 4096) by rows m: how skinny matmuls fare.
+    row_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # Measured bytes/s of one-row matmuls on weights not in cache, by matrix bytes.
+    gemv_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # The eager runtime's measured cost per dispatched op and fixed cost per step, by phase.
+    runtime_op_s: dict[str, float] = field(default_factory=dict)
+    runtime_step_s: dict[str, float] = field(default_factory=dict)
+
+    def gemv_rate(self, matrix_bytes: float, dtype: str) -> float | None:
+        """Bytes/s a one-row matmul streams a weight of this size at, where measured."""
+        curve = self.gemv_curves.get(dtype) or self.gemv_curves.get("fp32")
+        return _interpolate(curve, matrix_bytes, below="flat") if curve else None
+
+    def op_cost(self, phase: str) -> tuple[float, float]:
+        """(seconds per dispatched op, fixed seconds per step) of the eager runtime."""
+        per_op = self.runtime_op_s.get(phase) or self.runtime_op_s.get("decode")
+        if per_op:
+            return per_op, self.runtime_step_s.get(phase, 0.0)
+        return self.op_overhead_s, 0.0
 
     @property
     def memory_bytes_per_s(self) -> float:
@@ -67,7 +87,13 @@ class DeviceRates:
         curve = self.matmul_curves.get(dtype) or self.matmul_curves.get(
             DTYPE_PEAK_KEY.get(dtype, dtype))  # fmt: skip
         if curve:
-            return _interpolate(curve, flops)
+            rate = _interpolate(curve, flops)
+            rows = self.row_curves.get(dtype) or self.row_curves.get(
+                DTYPE_PEAK_KEY.get(dtype, dtype)
+            )
+            if not rows or (m < self.min_rows and self.gemv_curves):
+                return rate  # one-row matmuls are timed by the GEMV bandwidth instead
+            return min(rate, _interpolate(rows, max(1, m), below="flat"))
         best = self.peak(dtype) * self.matmul_max
         if m < self.min_rows:
             # Skinny (GEMV-like) shapes split the reduction over every unit instead of tiling
@@ -78,14 +104,17 @@ class DeviceRates:
         return best * tiles / (waves * self.compute_units)
 
 
-def _interpolate(curve: tuple[tuple[float, float], ...], flops: float) -> float:
-    """Piecewise-linear in log(flops); flat beyond the measured range."""
+def _interpolate(curve: tuple[tuple[float, float], ...], x_value: float,
+                 below: str = "proportional") -> float:  # fmt: skip
+    """Piecewise-linear in log(x); flat above the measured range. Below it the rate falls in
+    proportion (a fixed cost dominates small matmuls), or stays flat (`below="flat"`)."""
     xs = [math.log(f) for f, _ in curve]
-    x = math.log(max(flops, 1.0))
+    x = math.log(max(x_value, 1.0))
     i = bisect.bisect_left(xs, x)
     if i == 0:
-        # Below the smallest measured size the rate falls in proportion (fixed cost dominates).
-        return curve[0][1] * max(flops, 1.0) / curve[0][0]
+        if below == "flat":
+            return curve[0][1]
+        return curve[0][1] * max(x_value, 1.0) / curve[0][0]
     if i >= len(xs):
         return curve[-1][1]
     t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
@@ -114,9 +143,13 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
 
 def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
                             matmul_curves: dict[str, tuple[tuple[float, float], ...]],
-                            op_overhead_s: float, view_overhead_s: float) -> DeviceRates:  # fmt: skip
+                            op_overhead_s: float, view_overhead_s: float,
+                            row_curves: dict[str, tuple[tuple[float, float], ...]] | None = None,
+                            runtime: dict[str, Any] | None = None,
+                            ) -> DeviceRates:  # fmt: skip
     """Rates measured on this machine by `gpuwise probe` (efficiency already included)."""
     peaks = {k: max(r for _, r in v) for k, v in matmul_curves.items() if v}
+    rt = runtime or {}
     d = _defaults(hw.kind)
     return DeviceRates(
         name=hw.name, kind=hw.kind, peak_flops=peaks,
@@ -125,5 +158,9 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         memory_efficiency=1.0, op_overhead_s=op_overhead_s, view_overhead_s=view_overhead_s,
         interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
         collective_latency_s=d["collective_latency_s"],
-        kernel_latency_s=0.0 if hw.kind == "cpu" else d["kernel_latency_s"], source="measured", matmul_curves=matmul_curves,
+        kernel_latency_s=0.0 if hw.kind == "cpu" else d["kernel_latency_s"],
+        source="measured", matmul_curves=matmul_curves, row_curves=row_curves or {},
+        gemv_curves={k: tuple((b, r) for b, r in v) for k, v in rt.get("gemv", {}).items()},
+        runtime_op_s={p: rt[f"{p}_op_s"] for p in PHASES if f"{p}_op_s" in rt},
+        runtime_step_s={p: rt[f"{p}_step_s"] for p in PHASES if f"{p}_step_s" in rt},
     )  # fmt: skip

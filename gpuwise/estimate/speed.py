@@ -206,4 +206,5 @@ def _split(op: Op, tp: int) -> Op:
     """Tensor parallelism divides each layer's matrices and heads over `tp` devices."""
     if tp == 1 or op.name in ("embedding", "residual", "layernorm", "rmsnorm"):
         return op
-    return Op(op.name, op.kind, op.flops / tp, op.bytes / tp, op.count, op.m, op.n // tp, op.k)
+    return Op(op.name, op.kind, op.flops / tp, op.bytes / tp, op.count, op.m, op.n // tp, op.k,
+              op.weight_bytes / tp)  # fmt: skip

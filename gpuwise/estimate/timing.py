@@ -53,6 +53,12 @@ class PhaseTime:
 def time_op(op: Op, rates: DeviceRates, dtype: str) -> OpTime:
     if op.kind == "matmul":
         compute = op.flops / rates.matmul_rate(op.m, op.n, op.flops, dtype)
+        gemv = rates.gemv_rate(op.weight_bytes, dtype) if op.m < rates.min_rows else None
+        if gemv and op.weight_bytes:
+            memory = (
+                op.weight_bytes / gemv + (op.bytes - op.weight_bytes) / rates.memory_bytes_per_s
+            )
+            return OpTime(op, compute, memory)
     elif op.kind == "attention":
         # Attention is blocked matmul work over (query rows x key columns) per head.
         compute = op.flops / rates.matmul_rate(op.m, op.n, op.flops, dtype)
@@ -69,6 +75,9 @@ def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
     n_layers = arch.num_layers if layers is None else layers
     kernels = counts["kernels_per_layer"] * n_layers + counts["kernels_model"]
     views = counts["views_per_layer"] * n_layers + counts["views_model"]
+    if rates.runtime_op_s:  # measured: the cost of an op in the runtime, views as a third
+        per_op, per_step = rates.op_cost(phase)
+        return (kernels + views / 3) * per_op + per_step
     return kernels * rates.op_overhead_s + views * rates.view_overhead_s
 
 

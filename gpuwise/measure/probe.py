@@ -147,6 +147,8 @@ class Profile:
     quick: bool = False
     notes: tuple[str, ...] = ()
     schema: int = SCHEMA_VERSION
+    # The eager runtime's own costs (gpuwise.measure.runtime_probe), when transformers is here.
+    runtime: dict[str, Any] | None = None
 
     def bandwidth_gbs(self, kind: str = "triad") -> float | None:
         """Measured GB/s of a memory kind (read/copy/triad) or a link (h2d/d2h/d2d)."""

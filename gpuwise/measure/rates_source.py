@@ -43,11 +43,18 @@ def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:
 
     triad = profile.bandwidth_gbs("triad")
     overhead = profile.overhead_s.get("add")
-    curves: dict[str, list[tuple[float, float]]] = {}
+    square: dict[str, list[tuple[float, float]]] = {}
+    rows: dict[str, list[tuple[float, float]]] = {}
     for p in profile.matmul_points:
         flops = 2.0 * p.m * p.n * p.k
-        curves.setdefault(p.dtype, []).append((flops, flops / p.median_s))
-    if not triad or not curves or overhead is None:
+        rate = flops / p.median_s
+        if p.m == p.n == p.k:  # size curve: small matrices waste the machine
+            square.setdefault(p.dtype, []).append((flops, rate))
+        elif p.n == p.k == 4096:  # rows curve: a big weight against few rows is skinny
+            rows.setdefault(p.dtype, []).append((float(p.m), rate))
+    if not triad or not square or overhead is None:
         return None
-    sorted_curves = {k: tuple(sorted(v)) for k, v in curves.items()}
-    return rates_from_measurements(hw, triad * 1e9, sorted_curves, overhead, overhead / 3)
+    return rates_from_measurements(
+        hw, triad * 1e9, {k: tuple(sorted(v)) for k, v in square.items()}, overhead,
+        overhead / 3, {k: tuple(sorted(v)) for k, v in rows.items()},
+        getattr(profile, "runtime", None))  # fmt: skip

@@ -24,10 +24,28 @@ def probe_view(quick: bool, quiet: bool) -> tuple[Any, Any]:
             task = bar.add_task("probing", total=1.0)
             profile = run_probe(quick, lambda what, done: bar.update(
                 task, description=what[:40], completed=done))  # fmt: skip
+    profile = _with_runtime(profile)
     path = save_profile(profile)
     record = json.loads(profile.to_json())
     record["saved_to"] = str(path)
     return record, format_profile(profile, str(path))
+
+
+def _with_runtime(profile: Any) -> Any:
+    """Add the transformers runtime's measured costs when torch and transformers are here."""
+    import dataclasses
+
+    try:
+        from gpuwise.measure.runtime_probe import measure_gemv, measure_runtime_overhead
+
+        runtime: dict[str, Any] = dict(measure_runtime_overhead())
+        runtime["gemv"] = measure_gemv()
+    except ImportError as exc:
+        return dataclasses.replace(profile, missing={**profile.missing,
+                                                     "runtime": f"needs transformers ({exc})"})  # fmt: skip
+    except Exception as exc:  # a reading that fails is NA with its reason, never a crash
+        return dataclasses.replace(profile, missing={**profile.missing, "runtime": repr(exc)})
+    return dataclasses.replace(profile, runtime=runtime)
 
 
 def format_profile(profile: Any, path: str) -> Group:
@@ -46,6 +64,14 @@ def format_profile(profile: Any, path: str) -> Group:
     for name, seconds in profile.overhead_s.items():
         table.add_row(f"per-op overhead ({name})",
                       "NA" if seconds is None else f"{seconds * 1e6:.1f} us", "")  # fmt: skip
+    rt = profile.runtime or {}
+    for key in ("decode_op_s", "training_op_s"):
+        if key in rt:
+            table.add_row(f"transformers cost per op ({key.split('_')[0]})",
+                          f"{rt[key] * 1e6:.1f} us", "")  # fmt: skip
+    for dtype, points in (rt.get("gemv") or {}).items():
+        gbs = ", ".join(f"{b / 2**20:.0f} MiB: {r / 1e9:.1f}" for b, r in points)
+        table.add_row(f"cold GEMV {dtype} (GB/s)", gbs, "")
     lines = [f"missing: {k}: {v}" for k, v in profile.missing.items()]
     lines += [f"note: {n}" for n in profile.notes]
     lines.append(f"saved to {path}: `--on local` time estimates now use these (source: measured)")

@@ -26,6 +26,7 @@ class Op:
     m: int = 0  # matmul shape (m x k) @ (k x n), for size-dependent efficiency
     n: int = 0
     k: int = 0
+    weight_bytes: float = 0.0  # of `bytes`, what the weight matrix contributes
 
     @property
     def intensity(self) -> float:
@@ -54,8 +55,9 @@ class Shape:
 def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = None) -> Op:
     m = s.rows if rows is None else rows
     c = s.compute_bytes
-    return Op(name, "matmul", 2.0 * m * n * k, n * k * s.weight_bytes + m * k * c + m * n * c,
-              count, m, n, k)  # fmt: skip
+    weights = n * k * s.weight_bytes
+    return Op(name, "matmul", 2.0 * m * n * k, weights + m * k * c + m * n * c, count, m, n, k,
+              weights)  # fmt: skip
 
 
 def _elementwise(name: str, elements: float, passes: float, c: float, count: int,

@@ -1,11 +1,14 @@
-"""Validation suite: estimated vs measured peak memory for real runs on this machine.
+"""Validation suite: estimates vs real runs on this machine, for memory or for time.
 
 Each case builds a catalogue model from its config with random weights, runs it (generate()
-or training steps) in a fresh process, and compares the estimate's model memory (total minus
-the runtime baseline) with the measured peak above the process baseline.
+or training steps) in a fresh process, and compares:
 
-Run:  .venv/bin/python benchmarks/validate_memory.py [--quick] [--out benchmarks/results/memory.json]
-Targets (issue 2): median absolute error <= 3%, worst <= 8%.
+- memory: the estimate's model memory (total minus the runtime baseline) with the measured
+  peak above the process baseline. Targets (issue 2): median |error| <= 3%, worst <= 8%.
+- time (`--time`, after `gpuwise probe`): prefill, decode seconds per token and training step
+  time, medians after a warm-up. Targets (issue 3): median |error| <= 10%, worst <= 25%.
+
+Run:  .venv/bin/python benchmarks/validate_cpu.py [--time] [--quick] [--out FILE]
 """
 
 from __future__ import annotations
@@ -59,18 +62,73 @@ def describe(plan: InferencePlan | TrainingPlan) -> str:
     )
 
 
+TIME_CASES = [
+    ("smollm2-135m", InferencePlan(batch=1, prompt_tokens=256, new_tokens=16, weights="fp32")),
+    ("smollm2-135m", InferencePlan(batch=4, prompt_tokens=128, new_tokens=16, weights="bf16")),
+    ("qwen2.5-0.5b", InferencePlan(batch=1, prompt_tokens=512, new_tokens=8, weights="bf16")),
+    (
+        "gpt2",
+        InferencePlan(batch=2, prompt_tokens=256, new_tokens=16, weights="fp32", attention="eager"),
+    ),
+    ("pythia-160m", InferencePlan(batch=1, prompt_tokens=512, new_tokens=16, weights="fp32")),
+    ("tinyllama-1.1b", InferencePlan(batch=1, prompt_tokens=128, new_tokens=8, weights="bf16")),
+    ("gpt2", TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")),
+    ("smollm2-135m", TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")),
+    ("pythia-70m", TrainingPlan(batch=4, seq=256, dtype="fp32", optimizer="sgd")),
+    ("smollm2-135m", TrainingPlan(batch=2, seq=256, dtype="mixed-bf16", optimizer="adamw")),
+    (
+        "smollm2-135m",
+        TrainingPlan(batch=1, seq=512, dtype="fp32", optimizer="adamw", checkpointing=True),
+    ),
+    ("qwen2.5-0.5b", TrainingPlan(batch=1, seq=128, dtype="bf16", optimizer="adamw")),
+]
+
+
+def time_suite(cases: list, out: str) -> None:
+    rows = []
+    for i, (name, plan) in enumerate(cases, 1):
+        model = resolve_model(name)
+        arch = from_config(model.config, name)
+        result = validate(model.config, arch, plan, quiet=True, memory=False, timing=True)
+        for key, r in result["time"].items():
+            if r["error"] is None:
+                continue
+            rows.append({"model": name, "plan": describe(plan), "quantity": key, **r,
+                         "source": result["time_source"]})  # fmt: skip
+            print(
+                f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
+                f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
+                f"err {100 * r['error']:+6.1f}%",
+                flush=True,
+            )
+    errors = [abs(r["error"]) for r in rows]
+    summary = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
+               "quantities": len(rows), "cases": len(cases)}  # fmt: skip
+    print(
+        f"median |error| {100 * summary['median_abs_error']:.1f}%  worst "
+        f"{100 * summary['worst_abs_error']:.1f}%  over {len(rows)} times in {len(cases)} cases"
+    )
+    Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="first three cases only")
-    parser.add_argument("--out", default="benchmarks/results/memory.json")
+    parser.add_argument("--time", action="store_true", help="validate times, not memory")
+    parser.add_argument("--out", default="")
     args = parser.parse_args()
+    if args.time:
+        time_suite(TIME_CASES[:3] if args.quick else TIME_CASES,
+                   args.out or "benchmarks/results/time.json")  # fmt: skip
+        return
+    args.out = args.out or "benchmarks/results/memory.json"
     cases = CASES[:3] if args.quick else CASES
     rows = []
     for i, (name, plan) in enumerate(cases, 1):
         model = resolve_model(name)
         arch = from_config(model.config, name)
         start = time.perf_counter()
-        result = validate(model.config, arch, plan, quiet=True)
+        result = validate(model.config, arch, plan, quiet=True, timing=False)
         row = {
             "model": name,
             "plan": describe(plan),

@@ -1,0 +1,98 @@
+"""How fast the estimators answer, measured side by side in one run.
+
+- one memory estimate and one time estimate, in-process (target: under 5 ms each);
+- a sweep of every catalogue model x catalogue device x weight precision, memory and time
+  (target: under 1 s);
+- `gpuwise check MODEL --on h100` from a cold start, as a subprocess (target: under 0.5 s).
+
+Run:  .venv/bin/python benchmarks/estimate_speed.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpuwise.catalog import find_hardware, load_hardware, load_models, resolve_model
+from gpuwise.estimate import InferencePlan, estimate_inference
+from gpuwise.estimate.rates import rates_from_spec
+from gpuwise.estimate.speed import estimate_inference_time
+from gpuwise.helpers import GpuwiseError
+from gpuwise.workload import from_config
+
+PRECISIONS = ("bf16", "fp8", "int8", "int4")
+
+
+def per_call(fn, repeats: int = 200) -> float:  # type: ignore[no-untyped-def]
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def sweep() -> tuple[float, int]:
+    archs = [from_config(e.load_config(), e.id) for e in load_models()]
+    devices = []
+    for hw in load_hardware():
+        try:
+            devices.append((hw, rates_from_spec(hw)))
+        except GpuwiseError:
+            continue
+    start = time.perf_counter()
+    n = 0
+    for arch in archs:
+        for hw, rates in devices:
+            for p in PRECISIONS:
+                plan = InferencePlan(prompt_tokens=2048, new_tokens=256, weights=p)
+                estimate_inference(arch, plan, hw)
+                estimate_inference_time(arch, plan, rates)
+                n += 1
+    return time.perf_counter() - start, n
+
+
+def cold_check() -> float:
+    exe = Path(sys.executable).with_name("gpuwise")
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        subprocess.run([str(exe), "check", "llama-3.1-8b", "--on", "h100"], check=True,
+                       capture_output=True)  # fmt: skip
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    arch = from_config(resolve_model("llama-3.1-8b").config)
+    hw = find_hardware("h100")
+    rates = rates_from_spec(hw)
+    plan = InferencePlan(prompt_tokens=4096, new_tokens=512)
+    memory_s = per_call(lambda: estimate_inference(arch, plan, hw))
+    time_s = per_call(lambda: estimate_inference_time(arch, plan, rates))
+    sweep_s, n = sweep()
+    check_s = cold_check()
+    print(
+        f"one memory estimate        {memory_s * 1e3:8.3f} ms   target  5 ms   "
+        f"({5e-3 / memory_s:6.0f}x under)"
+    )
+    print(
+        f"one time estimate          {time_s * 1e3:8.3f} ms   target  5 ms   "
+        f"({5e-3 / time_s:6.0f}x under)"
+    )
+    print(
+        f"sweep of {n} plans (memory+time) {sweep_s:6.3f} s    target  1 s    "
+        f"({1 / sweep_s:6.1f}x under)"
+    )
+    print(
+        f"`gpuwise check` cold start {check_s:8.3f} s    target  0.5 s  "
+        f"({0.5 / check_s:6.1f}x under)"
+    )
+
+
+if __name__ == "__main__":
+    main()
