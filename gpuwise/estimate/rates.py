@@ -73,7 +73,7 @@ class DeviceRates:
     def peak(self, dtype: str) -> float:
         key = DTYPE_PEAK_KEY.get(dtype, dtype)
         value = self.peak_flops.get(key) or self.peak_flops.get("fp16") or self.peak_flops.get(
-            "fp32")  # fmt: skip
+            "fp32") or max(self.peak_flops.values(), default=0.0)  # fmt: skip
         if not value:
             raise GpuwiseError(f"no {dtype} compute rate known for {self.name}",
                                "run `gpuwise probe` on it, or pick catalogue hardware")  # fmt: skip

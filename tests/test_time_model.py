@@ -1,0 +1,127 @@
+"""The time model: invariants, hand-checked rooflines, and published measurements."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.estimate.rates import rates_from_measurements, rates_from_spec
+from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.workload import from_config
+from gpuwise.workload.ops import Shape, forward_ops
+
+MODELS = [
+    "gpt2",
+    "llama-3.1-8b",
+    "qwen2.5-0.5b",
+    "mixtral-8x7b",
+    "gemma-2-2b",
+    "phi-2",
+    "falcon-7b",
+    "pythia-70m",
+]
+ARCH = {m: from_config(resolve_model(m).config, m) for m in MODELS}
+H100 = rates_from_spec(find_hardware("h100-sxm"))
+PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published.json"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(MODELS),
+    st.integers(1, 32),
+    st.integers(1, 4096),
+    st.integers(2, 512),
+    st.sampled_from(["bf16", "int8", "int4"]),
+    st.sampled_from(["sdpa", "eager"]),
+)
+def test_inference_time_grows_with_work(name, batch, prompt, new, weights, attention):
+    arch = ARCH[name]
+    plan = InferencePlan(
+        batch=batch, prompt_tokens=prompt, new_tokens=new, weights=weights, attention=attention
+    )
+    t = estimate_inference_time(arch, plan, H100)
+    assert t.prefill_s > 0 and t.decode_s_per_token > 0
+    longer = estimate_inference_time(arch, replace(plan, prompt_tokens=prompt + 512), H100)
+    assert longer.prefill_s >= t.prefill_s * (1 - 1e-9)
+    assert longer.decode_s_per_token >= t.decode_s_per_token * (1 - 1e-9)
+    bigger = estimate_inference_time(arch, replace(plan, batch=batch * 2), H100)
+    assert bigger.tokens_per_s >= t.tokens_per_s * 0.99  # batching never loses throughput
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(MODELS),
+    st.integers(1, 16),
+    st.integers(64, 4096),
+    st.sampled_from(["bf16", "mixed-bf16", "fp32"]),
+    st.booleans(),
+)
+def test_training_time_is_sane(name, batch, seq, dtype, ckpt):
+    plan = TrainingPlan(batch=batch, seq=seq, dtype=dtype, checkpointing=ckpt)
+    t = estimate_training_time(ARCH[name], plan, H100)
+    assert 0 < t.mfu < 1
+    assert t.step_s == pytest.approx(
+        t.forward.seconds + t.backward.seconds + t.optimizer.seconds + t.comm_s
+    )
+    if ckpt:
+        plain = estimate_training_time(ARCH[name], replace(plan, checkpointing=False), H100)
+        assert t.step_s > plain.step_s
+
+
+def test_decode_is_memory_bound_and_prefill_compute_bound_on_a_gpu():
+    arch = ARCH["llama-3.1-8b"]
+    t = estimate_inference_time(
+        arch, InferencePlan(batch=1, prompt_tokens=4096), H100, runtime="compiled"
+    )
+    assert t.decode.bound == "memory"
+    assert t.prefill.bound == "compute"
+
+
+def test_decode_roofline_by_hand():
+    # Compiled runtime, batch 1: 16.06 GB of bf16 weights at 3.35 TB/s x 0.85, plus the cache.
+    arch = ARCH["llama-3.1-8b"]
+    t = estimate_inference_time(
+        arch, InferencePlan(prompt_tokens=16, new_tokens=2), H100, runtime="compiled"
+    )
+    weights_s = 2 * 8_030_261_248 / (3350e9 * 0.85)
+    assert t.decode_s_per_token == pytest.approx(weights_s, rel=0.08)
+
+
+def test_eager_gqa_attention_moves_more_bytes_than_sdpa():
+    arch = ARCH["llama-3.1-8b"]
+
+    def attn_bytes(attention):
+        shape = Shape(1, 1, 8192, 2, 2, 2, attention)
+        return sum(
+            op.bytes * op.count
+            for op in forward_ops(arch, shape)
+            if op.name in ("attention", "repeat_kv")
+        )
+
+    assert attn_bytes("eager") > 3 * attn_bytes("sdpa")
+
+
+def test_measured_rates_replace_the_datasheet():
+    hw = find_hardware("h100-sxm")
+    curve = {"bf16": ((1e6, 1e12), (1e9, 5e14), (1e12, 6e14))}
+    rates = rates_from_measurements(hw, 2.5e12, curve, 5e-6, 2e-6)
+    t = estimate_inference_time(ARCH["llama-3.1-8b"], InferencePlan(), rates)
+    assert t.source == "measured"
+    assert estimate_inference_time(ARCH["llama-3.1-8b"], InferencePlan(), H100).source == "spec"
+
+
+@pytest.mark.skipif(not PUBLISHED.exists(), reason="published measurements not beside the repo")
+def test_published_gpt_fast_decode_within_25_percent():
+    data = json.loads(PUBLISHED.read_text())
+    entry = next(e for e in data["decode"] if e["model"] == "Llama-3-8B")
+    rates = rates_from_spec(find_hardware("a100-sxm-80gb"))
+    plan = InferencePlan(prompt_tokens=5, new_tokens=200)
+    t = estimate_inference_time(
+        from_config(resolve_model("llama-3.1-8b").config), plan, rates, runtime="compiled"
+    )
+    assert t.tokens_per_s == pytest.approx(entry["tokens_per_s"], rel=0.25)
