@@ -21,6 +21,7 @@ install-test: $(PY)
 
 test: install-test
 	$(VENV)/bin/ruff check gpuwise tests benchmarks
+	$(VENV)/bin/mypy gpuwise
 	$(VENV)/bin/pytest -q
 
 lint: install-test
