@@ -3,10 +3,11 @@
 from dataclasses import replace
 
 import pytest
+from catalogue_archs import arch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.catalog import find_hardware
 from gpuwise.estimate import (
     InferencePlan,
     TrainingPlan,
@@ -16,7 +17,6 @@ from gpuwise.estimate import (
     weight_bytes,
 )
 from gpuwise.helpers import GpuwiseError
-from gpuwise.workload import from_config
 
 MODELS = [
     "gpt2",
@@ -30,7 +30,7 @@ MODELS = [
     "pythia-70m",
     "mistral-7b",
 ]
-ARCH = {m: from_config(resolve_model(m).config, m) for m in MODELS}
+ARCH = {m: arch(m) for m in MODELS}
 H100 = find_hardware("h100-sxm")
 WEIGHTS = ["fp32", "bf16", "fp8", "int8", "int4", "nf4"]
 

@@ -5,6 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from catalogue_archs import arch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +26,7 @@ MODELS = [
     "falcon-7b",
     "pythia-70m",
 ]
-ARCH = {m: from_config(resolve_model(m).config, m) for m in MODELS}
+ARCH = {m: arch(m) for m in MODELS}
 H100 = rates_from_spec(find_hardware("h100-sxm"))
 PUBLISHED = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published.json"
 

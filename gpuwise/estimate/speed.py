@@ -8,6 +8,7 @@ from gpuwise.catalog.formats import weight_format
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.timing import PhaseTime, dispatch_overhead, phase_time
+from gpuwise.estimate.training import lora_params
 from gpuwise.estimate.weights import weight_bytes
 from gpuwise.helpers import GpuwiseError
 from gpuwise.workload import Architecture, count_params
@@ -190,7 +191,7 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
         bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3 + recompute.overhead_s,
                          scale=back_scale + 1.0)  # fmt: skip
     counts = count_params(arch)
-    trainable = counts.total if plan.finetune == "full" else counts.total * 0.01
+    trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     optimizer = phase_time("optimizer", _optimizer_ops(plan, trainable / plan.tp), rates, "fp32",
                            0.0)  # fmt: skip
     grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)

@@ -125,26 +125,35 @@ def classify(saved: dict[int, tuple[int, int]], sizes: dict[str, int]) -> dict[s
     return out
 
 
+def tiny_model(family: str, mode: str, attention: str, layers: int,
+               dropout: float = 0.0) -> tuple[dict[str, Any], Any]:  # fmt: skip
+    """(config dict, model) of a family at the profiling dimensions with `layers` layers."""
+    import torch
+    import transformers
+
+    cfg_dict = _config(family, dropout)
+    cfg_dict["num_hidden_layers"] = layers
+    if "n_layer" in cfg_dict:
+        cfg_dict["n_layer"] = layers
+    cfg = transformers.AutoConfig.for_model(**cfg_dict)
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    model = transformers.AutoModelForCausalLM.from_config(
+        cfg, dtype=dtype, attn_implementation=attention
+    )
+    return cfg_dict, model
+
+
 def profile_one(family: str, mode: str, attention: str, checkpointing: bool,
                 dropout: float) -> dict[str, dict[str, float]]:  # fmt: skip
     import contextlib
 
     import torch
-    import transformers
 
     torch.manual_seed(0)
     results = []
     counts = []
     for layers in (1, 2):
-        cfg_dict = _config(family, dropout)
-        cfg_dict["num_hidden_layers"] = layers
-        if "n_layer" in cfg_dict:
-            cfg_dict["n_layer"] = layers
-        cfg = transformers.AutoConfig.for_model(**cfg_dict)
-        dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-        model = transformers.AutoModelForCausalLM.from_config(
-            cfg, dtype=dtype, attn_implementation=attention
-        )
+        cfg_dict, model = tiny_model(family, mode, attention, layers, dropout)
         model.train()
         if checkpointing:
             model.gradient_checkpointing_enable({"use_reentrant": False})

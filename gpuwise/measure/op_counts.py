@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpuwise.measure.activation_profile import ATTENTIONS, FAMILIES, B, S, V, _config
+from gpuwise.measure.activation_profile import ATTENTIONS, FAMILIES, B, S, V, tiny_model
 
 # Metadata-only ops cost a dispatch but launch no kernel; they are counted apart.
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "slice",
@@ -47,19 +47,10 @@ def _counter() -> Any:
 
 def count_one(family: str, mode: str, attention: str) -> dict[str, dict[str, int]]:
     import torch
-    import transformers
 
     out: dict[str, list[tuple[int, int]]] = {"inference": [], "decode": [], "training": []}
     for layers in (1, 2):
-        cfg_dict = _config(family, 0.0)
-        cfg_dict["num_hidden_layers"] = layers
-        if "n_layer" in cfg_dict:
-            cfg_dict["n_layer"] = layers
-        cfg = transformers.AutoConfig.for_model(**cfg_dict)
-        dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-        model = transformers.AutoModelForCausalLM.from_config(
-            cfg, dtype=dtype, attn_implementation=attention
-        )
+        _, model = tiny_model(family, mode, attention, layers)
         ids = torch.randint(0, V, (B, S))
         model.eval()
         with torch.no_grad():

@@ -18,7 +18,7 @@ from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
 from gpuwise.estimate.summary import catalogue_rows, check_rows
 from gpuwise.estimate.training import estimate_training
-from gpuwise.helpers import GIB, format_bytes, format_tokens
+from gpuwise.helpers import format_bytes, format_tokens
 from gpuwise.measure.rates_source import rates_for
 from gpuwise.report import terminal
 from gpuwise.report.records import (
@@ -215,6 +215,3 @@ def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan 
     note = (f"time estimates: {result['time_source'] or 'none'} ({result['time_rates']})"
             if timing else "")  # fmt: skip
     return obj, Group(terminal.format_validation(rows), Text(note))
-
-
-__all__ = ["GIB"]
