@@ -1,57 +1,21 @@
-"""The `gpuwise` command: parse arguments, call one layer, render. Nothing else."""
+"""The estimate commands: check, infer, train, probe, the catalogues and validate."""
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Annotated, Any
 
 import typer
 
-try:  # recent typer vendors its own click; its exceptions are the ones raised
-    from typer._click import exceptions as click_errors  # type: ignore[import-not-found]
-except ImportError:  # pragma: no cover - typer releases that use click itself
-    from click import exceptions as click_errors  # type: ignore[no-redef]
-
-from gpuwise.helpers import GpuwiseError
-
-app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
-                  pretty_exceptions_enable=False, invoke_without_command=True,
-                  help="The truth about GPUs for machine learning: will it run, how fast.")  # fmt: skip
-
-On = Annotated[str, typer.Option("--on", help="catalogue hardware name, or 'local'")]
-Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
-Batch = Annotated[int, typer.Option("--batch", help="sequences per batch")]
-Attention = Annotated[str, typer.Option("--attention", help="eager, sdpa or flash")]
-
-
-def _emit(view: tuple[Any, Any], as_json: bool) -> None:
-    """Print a view's JSON record or its terminal rendering."""
-    obj, renderable = view
-    if as_json:
-        sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
-        return
-    from rich.console import Console
-
-    Console().print(renderable)
-
-
-def _hardware(name: str) -> Any:
-    if name.strip().lower() in ("local", "here", "this"):
-        from gpuwise.measure.device import detect_local
-
-        return detect_local().best_device()
-    from gpuwise.catalog.hardware import find_hardware
-
-    return find_hardware(name)
-
-
-def _model(name: str) -> tuple[Any, Any]:
-    from gpuwise.catalog.models import resolve_model
-    from gpuwise.workload import from_config
-
-    model = resolve_model(name)
-    return model, from_config(model.config, model.name)
+from gpuwise.cli.common import (
+    Attention,
+    Batch,
+    Json,
+    On,
+    app,
+    emit,
+    hardware_named,
+    model_named,
+)
 
 
 @app.callback()
@@ -61,7 +25,7 @@ def main_job(ctx: typer.Context, as_json: Json = False) -> None:
         return
     from gpuwise.report.views import local_view
 
-    _emit(local_view(), as_json)
+    emit(local_view(), as_json)
 
 
 @app.command()
@@ -70,7 +34,7 @@ def check(model: str, on: On = "local", prompt: int = 2048, new_tokens: int = 25
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.report.views import check_view
 
-    _emit(check_view(*_model(model), _hardware(on), batch, prompt, new_tokens), as_json)
+    emit(check_view(*model_named(model), hardware_named(on), batch, prompt, new_tokens), as_json)
 
 
 @app.command()
@@ -91,7 +55,7 @@ def infer(
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, kv_dtype=kv_dtype, attention=attention, logits=logits)  # fmt: skip
-    _emit(infer_view(*_model(model), _hardware(on), plan, ops), as_json)
+    emit(infer_view(*model_named(model), hardware_named(on), plan, ops), as_json)
 
 
 @app.command()
@@ -113,7 +77,7 @@ def train(
 
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
                           checkpointing, gpus, zero, tp, attention)  # fmt: skip
-    _emit(train_view(*_model(model), _hardware(on), plan, ops), as_json)
+    emit(train_view(*model_named(model), hardware_named(on), plan, ops), as_json)
 
 
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,
@@ -136,7 +100,7 @@ def probe(
     """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead) and save it."""
     from gpuwise.report.probe_view import probe_view
 
-    _emit(probe_view(quick, quiet=as_json), as_json)
+    emit(probe_view(quick, quiet=as_json), as_json)
 
 
 @app.command()
@@ -147,7 +111,7 @@ def hardware(as_json: Json = False) -> None:
     from gpuwise.report.terminal import format_hardware_table
 
     devices = load_hardware()
-    _emit(([hardware_record(h) for h in devices], format_hardware_table(devices)), as_json)
+    emit(([hardware_record(h) for h in devices], format_hardware_table(devices)), as_json)
 
 
 @app.command()
@@ -155,7 +119,7 @@ def models(as_json: Json = False) -> None:
     """List the model catalogue."""
     from gpuwise.report.views import models_view
 
-    _emit(models_view(), as_json)
+    emit(models_view(), as_json)
 
 
 validate_app = typer.Typer(help="Run a plan for real (needs torch) and compare with the estimate.")
@@ -174,7 +138,7 @@ def validate_infer(
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, attention=attention)  # fmt: skip
-    _emit(validate_view(*_model(model), plan, as_json, memory, time), as_json)
+    emit(validate_view(*model_named(model), plan, as_json, memory, time), as_json)
 
 
 @validate_app.command("train")
@@ -189,33 +153,4 @@ def validate_train(
 
     plan = _training_plan(batch, seq, dtype, optimizer, "full", 16, "", checkpointing, 1, 0, 1,
                           attention)  # fmt: skip
-    _emit(validate_view(*_model(model), plan, as_json, memory, time), as_json)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors are one line on stderr and exit code 2, never a traceback."""
-    try:
-        app(args=argv, standalone_mode=False)
-    except GpuwiseError as exc:
-        _fail(exc.message, exc.hint)
-    except click_errors.NoSuchOption as exc:
-        hint = f"did you mean {' or '.join(exc.possibilities)}?" if exc.possibilities else ""
-        _fail(exc.format_message(), hint or "see `gpuwise --help`")
-    except click_errors.UsageError as exc:
-        cmd = exc.ctx.command_path if exc.ctx else "gpuwise"
-        _fail(exc.format_message(), f"see `{cmd} --help`")
-    except click_errors.Abort:
-        _fail("aborted", "")
-    except RuntimeError as exc:  # a real run that could not run (no torch, child failed)
-        _fail(str(exc).splitlines()[0] if str(exc) else "run failed", "see the message above")
-
-
-def _fail(message: str, hint: str) -> None:
-    sys.stderr.write(f"error: {message}\n")
-    if hint:
-        sys.stderr.write(f"hint: {hint}\n")
-    raise SystemExit(2)
-
-
-if __name__ == "__main__":
-    main()
+    emit(validate_view(*model_named(model), plan, as_json, memory, time), as_json)
