@@ -25,6 +25,8 @@ from gpuwise.measure.probe import (
     ProbePlan,
     Profile,
     Unsupported,
+    backends,
+    measurements,
     probe_with,
     run_probe,
 )
@@ -82,7 +84,7 @@ def test_quick_plan_is_bigger_than_the_cache() -> None:
     assert plan.array_bytes >= 4 * 32 * 2**20 and plan.stream_repeats >= 5
     flops = [2 * m * n * k for m, n, k in plan.matmul_shapes]
     assert flops == sorted(flops) and min(plan.matmul_shapes)[0] == 1  # decode-shaped included
-    assert probe._size_bytes("32768K") == 32 * 2**20 and probe._size_bytes("2 MiB") == 2 * 2**20
+    assert backends._size_bytes("32768K") == 32 * 2**20 and backends._size_bytes("2 MiB") == 2 * 2**20
 
 
 class _Faulty(Backend):
@@ -253,5 +255,5 @@ def test_import_does_not_load_torch_or_numpy() -> None:
 
 def test_unsupported_is_a_reason() -> None:
     missing: dict[str, str] = {}
-    assert probe._attempt(missing, "x", lambda: (_ for _ in ()).throw(Unsupported("why"))) is None
+    assert measurements.attempt(missing, "x", lambda: (_ for _ in ()).throw(Unsupported("why"))) is None
     assert missing == {"x": "why"}
