@@ -1,0 +1,78 @@
+"""`gpuwise repro`: how much of a training result is noise, by source of variation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuwise.cli.common import Json, app, emit
+from gpuwise.helpers import GpuwiseError
+
+DEFAULT_RESULTS = "gpuwise-repro.jsonl"
+
+
+@app.command()
+def repro(
+    command: Annotated[list[str] | None, typer.Argument(help="the training command, after --")] = None,
+    runs: Annotated[int, typer.Option(help="runs per condition")] = 5,
+    conditions: Annotated[str | None, typer.Option(
+        help="comma list of same-seed, deterministic, seeds, threads "
+             "(default: all; threads only without a GPU)")] = None,
+    parallel: Annotated[int, typer.Option(help="runs at a time")] = 1,
+    devices: Annotated[str, typer.Option(help="comma list of CUDA_VISIBLE_DEVICES values, "
+                                              "one per parallel slot in turn")] = "",
+    metric: Annotated[list[str] | None, typer.Option(
+        help="NAME=REGEX read from the output (last match, group 1); repeatable")] = None,
+    seed_flag: Annotated[str | None, typer.Option(
+        help="the program's own seed option, e.g. --seed (the seed is also in GPUWISE_SEED)")] = None,
+    seed: Annotated[int, typer.Option(help="the fixed seed; seeds runs use seed+i")] = 0,
+    results: Annotated[Path, typer.Option(help="JSON lines file; an interrupted study "
+                                               "resumes from it")] = Path(DEFAULT_RESULTS),
+    fresh: Annotated[bool, typer.Option("--fresh", help="discard the results file first")] = False,
+    detect: Annotated[str | None, typer.Option(
+        help="difference to detect between two settings: 0.001, 0.3% or NAME=0.001")] = None,
+    alpha: Annotated[float, typer.Option(help="test level for --detect")] = 0.05,
+    power: Annotated[float, typer.Option(help="power for --detect")] = 0.8,
+    timeout: Annotated[float | None, typer.Option(help="seconds before a run is killed")] = None,
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Run a training command many times per condition: spread, arithmetic share, costs."""
+    from gpuwise.measure.device import detect_gpus
+    from gpuwise.measure.repro.plan import parse_conditions, thread_choices
+    from gpuwise.measure.repro.runner import Study
+    from gpuwise.report.repro_view import repro_view
+
+    if not command:
+        raise GpuwiseError("no command to run", "gpuwise repro --runs 5 -- python train.py")
+    has_gpu = bool(detect_gpus(use_torch=False)[0])
+    default = "same-seed,deterministic,seeds" + ("" if has_gpu else ",threads")
+    study = Study(
+        command=tuple(command), conditions=parse_conditions(conditions or default), runs=runs,
+        results=results, base_seed=seed, seed_flag=seed_flag, metric_specs=tuple(metric or ()),
+        parallel=parallel, devices=tuple(d for d in devices.split(",") if d.strip()),
+        threads=tuple(thread_choices()), timeout_s=timeout)  # fmt: skip
+    try:
+        view = repro_view(study, fresh, as_json, has_gpu, parse_detect(detect), alpha, power)
+    except KeyboardInterrupt:
+        raise GpuwiseError(f"interrupted; finished runs are saved in {results}",
+                           "run the same command again to resume") from None  # fmt: skip
+    emit(view, as_json)
+
+
+def parse_detect(text: str | None) -> tuple[dict[str, float], bool]:
+    """`0.001`, `0.3%` (of the metric's mean) or `NAME=0.001` -> ({metric or '*': diff}, relative)."""
+    if not text:
+        return {}, False
+    name, sep, value = text.rpartition("=")
+    value = value.strip()
+    relative = value.endswith("%")
+    try:
+        number = float(value.rstrip("%")) / (100.0 if relative else 1.0)
+    except ValueError:
+        raise GpuwiseError(f"--detect {text!r} is not a number",
+                           "for example --detect 0.001, --detect 0.3% or --detect acc=0.002") from None  # fmt: skip
+    if number <= 0:
+        raise GpuwiseError(f"--detect must be positive, got {text!r}", "for example --detect 0.3%")
+    return {(name.strip() if sep else "*"): number}, relative

@@ -1,0 +1,145 @@
+"""`gpuwise repro`: run the study with a progress bar (on a terminal), then show the verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+from rich.console import Console, Group
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from gpuwise.estimate.repro_analysis import ConditionSummary, StudyAnalysis
+from gpuwise.estimate.repro_stats import Share
+
+
+def repro_view(study: Any, fresh: bool, quiet: bool, has_gpu: bool,
+               detect: tuple[dict[str, float], bool], alpha: float,
+               power: float) -> tuple[Any, Any]:  # fmt: skip
+    """Run (or resume) the study, analyse every run of it, return (JSON record, renderable)."""
+    from gpuwise.estimate.repro_analysis import analyze
+    from gpuwise.measure.repro.runner import condition_runs, deterministic_conditions, run_study
+
+    if quiet or not sys.stderr.isatty():
+        records = run_study(study, fresh=fresh)
+    else:
+        columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())  # fmt: skip
+        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("runs", total=None)
+
+            def progress(record: dict[str, Any], done: int, total: int) -> None:
+                what = f"{record.get('condition', '')} #{record.get('index', '')}"
+                bar.update(task, description=what, completed=done, total=total)
+
+            records = run_study(study, progress, fresh=fresh)
+    grouped = condition_runs(records, study.conditions)
+    analysis = analyze(grouped, deterministic_conditions(has_gpu, grouped), detect[0], detect[1],
+                       alpha, power)  # fmt: skip
+    energy_notes = sorted({str(r.get("energy_note")) for r in records if r.get("energy_note")})
+    record = {"study": study.header() | {"results": str(study.results)},
+              "analysis": dataclasses.asdict(analysis), "energy": energy_notes}  # fmt: skip
+    return record, format_study(analysis, study, energy_notes)
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    return "NA" if x is None else f"{x:.{digits}g}"
+
+
+def _identity(s: ConditionSummary) -> str:
+    if s.bit_identical is not None:
+        return "yes (parameters)" if s.bit_identical else "no (parameters)"
+    if s.metrics_identical is not None:
+        return "equal metrics" if s.metrics_identical else "no (metrics)"
+    return "NA"
+
+
+def _divergence(s: ConditionSummary) -> str:
+    if not s.step_hashes_compared:
+        return "NA (no step hashes)"
+    return "none" if s.first_divergent_step is None else str(s.first_divergent_step)
+
+
+def _conditions_table(a: StudyAnalysis) -> Table:
+    t = Table(title="Runs per condition (measured)", title_justify="left")
+    for col in ("condition", "runs", "bit-identical", "first diverging step", "time/run s",
+                "energy/run J"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("condition", "bit-identical") else "right")
+    for s in a.conditions.values():
+        runs = f"{s.runs}" + (f" (+{s.failed} failed)" if s.failed else "")
+        t.add_row(s.name, runs, _identity(s), _divergence(s),
+                  _num(s.wall_s.mean if s.wall_s else None, 3),
+                  _num(s.energy_j.mean if s.energy_j else None, 3))  # fmt: skip
+    return t
+
+
+def _metric_table(a: StudyAnalysis, metric: str) -> Table:
+    t = Table(title=f"{metric} (measured)", title_justify="left")
+    for col in ("condition", "mean", "sd", "min", "max", "range"):
+        t.add_column(col, justify="left" if col == "condition" else "right")
+    for s in a.conditions.values():
+        m = s.metrics.get(metric)
+        if m is not None:
+            t.add_row(s.name, _num(m.mean, 8), _num(m.sd, 3), _num(m.min, 8), _num(m.max, 8),
+                      _num(m.range, 3))  # fmt: skip
+    return t
+
+
+def _share_text(share: Share) -> tuple[str, str]:
+    if share.ratio is None:
+        return "NA", share.note
+    if share.exactly_zero:
+        return "0 (exactly)", share.note
+    interval = f"[{share.low:.3g}, {share.high:.3g}]"
+    return f"{share.ratio:.3g}", interval + (f"  {share.note}" if share.note else "")
+
+
+def _shares_table(a: StudyAnalysis) -> Table:
+    level = next((s.confidence for d in a.shares.values() for s in d.values()), 0.95)
+    t = Table(title="Arithmetic share: variance with the seed fixed / with seeds varied "
+                    "(measured; interval: F distribution)", title_justify="left")  # fmt: skip
+    for col in ("metric", "seed fixed in", "share", f"{level:.0%} interval"):
+        t.add_column(col)
+    for metric, shares in a.shares.items():
+        for name, share in shares.items():
+            t.add_row(metric, name, *_share_text(share))
+    return t
+
+
+def _detect_table(a: StudyAnalysis) -> Table:
+    first = a.detect[0]
+    t = Table(title=f"Telling two settings apart (estimated: normal approximation, "
+                    f"α={first.alpha:g}, power {first.power:g})", title_justify="left")  # fmt: skip
+    for col in ("metric", "sd", "sd from", f"detectable with {first.detectable_at_runs} runs",
+                "difference asked", "runs needed per setting"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("metric", "sd from") else "right")
+    for d in a.detect:
+        t.add_row(d.metric, _num(d.sd, 3), d.sd_from, _num(d.detectable_diff, 3),
+                  _num(d.diff, 3), "NA" if d.runs_needed is None else str(d.runs_needed))  # fmt: skip
+    return t
+
+
+def format_study(a: StudyAnalysis, study: Any, energy_notes: list[str]) -> Group:
+    """The verdict as rich renderables."""
+    command = " ".join(study.command)
+    parts: list[Any] = [Text(f"gpuwise repro: {study.runs} run(s) x {len(study.conditions)} "
+                             f"condition(s) of `{command}`  (results: {study.results})")]  # fmt: skip
+    parts.append(_conditions_table(a))
+    metrics = sorted({m for s in a.conditions.values() for m in s.metrics})
+    parts += [_metric_table(a, m) for m in metrics]
+    if a.shares:
+        parts.append(_shares_table(a))
+    if "deterministic" in a.conditions and "same-seed" in a.conditions:
+        energy = _num(a.deterministic_energy_ratio, 3)
+        parts.append(Text(f"Deterministic mode costs (measured, wall time per run incl. start-up): "
+                          f"time x{_num(a.deterministic_time_ratio, 3)}, energy x{energy}"))  # fmt: skip
+    parts.append(Text("Energy: " + "; ".join(energy_notes)))
+    if a.detect:
+        parts.append(_detect_table(a))
+    for f in a.findings:
+        parts.append(Text(f"! {f.message}", style="bold yellow"))
+        if f.hint:
+            parts.append(Text(f"  hint: {f.hint}"))
+    return Group(*parts)
