@@ -6,6 +6,7 @@ Hugging Face hub id. From the hub only config.json is fetched; no code from a mo
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import tomllib
@@ -15,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpuwise.catalog.checkpoints import Checkpoint, checkpoint_kind, read_checkpoint
 from gpuwise.helpers import GpuwiseError, normalise_name, unknown_name_error
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -43,9 +45,10 @@ class ResolvedModel:
 
     name: str
     config: dict[str, Any] = field(repr=False)
-    origin: str  # "catalogue", "file", "hub" or "hub cache"
+    origin: str  # "catalogue", "file", "checkpoint", "hub" or "hub cache"
     location: str = ""
     entry: ModelEntry | None = None
+    checkpoint: Checkpoint | None = field(default=None, repr=False)  # headers of a local file
 
 
 @cache
@@ -111,6 +114,27 @@ def _from_hub(repo_id: str) -> ResolvedModel:
     )
 
 
+def _reads_checkpoint(path: Path) -> bool:
+    """A .gguf/.safetensors file, or a folder of shards (a folder with a config.json is read
+    for its exact bytes only when the safetensors package is there to read them)."""
+    kind = checkpoint_kind(path)
+    if kind is None:
+        return False
+    if path.is_dir() and (path / "config.json").exists():
+        return importlib.util.find_spec("safetensors") is not None
+    return True
+
+
+def _from_checkpoint(path: Path) -> ResolvedModel:
+    ckpt = read_checkpoint(path)
+    if ckpt.config is None:
+        raise GpuwiseError(f"{path} has no config.json beside it: gpuwise needs the "
+                           "architecture (layers, heads, sizes) for the KV cache and activations",
+                           "put the model's config.json in the same folder")  # fmt: skip
+    name = path.stem if path.is_file() else path.name
+    return ResolvedModel(name, ckpt.config, "checkpoint", str(path), checkpoint=ckpt)
+
+
 def resolve_model(name: str) -> ResolvedModel:
     """Turn what the user typed into a config: catalogue, then local path, then hub id."""
     if not name or not name.strip():
@@ -119,6 +143,8 @@ def resolve_model(name: str) -> ResolvedModel:
     if entry:
         return ResolvedModel(entry.id, entry.load_config(), "catalogue", entry.hf_id, entry)
     path = Path(name).expanduser()
+    if path.exists() and _reads_checkpoint(path):
+        return _from_checkpoint(path)
     if path.exists():
         return ResolvedModel(path.stem if path.is_file() else path.name,
                              read_config_file(path), "file", str(path))  # fmt: skip

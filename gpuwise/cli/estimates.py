@@ -16,6 +16,7 @@ from gpuwise.cli.common import (
     hardware_named,
     model_named,
 )
+from gpuwise.cli.runtime_options import Ctx, GpuUtil, Runtime, Weights, plan_weights
 
 
 @app.callback()
@@ -30,11 +31,19 @@ def main_job(ctx: typer.Context, as_json: Json = False) -> None:
 
 @app.command()
 def check(model: str, on: On = "local", prompt: int = 2048, new_tokens: int = 256,
-          batch: Batch = 1, as_json: Json = False) -> None:  # fmt: skip
+          batch: Batch = 1, runtime: Runtime = "transformers", ctx: Ctx = None,
+          gpu_memory_utilization: GpuUtil = None, as_json: Json = False) -> None:  # fmt: skip
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
+    from gpuwise.estimate.plans import InferencePlan
     from gpuwise.report.views import check_view
 
-    emit(check_view(*model_named(model), hardware_named(on), batch, prompt, new_tokens), as_json)
+    resolved, arch = model_named(model)
+    chosen = plan_weights(resolved, runtime, None)
+    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
+                         weights=chosen["weights"], stored_weights=chosen["stored_weights"],
+                         runtime=runtime, context_alloc=ctx,
+                         gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+    emit(check_view(resolved, arch, hardware_named(on), batch, prompt, new_tokens, plan), as_json)
 
 
 @app.command()
@@ -42,20 +51,26 @@ def infer(
     model: str, on: On = "local", batch: Batch = 1,
     prompt: Annotated[int, typer.Option(help="prompt tokens")] = 512,
     new_tokens: Annotated[int, typer.Option(help="tokens to generate")] = 128,
-    weights: Annotated[str, typer.Option(help="fp32, bf16, fp16, fp8, int8, int4, nf4")] = "bf16",
+    weights: Weights = None,
     kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype (default: compute)")] = None,
     attention: Attention = "sdpa",
     logits: Annotated[str, typer.Option(help="last (generate's default) or all")] = "last",
+    runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     ops: Annotated[bool, typer.Option("--ops", help="print the per-operation table")] = False,
     as_json: Json = False,
 ) -> None:  # fmt: skip
-    """Memory of generating text with a model (Hugging Face transformers runtime)."""
+    """Memory of generating text with a model, a .gguf or a .safetensors checkpoint, under
+    transformers (default), llama.cpp or vLLM."""
     from gpuwise.estimate.plans import InferencePlan
     from gpuwise.report.views import infer_view
 
+    resolved, arch = model_named(model)
+    chosen = plan_weights(resolved, runtime, weights)
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
-                         weights=weights, kv_dtype=kv_dtype, attention=attention, logits=logits)  # fmt: skip
-    emit(infer_view(*model_named(model), hardware_named(on), plan, ops), as_json)
+                         weights=chosen["weights"], stored_weights=chosen["stored_weights"],
+                         kv_dtype=kv_dtype, attention=attention, logits=logits, runtime=runtime,
+                         context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+    emit(infer_view(resolved, arch, hardware_named(on), plan, ops, chosen["source"]), as_json)
 
 
 @app.command()

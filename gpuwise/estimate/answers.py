@@ -51,7 +51,7 @@ def max_training_batch(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> 
 def precision_that_fits(arch: Architecture, plan: InferencePlan, hw: Hardware) -> str | None:
     """The highest-precision weight format (bf16 down to int4) that fits, or None."""
     for fmt in PRECISIONS:
-        if estimate_inference(arch, replace(plan, weights=fmt), hw).fits:
+        if estimate_inference(arch, replace(plan, weights=fmt, stored_weights=None), hw).fits:
             return fmt
     return None
 

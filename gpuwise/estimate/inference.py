@@ -8,6 +8,7 @@ from gpuwise.catalog.runtimes import runtime
 from gpuwise.estimate.activations import prefill_transient
 from gpuwise.estimate.plans import InferencePlan
 from gpuwise.estimate.results import MemoryEstimate, make_estimate
+from gpuwise.estimate.serving import estimate_llama_cpp, estimate_vllm
 from gpuwise.estimate.weights import weight_bytes
 from gpuwise.workload import Architecture
 
@@ -27,12 +28,17 @@ def _logits_bytes(arch: Architecture, plan: InferencePlan, compute: float) -> fl
 
 
 def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
-    """Peak memory of `generate()` under Hugging Face transformers on `hw`."""
+    """Peak memory of `generate()` under Hugging Face transformers on `hw` (or the plan's
+    serving runtime: llama.cpp or vLLM)."""
+    if plan.runtime == "llama.cpp":
+        return estimate_llama_cpp(arch, plan, hw)
+    if plan.runtime == "vllm":
+        return estimate_vllm(arch, plan, hw)
     fmt = weight_format(plan.weights)
     compute = weight_format(fmt.compute_dtype).bytes_per_element
     kv_fmt = weight_format(plan.kv_dtype or fmt.compute_dtype)
     rt = runtime(hw.kind)
-    weights = weight_bytes(arch, fmt)
+    weights = plan.stored_weights.total_bytes if plan.stored_weights else weight_bytes(arch, fmt)
     # The last generated token is never fed back, so the cache ends one short of the context.
     kv_end_tokens = plan.prompt_tokens + max(0, plan.new_tokens - 1)
     kv_prompt = kv_cache_bytes(arch, plan.batch, plan.prompt_tokens, kv_fmt.bytes_per_element)

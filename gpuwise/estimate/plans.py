@@ -12,6 +12,7 @@ OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MAX_TOKENS = 1 << 24  # 16M tokens: beyond any context window a model has
+SERVING_RUNTIMES = ("transformers", "llama.cpp", "vllm")
 
 
 def _check_size(name: str, value: int, low: int = 1, high: int = MAX_TOKENS) -> None:
@@ -26,6 +27,15 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
+class StoredWeights:
+    """Exact weight bytes read from a checkpoint's headers (instead of params x format)."""
+
+    total_bytes: int
+    embedding_bytes: int = 0  # the input token embedding's share (llama.cpp keeps it on the host)
+    label: str = ""  # what is stored, e.g. "Q4_K (GGUF)" or "BF16 (safetensors)"
+
+
+@dataclass(frozen=True)
 class InferencePlan:
     """Generate `new_tokens` after a `prompt_tokens` prompt for `batch` sequences."""
 
@@ -36,6 +46,10 @@ class InferencePlan:
     kv_dtype: str | None = None  # None: the compute dtype
     attention: str = "sdpa"
     logits: str = "last"  # generate() keeps the last position's logits; "all" keeps every one
+    runtime: str = "transformers"  # whose memory rules apply: transformers, llama.cpp or vllm
+    stored_weights: StoredWeights | None = None  # from a checkpoint; None: estimated
+    context_alloc: int | None = None  # llama.cpp n_ctx / vLLM max_model_len; None: the model's
+    gpu_memory_utilization: float | None = None  # vLLM's pre-allocated share; None: 0.9
 
     def __post_init__(self) -> None:
         _check_size("batch", self.batch, high=1 << 16)
@@ -43,6 +57,13 @@ class InferencePlan:
         _check_size("new_tokens", self.new_tokens, low=0)
         _check_choice("attention", self.attention, ATTENTIONS)
         _check_choice("logits mode", self.logits, ("last", "all"))
+        _check_choice("runtime", self.runtime, SERVING_RUNTIMES)
+        if self.context_alloc is not None:
+            _check_size("ctx", self.context_alloc)
+        util = self.gpu_memory_utilization
+        if util is not None and not 0.0 < util <= 1.0:
+            raise GpuwiseError(f"--gpu-memory-utilization must be in (0, 1], got "
+                               f"{util}", "vLLM's default is 0.9")  # fmt: skip
 
     @property
     def context_tokens(self) -> int:

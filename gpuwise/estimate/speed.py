@@ -87,8 +87,9 @@ def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
     fmt = weight_format(plan.weights)
     compute = weight_format(fmt.compute_dtype).bytes_per_element
     kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
-    return Shape(plan.batch, tokens, context, compute, _effective_weight_bytes(arch, fmt.id), kv,
-                 plan.attention, logits)  # fmt: skip
+    per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
+                  if plan.stored_weights else _effective_weight_bytes(arch, fmt.id))  # fmt: skip
+    return Shape(plan.batch, tokens, context, compute, per_weight, kv, plan.attention, logits)
 
 
 def _mode(dtype: str) -> str:

@@ -16,11 +16,12 @@ from gpuwise.estimate.inference import estimate_inference
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
-from gpuwise.estimate.summary import catalogue_rows, check_rows
+from gpuwise.estimate.summary import catalogue_rows, check_rows, precision_row
 from gpuwise.estimate.training import estimate_training
 from gpuwise.helpers import format_bytes, format_tokens
 from gpuwise.measure.rates_source import rates_for
 from gpuwise.report import terminal
+from gpuwise.report.checkpoint_records import checkpoint_record
 from gpuwise.report.records import (
     hardware_record,
     inference_time_record,
@@ -65,14 +66,20 @@ def local_view() -> View:
 
 
 def check_view(model: ResolvedModel, arch: Architecture, hw: Hardware, batch: int, prompt: int,
-               new_tokens: int) -> View:  # fmt: skip
-    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens)
-    rows = check_rows(arch, plan, hw)
+               new_tokens: int, plan: InferencePlan | None = None) -> View:  # fmt: skip
+    plan = plan or InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens)
+    rows = check_rows(arch, replace(plan, stored_weights=None), hw)
+    if plan.stored_weights:  # the checkpoint as stored, exact bytes, first
+        rows.insert(0, {**precision_row(arch, plan, hw),
+                        "weights": f"{plan.stored_weights.label}, exact"})  # fmt: skip
     obj = {"model": model_record(model, arch), "hardware": hardware_record(hw),
-           "plan": asdict(plan), "precisions": rows,
+           "plan": asdict(plan), "precisions": rows, "runtime": plan.runtime,
            "params": count_params(arch).total,
            "precision_that_fits": answers.precision_that_fits(arch, plan, hw)}  # fmt: skip
-    return obj, terminal.format_check(model.name, hw, rows, _context_label(plan))
+    if model.checkpoint is not None:
+        obj["checkpoint"] = checkpoint_record(model.checkpoint)
+    label = f"{_context_label(plan)}, runtime {plan.runtime}"
+    return obj, terminal.format_check(model.name, hw, rows, label)
 
 
 def _throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
@@ -114,9 +121,10 @@ def _time_lines(rec: dict[str, Any]) -> dict[str, str]:
                     f"({rec['source']}: {rec['rates']})"}  # fmt: skip
 
 
-def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
-               plan: InferencePlan, show_ops: bool = False) -> View:  # fmt: skip
+def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
+               show_ops: bool = False, weights_source: str = "") -> View:  # fmt: skip
     est = estimate_inference(arch, plan, hw)
+    weights_source = weights_source or f"estimated ({plan.weights})"
     timing, time_rec = _inference_time(arch, plan, hw)
     found: dict[str, Any] = {
         "max_batch": answers.max_inference_batch(arch, plan, hw),
@@ -126,11 +134,15 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
     }
     obj = {"model": model_record(model, arch), "hardware": hardware_record(hw),
            "plan": asdict(plan), "memory": memory_record(est),
-           "params": count_params(arch).total, "answers": found, "time": time_rec}  # fmt: skip
+           "params": count_params(arch).total, "answers": found, "time": time_rec,
+           "runtime": plan.runtime, "weights_source": weights_source}  # fmt: skip
+    if model.checkpoint is not None:
+        obj["checkpoint"] = checkpoint_record(model.checkpoint)
     if show_ops and timing is not None:
         obj["ops"] = {"prefill": ops_record(timing.prefill), "decode": ops_record(timing.decode)}
     ctx = found["max_context_batch1"]
     extra = {
+        "weights source": weights_source,
         "answers": f"largest batch {found['max_batch']} at this context; largest context at "
                    f"batch 1: {format_tokens(ctx) if ctx else 'none'}"
                    + (f" (model limit {format_tokens(arch.max_position)})"
@@ -139,7 +151,8 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
                      f"; devices needed (tensor parallel): {found['devices_needed'] or 'too many'}",
     }  # fmt: skip
     extra.update(_time_lines(time_rec))
-    title = f"{model.name} inference: {_context_label(plan)}, weights {plan.weights}"
+    stored = plan.stored_weights.label if plan.stored_weights else plan.weights
+    title = f"{model.name} inference ({plan.runtime}): {_context_label(plan)}, weights {stored}"
     view = terminal.format_memory(title, est, hw, extra)
     if show_ops and timing is not None:
         view = Group(view, terminal.format_ops("prefill operations", timing.prefill),
