@@ -14,6 +14,7 @@ except ImportError:  # pragma: no cover - typer releases that use click itself
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from gpuwise.cli import estimates  # noqa: F401  (registers its commands)
+from gpuwise.cli import cost  # noqa: F401  (registers its commands)
 from gpuwise.cli import module  # noqa: F401  (registers its commands)
 from gpuwise.cli import watch  # noqa: F401  (registers its commands)
 from gpuwise.cli import cost  # noqa: F401  (registers its commands)

@@ -1,0 +1,168 @@
+"""What `advise` and `cost` do with their flags: the workload, the assumptions and the
+candidates, checked; then the estimate and its view. Imported only when they run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
+from gpuwise.cli.common import hardware_named, model_named
+from gpuwise.estimate.advise import Option, advise, price_options, serving_options, training_options
+from gpuwise.estimate.cost import api_cost, parse_fraction
+from gpuwise.estimate.plans import TrainingPlan
+from gpuwise.estimate.sizing import size_serving, size_training
+from gpuwise.estimate.workloads import ServeLoad, TrainLoad
+from gpuwise.helpers import GpuwiseError, format_count
+from gpuwise.report.cost_view import View, advice_view, candidate, candidates, cost_view
+
+ASSUMPTION_FLAGS = {
+    "electricity": "electricity_usd_per_kwh", "pue": "pue",
+    "depreciation_years": "depreciation_years", "hosting_per_kw_month": "hosting_usd_per_kw_month",
+    "ops_per_year": "ops_usd_per_device_year", "idle_power": "idle_power_fraction",
+    "busy_power": "busy_power_fraction", "grid_co2": "grid_gco2_per_kwh",
+    "reserved_discount": "reserved_discount", "host_power_fraction": "host_power_fraction",
+    "host_price_fraction": "host_price_fraction",
+}  # fmt: skip
+
+
+def assumptions(kw: dict[str, Any]) -> CostAssumptions:
+    return with_overrides(load_costs(), **{v: kw[k] for k, v in ASSUMPTION_FLAGS.items()})
+
+
+def api_prices(text: str | None) -> tuple[float, float] | None:
+    """'0.5,1.5' (input, output USD per million tokens) or '1.0' for both."""
+    if text is None:
+        return None
+    try:
+        parts = [float(p) for p in text.split(",")]
+    except ValueError:
+        parts = []
+    if len(parts) not in (1, 2) or min(parts) < 0:
+        raise GpuwiseError(f"--api-price-per-mtok {text!r} is not 'INPUT,OUTPUT' prices",
+                           "e.g. --api-price-per-mtok 0.5,1.5 (USD per million tokens)")  # fmt: skip
+    return (parts[0], parts[-1])
+
+
+def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
+    """The inference or training load the flags describe (exactly one of them)."""
+    serve = [k for k in ("requests_per_day", "tokens_per_day") if kw[k] is not None]
+    train = [k for k in ("train_tokens", "hours_per_month") if kw[k] is not None]
+    if (serve and train) or len(serve) > 1 or len(train) > 1:
+        given = ", ".join("--" + k.replace("_", "-") for k in serve + train)
+        raise GpuwiseError(f"give one workload, not {given}",
+                           "inference: --requests-per-day or --tokens-per-day; training: "
+                           "--train-tokens or --hours-per-month")  # fmt: skip
+    if not serve and not train:
+        raise GpuwiseError("no workload given", "inference: --requests-per-day N (or "
+                           "--tokens-per-day); training: --train-tokens N (or --hours-per-month)")  # fmt: skip
+    measured = kw["measured_util"]
+    mu = parse_fraction(measured, "measured utilisation") if measured is not None else None
+    if train:
+        return TrainLoad(kw["train_tokens"], kw["hours_per_month"], kw["deadline_hours"], mu)
+    common = {"tpot_ms": kw["latency_ms"], "ttft_ms": kw["ttft_ms"],
+              "max_utilisation": parse_fraction(kw["utilisation"], "utilisation"),
+              "hours_per_day": kw["hours_per_day"], "measured_util": mu}  # fmt: skip
+    if kw["tokens_per_day"] is not None:
+        return ServeLoad.from_tokens_per_day(kw["tokens_per_day"], kw["prompt"], kw["output"],
+                                             **common)  # fmt: skip
+    return ServeLoad(kw["requests_per_day"], kw["prompt"], kw["output"], **common)
+
+
+def training_plan(kw: dict[str, Any]) -> TrainingPlan:
+    return TrainingPlan(batch=kw["batch"], seq=kw["seq"], dtype=kw["dtype"],
+                        optimizer=kw["optimizer"], finetune=kw["finetune"],
+                        lora_rank=kw["lora_rank"], checkpointing=kw["checkpointing"])  # fmt: skip
+
+
+def _target(load: ServeLoad | TrainLoad) -> str:
+    if isinstance(load, TrainLoad):
+        return f"the month's tokens trained within {load.limit_hours:,.0f} h"
+    parts = ([f"<= {load.tpot_ms:g} ms per output token"] if load.tpot_ms else []) + (
+        [f"first token <= {load.ttft_ms:g} ms"] if load.ttft_ms else [])  # fmt: skip
+    return ", ".join(parts) if parts else "the load (no latency target given)"
+
+
+def _header(model: Any, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(load, TrainLoad):
+        amount = (f"{format_count(load.tokens_per_month)} tokens/month" if load.tokens_per_month
+                  else f"{load.hours_per_month:g} h/month")  # fmt: skip
+        text = (f"training {model.name}: {amount}, batch {kw['batch']} x seq {kw['seq']}, "
+                f"{kw['dtype']}, {kw['optimizer']}, {kw['finetune']}")  # fmt: skip
+    else:
+        text = (f"serving {model.name}: {load.requests_per_day:,.0f} requests/day "
+                f"({format_count(load.tokens_per_month)} tokens/month) of {load.prompt_tokens} "
+                f"prompt + {load.output_tokens} generated tokens over {load.hours_per_day:g} "
+                f"h/day; replicas sized for {load.max_utilisation:.0%} busy; runtime "
+                f"{kw['runtime']}")  # fmt: skip
+    if load.measured_util is not None:
+        text += f"; measured utilisation {load.measured_util:.0%}"
+    return {"model": model.name, "workload": {k: v for k, v in vars(load).items()},
+            "workload_kind": "training" if isinstance(load, TrainLoad) else "inference",
+            "target": _target(load), "title": text.split(":")[0],
+            "workload_text": f"{text}\ntarget: {_target(load)}"}  # fmt: skip
+
+
+def run_advise(kw: dict[str, Any]) -> View:
+    """Every option, priced, with the recommendation."""
+    model, arch = model_named(kw["model"])
+    a, load = assumptions(kw), workload(kw)
+    api = api_prices(kw["api_price_per_mtok"])
+    local = hardware_named("local") if kw["local"] else None
+    cands = candidates(local, kw["local_price"], kw["local_power_w"])
+    if isinstance(load, TrainLoad):
+        options = training_options(arch, training_plan(kw), load, cands, a)
+    else:
+        options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api)
+    if not options:
+        raise GpuwiseError(f"{model.name} fits on no priced hardware for this workload",
+                           "try --weights int4, a shorter --prompt/--seq, or LoRA")  # fmt: skip
+    result = advise(options, a, load.measured_util, _target(load))
+    training = isinstance(load, TrainLoad)
+    return advice_view(_header(model, load, kw), result, a, training, kw["show_all"])
+
+
+def _mode(kw: dict[str, Any]) -> str | None:
+    chosen = [m for m in ("owned", "rent", "reserved") if kw[m]]
+    if len(chosen) > 1:
+        raise GpuwiseError("choose one of --owned, --rent, --reserved", "")
+    return {"owned": "owned", "rent": "on-demand", "reserved": "reserved"}.get(
+        chosen[0] if chosen else "")  # fmt: skip
+
+
+def run_cost(kw: dict[str, Any]) -> View:
+    """One option: `--on` a device (owned, rented or reserved), or `--on api`."""
+    model, arch = model_named(kw["model"])
+    a, load = assumptions(kw), workload(kw)
+    header = _header(model, load, kw)
+    if kw["on"].strip().lower() == "api":
+        return cost_view(header, _api_option(load, kw), a, isinstance(load, TrainLoad))
+    hw = hardware_named(kw["on"])
+    local = hw.source == "detected"
+    cand = candidate(hw, kw["local_price"] if local else kw["price"], kw["rate"],
+                     kw["local_power_w"] if local else None)  # fmt: skip
+    if isinstance(load, TrainLoad):
+        sizing = size_training(arch, training_plan(kw), load, cand)
+    else:
+        sizing = size_serving(arch, load, cand, kw["weights"], kw["runtime"])
+    if sizing is None:
+        raise GpuwiseError(f"{model.name} does not fit on {hw.name} for this workload, or its "
+                           f"speed is not known ({cand.rates_how})",
+                           f"see `gpuwise check {kw['model']} --on {kw['on']}`")  # fmt: skip
+    options = price_options(sizing, a)
+    mode = _mode(kw) or (options[0].cost.mode if options else "owned")
+    picked = [o for o in options if o.cost.mode == mode]
+    if not picked:
+        what = "purchase price" if mode == "owned" else "cloud price"
+        raise GpuwiseError(f"{hw.name} has no {what} in the catalogue",
+                           "pass --price USD (buy) or --rate USD/h (rent)")  # fmt: skip
+    header["title"] = f"{header['title']} on {cand.name}, {mode}"
+    return cost_view(header, picked[0], a, isinstance(load, TrainLoad))
+
+
+def _api_option(load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> Option:
+    prices = api_prices(kw["api_price_per_mtok"])
+    if prices is None or isinstance(load, TrainLoad):
+        raise GpuwiseError("--on api needs an inference load and --api-price-per-mtok",
+                           "gpuwise keeps no prices for named API vendors: give yours")  # fmt: skip
+    return Option(None, api_cost(load.input_tokens_per_month, load.output_tokens_per_month,
+                                 *prices, load.requests_per_month))  # fmt: skip

@@ -1,0 +1,186 @@
+"""`gpuwise advise` and `gpuwise cost`: priced options as a rich table and a JSON record."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpuwise.catalog.costs import CostAssumptions
+from gpuwise.catalog.hardware import Hardware, load_hardware
+from gpuwise.estimate.advise import Advice, Option
+from gpuwise.estimate.sizing import Candidate
+from gpuwise.measure.rates_source import rates_for
+from gpuwise.report.terminal import fits_text
+
+View = tuple[Any, Any]
+SHOWN = 15  # rows of the options table unless --all
+
+
+def candidate(hw: Hardware, price: float | None = None, rate: float | None = None,
+              power_w: float | None = None) -> Candidate:  # fmt: skip
+    """A device with the rates the time model uses on it (probe for this machine, else spec)."""
+    if power_w is not None:
+        hw = replace(hw, tdp_w=power_w)
+    rates, how = rates_for(hw)
+    label = f"this machine ({hw.name})" if hw.source == "detected" else ""
+    return Candidate(hw, rates, how, price, rate, label, 1 if hw.source == "detected" else None)
+
+
+def candidates(local: Hardware | None, local_price: float | None,
+               local_power_w: float | None) -> list[Candidate]:  # fmt: skip
+    """Every catalogue device with a price, and this machine."""
+    out = [candidate(hw) for hw in load_hardware() if hw.list_price_usd or hw.cloud_usd_per_hour]
+    if local is not None:
+        out.insert(0, candidate(local, local_price, None, local_power_w))
+    return out
+
+
+def _num(value: float | None, fmt: str = ",.0f", none: str = "NA") -> str:
+    return none if value is None else format(value, fmt)
+
+
+def _pct(value: float | None) -> str:
+    if value is None:
+        return "NA"
+    if value > 1:
+        return "never"
+    if value < 0.01:
+        return f"{value:.2%}"
+    return f"{value:.1%}" if value < 0.1 else f"{value:.0%}"
+
+
+def option_record(o: Option) -> dict[str, Any]:
+    c, s = o.cost, o.sizing
+    rec: dict[str, Any] = {
+        "option": o.label, "mode": c.mode, "meets_target": o.meets,
+        "usd_per_month": c.usd_per_month, "cost_breakdown_usd": c.breakdown_usd,
+        "usd_per_million_tokens": c.usd_per_million_tokens,
+        "usd_per_1000_requests": c.usd_per_1000_requests,
+        "tokens_per_month": c.tokens_per_month, "wall_kw": c.wall_kw,
+        "kwh_per_month": c.kwh_per_month, "kwh_per_1000_requests": c.kwh_per_1000_requests,
+        "co2_kg_per_month": c.co2_kg_per_month, "break_even_utilisation": o.break_even,
+        "notes": list(c.notes), "source": "estimated",
+    }  # fmt: skip
+    if s is not None:
+        hw = s.candidate.hw
+        rec.update({
+            "hardware": hw.id, "hardware_name": hw.name, "kind": hw.kind,
+            "precision": s.precision, "devices": s.devices,
+            "devices_per_replica": s.devices_per_replica, "replicas": s.replicas,
+            "batch": s.batch, "misses": list(s.misses), "miss_ratio": s.miss_ratio,
+            "ttft_s": s.ttft_s, "time_per_output_token_s": s.tpot_s,
+            "tokens_per_s_per_replica": s.tokens_per_s, "job_hours": s.job_hours,
+            "busy_hours_per_device_month": s.usage.busy_hours,
+            "held_hours_per_device_month": s.usage.held_hours,
+            "utilisation": s.usage.utilisation, "rates": s.candidate.rates_how,
+            "rates_source": s.candidate.rates.source if s.candidate.rates else None,
+            "prices": {"list_price_usd": hw.list_price_usd,
+                       "cloud_usd_per_hour": hw.cloud_usd_per_hour,
+                       "price_source": hw.price_source, "price_date": hw.price_date},
+        })  # fmt: skip
+    return rec
+
+
+def assumptions_record(a: CostAssumptions) -> list[dict[str, Any]]:
+    return [asdict(x) for x in a.listed()]
+
+
+def _meets(o: Option) -> Any:
+    s = o.sizing
+    if s is None:
+        return Text("n/c", style="yellow")  # the vendor's latency: not checked
+    if s.misses:
+        return Text("no: " + ", ".join(s.misses), style="red")
+    return fits_text(True)
+
+
+def _speed(o: Option, training: bool) -> list[str]:
+    s = o.sizing
+    if training:
+        return [_num(s.job_hours, ",.1f") if s else "NA"]
+    tpot = s.tpot_s * 1e3 if s and s.tpot_s else None
+    ttft = s.ttft_s * 1e3 if s and s.ttft_s else None
+    return [_num(tpot, ",.1f"), _num(ttft)]
+
+
+def _options_table(options: tuple[Option, ...], training: bool, title: str) -> Table:
+    """Compact enough for 100 columns; per-request and CO2 figures are in the JSON and in
+    `gpuwise cost`."""
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    speed = ("job h",) if training else ("ms/tok", "TTFT ms")
+    for col in ("option", "meets", *speed, "busy", "$/month", "$/Mtok", "kWh/mo", "kW"):
+        table.add_column(col, justify="left" if col in ("option", "meets") else "right")
+    for o in options:
+        c, s = o.cost, o.sizing
+        table.add_row(Text(o.label), _meets(o), *_speed(o, training),
+                      _pct(s.usage.utilisation) if s else "NA", _num(c.usd_per_month),
+                      _num(c.usd_per_million_tokens, ",.3f"), _num(c.kwh_per_month),
+                      _num(c.wall_kw, ",.2f"))  # fmt: skip
+    return table
+
+
+def _detail(o: Option, training: bool) -> str:
+    """The figures the table leaves out, for one option."""
+    c, s = o.cost, o.sizing
+    out = [f"{k} ${v:,.2f}" for k, v in c.breakdown_usd.items()]
+    line = f"cost/month: {', '.join(out)} = ${c.usd_per_month:,.2f}"
+    if not training and c.usd_per_1000_requests is not None:
+        line += (f"; per 1000 requests ${c.usd_per_1000_requests:,.4f}, "
+                 f"{_num(c.kwh_per_1000_requests, ',.4f')} kWh")  # fmt: skip
+    line += f"\nCO2: {_num(c.co2_kg_per_month, ',.1f')} kg/month"
+    if s is not None:
+        rates = s.candidate.rates.source if s.candidate.rates else "NA"
+        line += (f"; {s.replicas} replica(s) of {s.devices_per_replica} device(s), batch "
+                 f"{s.batch}; speed from {rates} rates ({s.candidate.rates_how})")  # fmt: skip
+        line += f"\nbuy-vs-rent break-even: {_pct(o.break_even)} of the month's hours"
+        hw = s.candidate.hw
+        line += (f"\nprices ({hw.id}): list ${hw.list_price_usd:,.0f}, cloud "
+                 f"${hw.cloud_usd_per_hour:g}/h; {hw.price_source or 'no source'} "
+                 f"({hw.price_date or 'undated'})")  # fmt: skip
+    return "\n".join([line, *c.notes])
+
+
+def _assumptions_table(a: CostAssumptions) -> Table:
+    table = Table(title="assumptions (override with the flag)", title_justify="left",
+                  show_edge=False)  # fmt: skip
+    for col in ("assumption", "value", "flag", "source", "date"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for x in a.listed():
+        table.add_row(Text(x.name), f"{x.value:g}", x.flag, Text(x.source), x.date)
+    return table
+
+
+def advice_view(header: dict[str, Any], advice: Advice, a: CostAssumptions, training: bool,
+                show_all: bool) -> View:  # fmt: skip
+    """The options table, the recommendation with its reasons, and the assumptions."""
+    obj = {**header, "options": [option_record(o) for o in advice.options],
+           "recommendation": option_record(advice.choice) if advice.choice else None,
+           "reasons": list(advice.reasons),
+           "closest": [option_record(o) for o in advice.closest],
+           "assumptions": assumptions_record(a)}  # fmt: skip
+    shown = advice.options if show_all else advice.options[:SHOWN]
+    title = (f"{header['title']} - {len(shown)} of {len(advice.options)} options (estimated: "
+             "time model + catalogue prices; 'rates' says spec or measured)")  # fmt: skip
+    parts: list[Any] = [Text(header["workload_text"]), _options_table(shown, training, title)]
+    if advice.closest:
+        parts.append(_options_table(advice.closest, training, "closest options"))
+    lines = [f"- {r}" for r in advice.reasons]
+    if advice.choice is not None:
+        lines.append(_detail(advice.choice, training))
+    parts += [Text("recommendation:\n" + "\n".join(lines)), _assumptions_table(a)]
+    return obj, Group(*parts)
+
+
+def cost_view(header: dict[str, Any], option: Option, a: CostAssumptions,
+              training: bool) -> View:  # fmt: skip
+    """One option in detail: its cost breakdown, power, energy and the break-even."""
+    rec = option_record(option)
+    obj = {**header, "option": rec, "assumptions": assumptions_record(a)}
+    lines = _detail(option, training)
+    table = _options_table((option,), training, header["title"])
+    return obj, Group(Text(header["workload_text"]), table, Text(lines),
+                      _assumptions_table(a))  # fmt: skip
