@@ -1,0 +1,72 @@
+"""`gpuwise watch -- cmd ...`: run a training job, watch it, say where time and energy went."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuwise.cli.common import Json, app, emit
+from gpuwise.helpers import GpuwiseError
+
+RUN_AFTER_DASHES = {"allow_interspersed_args": False, "ignore_unknown_options": True}
+
+
+@app.command(context_settings=RUN_AFTER_DASHES)
+def watch(
+    cmd: Annotated[list[str] | None, typer.Argument(
+        help="the command to run (after --); with --report: the log files")] = None,
+    report: Annotated[bool, typer.Option("--report", help="re-render the report of logs")] = False,
+    no_inject: Annotated[bool, typer.Option(
+        "--no-inject", help="do not time the PyTorch loop from inside")] = False,
+    log: Annotated[str | None, typer.Option(help="where to write the JSONL log")] = None,
+    interval: Annotated[float, typer.Option(help="seconds between samples")] = 0.2,
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Run a command and measure it: data wait, compute, launch overhead, memory, energy."""
+    from gpuwise.report.watch_view import watch_view
+
+    if report:
+        if not cmd:
+            raise GpuwiseError("--report needs a log file", "gpuwise watch --report run.jsonl")
+        emit(watch_view(list(cmd), {}), as_json)
+        return
+    if not 0.05 <= interval <= 10:
+        raise GpuwiseError(f"--interval {interval} is out of range", "use 0.05 to 10 seconds")
+    path = Path(log or f"gpuwise-watch-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    code = _run(cmd or [], path, interval, not no_inject, live=not as_json and sys.stderr.isatty())
+    try:
+        record, renderable = watch_view([str(path)], {})
+        if as_json:  # the command owns stdout: the report is its last line
+            sys.stdout.write(json.dumps(record, default=str) + "\n")
+        else:
+            from rich.console import Console
+
+            Console(stderr=True).print(renderable)
+    except Exception as exc:  # the job's result matters more than our report
+        sys.stderr.write(f"gpuwise watch: no report ({exc!r}); the log is {path}\n")
+    from gpuwise.measure.watch.runner import exit_like
+
+    sys.stdout.flush()
+    exit_like(code)
+
+
+def _run(cmd: list[str], path: Path, interval: float, inject: bool, live: bool) -> int:
+    from gpuwise.measure.watch.log import LogTail
+    from gpuwise.measure.watch.runner import run_watched
+
+    if not live:
+        return run_watched(cmd, path, interval_s=interval, inject=inject).exit_code
+    from gpuwise.report.watch_live import LiveLine
+
+    line, tail = LiveLine(sys.stderr), LogTail(path)
+    line.start()
+    try:
+        return run_watched(cmd, path, interval_s=interval, inject=inject,
+                           tick=lambda s: line.update(tail.read_new(), s.latest)).exit_code  # fmt: skip
+    finally:
+        line.stop()

@@ -1,0 +1,204 @@
+"""`with gpuwise.watch() as w:`: time a training loop from inside, per step and phase.
+
+    with gpuwise.watch() as w:
+        for x, y in w.loader(train_loader):       # times the wait for each batch
+            with w.phase("h2d"):
+                x, y = x.to(device), y.to(device)
+            with w.phase("forward"):
+                loss = loss_fn(model(x), y)
+            with w.phase("backward"):
+                loss.backward()
+            with w.phase("optimizer"):
+                opt.step(); opt.zero_grad()
+    print(w.verdict().findings[0].title)         # or: gpuwise watch --report <w.log_path>
+
+Each fetch from `w.loader` ends the previous step, unless the loop marks steps itself with
+`w.step()`. On a GPU every phase boundary synchronises, so asynchronous kernels are timed in
+the phase that launched them. `auto=True` instead times DataLoader waits, copies, backward
+and optimizer steps with the same hooks `gpuwise watch` injects, with no phases to write.
+
+Under `gpuwise watch -- ...` the steps go to that command's log and it does the sampling;
+alone, this samples the process itself and writes its own log (one per rank under torchrun).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from gpuwise.helpers import GpuwiseError
+from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as _own_recorder
+
+PHASE_NAMES = ("data", "h2d", "forward", "backward", "optimizer")
+
+
+def recorder_module() -> Any:
+    """The process's recorder module: the injected one under `gpuwise watch`, else ours."""
+    return _own_recorder.shared_recorder()
+
+
+class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
+    """Watch a training loop in this process; see the module docstring."""
+
+    def __init__(self, log: str | Path | None = None, *, interval_s: float = 0.2,
+                 sync: bool | None = None, auto: bool = False, sample: bool = True) -> None:  # fmt: skip
+        self.interval_s = interval_s
+        self.sync = sync
+        self.auto = auto
+        self.sample = sample
+        self.under_cli = bool(os.environ.get(_own_recorder.LOG_ENV))
+        self.log_path = Path(os.environ[_own_recorder.LOG_ENV]) if self.under_cli else _own_path(log)
+        self._rec: Any = None
+        self._log: Any = None
+        self._sampler: Any = None
+        self._muted: Any = None
+        self._set_active = False
+
+    # -- context ----------------------------------------------------------------------------
+    def __enter__(self) -> watch:
+        mod = recorder_module()
+        injected = mod.active
+        if self.auto and injected is not None:
+            self._rec = injected  # `gpuwise watch` already hooked this process
+            return self
+        if not self.under_cli:
+            self.log_path.write_bytes(b"")
+        self._log = mod.JsonlLog(str(self.log_path))
+        self._rec = mod.StepRecorder(self._log, source="api", sync=self.sync)
+        if self.auto:
+            _install_hooks_once(mod)
+            mod.active, self._set_active = self._rec, True
+        elif injected is not None:  # explicit phases: the injected hooks would count twice
+            injected.hooks_enabled, self._muted = False, injected
+        if not self.under_cli and self.sample:
+            self._start_sampler()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._rec is None:
+            return
+        self._rec.close()
+        if self._set_active:
+            recorder_module().active = None
+        if self._muted is not None:
+            self._muted.hooks_enabled = True
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._log.write({"kind": "end", "t": time.time(), "exit_code": None})
+        if self._log is not None:
+            self._log.close()
+
+    # -- marking the loop -------------------------------------------------------------------
+    def loader(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        """Yield the batches of `iterable`, timing how long each one took to arrive."""
+        rec = self._recorder()
+        iterator = iter(iterable)
+        while True:
+            t0, ops = time.perf_counter(), rec.ops_so_far()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                rec.on_loader_exhausted()
+                return
+            rec.on_data(t0, time.perf_counter() - t0, batch, rec.ops_so_far() - ops)
+            if not rec.explicit_steps:
+                rec.on_optimizer_done()  # the next fetch ends this step
+            yield batch
+
+    def step(self, samples: int | None = None) -> None:
+        """End the current step here (`samples`: how many samples it processed)."""
+        self._recorder().mark_step(samples)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase: data, h2d, forward, backward or optimizer."""
+        if name not in PHASE_NAMES:
+            raise GpuwiseError(f"unknown phase {name!r}", f"use one of {', '.join(PHASE_NAMES)}")
+        rec = self._recorder()
+        rec.sync()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            rec.sync()
+            rec.on_phase(name, t0, time.perf_counter() - t0)
+
+    # -- results ------------------------------------------------------------------------------
+    def summary(self) -> Any:
+        """The WatchSummary of the log so far (gpuwise.estimate.watch_summary)."""
+        from gpuwise.estimate.watch_summary import summarize
+        from gpuwise.measure.watch.log import read_log
+
+        return summarize(read_log([self.log_path]))
+
+    def verdict(self) -> Any:
+        """The Verdict of the log so far (gpuwise.estimate.watch_verdict)."""
+        from gpuwise.estimate.watch_verdict import verdict
+
+        return verdict(self.summary())
+
+    def _recorder(self) -> Any:
+        if self._rec is None:
+            raise GpuwiseError("gpuwise.watch() is not open", "use it as `with gpuwise.watch() as w:`")
+        return self._rec
+
+    def _start_sampler(self) -> None:
+        from gpuwise.measure.watch.sampler import Sampler
+
+        try:
+            self._sampler = Sampler(self._log, os.getpid(), self.interval_s)
+            self._log.write(self._sampler.header(sys.argv, self.auto, source="gpuwise.watch()"))
+            self._sampler.start()
+        except Exception as exc:  # sensors failing must not stop training
+            self._log.write({"kind": "note", "text": f"sampler did not start: {exc!r}"})
+
+
+def _own_path(log: str | Path | None) -> Path:
+    """The log path; under torchrun without `gpuwise watch`, one file per rank."""
+    path = Path(log) if log else Path(f"gpuwise-watch-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+    rank, world = _own_recorder.rank_and_world()
+    if world > 1:
+        path = path.with_name(f"{path.stem}.rank{rank}{path.suffix or '.jsonl'}")
+    return path
+
+
+class _ActiveRecorder:
+    """What the hooks call: whichever recorder is active now (none: hooks stay idle)."""
+
+    def __init__(self, mod: Any) -> None:
+        self._mod = mod
+
+    @property
+    def hooks_enabled(self) -> bool:
+        active = self._mod.active
+        return active is not None and active.hooks_enabled
+
+    @hooks_enabled.setter
+    def hooks_enabled(self, value: bool) -> None:
+        if self._mod.active is not None:
+            self._mod.active.hooks_enabled = value
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._mod.active, name)
+
+
+_hooked = False
+
+
+def _install_hooks_once(mod: Any) -> None:
+    global _hooked
+    if _hooked:
+        return
+    try:
+        import torch
+    except ImportError as exc:
+        raise GpuwiseError("gpuwise.watch(auto=True) needs torch", "pip install torch") from exc
+    from gpuwise.measure.watch.inject import _gpuwise_watch_hooks as hooks
+
+    hooks.install(torch, _ActiveRecorder(mod))
+    _hooked = True

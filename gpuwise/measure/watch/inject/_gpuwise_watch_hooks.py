@@ -1,0 +1,142 @@
+"""Time a PyTorch training loop from inside, with no change to its code.
+
+Patches, each a thin wrapper that calls the original and returns its result untouched:
+DataLoader iterators' ``__next__`` (waiting for data), ``Tensor.to`` / ``Tensor.cuda`` when
+they copy host memory to a device, ``torch.autograd.backward``, and optimizer steps (through
+torch's global optimizer hooks). Any error inside a wrapper switches the hooks off and the
+program goes on; under torch.compile tracing the wrappers step aside.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+perf_counter = time.perf_counter
+
+
+def install(torch: Any, rec: Any) -> None:
+    """Wrap the loop's entry points so that `rec` (a StepRecorder) sees every phase."""
+    guard = _Guard(rec, torch)
+    _patch_loader(torch, rec, guard)
+    _patch_copies(torch, rec, guard)
+    _patch_backward(torch, rec, guard)
+    _hook_optimizers(torch, rec, guard)
+
+
+class _Guard:
+    """Whether a wrapper should record now; turns every hook off after an internal error."""
+
+    def __init__(self, rec: Any, torch: Any) -> None:
+        self.rec = rec
+        compiler = getattr(torch, "compiler", None)
+        self.is_compiling: Callable[[], bool] = getattr(compiler, "is_compiling", lambda: False)
+
+    def on(self) -> bool:
+        return self.rec.hooks_enabled and not self.is_compiling()
+
+    def failed(self, where: str, exc: BaseException) -> None:
+        self.rec.hooks_enabled = False
+        try:
+            self.rec.log.write({"kind": "note", "pid": os.getpid(),
+                                "text": f"watch hooks off after an error in {where}: {exc!r}"})  # fmt: skip
+        except Exception:
+            pass
+
+
+def _patch_loader(torch: Any, rec: Any, guard: _Guard) -> None:
+    base = torch.utils.data.dataloader._BaseDataLoaderIter
+    original = base.__next__
+
+    @functools.wraps(original)
+    def __next__(self: Any) -> Any:
+        if not guard.on():
+            return original(self)
+        t0, ops = perf_counter(), rec.ops_so_far()
+        try:
+            batch = original(self)
+        except StopIteration:
+            _safely(guard, "DataLoader", rec.on_loader_exhausted)
+            raise
+        _safely(guard, "DataLoader", rec.on_data, t0, perf_counter() - t0, batch,
+                rec.ops_so_far() - ops)
+        return batch
+
+    base.__next__ = __next__
+
+
+def _patch_copies(torch: Any, rec: Any, guard: _Guard) -> None:
+    for name in ("to", "cuda"):
+        original = getattr(torch.Tensor, name)
+        setattr(torch.Tensor, name, _copy_wrapper(original, rec, guard))
+
+
+def _copy_wrapper(original: Any, rec: Any, guard: _Guard) -> Any:
+    @functools.wraps(original)
+    def copy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not guard.on():
+            return original(self, *args, **kwargs)
+        t0 = perf_counter()
+        out = original(self, *args, **kwargs)
+        # Only host-to-device copies: `out is self` when nothing moved, and casts stay put.
+        if out is not self and out.device.type != "cpu" and self.device.type == "cpu":
+            _safely(guard, "Tensor.to", rec.on_phase, "h2d", t0, perf_counter() - t0)
+        return out
+
+    return copy
+
+
+def _patch_backward(torch: Any, rec: Any, guard: _Guard) -> None:
+    original = torch.autograd.backward
+    depth = [0]  # checkpointed regions call backward inside backward: time the outer one
+
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if depth[0] or not guard.on():
+            return original(*args, **kwargs)
+        t0 = perf_counter()
+        depth[0] += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+            _safely(guard, "backward", _timed_end, rec, "backward", t0)
+
+    torch.autograd.backward = backward
+
+
+def _hook_optimizers(torch: Any, rec: Any, guard: _Guard) -> None:
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    started: list[float] = []
+
+    def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if guard.on():
+            started.append(perf_counter())
+
+    def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if started and guard.on():
+            _safely(guard, "optimizer", _timed_end, rec, "optimizer", started.pop())
+            _safely(guard, "optimizer", rec.on_optimizer_done)
+        started.clear()
+
+    register_optimizer_step_pre_hook(pre)
+    register_optimizer_step_post_hook(post)
+
+
+def _timed_end(rec: Any, phase: str, t0: float) -> None:
+    rec.sync()
+    rec.on_phase(phase, t0, perf_counter() - t0)
+
+
+def _safely(guard: _Guard, where: str, fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception as exc:
+        guard.failed(where, exc)
