@@ -250,3 +250,50 @@ def test_checkpoint_without_config_is_a_clear_error(tmp_path):
     write_safetensors(path, {"a": ("float16", [4], 8)})
     with pytest.raises(GpuwiseError, match="config.json"):
         resolve_model(str(path))
+
+
+# --- fuzzing: any mutation or truncation of a valid file reads or fails cleanly -------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+FUZZ = settings(max_examples=60, deadline=2000, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+mutations = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=6)
+
+
+def _mutated(good: bytes, changes: list[tuple[int, int]], cut: int) -> bytes:
+    data = bytearray(good[: max(0, len(good) - cut)])
+    for at, value in changes:
+        if data:
+            data[at % len(data)] = value
+    return bytes(data)
+
+
+def _reads_or_refuses(path) -> None:
+    try:
+        ckpt = read_checkpoint(path)
+    except GpuwiseError as exc:
+        assert exc.message and exc.hint
+        return
+    assert ckpt.total_bytes <= 1 << 50
+
+
+@FUZZ
+@given(changes=mutations, cut=st.integers(0, 64))
+def test_fuzz_safetensors(tmp_path, changes, cut):
+    good = _valid_safetensors(tmp_path)
+    path = tmp_path / "fuzz.safetensors"
+    path.write_bytes(_mutated(good, changes, cut))
+    _reads_or_refuses(path)
+
+
+@FUZZ
+@given(changes=mutations, cut=st.integers(0, 4096))
+def test_fuzz_gguf(tmp_path, changes, cut):
+    path, good = _valid_gguf(tmp_path)
+    # aim half the mutations at the header, where the counts and offsets live
+    header = [(at % 600, v) if i % 2 else (at, v) for i, (at, v) in enumerate(changes)]
+    bad = tmp_path / "fuzz.gguf"
+    bad.write_bytes(_mutated(good, header, cut))
+    _reads_or_refuses(bad)
