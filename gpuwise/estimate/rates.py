@@ -12,6 +12,7 @@ from importlib import resources
 from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.kernel_rates import KernelRates
 from gpuwise.helpers import GpuwiseError
 
 PHASES = ("inference", "decode", "training")
@@ -53,6 +54,8 @@ class DeviceRates:
     # The eager runtime's measured cost per dispatched op and fixed cost per step, by phase.
     runtime_op_s: dict[str, float] = field(default_factory=dict)
     runtime_step_s: dict[str, float] = field(default_factory=dict)
+    # Kernels timed at model shapes (linear grid, SDPA, elementwise), where probed.
+    kernels: KernelRates | None = None
 
     def gemv_rate(self, matrix_bytes: float, dtype: str) -> float | None:
         """Bytes/s a one-row matmul streams a weight of this size at, where measured."""
@@ -146,6 +149,7 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
                             op_overhead_s: float, view_overhead_s: float,
                             row_curves: dict[str, tuple[tuple[float, float], ...]] | None = None,
                             runtime: dict[str, Any] | None = None,
+                            kernels: dict[str, Any] | None = None,
                             ) -> DeviceRates:  # fmt: skip
     """Rates measured on this machine by `gpuwise probe` (efficiency already included)."""
     peaks = {k: max(r for _, r in v) for k, v in matmul_curves.items() if v}
@@ -163,4 +167,5 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         gemv_curves={k: tuple((b, r) for b, r in v) for k, v in rt.get("gemv", {}).items()},
         runtime_op_s={p: rt[f"{p}_op_s"] for p in PHASES if f"{p}_op_s" in rt},
         runtime_step_s={p: rt[f"{p}_step_s"] for p in PHASES if f"{p}_step_s" in rt},
+        kernels=KernelRates.from_record(kernels) if kernels else None,
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
@@ -186,11 +186,13 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     fwd = phase_time("forward", ops, rates, dtype, overhead / 3)
     # Backward computes two matmuls per forward one; frozen LoRA bases skip the weight grad.
     back_scale = 2.0 if plan.finetune == "full" else 1.1
-    bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3, scale=back_scale)
+    direction = "backward" if plan.finetune == "full" else "forward"
+    bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3, scale=back_scale,
+                     direction=direction)  # fmt: skip
     if plan.checkpointing:
         recompute = phase_time("recompute", ops, rates, dtype, overhead / 3)
         bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3 + recompute.overhead_s,
-                         scale=back_scale + 1.0)  # fmt: skip
+                         scale=back_scale + 1.0, direction=direction)  # fmt: skip
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     optimizer = phase_time("optimizer", _optimizer_ops(plan, trainable / plan.tp), rates, "fp32",
@@ -208,5 +210,8 @@ def _split(op: Op, tp: int) -> Op:
     """Tensor parallelism divides each layer's matrices and heads over `tp` devices."""
     if tp == 1 or op.name in ("embedding", "residual", "layernorm", "rmsnorm"):
         return op
-    return Op(op.name, op.kind, op.flops / tp, op.bytes / tp, op.count, op.m, op.n // tp, op.k,
-              op.weight_bytes / tp)  # fmt: skip
+    if op.kind == "attention":  # heads are split; each still attends to the whole context
+        return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, m=max(1, op.m // tp),
+                       heads=op.heads // tp)  # fmt: skip
+    return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, n=max(1, op.n // tp),
+                   weight_bytes=op.weight_bytes / tp)  # fmt: skip

@@ -13,15 +13,19 @@ from gpuwise.workload.ops import Op
 
 @dataclass(frozen=True)
 class OpTime:
-    """One operation's time on a device, and what bounds it."""
+    """One operation's time on a device, and what bounds it. `repeat` runs of the bounding
+    time, plus `extra_s` (a forward recomputed under checkpointing), per count."""
 
     op: Op
     compute_s: float
     memory_s: float
+    repeat: float = 1.0
+    extra_s: float = 0.0
+    measured: bool = False  # timed from the probe's kernel at this shape
 
     @property
     def seconds(self) -> float:
-        return self.op.count * max(self.compute_s, self.memory_s)
+        return self.op.count * (self.repeat * max(self.compute_s, self.memory_s) + self.extra_s)
 
     @property
     def bound(self) -> str:
@@ -50,7 +54,47 @@ class PhaseTime:
         return "compute" if compute >= memory else "memory"
 
 
-def time_op(op: Op, rates: DeviceRates, dtype: str) -> OpTime:
+def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
+            scale: float = 1.0) -> OpTime:  # fmt: skip
+    """The op's time: the probe's kernel timing at its shape where there is one, else the
+    roofline. `scale` multiplies the work (backward ~2x forward); with `direction`
+    "backward", a matmul whose backward was probed takes that time, plus a forward per
+    unit of `scale` above 2 (recomputation)."""
+    dtype = op.dtype or dtype
+    measured = _probed_s(op, rates, dtype, "forward")
+    if direction == "backward" and op.kind == "matmul" and measured is not None:
+        backward = _probed_s(op, rates, dtype, "backward")
+        if backward is not None:
+            return _measured(op, rates, dtype, backward, 1.0, (scale - 2.0) * measured)
+    if measured is not None:
+        return _measured(op, rates, dtype, measured, scale)
+    return _roofline(op, rates, dtype, scale)
+
+
+def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float | None:
+    k = rates.kernels
+    if k is None:
+        return None
+    if op.kind == "matmul":
+        return k.linear_s(op.m, op.k, op.n, dtype, direction)
+    if op.kernel == "sdpa" and op.heads:
+        return k.sdpa_s(op.heads, max(1, op.m // op.heads), op.n, op.k, dtype)
+    if op.kernel and op.kind != "embedding":
+        rate = k.elementwise_rate(op.kernel, dtype)
+        return op.bytes / rate if rate else None
+    return None
+
+
+def _measured(op: Op, rates: DeviceRates, dtype: str, seconds: float, repeat: float,
+              extra_s: float = 0.0) -> OpTime:  # fmt: skip
+    """A probed time, labelled compute- or memory-bound by where the roofline puts it."""
+    roof = _roofline(op, rates, dtype, 1.0)
+    if roof.bound == "compute":
+        return OpTime(op, seconds, min(roof.memory_s, seconds), repeat, extra_s, True)
+    return OpTime(op, min(roof.compute_s, seconds), seconds, repeat, extra_s, True)
+
+
+def _roofline(op: Op, rates: DeviceRates, dtype: str, repeat: float) -> OpTime:
     if op.kind == "matmul":
         compute = op.flops / rates.matmul_rate(op.m, op.n, op.flops, dtype)
         gemv = rates.gemv_rate(op.weight_bytes, dtype) if op.m < rates.min_rows else None
@@ -58,14 +102,14 @@ def time_op(op: Op, rates: DeviceRates, dtype: str) -> OpTime:
             memory = (
                 op.weight_bytes / gemv + (op.bytes - op.weight_bytes) / rates.memory_bytes_per_s
             )
-            return OpTime(op, compute, memory)
+            return OpTime(op, compute, memory, repeat)
     elif op.kind == "attention":
         # Attention is blocked matmul work over (query rows x key columns) per head.
         compute = op.flops / rates.matmul_rate(op.m, op.n, op.flops, dtype)
     else:
         vector = rates.peak("fp32") * 0.5  # elementwise math runs on vector units
         compute = op.flops / vector
-    return OpTime(op, compute, op.bytes / rates.memory_bytes_per_s)
+    return OpTime(op, compute, op.bytes / rates.memory_bytes_per_s, repeat)
 
 
 def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
@@ -75,15 +119,22 @@ def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
     n_layers = arch.num_layers if layers is None else layers
     kernels = counts["kernels_per_layer"] * n_layers + counts["kernels_model"]
     views = counts["views_per_layer"] * n_layers + counts["views_model"]
+    return dispatch_cost(kernels, views, rates, phase)
+
+
+def dispatch_cost(kernels: float, views: float, rates: DeviceRates, phase: str,
+                  per_step: bool = True) -> float:  # fmt: skip
+    """Seconds to dispatch `kernels` ops and `views` (metadata-only ops) in `phase`; with
+    `per_step`, plus the runtime's measured fixed cost per step."""
     if rates.runtime_op_s:  # measured: the cost of an op in the runtime, views as a third
-        per_op, per_step = rates.op_cost(phase)
-        return (kernels + views / 3) * per_op + per_step
+        per_op, step = rates.op_cost(phase)
+        return (kernels + views / 3) * per_op + (step if per_step else 0.0)
     return kernels * rates.op_overhead_s + views * rates.view_overhead_s
 
 
 def phase_time(name: str, ops: list[Op], rates: DeviceRates, dtype: str, overhead_s: float,
                comm_s: float = 0.0, scale: float = 1.0, kernels: float | None = None,
-               ) -> PhaseTime:  # fmt: skip
+               direction: str = "forward") -> PhaseTime:  # fmt: skip
     """Sum the operations' times; `scale` multiplies the work (backward is ~2x forward).
 
     On an accelerator every kernel also pays a device-side latency (launch, ramp-up and
@@ -91,8 +142,8 @@ def phase_time(name: str, ops: list[Op], rates: DeviceRates, dtype: str, overhea
     dispatch time and the device's time. On a CPU the same cores do both, so they add.
     `kernels` is how many kernels run (default: one per operation).
     """
-    times = tuple(time_op(op, rates, dtype) for op in ops)
-    ops_s = scale * sum(t.seconds for t in times)
+    times = tuple(time_op(op, rates, dtype, direction, scale) for op in ops)
+    ops_s = sum(t.seconds for t in times)
     n_kernels = scale * sum(op.count for op in ops) if kernels is None else kernels
     ops_s += n_kernels * rates.kernel_latency_s
     if rates.kind != "cpu":

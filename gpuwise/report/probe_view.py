@@ -13,39 +13,21 @@ from rich.text import Text
 
 
 def probe_view(quick: bool, quiet: bool) -> tuple[Any, Any]:
-    from gpuwise.measure.probe import run_probe
+    from gpuwise.measure.probe.machine import probe_machine
     from gpuwise.measure.profile_store import save_profile
 
     if quiet or not sys.stderr.isatty():
-        profile = run_probe(quick)
+        profile = probe_machine(quick)
     else:
         columns = (TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn())
         with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("probing", total=1.0)
-            profile = run_probe(quick, lambda what, done: bar.update(
+            profile = probe_machine(quick, lambda what, done: bar.update(
                 task, description=what[:40], completed=done))  # fmt: skip
-    profile = _with_runtime(profile)
     path = save_profile(profile)
     record = json.loads(profile.to_json())
     record["saved_to"] = str(path)
     return record, format_profile(profile, str(path))
-
-
-def _with_runtime(profile: Any) -> Any:
-    """Add the transformers runtime's measured costs when torch and transformers are here."""
-    import dataclasses
-
-    try:
-        from gpuwise.measure.runtime_probe import measure_gemv, measure_runtime_overhead
-
-        runtime: dict[str, Any] = dict(measure_runtime_overhead())
-        runtime["gemv"] = measure_gemv()
-    except ImportError as exc:
-        return dataclasses.replace(profile, missing={**profile.missing,
-                                                     "runtime": f"needs transformers ({exc})"})  # fmt: skip
-    except Exception as exc:  # a reading that fails is NA with its reason, never a crash
-        return dataclasses.replace(profile, missing={**profile.missing, "runtime": repr(exc)})
-    return dataclasses.replace(profile, runtime=runtime)
 
 
 def format_profile(profile: Any, path: str) -> Group:
@@ -72,6 +54,7 @@ def format_profile(profile: Any, path: str) -> Group:
     for dtype, points in (rt.get("gemv") or {}).items():
         gbs = ", ".join(f"{b / 2**20:.0f} MiB: {r / 1e9:.1f}" for b, r in points)
         table.add_row(f"cold GEMV {dtype} (GB/s)", gbs, "")
+    _kernel_rows(table, profile.kernels or {})
     lines = [f"missing: {k}: {v}" for k, v in profile.missing.items()]
     lines += [f"note: {n}" for n in profile.notes]
     lines.append(f"saved to {path}: `--on local` time estimates now use these (source: measured)")
@@ -80,3 +63,21 @@ def format_profile(profile: Any, path: str) -> Group:
 
 def _fraction(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.0f}%"
+
+
+def _kernel_rows(table: Table, kernels: dict[str, Any]) -> None:
+    """One line per dtype for each kernel family measured at model shapes."""
+    for dtype, grid in kernels.get("linear", {}).items():
+        rates = [2 * m * k * n / s for m, k, n, s in grid.get("forward", [])]
+        if rates:
+            table.add_row(f"linear {dtype} (model shapes)",
+                          f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")  # fmt: skip
+    for dtype, modes in kernels.get("sdpa", {}).items():
+        prefill = modes.get("prefill") or []
+        if prefill:
+            q, per_head = prefill[-1]
+            rate = 2 * q * q * 2 * 64 / 2 / per_head
+            table.add_row(f"sdpa {dtype} causal q={q:.0f}", f"{rate / 1e9:,.1f} GFLOP/s", "")
+    for dtype, rates in kernels.get("elementwise", {}).items():
+        text = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in rates.items())
+        table.add_row(f"elementwise {dtype} (GB/s)", text, "")

@@ -27,6 +27,11 @@ class Op:
     n: int = 0
     k: int = 0
     weight_bytes: float = 0.0  # of `bytes`, what the weight matrix contributes
+    # Which probed kernel times it where measured (binary, silu, gelu, sdpa), in which dtype
+    # (empty: the phase's compute dtype); `heads` is batch x heads for sdpa.
+    kernel: str = ""
+    dtype: str = ""
+    heads: int = 0
 
     @property
     def intensity(self) -> float:
@@ -61,9 +66,10 @@ def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = 
 
 
 def _elementwise(name: str, elements: float, passes: float, c: float, count: int,
-                 kind: str = "elementwise") -> Op:  # fmt: skip
+                 kind: str = "elementwise", kernel: str = "binary") -> Op:  # fmt: skip
     """`passes` full read-or-write sweeps over `elements` values of `c` bytes."""
-    return Op(name, kind, elements * passes / 2, elements * passes * c, count)
+    return Op(name, kind, elements * passes / 2, elements * passes * c, count, kernel=kernel,
+              dtype="fp32" if c == 4 else "")  # fmt: skip
 
 
 def _norm(arch: Architecture, s: Shape, count: int) -> Op:
@@ -88,7 +94,8 @@ def _attention(arch: Architecture, s: Shape) -> list[Op]:
     if s.attention == "eager":
         groups = arch.num_heads // arch.num_kv_heads
         if groups > 1:  # repeat_kv materialises keys and values for every query head
-            ops.append(Op("repeat_kv", "elementwise", 0.0, kv_read * (1 + groups), L))
+            ops.append(Op("repeat_kv", "elementwise", 0.0, kv_read * (1 + groups), L,
+                          kernel="binary"))  # fmt: skip
             kv_read *= groups
         scores = s.batch * h * s.tokens * s.context
         # scores matmul write, scale, mask add, fp32 softmax, downcast, read for P @ V
@@ -96,7 +103,8 @@ def _attention(arch: Architecture, s: Shape) -> list[Op]:
                       s.batch * h * s.tokens, s.context, hd))  # fmt: skip
     else:
         ops.append(Op("attention", "attention", flops, kv_read + q_out, L,
-                      s.batch * h * s.tokens, s.context, hd))  # fmt: skip
+                      s.batch * h * s.tokens, s.context, hd, kernel="sdpa",
+                      heads=s.batch * h))  # fmt: skip
     rope = s.rows * (arch.q_dim + arch.kv_dim) * (arch.rotary_dim / max(1, hd))
     if rope:
         ops.append(_elementwise("rotary", rope, 10, c, L))
@@ -125,8 +133,23 @@ def _mlp(arch: Architecture, s: Shape) -> list[Op]:
         n_in = 2 * inner if gated else inner
         ops.append(_matmul("mlp_in", s, n_in, d, layers, rows))
         ops.append(_matmul("mlp_out", s, d, inner, layers, rows))
-        ops.append(_elementwise("activation", rows * inner, 5 if gated else 2, c, layers))
+        ops += _activation(arch, rows * inner, gated, c, layers)
     return ops
+
+
+# transformers' NewGELUActivation is Python: pow, mul, add, mul, tanh, add, mul, mul kernels.
+PYTHON_GELU_PASSES = 18
+
+
+def _activation(arch: Architecture, elements: float, gated: bool, c: float,
+                layers: int) -> list[Op]:  # fmt: skip
+    """The MLP's activation, and for a gated MLP the product of the gate with the up branch."""
+    act = arch.activation.lower()
+    ops = [_elementwise("gate_mul", elements, 3, c, layers)] if gated else []
+    if act == "gelu_new":
+        return [_elementwise("activation", elements, PYTHON_GELU_PASSES, c, layers), *ops]
+    kernel = "silu" if act in ("silu", "swish") else "gelu" if "gelu" in act else "binary"
+    return [_elementwise("activation", elements, 2, c, layers, kernel=kernel), *ops]
 
 
 def forward_ops(arch: Architecture, s: Shape) -> list[Op]:

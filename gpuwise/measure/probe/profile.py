@@ -114,6 +114,8 @@ class Profile:
     schema: int = SCHEMA_VERSION
     # The eager runtime's own costs (gpuwise.measure.runtime_probe), when transformers is here.
     runtime: dict[str, Any] | None = None
+    # Kernels at model shapes (gpuwise.measure.kernel_probe): linear grid, SDPA, elementwise.
+    kernels: dict[str, Any] | None = None
 
     def bandwidth_gbs(self, kind: str = "triad") -> float | None:
         """Measured GB/s of a memory kind (read/copy/triad) or a link (h2d/d2h/d2d)."""

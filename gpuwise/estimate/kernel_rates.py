@@ -1,0 +1,119 @@
+"""Measured kernel times at the shapes a model runs them (from `gpuwise probe`), and how an
+estimate reads them: log-log interpolation on the measured grid, flat rates outside it."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+Grid = dict[tuple[int, int, int], float]  # (m, k, n) -> seconds
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """`linear[dtype][direction]`: seconds of F.linear by (rows, in, out); `sdpa[dtype][mode]`:
+    (length, seconds per batch x head) with head dim 64; `elementwise[dtype][kind]`: bytes/s."""
+
+    linear: dict[str, dict[str, Grid]] = field(default_factory=dict)
+    sdpa: dict[str, dict[str, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
+    elementwise: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> KernelRates:
+        """From the probe's `kernels` record (lists of numbers, as saved in JSON)."""
+        linear = {
+            dtype: {
+                direction: {(int(m), int(k), int(n)): float(s) for m, k, n, s in points}
+                for direction, points in by_direction.items() if points
+            }
+            for dtype, by_direction in record.get("linear", {}).items()
+        }  # fmt: skip
+        sdpa = {
+            dtype: {mode: tuple(sorted((float(x), float(s)) for x, s in pts))
+                    for mode, pts in modes.items() if pts}
+            for dtype, modes in record.get("sdpa", {}).items()
+        }  # fmt: skip
+        return cls(linear, sdpa, dict(record.get("elementwise", {})))
+
+    def linear_s(self, m: int, k: int, n: int, dtype: str, direction: str = "forward",
+                 ) -> float | None:  # fmt: skip
+        """Seconds of an (m x k) @ (k x n)^T linear, or None where the grid lacks the dtype."""
+        grid = self.linear.get(dtype, {}).get(direction)
+        if not grid or min(m, k, n) <= 0:
+            return None
+        rate = _grid_rate(grid, (m, k, n))
+        # The grid's rates count a forward's FLOPs in either direction: times come back.
+        return None if rate is None else 2.0 * m * k * n / rate
+
+    def sdpa_s(self, heads: int, queries: int, keys: int, head_dim: int, dtype: str,
+               ) -> float | None:  # fmt: skip
+        """Seconds of SDPA over `heads` (batch x heads) rows: a decode step (one query) or a
+        causal prefill (queries == keys); None where not measured."""
+        modes = self.sdpa.get(dtype, {})
+        mode, length = ("decode", keys) if queries == 1 else ("prefill", queries)
+        curve = modes.get(mode)
+        if not curve:
+            return None
+        # Time grows with work: kv positions for decode, q x kv / 2 for causal prefill.
+        power = 1.0 if mode == "decode" else 2.0
+        per_head = _loglog(curve, length, power)
+        if mode == "prefill" and keys != queries:  # a chunk against a longer cache
+            per_head *= keys / queries
+        return heads * per_head * head_dim / 64
+
+    def elementwise_rate(self, kind: str, dtype: str) -> float | None:
+        """Bytes/s of an elementwise kernel of this kind (binary, silu, gelu)."""
+        rates = self.elementwise.get(dtype) or {}
+        return rates.get(kind) or rates.get("binary")
+
+
+def _loglog(curve: tuple[tuple[float, float], ...], x: float, power: float) -> float:
+    """Interpolate log(seconds) in log(x); beyond the ends, seconds scale as x**power."""
+    xs = [math.log(p) for p, _ in curve]
+    lx = math.log(max(x, 1.0))
+    if lx <= xs[0]:
+        return curve[0][1] * (max(x, 1.0) / curve[0][0]) ** power
+    if lx >= xs[-1]:
+        return curve[-1][1] * (x / curve[-1][0]) ** power
+    i = bisect.bisect_left(xs, lx)
+    t = (lx - xs[i - 1]) / (xs[i] - xs[i - 1])
+    ly = (1 - t) * math.log(curve[i - 1][1]) + t * math.log(curve[i][1])
+    return math.exp(ly)
+
+
+def _grid_rate(grid: Grid, point: tuple[int, int, int]) -> float | None:
+    """FLOP/s at (m, k, n): trilinear in log space over the measured grid; each coordinate
+    clamped to the measured range (a bigger matmul runs at the edge's rate)."""
+    axes = [sorted({key[i] for key in grid}) for i in range(3)]
+    weights: list[list[tuple[int, float]]] = []
+    for axis, value in zip(axes, point, strict=True):
+        weights.append(_bracket(axis, value))
+    log_rate, total = 0.0, 0.0
+    for m, wm in weights[0]:
+        for k, wk in weights[1]:
+            for n, wn in weights[2]:
+                w = wm * wk * wn
+                if not w:
+                    continue
+                seconds = grid.get((m, k, n))
+                if not seconds:
+                    return None  # a hole in the grid: fall back to the other curves
+                log_rate += w * math.log(2.0 * m * k * n / seconds)
+                total += w
+    return math.exp(log_rate / total) if total else None
+
+
+def _bracket(axis: list[int], value: int) -> list[tuple[int, float]]:
+    """The grid values around `value` with their linear weights in log space."""
+    if value <= axis[0]:
+        return [(axis[0], 1.0)]
+    if value >= axis[-1]:
+        return [(axis[-1], 1.0)]
+    i = bisect.bisect_left(axis, value)
+    if axis[i] == value:
+        return [(value, 1.0)]
+    lo, hi = math.log(axis[i - 1]), math.log(axis[i])
+    t = (math.log(value) - lo) / (hi - lo)
+    return [(axis[i - 1], 1 - t), (axis[i], t)]

@@ -1,0 +1,189 @@
+"""Probe the kernels a transformer actually runs, at the shapes it runs them.
+
+The square-matrix sweep says what the BLAS can do; a model's time goes to other shapes and
+other kernels. On a 2-core CPU, for example, a (512 x 576) @ (576 x 1536) projection runs
+at two thirds of the square rate, bf16 SDPA attention at a sixth of the bf16 matmul rate,
+and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtype:
+
+- `linear`: F.linear forward, and its backward (the input and weight gradients, two
+  matmuls), over a grid of rows m x input width k x output width n, cycling through copies
+  of the weight that together exceed the last-level cache, as a forward pass over a model
+  that does not fit in cache reads its weights from memory;
+- `sdpa`: scaled_dot_product_attention per (batch x head), head dim 64: decode (one query
+  against kv positions) and causal prefill (q = kv);
+- `elementwise`: bytes/s of a binary op (mul), of SiLU and of tanh-GELU, on an
+  activation-sized tensor.
+
+Each point is the best of its repeats after warm-up: with two threads on two cores, a call
+that shares a core with anything else waits a scheduler tick (4-8 ms here), and the best
+call is the kernel's own time. torch is imported inside.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+Progress = Callable[[str, float], None]
+
+HEAD_DIM = 64
+SDPA_HEADS = 16  # batch x heads per timed call; the time per head is what is stored
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    dtypes: tuple[str, ...] = ("fp32", "bf16")
+    rows: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
+    widths: tuple[int, ...] = (512, 1024, 2048, 4096)
+    backward_rows: tuple[int, ...] = (128, 512, 1024)
+    sdpa_decode_kv: tuple[int, ...] = (128, 512, 2048, 8192)
+    sdpa_prefill_q: tuple[int, ...] = (64, 256, 1024, 2048)
+    elementwise_elements: int = 2**21
+    cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
+    target_s: float = 0.04  # timed seconds per point
+    repeats: tuple[int, int] = (2, 30)
+
+    def steps(self) -> int:
+        per_dtype = len(self.rows) * len(self.widths) ** 2
+        per_dtype += len(self.backward_rows) * len(self.widths) ** 2
+        per_dtype += len(self.sdpa_decode_kv) + len(self.sdpa_prefill_q) + 1
+        return per_dtype * len(self.dtypes)
+
+
+def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = None,
+                    device: str = "cpu", cache_bytes: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """{"linear": {dtype: {"forward": [[m, k, n, s]], "backward": [...]}}, "sdpa": {dtype:
+    {"decode": [[kv, s_per_head]], "prefill": [[q, s_per_head]]}}, "elementwise": {dtype:
+    {"binary"|"silu"|"gelu": bytes_per_s}}, "missing": {what: why}}."""
+    import torch
+
+    plan = plan or KernelPlan()
+    if cache_bytes:
+        plan = _with_cold_set(plan, cache_bytes)
+    k = _Kernels(torch, torch.device(device), plan, progress)
+    out: dict[str, Any] = {"linear": {}, "sdpa": {}, "elementwise": {}, "missing": {}}
+    for dtype in plan.dtypes:
+        for part, fn in (("linear", k.linear), ("sdpa", k.sdpa), ("elementwise", k.elementwise)):
+            try:
+                out[part][dtype] = fn(dtype)
+            except Exception as exc:  # a kernel the backend lacks: NA with the reason
+                out["missing"][f"{part}.{dtype}"] = f"{type(exc).__name__}: {exc}"
+    if progress:
+        progress("kernels done", 1.0)
+    return out
+
+
+def _with_cold_set(plan: KernelPlan, cache_bytes: int) -> KernelPlan:
+    from dataclasses import replace
+
+    return replace(plan, cold_set_bytes=max(plan.cold_set_bytes, 4 * cache_bytes))
+
+
+class _Cycle:
+    """Hands out the weight copies in turn, so each call reads a weight not in cache."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items, self.i = items, 0
+
+    def next(self) -> Any:
+        self.i = (self.i + 1) % len(self.items)
+        return self.items[self.i]
+
+
+class _Kernels:
+    def __init__(self, torch: Any, device: Any, plan: KernelPlan, progress: Progress | None):
+        self.t, self.device, self.plan, self.progress = torch, device, plan, progress
+        self.done, self.total = 0, plan.steps()
+        self.types = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+    def _step(self, label: str) -> None:
+        if self.progress:
+            self.progress(label, min(self.done / self.total, 0.999))
+        self.done += 1
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self.t.cuda.synchronize()
+
+    def _best(self, op: Callable[[], object]) -> float:
+        """Best seconds of one call after warm-up, repeated to about `target_s`."""
+        op()
+        self._sync()
+        start = time.perf_counter()
+        op()
+        self._sync()
+        warm = max(time.perf_counter() - start, 1e-7)
+        lo, hi = self.plan.repeats
+        times = []
+        for _ in range(max(lo, min(hi, int(self.plan.target_s / warm)))):
+            start = time.perf_counter()
+            op()
+            self._sync()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    def _tensor(self, *shape: int, dtype: str) -> Any:
+        # Values in [-1, 1): no denormals or overflow to slow or break a kernel.
+        return self.t.rand(*shape, device=self.device).sub_(0.5).to(self.types[dtype])
+
+    def _weights(self, k: int, n: int, dtype: str) -> list[Any]:
+        size = k * n * self.t.empty((), dtype=self.types[dtype]).element_size()
+        copies = max(1, min(64, self.plan.cold_set_bytes // size))
+        first = self._tensor(n, k, dtype=dtype)
+        return [first] + [first.clone() for _ in range(copies - 1)]
+
+    def linear(self, dtype: str) -> dict[str, list[list[float]]]:
+        plan = self.plan
+        fwd: list[list[float]] = []
+        bwd: list[list[float]] = []
+        for k in plan.widths:
+            for n in plan.widths:
+                weights = _Cycle(self._weights(k, n, dtype))
+                for m in plan.rows:
+                    self._step(f"linear {dtype} {m}x{k}->{n}")
+                    x = self._tensor(m, k, dtype=dtype)
+                    fwd.append([m, k, n, self._best(partial(self._forward, x, weights))])
+                for m in plan.backward_rows:
+                    self._step(f"linear backward {dtype} {m}x{k}->{n}")
+                    x, grad = self._tensor(m, k, dtype=dtype), self._tensor(m, n, dtype=dtype)
+                    bwd.append([m, k, n, self._best(partial(self._backward, x, grad, weights))])
+        return {"forward": fwd, "backward": bwd}
+
+    def _forward(self, x: Any, weights: _Cycle) -> object:
+        return self.t.nn.functional.linear(x, weights.next())
+
+    def _backward(self, x: Any, grad: Any, weights: _Cycle) -> object:
+        """What autograd runs for F.linear: the input's and the weight's gradient."""
+        return self.t.mm(grad, weights.next()), self.t.mm(grad.t(), x)
+
+    def sdpa(self, dtype: str) -> dict[str, list[list[float]]]:
+        heads, plan = SDPA_HEADS, self.plan
+        decode, prefill = [], []
+        for kv in plan.sdpa_decode_kv:
+            self._step(f"sdpa {dtype} decode kv {kv}")
+            qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for n in (1, kv, kv)]
+            decode.append([kv, self._best(partial(self._attend, qkv, False)) / heads])
+        for n in plan.sdpa_prefill_q:
+            self._step(f"sdpa {dtype} prefill {n}")
+            qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for _ in range(3)]
+            prefill.append([n, self._best(partial(self._attend, qkv, True)) / heads])
+        return {"decode": decode, "prefill": prefill}
+
+    def _attend(self, qkv: list[Any], causal: bool) -> object:
+        return self.t.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
+
+    def elementwise(self, dtype: str) -> dict[str, float]:
+        t, n = self.t, self.plan.elementwise_elements
+        self._step(f"elementwise {dtype}")
+        a, b = self._tensor(n, dtype=dtype), self._tensor(n, dtype=dtype)
+        out = t.empty_like(a)
+        size = n * a.element_size()
+        gelu = t.nn.functional.gelu
+        return {
+            "binary": 3 * size / self._best(lambda: t.mul(a, b, out=out)),
+            "silu": 2 * size / self._best(lambda: t.nn.functional.silu(a)),
+            "gelu": 2 * size / self._best(lambda: gelu(a, approximate="tanh")),
+        }

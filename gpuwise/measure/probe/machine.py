@@ -1,0 +1,66 @@
+"""The whole `gpuwise probe`: the generic measurements, then (with torch) the kernels at
+model shapes and the transformers runtime's own costs, one progress bar across all three."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpuwise.measure.probe.profile import Profile, Progress
+from gpuwise.measure.probe.run import run_probe
+
+# Share of the progress bar each part takes (they take about these shares of the time).
+GENERIC, KERNELS = 0.35, 0.55
+
+
+def probe_machine(quick: bool, progress: Progress | None = None) -> Profile:
+    """Measure this machine and return the profile (not saved). Parts that cannot run are
+    listed in `missing` with the reason; nothing raises."""
+    profile = run_probe(quick, _part(progress, 0.0, GENERIC if not quick else 0.8))
+    if quick:
+        profile = _missing(profile, "kernels", "quick probe: kernels at model shapes not "
+                           "measured (run `gpuwise probe` without --quick)")  # fmt: skip
+    elif profile.backend in ("torch-cpu", "torch-cuda"):
+        profile = _with_kernels(profile, _part(progress, GENERIC, KERNELS))
+    else:
+        profile = _missing(profile, "kernels", f"needs torch (backend {profile.backend})")
+    if progress:
+        progress("transformers runtime costs", 0.9)
+    return _with_runtime(profile)
+
+
+def _part(progress: Progress | None, start: float, share: float) -> Progress | None:
+    if progress is None:
+        return None
+    report = progress
+    return lambda label, done: report(label, start + share * min(done, 1.0))
+
+
+def _missing(profile: Profile, key: str, why: str) -> Profile:
+    return dataclasses.replace(profile, missing={**profile.missing, key: why})
+
+
+def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
+    try:
+        from gpuwise.measure.kernel_probe import measure_kernels
+
+        device = "cuda" if profile.backend == "torch-cuda" else "cpu"
+        kernels = measure_kernels(None, progress, device, profile.cache_bytes)
+    except Exception as exc:  # a reading that fails is NA with its reason, never a crash
+        return _missing(profile, "kernels", f"{type(exc).__name__}: {exc}")
+    missing = {f"kernels.{k}": v for k, v in kernels.pop("missing", {}).items()}
+    return dataclasses.replace(profile, kernels=kernels, missing={**profile.missing, **missing})
+
+
+def _with_runtime(profile: Profile) -> Profile:
+    """Add the transformers runtime's measured costs when torch and transformers are here."""
+    try:
+        from gpuwise.measure.runtime_probe import measure_gemv, measure_runtime_overhead
+
+        runtime: dict[str, Any] = dict(measure_runtime_overhead())
+        runtime["gemv"] = measure_gemv()
+    except ImportError as exc:
+        return _missing(profile, "runtime", f"needs transformers ({exc})")
+    except Exception as exc:  # a reading that fails is NA with its reason, never a crash
+        return _missing(profile, "runtime", repr(exc))
+    return dataclasses.replace(profile, runtime=runtime)

@@ -1,0 +1,135 @@
+"""Kernels timed at model shapes: how estimates read the probe's grids, and the probe itself."""
+
+from dataclasses import replace
+
+import pytest
+from catalogue_archs import arch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwise.catalog import find_hardware
+from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.estimate.kernel_rates import KernelRates
+from gpuwise.estimate.rates import rates_from_spec
+from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.timing import time_op
+from gpuwise.workload.ops import Op
+
+ROWS, WIDTHS = (1, 16, 256), (512, 2048)
+
+
+def _rate(m: int) -> float:
+    """A made-up machine: 1 GFLOP/s per row up to 100 GFLOP/s."""
+    return min(100e9, 1e9 * m)
+
+
+def _record(backward_factor: float = 2.5) -> dict:
+    fwd = [[m, k, n, 2 * m * k * n / _rate(m)] for m in ROWS for k in WIDTHS for n in WIDTHS]
+    bwd = [[m, k, n, backward_factor * 2 * m * k * n / _rate(m)] for m in (256,)
+           for k in WIDTHS for n in WIDTHS]  # fmt: skip
+    return {
+        "linear": {"fp32": {"forward": fwd, "backward": bwd}},
+        "sdpa": {"fp32": {"decode": [[128, 1e-5], [512, 4e-5]],
+                          "prefill": [[64, 1e-5], [256, 1.6e-4]]}},
+        "elementwise": {"fp32": {"binary": 40e9, "silu": 20e9, "gelu": 10e9}},
+    }  # fmt: skip
+
+
+KERNELS = KernelRates.from_record(_record())
+CPU = replace(rates_from_spec(find_hardware("h100-sxm")), kind="cpu", kernel_latency_s=0.0)
+
+
+def test_grid_points_come_back_exactly():
+    for m in ROWS:
+        for k in WIDTHS:
+            for n in WIDTHS:
+                assert KERNELS.linear_s(m, k, n, "fp32") == pytest.approx(2 * m * k * n / _rate(m))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 4096), st.integers(64, 16384), st.integers(64, 16384))
+def test_interpolated_rate_stays_within_the_measured_range(m, k, n):
+    seconds = KERNELS.linear_s(m, k, n, "fp32")
+    rate = 2 * m * k * n / seconds
+    assert 1e9 * (1 - 1e-9) <= rate <= 100e9 * (1 + 1e-9)
+    # Between two measured row counts the rate lies between theirs (the widths don't matter
+    # on this made-up machine).
+    below = max(r for r in ROWS if r <= m)
+    above = min((r for r in ROWS if r >= m), default=ROWS[-1])
+    assert _rate(below) * 0.999 <= rate <= _rate(above) * 1.001
+
+
+def test_beyond_the_grid_time_scales_with_work():
+    big = KERNELS.linear_s(4096, 8192, 8192, "fp32")
+    edge = KERNELS.linear_s(256, 2048, 2048, "fp32")
+    assert big == pytest.approx(edge * (4096 * 8192 * 8192) / (256 * 2048 * 2048))
+
+
+def test_backward_reads_its_own_grid_and_a_missing_dtype_gives_none():
+    fwd = KERNELS.linear_s(256, 512, 2048, "fp32")
+    assert KERNELS.linear_s(256, 512, 2048, "fp32", "backward") == pytest.approx(2.5 * fwd)
+    assert KERNELS.linear_s(256, 512, 2048, "bf16") is None
+
+
+def test_a_hole_in_the_grid_falls_back():
+    record = _record()
+    record["linear"]["fp32"]["forward"] = record["linear"]["fp32"]["forward"][1:]
+    assert KernelRates.from_record(record).linear_s(1, 512, 600, "fp32") is None
+
+
+def test_sdpa_decode_is_linear_in_keys_and_prefill_quadratic_beyond_the_grid():
+    assert KERNELS.sdpa_s(8, 1, 128, 64, "fp32") == pytest.approx(8e-5)
+    assert KERNELS.sdpa_s(8, 1, 1024, 64, "fp32") == pytest.approx(8 * 4e-5 * 2)
+    assert KERNELS.sdpa_s(1, 512, 512, 64, "fp32") == pytest.approx(1.6e-4 * 4)
+    assert KERNELS.sdpa_s(1, 64, 64, 128, "fp32") == pytest.approx(2e-5)  # head dim 128
+    # log-log between points: 128 and 512 keys give 1e-5 and 4e-5, so 256 gives 2e-5.
+    assert KERNELS.sdpa_s(1, 1, 256, 64, "fp32") == pytest.approx(2e-5)
+
+
+def test_time_op_uses_probed_kernels():
+    rates = replace(CPU, kernels=KERNELS)
+    mm = Op("mlp_in", "matmul", 2 * 16 * 512 * 2048, 1e6, 3, 16, 2048, 512, 5e5)
+    assert time_op(mm, rates, "fp32").seconds == pytest.approx(3 * 2 * 16 * 512 * 2048 / 16e9)
+    act = Op("activation", "elementwise", 1e6, 2e6 * 4, 2, kernel="silu")
+    assert time_op(act, rates, "fp32").seconds == pytest.approx(2 * 8e6 / 20e9)
+    big = Op("mlp_in", "matmul", 2 * 256 * 512 * 2048, 1e6, 1, 256, 2048, 512, 5e5)
+    fwd = time_op(big, rates, "fp32").seconds
+    assert time_op(big, rates, "fp32", "backward", 2.0).seconds == pytest.approx(2.5 * fwd)
+    # checkpointing: the backward plus one recomputed forward
+    assert time_op(big, rates, "fp32", "backward", 3.0).seconds == pytest.approx(3.5 * fwd)
+    # no probe: the roofline, scaled
+    plain = time_op(big, CPU, "fp32", "backward", 2.0)
+    assert not plain.measured and plain.seconds == pytest.approx(
+        2 * time_op(big, CPU, "fp32").seconds
+    )
+
+
+def test_estimates_use_the_kernels_and_stay_positive():
+    gpt2 = arch("gpt2")
+    rates = replace(CPU, kernels=KERNELS)
+    plan = InferencePlan(batch=1, prompt_tokens=256, new_tokens=16, weights="fp32")
+    with_kernels = estimate_inference_time(gpt2, plan, rates)
+    assert any(t.measured for t in with_kernels.prefill.ops)
+    train = estimate_training_time(gpt2, TrainingPlan(batch=1, seq=256, dtype="fp32"), rates)
+    assert train.backward.seconds > train.forward.seconds > 0
+
+
+@pytest.mark.torch
+def test_the_kernel_probe_measures_a_tiny_plan():
+    pytest.importorskip("torch")
+    from gpuwise.measure.kernel_probe import KernelPlan, measure_kernels
+
+    plan = KernelPlan(dtypes=("fp32",), rows=(1, 8), widths=(64, 128), backward_rows=(16,),
+                      sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), elementwise_elements=4096,
+                      cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
+    seen = []
+    out = measure_kernels(plan, lambda label, done: seen.append(done))
+    assert not out["missing"]
+    assert (
+        len(out["linear"]["fp32"]["forward"]) == 8 and len(out["linear"]["fp32"]["backward"]) == 4
+    )
+    assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
+    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu"}
+    assert seen == sorted(seen) and seen[-1] == 1.0
+    rates = KernelRates.from_record(out)
+    assert rates.linear_s(4, 100, 100, "fp32") > 0 and rates.sdpa_s(4, 1, 64, 64, "fp32") > 0
