@@ -29,8 +29,12 @@ WORKLOAD = [
     _opt("output", int, 256, "inference: generated tokens per request"),
     _opt("latency_ms", float | None, None, "inference: target time per output token, ms"),
     _opt("ttft_ms", float | None, None, "inference: target time to first token, ms"),
-    _opt("utilisation", str, "60%", "inference: busy share each replica is sized for "
-         "(0.6 or 60%; headroom for peaks)"),
+    _opt(
+        "utilisation",
+        str,
+        "60%",
+        "inference: busy share each replica is sized for (0.6 or 60%; headroom for peaks)",
+    ),
     _opt("hours_per_day", float, 24.0, "inference: hours a day the service runs"),
     _opt("weights", str, "bf16", "inference: accelerator weight format (CPUs try fp32/int8/int4)"),
     _opt("runtime", str, "transformers", "inference: transformers or compiled"),
@@ -45,8 +49,12 @@ WORKLOAD = [
     _opt("lora_rank", int, 16, "training: LoRA rank"),
     _opt("checkpointing", bool, False, "training: activation checkpointing", "--checkpointing"),
     _opt("measured_util", str | None, None, "busy share measured by `gpuwise watch` (0.3 or 30%)"),
-    _opt("api_price_per_mtok", str | None, None, "hosted API price per million tokens, "
-         "'INPUT,OUTPUT' or one price for both (USD)"),
+    _opt(
+        "api_price_per_mtok",
+        str | None,
+        None,
+        "hosted API price per million tokens, 'INPUT,OUTPUT' or one price for both (USD)",
+    ),
 ]
 ASSUMPTIONS = [
     _opt("electricity", float | None, None, "USD per kWh"),
