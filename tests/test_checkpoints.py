@@ -7,6 +7,8 @@ import json
 import struct
 import sys
 
+import numpy as np
+
 import pytest
 
 pytest.importorskip("safetensors")
@@ -297,3 +299,24 @@ def test_fuzz_gguf(tmp_path, changes, cut):
     bad = tmp_path / "fuzz.gguf"
     bad.write_bytes(_mutated(good, header, cut))
     _reads_or_refuses(bad)
+
+
+def test_gguf_metadata_arrays_read_without_walking_elements(tmp_path):
+    import gguf
+
+    path = tmp_path / "arrays.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_token_list([f"t{i}" for i in range(1000)])
+    w.add_array("llama.attention.head_count", [4, 8, 4])
+    w.add_tensor("x", np.zeros(4, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    from gpuwise.catalog.checkpoints.gguf_config import metadata_values
+    from gpuwise.catalog.checkpoints.gguf_reader import _open
+
+    gg, reader = _open(path)
+    values = metadata_values(gg, reader)
+    assert values["tokenizer.ggml.tokens.length"] == 1000
+    assert values["llama.attention.head_count"] == [4, 8, 4]

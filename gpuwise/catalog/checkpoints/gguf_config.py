@@ -24,8 +24,9 @@ def metadata_values(gguf: Any, reader: Any) -> dict[str, Any]:
         if key.startswith("GGUF.") or not field.types:
             continue
         if field.types[0] == value_type.ARRAY:
-            out[key + ".length"] = len(field.data)
-            if field.types[-1] != value_type.STRING and len(field.data) <= MAX_SCALAR_ARRAY:
+            length = int(field.parts[4][0])  # key length, key, type, item type, length, ...
+            out[key + ".length"] = length
+            if field.types[-1] != value_type.STRING and length <= MAX_SCALAR_ARRAY:
                 out[key] = field.contents()
             continue
         out[key] = field.contents()

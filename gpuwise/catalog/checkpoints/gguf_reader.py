@@ -63,11 +63,33 @@ def _bounded_reader_class(gguf: Any) -> Any:
                                  "file can hold")  # fmt: skip
             if self._depth >= MAX_NESTING:
                 raise _Malformed("metadata arrays nested too deep")
+            if self.byte_order == "I" and item_type in scalar_sizes:
+                return self._scalar_array(orig_offs, item_type, length)
+            if self.byte_order == "I" and item_type == value_type.STRING:
+                return self._string_array(orig_offs, length)
             self._depth += 1
             try:
                 return super()._get_field_parts(orig_offs, raw_type)
             finally:
                 self._depth -= 1
+
+        # gguf walks arrays one element at a time (seconds for a 128K vocabulary); gpuwise
+        # needs only the numbers and the lengths, so scalars are one view and strings a skip.
+        def _scalar_array(self, offs: int, item_type: int, length: int) -> Any:
+            head = [self._get(offs, np.uint32), self._get(offs + 4, np.uint64)]
+            values = self._get(offs + 12, gguf.GGUFReader.gguf_scalar_to_np[item_type], length)
+            return 12 + int(values.nbytes), [*head, values], [2], [value_type.ARRAY, item_type]
+
+        def _string_array(self, offs: int, length: int) -> Any:
+            head = [self._get(offs, np.uint32), self._get(offs + 4, np.uint64)]
+            buf, at, size = memoryview(self.data), offs + 12, self.data.size
+            for _ in range(length):
+                if at + 8 > size:
+                    raise _Malformed("a string array runs past the end of the file: truncated")
+                at += 8 + int.from_bytes(buf[at : at + 8], "little")
+            if at > size:
+                raise _Malformed("a string array runs past the end of the file: truncated")
+            return at - offs, head, [], [value_type.ARRAY, value_type.STRING]
 
         def _build_fields(self, offs: int, count: int) -> int:
             if int(count) * 13 > self.data.size - offs:  # key length + type + one byte, at least
