@@ -8,7 +8,6 @@ import struct
 import sys
 
 import numpy as np
-
 import pytest
 
 pytest.importorskip("safetensors")
