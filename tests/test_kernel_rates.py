@@ -30,7 +30,8 @@ def _record(backward_factor: float = 2.5) -> dict:
     return {
         "linear": {"fp32": {"forward": fwd, "backward": bwd}},
         "sdpa": {"fp32": {"decode": [[128, 1e-5], [512, 4e-5]],
-                          "prefill": [[64, 1e-5], [256, 1.6e-4]]}},
+                          "prefill": [[64, 1e-5], [256, 1.6e-4]],
+                          "backward": [[64, 3e-5], [256, 4.8e-4]]}},
         "elementwise": {"fp32": {"binary": 40e9, "silu": 20e9, "gelu": 10e9}},
     }  # fmt: skip
 
@@ -82,6 +83,7 @@ def test_sdpa_decode_is_linear_in_keys_and_prefill_quadratic_beyond_the_grid():
     assert KERNELS.sdpa_s(8, 1, 1024, 64, "fp32") == pytest.approx(8 * 4e-5 * 2)
     assert KERNELS.sdpa_s(1, 512, 512, 64, "fp32") == pytest.approx(1.6e-4 * 4)
     assert KERNELS.sdpa_s(1, 64, 64, 128, "fp32") == pytest.approx(2e-5)  # head dim 128
+    assert KERNELS.sdpa_s(2, 128, 128, 64, "fp32", backward=True) == pytest.approx(2 * 1.2e-4)
     # log-log between points: 128 and 512 keys give 1e-5 and 4e-5, so 256 gives 2e-5.
     assert KERNELS.sdpa_s(1, 1, 256, 64, "fp32") == pytest.approx(2e-5)
 
@@ -120,7 +122,8 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     from gpuwise.measure.kernel_probe import KernelPlan, measure_kernels
 
     plan = KernelPlan(dtypes=("fp32",), rows=(1, 8), widths=(64, 128), backward_rows=(16,),
-                      sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), elementwise_elements=4096,
+                      sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), sdpa_backward_q=(32,),
+                      elementwise_elements=4096,
                       cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
     seen = []
     out = measure_kernels(plan, lambda label, done: seen.append(done))
@@ -133,3 +136,20 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     assert seen == sorted(seen) and seen[-1] == 1.0
     rates = KernelRates.from_record(out)
     assert rates.linear_s(4, 100, 100, "fp32") > 0 and rates.sdpa_s(4, 1, 64, 64, "fp32") > 0
+    assert rates.sdpa_s(4, 64, 64, 64, "fp32", backward=True) > 0
+
+
+def test_a_kernel_probe_that_fails_is_missing_with_its_reason(monkeypatch):
+    pytest.importorskip("torch")
+    from gpuwise.measure import kernel_probe
+    from gpuwise.measure.probe import NullBackend, ProbePlan, probe_with
+    from gpuwise.measure.probe.machine import _with_kernels
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no SDPA here")
+
+    monkeypatch.setattr(kernel_probe, "measure_kernels", broken)
+    plan = ProbePlan.for_mode(True, 2**20)
+    profile = probe_with(NullBackend(), plan, fingerprint="test")
+    after = _with_kernels(profile, None)
+    assert after.kernels is None and "no SDPA here" in after.missing["kernels"]

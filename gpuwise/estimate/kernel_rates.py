@@ -48,18 +48,19 @@ class KernelRates:
         return None if rate is None else 2.0 * m * k * n / rate
 
     def sdpa_s(self, heads: int, queries: int, keys: int, head_dim: int, dtype: str,
-               ) -> float | None:  # fmt: skip
+               backward: bool = False) -> float | None:  # fmt: skip
         """Seconds of SDPA over `heads` (batch x heads) rows: a decode step (one query) or a
-        causal prefill (queries == keys); None where not measured."""
+        causal prefill (queries == keys), or its backward; None where not measured."""
         modes = self.sdpa.get(dtype, {})
         mode, length = ("decode", keys) if queries == 1 else ("prefill", queries)
+        if backward:
+            mode = "backward"
         curve = modes.get(mode)
         if not curve:
             return None
-        # Time grows with work: kv positions for decode, q x kv / 2 for causal prefill.
-        power = 1.0 if mode == "decode" else 2.0
+        power = 1.0 if mode == "decode" else 2.0  # decode: kv positions; else q x kv / 2
         per_head = _loglog(curve, length, power)
-        if mode == "prefill" and keys != queries:  # a chunk against a longer cache
+        if mode != "decode" and keys != queries:  # a chunk against a longer cache
             per_head *= keys / queries
         return heads * per_head * head_dim / 64
 

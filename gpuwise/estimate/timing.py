@@ -62,7 +62,7 @@ def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
     unit of `scale` above 2 (recomputation)."""
     dtype = op.dtype or dtype
     measured = _probed_s(op, rates, dtype, "forward")
-    if direction == "backward" and op.kind == "matmul" and measured is not None:
+    if direction == "backward" and op.kind in ("matmul", "attention") and measured is not None:
         backward = _probed_s(op, rates, dtype, "backward")
         if backward is not None:
             return _measured(op, rates, dtype, backward, 1.0, (scale - 2.0) * measured)
@@ -78,7 +78,8 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
     if op.kind == "matmul":
         return k.linear_s(op.m, op.k, op.n, dtype, direction)
     if op.kernel == "sdpa" and op.heads:
-        return k.sdpa_s(op.heads, max(1, op.m // op.heads), op.n, op.k, dtype)
+        queries = max(1, op.m // op.heads)
+        return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, direction == "backward")
     if op.kernel and op.kind != "embedding":
         rate = k.elementwise_rate(op.kernel, dtype)
         return op.bytes / rate if rate else None

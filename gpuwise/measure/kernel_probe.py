@@ -10,7 +10,7 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   of the weight that together exceed the last-level cache, as a forward pass over a model
   that does not fit in cache reads its weights from memory;
 - `sdpa`: scaled_dot_product_attention per (batch x head), head dim 64: decode (one query
-  against kv positions) and causal prefill (q = kv);
+  against kv positions) and causal prefill (q = kv), and the causal backward (training);
 - `elementwise`: bytes/s of a binary op (mul), of SiLU and of tanh-GELU, on an
   activation-sized tensor.
 
@@ -41,6 +41,7 @@ class KernelPlan:
     backward_rows: tuple[int, ...] = (128, 512, 1024)
     sdpa_decode_kv: tuple[int, ...] = (128, 512, 2048, 8192)
     sdpa_prefill_q: tuple[int, ...] = (64, 256, 1024, 2048)
+    sdpa_backward_q: tuple[int, ...] = (128, 512, 1024)
     elementwise_elements: int = 2**21
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
     target_s: float = 0.04  # timed seconds per point
@@ -49,14 +50,15 @@ class KernelPlan:
     def steps(self) -> int:
         per_dtype = len(self.rows) * len(self.widths) ** 2
         per_dtype += len(self.backward_rows) * len(self.widths) ** 2
-        per_dtype += len(self.sdpa_decode_kv) + len(self.sdpa_prefill_q) + 1
+        per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
+        per_dtype += len(self.sdpa_prefill_q) + 1
         return per_dtype * len(self.dtypes)
 
 
 def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = None,
                     device: str = "cpu", cache_bytes: int | None = None) -> dict[str, Any]:  # fmt: skip
     """{"linear": {dtype: {"forward": [[m, k, n, s]], "backward": [...]}}, "sdpa": {dtype:
-    {"decode": [[kv, s_per_head]], "prefill": [[q, s_per_head]]}}, "elementwise": {dtype:
+    {"decode"|"prefill"|"backward": [[length, s_per_head]]}}, "elementwise": {dtype:
     {"binary"|"silu"|"gelu": bytes_per_s}}, "missing": {what: why}}."""
     import torch
 
@@ -170,7 +172,16 @@ class _Kernels:
             self._step(f"sdpa {dtype} prefill {n}")
             qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for _ in range(3)]
             prefill.append([n, self._best(partial(self._attend, qkv, True)) / heads])
-        return {"decode": decode, "prefill": prefill}
+        backward = []
+        for n in plan.sdpa_backward_q:
+            self._step(f"sdpa {dtype} backward {n}")
+            qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype).requires_grad_()
+                   for _ in range(3)]  # fmt: skip
+            out = self._attend(qkv, True)
+            grad = self.t.ones_like(out)
+            step = partial(self.t.autograd.grad, out, qkv, grad, retain_graph=True)
+            backward.append([n, self._best(step) / heads])
+        return {"decode": decode, "prefill": prefill, "backward": backward}
 
     def _attend(self, qkv: list[Any], causal: bool) -> object:
         return self.t.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
