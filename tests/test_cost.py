@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cli import run  # the CLI contract's runner: exit code, stdout, stderr
 
 from gpuwise.catalog.costs import load_costs, with_overrides
 from gpuwise.catalog.hardware import find_hardware
-from gpuwise.cli import main
 from gpuwise.cli.common import model_named
 from gpuwise.estimate.advise import advise, serving_options
 from gpuwise.estimate.cost import (
@@ -181,16 +181,6 @@ def test_no_option_meets_the_target(small):
     assert len(result.closest) == 3 and not any(o.meets for o in result.closest)
     ratios = [o.sizing.miss_ratio for o in result.closest]
     assert ratios == sorted(ratios) and ratios[0] > 1
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("args, message", [
