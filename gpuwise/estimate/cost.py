@@ -76,7 +76,9 @@ class OptionCost:
 
     @property
     def usd_per_1000_requests(self) -> float | None:
-        return self.usd_per_month / self.requests_per_month * 1000 if self.requests_per_month else None
+        return (
+            self.usd_per_month / self.requests_per_month * 1000 if self.requests_per_month else None
+        )
 
     @property
     def kwh_per_1000_requests(self) -> float | None:

@@ -39,7 +39,9 @@ class ServeLoad:
     measured_util: float | None = None
 
     def __post_init__(self) -> None:
-        _positive("requests per day", self.requests_per_day, "--requests-per-day or --tokens-per-day")
+        _positive(
+            "requests per day", self.requests_per_day, "--requests-per-day or --tokens-per-day"
+        )
         _positive("prompt length", self.prompt_tokens, "--prompt", 1 << 24)
         _positive("output length", self.output_tokens, "--output", 1 << 24)
         _positive("latency target", self.tpot_ms, "--latency-ms")
