@@ -8,7 +8,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-Grid = dict[tuple[int, int, int], float]  # (m, k, n) -> seconds
+
+@dataclass(frozen=True)
+class Grid:
+    """Seconds by (m, k, n), and the sorted values measured along each axis."""
+
+    seconds: dict[tuple[int, int, int], float]
+    axes: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def of(cls, points: list[list[float]]) -> Grid:
+        seconds = {(int(m), int(k), int(n)): float(s) for m, k, n, s in points}
+        return cls(seconds, tuple(tuple(sorted({key[i] for key in seconds})) for i in range(3)))
 
 
 @dataclass(frozen=True)
@@ -25,7 +36,7 @@ class KernelRates:
         """From the probe's `kernels` record (lists of numbers, as saved in JSON)."""
         linear = {
             dtype: {
-                direction: {(int(m), int(k), int(n)): float(s) for m, k, n, s in points}
+                direction: Grid.of(points)
                 for direction, points in by_direction.items() if points
             }
             for dtype, by_direction in record.get("linear", {}).items()
@@ -87,7 +98,7 @@ def _loglog(curve: tuple[tuple[float, float], ...], x: float, power: float) -> f
 def _grid_rate(grid: Grid, point: tuple[int, int, int]) -> float | None:
     """FLOP/s at (m, k, n): trilinear in log space over the measured grid; each coordinate
     clamped to the measured range (a bigger matmul runs at the edge's rate)."""
-    axes = [sorted({key[i] for key in grid}) for i in range(3)]
+    axes = grid.axes
     weights: list[list[tuple[int, float]]] = []
     for axis, value in zip(axes, point, strict=True):
         weights.append(_bracket(axis, value))
@@ -98,7 +109,7 @@ def _grid_rate(grid: Grid, point: tuple[int, int, int]) -> float | None:
                 w = wm * wk * wn
                 if not w:
                     continue
-                seconds = grid.get((m, k, n))
+                seconds = grid.seconds.get((m, k, n))
                 if not seconds:
                     return None  # a hole in the grid: fall back to the other curves
                 log_rate += w * math.log(2.0 * m * k * n / seconds)
@@ -106,7 +117,7 @@ def _grid_rate(grid: Grid, point: tuple[int, int, int]) -> float | None:
     return math.exp(log_rate / total) if total else None
 
 
-def _bracket(axis: list[int], value: int) -> list[tuple[int, float]]:
+def _bracket(axis: tuple[int, ...], value: int) -> list[tuple[int, float]]:
     """The grid values around `value` with their linear weights in log space."""
     if value <= axis[0]:
         return [(axis[0], 1.0)]
