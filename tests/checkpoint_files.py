@@ -68,6 +68,7 @@ def write_gguf(path: Path, types: list, vocab: int = 96, tied: bool = True) -> d
     w.add_feed_forward_length(128)
     w.add_head_count(4)
     w.add_head_count_kv(2)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     written = {}
     rng = np.random.default_rng(0)
 

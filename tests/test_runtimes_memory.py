@@ -87,6 +87,8 @@ def test_cli_infer_gguf_under_each_runtime(tmp_path, capsys):
     assert rec["memory"]["breakdown"]["weights"] == sum(written.values())  # tied: all on the GPU
     assert rec["memory"]["breakdown"]["kv_cache"] == 512 * 2 * 2 * 2 * 16 * 2  # n_ctx 512
     assert rec["checkpoint"]["total_bytes"] == sum(written.values())
+    assert rec["checkpoint"]["file_type"] == "MOSTLY_Q4_K_M"
+    assert rec["weights_source"] == "checkpoint (exact bytes): Q4_K_M (gguf)"
     code, out, _ = _run([*base, "--runtime", "vllm"], capsys)
     assert code == 0 and json.loads(out)["runtime"] == "vllm"
     code, out, _ = _run(base, capsys)  # transformers dequantises GGUF: estimated
@@ -94,7 +96,7 @@ def test_cli_infer_gguf_under_each_runtime(tmp_path, capsys):
     code, out, _ = _run(
         ["check", str(path), "--on", "rtx-4090", "--runtime", "llama.cpp", "--json"], capsys
     )
-    assert code == 0 and json.loads(out)["precisions"][0]["weights"] == "Q4_K (gguf), exact"
+    assert code == 0 and json.loads(out)["precisions"][0]["weights"] == "Q4_K_M (gguf), exact"
 
 
 def test_cli_safetensors_folder_and_errors(tmp_path, capsys):
@@ -119,3 +121,76 @@ def test_cli_safetensors_folder_and_errors(tmp_path, capsys):
     assert code == 2 and err.startswith("error:") and "Traceback" not in err
     code, _, err = _run(["infer", "llama-3.1-8b", "--runtime", "tgi"], capsys)
     assert code == 2 and "runtime" in err
+
+
+def _decoder(**dims):
+    cfg = {"model_type": "llama", "max_position_embeddings": 131072, **dims}
+    return from_config(cfg, "logged")
+
+
+# Published llama.cpp startup logs: (architecture, n_ctx, n_ubatch, flash attention,
+# logged "KV buffer size" MiB, logged "compute buffer size" MiB, tolerance).
+LLAMA3 = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+}
+GLM4_32B = {
+    "hidden_size": 6144,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "intermediate_size": 23040,
+    "vocab_size": 151552,
+}
+QWEN25_32B = {
+    "hidden_size": 5120,
+    "num_hidden_layers": 64,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "intermediate_size": 27648,
+    "vocab_size": 152064,
+}
+LOGGED = [
+    (LLAMA3, 512, 512, False, 64.0, 258.5, 0.0),  # CUDA, ollama log
+    (LLAMA3, 2048, 512, False, 256.0, 258.5, 0.0),  # CPU only
+    (LLAMA3, 8192, 512, False, 1024.0, 560.0, 0.0),  # CUDA
+    (GLM4_32B, 32768, 512, True, 1952.0, 308.0, 0.0),  # CUDA, RTX 3090 Ti
+    (QWEN25_32B, 8192, 1024, True, 2048.0, 633.5, 0.05),  # CUDA, 2x T4 (split)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("dims,n_ctx,n_ubatch,flash,kv_mib,compute_mib,tol", LOGGED)
+def test_llama_cpp_against_logged_runs(dims, n_ctx, n_ubatch, flash, kv_mib, compute_mib, tol,
+                                       monkeypatch):  # fmt: skip
+    from dataclasses import replace
+
+    from gpuwise.estimate import serving
+
+    rt = replace(serving.llama_cpp_runtime(), n_ubatch=n_ubatch)
+    monkeypatch.setattr(serving, "llama_cpp_runtime", lambda: rt)
+    plan = InferencePlan(runtime="llama.cpp", context_alloc=n_ctx, prompt_tokens=64,
+                         new_tokens=8, attention="sdpa" if flash else "eager")  # fmt: skip
+    est = estimate_inference(_decoder(**dims), plan, find_hardware("h100"))
+    assert est.breakdown["kv_cache"] == kv_mib * MIB
+    assert est.breakdown["activations"] == pytest.approx(compute_mib * MIB, rel=tol)
+
+
+def test_vllm_against_a_logged_h100_profile():
+    # vLLM log, Llama-3.1-8B bf16 on H100: "total_gpu_memory (79.14GiB) x gpu_memory_utilization
+    # (0.90) = 71.22GiB; model weights take 14.99GiB; non_torch_memory takes 0.12GiB; PyTorch
+    # activation peak memory takes 1.19GiB; the rest of the memory reserved for KV Cache is
+    # 54.93GiB". That release captured CUDA graphs outside the budget; gpuwise keeps them in.
+    from dataclasses import replace
+
+    from gpuwise.helpers import GIB
+
+    hw = replace(find_hardware("h100"), memory_bytes=int(79.14 * GIB))
+    est = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192), hw)
+    assert est.breakdown["weights"] == pytest.approx(14.99 * GIB, rel=0.01)
+    assert est.breakdown["activations"] == pytest.approx(1.19 * GIB, rel=0.05)
+    assert est.breakdown["kv_cache"] == pytest.approx(54.93 * GIB, rel=0.02)

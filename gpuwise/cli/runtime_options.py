@@ -67,7 +67,8 @@ def plan_weights(model: Any, runtime: str, weights: str | None) -> dict[str, Any
                            "--runtime transformers or vllm")  # fmt: skip
     main = ckpt.main_dtype
     embedding = sum(t.stored_bytes for t in ckpt.tensors if t.name.endswith(EMBEDDING_SUFFIXES))
-    label = f"{main} ({ckpt.format})"
+    file_type = str(ckpt.metadata.get("general.file_type_name") or "").removeprefix("MOSTLY_")
+    label = f"{file_type or main} ({ckpt.format})"  # llama.cpp's name (Q4_K_M) where it has one
     stored = StoredWeights(ckpt.total_bytes, embedding, label)
     return {"weights": FORMAT_OF.get(main, "fp16" if ckpt.format == "gguf" else "bf16"),
             "stored_weights": stored, "source": f"checkpoint (exact bytes): {label}"}  # fmt: skip

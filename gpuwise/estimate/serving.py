@@ -83,9 +83,12 @@ def estimate_llama_cpp(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
     output = arch.vocab_size * ub * 4 + arch.hidden_size * ub * 4  # logits of the micro-batch
     compute = max(attention, ffn + stream, output)
     overhead = rt.baseline_bytes_cuda if on_gpu else rt.baseline_bytes_cpu
-    parts = {"weights": weights, "kv_cache": kv, "activations": compute, "logits": 0.0,
+    # The output buffer (fp32 logits of one position per sequence) is pinned host memory
+    # when offloaded, so it counts only where everything lives in RAM.
+    logits = 0.0 if on_gpu else arch.vocab_size * 4 * plan.batch
+    parts = {"weights": weights, "kv_cache": kv, "activations": compute, "logits": logits,
              "overhead": overhead}  # fmt: skip
-    notes = [f"weights: {source}",
+    notes = [f"weights {source}",
              f"KV cache {kv_name} for n_ctx {n_ctx:,} (allocated up front, padded to "
              f"{rt.ctx_pad}; --ctx sets it)",
              f"compute buffer for a {ub}-token micro-batch, flash attention "
@@ -121,7 +124,10 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     compute = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
     tokens = rt.max_num_batched_tokens
     acts = prefill_transient(arch, 1, tokens, compute, "flash")
-    acts += rt.max_num_seqs * arch.vocab_size * (compute + 4)  # sampler: logits, fp32 copy
+    # The dummy sampler run: logits for max_num_seqs sequences, upcast to fp32, with fp32
+    # probabilities and log-probabilities beside them (matches the logged 1.19-1.24 GiB peak
+    # of Llama-3.1-8B at 8192 batched tokens, docs/checkpoints.md).
+    acts += rt.max_num_seqs * arch.vocab_size * (compute + 3 * 4)
     fixed = weights + acts + rt.cuda_graph_bytes + rt.non_torch_bytes
     pool = max(0.0, budget - fixed)
     block_bytes = rt.block_size * vllm_kv_bytes_per_token(arch, plan)
@@ -134,7 +140,7 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
              "cuda_graphs": float(rt.cuda_graph_bytes),
              "overhead": float(rt.non_torch_bytes + rt.cuda_context_bytes)}  # fmt: skip
     capacity = budget + rt.cuda_context_bytes
-    notes = [f"weights: {source}",
+    notes = [f"weights {source}",
              f"gpu_memory_utilization {util:g}: budget {budget / 2**30:.2f} GiB of "
              f"{hw.memory_bytes / 2**30:.2f} GiB; the KV pool is what is left of it",
              f"KV pool {blocks:,} blocks of {rt.block_size} tokens = "

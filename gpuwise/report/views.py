@@ -151,6 +151,8 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inf
                      f"; devices needed (tensor parallel): {found['devices_needed'] or 'too many'}",
     }  # fmt: skip
     extra.update(_time_lines(time_rec))
+    if plan.runtime != "transformers" and "time" in extra:  # memory follows the runtime; time not
+        extra["time"] += f" [time model of transformers, not {plan.runtime}]"
     stored = plan.stored_weights.label if plan.stored_weights else plan.weights
     title = f"{model.name} inference ({plan.runtime}): {_context_label(plan)}, weights {stored}"
     view = terminal.format_memory(title, est, hw, extra)
