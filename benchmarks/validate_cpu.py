@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.measure.probe.run import others_cpu_s
 from gpuwise.measure.validation import validate
 from gpuwise.workload import from_config
 
@@ -84,21 +86,32 @@ TIME_CASES = [
 ]
 
 
+def _others_share(before: float | None, started: float) -> float | None:
+    """Share of the CPUs that other processes used since `started` (timings are only
+    comparable on an idle machine: a busy core stalls every two-thread op)."""
+    after = others_cpu_s()
+    if before is None or after is None:
+        return None
+    return (after - before) / ((time.perf_counter() - started) * (os.cpu_count() or 1))
+
+
 def time_suite(cases: list, out: str) -> None:
     rows = []
     for i, (name, plan) in enumerate(cases, 1):
         model = resolve_model(name)
         arch = from_config(model.config, name)
+        started, before = time.perf_counter(), others_cpu_s()
         result = validate(model.config, arch, plan, quiet=True, memory=False, timing=True)
+        busy = _others_share(before, started)
         for key, r in result["time"].items():
             if r["error"] is None:
                 continue
             rows.append({"model": name, "plan": describe(plan), "quantity": key, **r,
-                         "source": result["time_source"]})  # fmt: skip
+                         "source": result["time_source"], "others_cpu_share": busy})  # fmt: skip
             print(
                 f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
                 f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
-                f"err {100 * r['error']:+6.1f}%",
+                f"err {100 * r['error']:+6.1f}%  (others used {busy or 0:.0%} of the CPUs)",
                 flush=True,
             )
     errors = [abs(r["error"]) for r in rows]

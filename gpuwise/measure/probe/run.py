@@ -62,7 +62,7 @@ def probe_with(
 ) -> Profile:
     """Run `plan` on `backend`. A reading that fails becomes None with the reason; no raise."""
     missing: dict[str, str] = {}
-    started, others_before = time.perf_counter(), _others_cpu_s()
+    started, others_before = time.perf_counter(), others_cpu_s()
     dtypes: tuple[str, ...] = attempt(missing, "matmul", backend.matmul_dtypes) or ()
     steps = Steps(progress, 1 + len(dtypes) * len(plan.matmul_shapes) + 2 + 3)
     spec: Hardware | None = attempt(missing, "spec", backend.spec)
@@ -100,7 +100,7 @@ def probe_with(
     )
 
 
-def _others_cpu_s() -> float | None:
+def others_cpu_s() -> float | None:
     """CPU seconds used so far by everything but this process, the hypervisor's steal too."""
     try:
         import psutil
@@ -114,7 +114,7 @@ def _others_cpu_s() -> float | None:
 
 def _contention_note(others_before: float | None, started: float) -> tuple[str, ...]:
     """A warning when other work ran during the probe: one busy core stalls threaded ops."""
-    others_after, wall = _others_cpu_s(), time.perf_counter() - started
+    others_after, wall = others_cpu_s(), time.perf_counter() - started
     if others_before is None or others_after is None or wall <= 0:
         return ()
     share = (others_after - others_before) / (wall * (os.cpu_count() or 1))
