@@ -180,3 +180,13 @@ def test_estimate_path_imports_no_torch_or_numpy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "HEAVY []" in out.stdout
+
+
+def test_train_time_to_train_tokens(capsys):
+    code, out, _ = run(["train", "smollm2-135m", "--on", "h100-sxm", "--train-tokens", "2e9",
+                        "--json"], capsys)  # fmt: skip
+    t = json.loads(out)["time"]
+    assert code == 0 and t["train_tokens"] == 2e9
+    assert t["time_to_train_s"] == pytest.approx(2e9 / t["tokens_per_s"])
+    code, _, err = run(["train", "smollm2-135m", "--train-tokens", "-1"], capsys)
+    assert code == 2 and err.startswith("error: --train-tokens")

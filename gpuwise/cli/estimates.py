@@ -17,6 +17,7 @@ from gpuwise.cli.common import (
     model_named,
 )
 from gpuwise.cli.runtime_options import Ctx, GpuUtil, Runtime, Weights, plan_weights
+from gpuwise.helpers import GpuwiseError
 
 
 @app.callback()
@@ -85,6 +86,7 @@ def train(
     checkpointing: Annotated[bool, typer.Option("--checkpointing")] = False,
     gpus: int = 1, zero: int = 0, tp: int = 1, attention: Attention = "sdpa",
     ops: Annotated[bool, typer.Option("--ops", help="print the per-operation table")] = False,
+    train_tokens: Annotated[float, typer.Option(help="tokens to train on: time to train")] = 0,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of one training step: weights, gradients, optimizer, activations."""
@@ -92,7 +94,10 @@ def train(
 
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
                           checkpointing, gpus, zero, tp, attention)  # fmt: skip
-    emit(train_view(*model_named(model), hardware_named(on), plan, ops), as_json)
+    if train_tokens < 0:
+        raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
+                           "give the number of tokens to train on, e.g. 2e9")  # fmt: skip
+    emit(train_view(*model_named(model), hardware_named(on), plan, ops, train_tokens), as_json)
 
 
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,

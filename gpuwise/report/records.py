@@ -52,8 +52,9 @@ def inference_time_record(t: Any, how: str, curve: list[dict[str, float]]) -> di
     }  # fmt: skip
 
 
-def training_time_record(t: Any, how: str) -> dict[str, Any]:
-    return {
+def training_time_record(t: Any, how: str, train_tokens: float = 0) -> dict[str, Any]:
+    extra = {"train_tokens": train_tokens, "time_to_train_s": t.seconds_for(train_tokens)}
+    return ({} if not train_tokens else extra) | {
         "step_s": t.step_s, "tokens_per_s": t.tokens_per_s, "mfu": t.mfu,
         "forward_s": t.forward.seconds, "backward_s": t.backward.seconds,
         "optimizer_s": t.optimizer.seconds, "communication_s": t.comm_s,
@@ -67,6 +68,6 @@ def ops_record(phase: Any) -> list[dict[str, Any]]:
     return [
         {"op": t.op.name, "kind": t.op.kind, "count": t.op.count, "flops": t.op.flops * t.op.count,
          "bytes": t.op.bytes * t.op.count, "intensity": t.op.intensity, "seconds": t.seconds,
-         "bound": t.bound}
+         "bound": t.bound, "timed_by": "probed kernel" if t.measured else "roofline"}
         for t in phase.ops
     ]  # fmt: skip

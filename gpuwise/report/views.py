@@ -113,12 +113,19 @@ def _time_lines(rec: dict[str, Any]) -> dict[str, str]:
         return {"time": f"step {terminal.format_seconds(rec['step_s'])}, "
                         f"{rec['tokens_per_s']:,.0f} tokens/s, MFU {100 * rec['mfu']:.0f}% "
                         f"(backward {rec['bound']['backward']}-bound; {rec['source']}: "
-                        f"{rec['rates']})"}  # fmt: skip
+                        f"{rec['rates']})" + _time_to_train(rec)}  # fmt: skip
     return {"time": f"prefill {terminal.format_seconds(rec['prefill_s'])} "
                     f"({rec['bound']['prefill']}-bound), decode "
                     f"{terminal.format_seconds(rec['decode_s_per_token'])}/token "
                     f"({rec['bound']['decode']}-bound), {rec['tokens_per_s']:,.1f} tokens/s "
                     f"({rec['source']}: {rec['rates']})"}  # fmt: skip
+
+
+def _time_to_train(rec: dict[str, Any]) -> str:
+    if not rec.get("train_tokens"):
+        return ""
+    hours = rec["time_to_train_s"] / 3600
+    return f"; {rec['train_tokens']:,.0f} tokens in {hours:,.1f} h ({hours / 24:,.1f} days)"
 
 
 def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
@@ -163,11 +170,11 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inf
 
 
 def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
-               plan: TrainingPlan, show_ops: bool = False) -> View:  # fmt: skip
+               plan: TrainingPlan, show_ops: bool = False, train_tokens: float = 0) -> View:  # fmt: skip
     est = estimate_training(arch, plan, hw)
     rates, how = rates_for(hw)
     timing = estimate_training_time(arch, plan, rates) if rates else None
-    time_rec = training_time_record(timing, how) if timing else {"unavailable": how}
+    time_rec = training_time_record(timing, how, train_tokens) if timing else {"unavailable": how}
     found = {
         "max_batch": answers.max_training_batch(arch, plan, hw),
         "devices_needed_zero3": answers.devices_for_training(arch, plan, hw),
