@@ -23,7 +23,7 @@ from gpuwise.estimate.cost import (
     rent_cost,
 )
 from gpuwise.estimate.rates import rates_from_spec
-from gpuwise.estimate.sizing import Candidate, size_serving
+from gpuwise.estimate.sizing import Candidate, Sizing, size_serving
 from gpuwise.estimate.workloads import ServeLoad
 from gpuwise.helpers import GpuwiseError
 
@@ -136,7 +136,7 @@ def test_more_requests_never_fewer_devices(small, l4, r1, r2, util):
     def devices(requests: float) -> int:
         load = ServeLoad(requests, 256, 64, tpot_ms=100, max_utilisation=util)
         sizing = size_serving(small, load, l4, "bf16")
-        assert sizing is not None
+        assert isinstance(sizing, Sizing)
         return sizing.devices
 
     assert devices(low) <= devices(high)
@@ -150,7 +150,7 @@ def test_higher_target_utilisation_never_raises_owned_cost(small, l4, requests, 
 
     def per_token(util: float) -> float:
         sizing = size_serving(small, ServeLoad(requests, 256, 64, max_utilisation=util), l4, "bf16")
-        assert sizing is not None
+        assert isinstance(sizing, Sizing)
         return owned_cost(l4.hw, sizing.usage, a).usd_per_million_tokens
 
     low, high = sorted((u1, u2))
@@ -179,7 +179,7 @@ def test_no_option_meets_the_target(small):
     assert result.choice is None
     assert result.reasons[0].startswith("no option meets the target")
     assert len(result.closest) == 3 and not any(o.meets for o in result.closest)
-    ratios = [o.sizing.miss_ratio for o in result.closest]
+    ratios = [o.miss_ratio for o in result.closest]
     assert ratios == sorted(ratios) and ratios[0] > 1
 
 
@@ -264,3 +264,42 @@ def test_training_with_low_measured_utilisation_blames_the_pipeline(capsys):
     assert any("data pipeline is the problem, not the chip" in r for r in obj["reasons"])
     rec = obj["recommendation"]
     assert rec["job_hours"] * rec["devices"] > 0 and math.isfinite(rec["usd_per_month"])
+
+
+def test_site_power_limits_owned_hardware_only(capsys):
+    code, out, _ = run(["advise", "qwen2.5-0.5b", "--no-local", "--requests-per-day", "1e4",
+                        "--max-kw", "0.5", "--json"], capsys)  # fmt: skip
+    assert code == 0
+    options = json.loads(out)["options"]
+    over = [o for o in options if o["mode"] == "owned" and o["wall_kw"] and o["wall_kw"] > 0.5]
+    assert over and all(not o["meets_target"] and "site power" in o["misses"] for o in over)
+    assert all(o["meets_target"] for o in options if o["mode"] == "on-demand")
+
+
+def test_measured_utilisation_from_a_watch_log(tmp_path, capsys):
+    log = tmp_path / "watch.jsonl"
+    samples = [{"kind": "sample", "t": t, "gpus": [{"util_percent": 25.0}]} for t in range(5)]
+    log.write_text("\n".join(json.dumps(r) for r in [{"kind": "header"}, *samples]) + "\n")
+    code, out, _ = run(["advise", "qwen2.5-0.5b", "--no-local", "--train-tokens", "1e8",
+                        "--measured-util", str(log), "--json"], capsys)  # fmt: skip
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["workload"]["measured_util"] == pytest.approx(0.25)
+    assert any("measured utilisation is 25%" in r for r in obj["reasons"])
+    cpu_only = tmp_path / "cpu.jsonl"
+    cpu_only.write_text(json.dumps({"kind": "sample", "t": 0, "cpu_percent": 90}) + "\n")
+    code, _, err = run(["advise", "qwen2.5-0.5b", "--no-local", "--train-tokens", "1e8",
+                        "--measured-util", str(cpu_only)], capsys)  # fmt: skip
+    assert code == 2 and "no GPU utilisation" in err
+
+
+def test_hours_per_month_training_and_not_considered(capsys):
+    code, out, _ = run(["advise", "qwen2.5-7b", "--no-local", "--hours-per-month", "100",
+                        "--json"], capsys)  # fmt: skip
+    assert code == 0
+    obj = json.loads(out)
+    rec = obj["recommendation"]
+    # Full fine-tuning of 7B: 100 h of the month on every device it takes.
+    assert rec["held_hours_per_device_month"] == pytest.approx(100)
+    assert rec["tokens_per_month"] == pytest.approx(rec["tokens_per_s_per_replica"] * 100 * 3600)
+    assert any("does not fit" in s["reason"] for s in obj["not_considered"])

@@ -68,6 +68,7 @@ ASSUMPTIONS = [
     _opt("reserved_discount", float | None, None, "reserved price discount vs on demand, 0-1"),
     _opt("host_power_fraction", float | None, None, "server power on top of the device's TDP"),
     _opt("host_price_fraction", float | None, None, "server price on top of the device's"),
+    _opt("max_kw", float | None, None, "power your site can deliver at the wall, kW (owned)"),
     _opt("local_price", float | None, None, "this machine's purchase price, USD (default 0)"),
     _opt("local_power_w", float | None, None, "this machine's power when busy, W"),
 ]

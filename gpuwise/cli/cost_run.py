@@ -3,6 +3,8 @@ candidates, checked; then the estimate and its view. Imported only when they run
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
@@ -37,7 +39,7 @@ def api_prices(text: str | None) -> tuple[float, float] | None:
         parts = [float(p) for p in text.split(",")]
     except ValueError:
         parts = []
-    if len(parts) not in (1, 2) or min(parts) < 0:
+    if len(parts) not in (1, 2) or min(parts) < 0 or not all(map(math.isfinite, parts)):
         raise GpuwiseError(f"--api-price-per-mtok {text!r} is not 'INPUT,OUTPUT' prices",
                            "e.g. --api-price-per-mtok 0.5,1.5 (USD per million tokens)")  # fmt: skip
     return (parts[0], parts[-1])
@@ -56,7 +58,7 @@ def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
         raise GpuwiseError("no workload given", "inference: --requests-per-day N (or "
                            "--tokens-per-day); training: --train-tokens N (or --hours-per-month)")  # fmt: skip
     measured = kw["measured_util"]
-    mu = parse_fraction(measured, "measured utilisation") if measured is not None else None
+    mu = measured_utilisation(measured) if measured is not None else None
     if train:
         return TrainLoad(kw["train_tokens"], kw["hours_per_month"], kw["deadline_hours"], mu)
     common = {"tpot_ms": kw["latency_ms"], "ttft_ms": kw["ttft_ms"],
@@ -66,6 +68,21 @@ def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
         return ServeLoad.from_tokens_per_day(kw["tokens_per_day"], kw["prompt"], kw["output"],
                                              **common)  # fmt: skip
     return ServeLoad(kw["requests_per_day"], kw["prompt"], kw["output"], **common)
+
+
+def measured_utilisation(text: str) -> float:
+    """A busy share ('0.3', '30%'), or a `gpuwise watch` log: its mean GPU utilisation over
+    the job's steps (the share of time a kernel ran, as nvidia-smi reports it)."""
+    if not Path(text).is_file():
+        return parse_fraction(text, "measured utilisation")
+    from gpuwise.estimate.watch_summary import summarize
+    from gpuwise.measure.watch.log import read_log
+
+    busy = summarize(read_log([text])).gpu_util_percent
+    if busy is None:
+        raise GpuwiseError(f"the watch log {text} has no GPU utilisation readings",
+                           "a CPU-only job? pass the busy share itself, e.g. --measured-util 0.3")  # fmt: skip
+    return parse_fraction(busy / 100, f"the GPU utilisation in {text}")
 
 
 def training_plan(kw: dict[str, Any]) -> TrainingPlan:
@@ -109,16 +126,27 @@ def run_advise(kw: dict[str, Any]) -> View:
     api = api_prices(kw["api_price_per_mtok"])
     local = hardware_named("local") if kw["local"] else None
     cands = candidates(local, kw["local_price"], kw["local_power_w"])
+    skipped: list[tuple[str, str]] = []
+    limit = _max_kw(kw)
     if isinstance(load, TrainLoad):
-        options = training_options(arch, training_plan(kw), load, cands, a)
+        options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
-        options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api)
+        options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
+                                  limit, skipped)  # fmt: skip
     if not options:
         raise GpuwiseError(f"{model.name} fits on no priced hardware for this workload",
                            "try --weights int4, a shorter --prompt/--seq, or LoRA")  # fmt: skip
-    result = advise(options, a, load.measured_util, _target(load))
+    result = advise(options, a, load.measured_util, _target(load), skipped)
     training = isinstance(load, TrainLoad)
     return advice_view(_header(model, load, kw), result, a, training, kw["show_all"])
+
+
+def _max_kw(kw: dict[str, Any]) -> float | None:
+    value = kw["max_kw"]
+    if value is not None and not value > 0:
+        raise GpuwiseError(f"--max-kw must be above 0, got {value:g}",
+                           "the power your site can deliver at the wall, in kW")  # fmt: skip
+    return value
 
 
 def _mode(kw: dict[str, Any]) -> str | None:
@@ -144,11 +172,10 @@ def run_cost(kw: dict[str, Any]) -> View:
         sizing = size_training(arch, training_plan(kw), load, cand)
     else:
         sizing = size_serving(arch, load, cand, kw["weights"], kw["runtime"])
-    if sizing is None:
-        raise GpuwiseError(f"{model.name} does not fit on {hw.name} for this workload, or its "
-                           f"speed is not known ({cand.rates_how})",
+    if isinstance(sizing, str):
+        raise GpuwiseError(f"no {model.name} option on {hw.name}: {sizing}",
                            f"see `gpuwise check {kw['model']} --on {kw['on']}`")  # fmt: skip
-    options = price_options(sizing, a)
+    options = price_options(sizing, a, _max_kw(kw))
     mode = _mode(kw) or (options[0].cost.mode if options else "owned")
     picked = [o for o in options if o.cost.mode == mode]
     if not picked:

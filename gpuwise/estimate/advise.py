@@ -31,10 +31,21 @@ class Option:
     sizing: Sizing | None  # None for the hosted API
     cost: OptionCost
     break_even: float | None = None  # buy-vs-rent break-even share of hours for this device
+    power_ratio: float = 0.0  # owned: wall kW / the site's limit (0: no limit given)
 
     @property
     def meets(self) -> bool:
-        return self.sizing.meets if self.sizing else False
+        return bool(self.sizing and self.sizing.meets) and self.power_ratio <= 1
+
+    @property
+    def misses(self) -> tuple[str, ...]:
+        over = ("site power",) if self.power_ratio > 1 else ()
+        return (self.sizing.misses if self.sizing else ()) + over
+
+    @property
+    def miss_ratio(self) -> float:
+        """Estimate / target of the worst-missed target (<= 1: every target met)."""
+        return max(self.sizing.miss_ratio if self.sizing else 0.0, self.power_ratio)
 
     @property
     def kind(self) -> str:
@@ -54,10 +65,13 @@ class Advice:
     choice: Option | None
     reasons: tuple[str, ...]
     closest: tuple[Option, ...]  # when nothing meets the target
+    skipped: tuple[tuple[str, str], ...] = ()  # (candidate, why it has no option)
 
 
-def price_options(sizing: Sizing, a: CostAssumptions) -> list[Option]:
-    """Owned (when it has a price or is this machine), on demand and reserved (when rented)."""
+def price_options(sizing: Sizing, a: CostAssumptions,
+                  max_wall_kw: float | None = None) -> list[Option]:  # fmt: skip
+    """Owned (when it has a price or is this machine), on demand and reserved (when rented).
+    `max_wall_kw`, the power the user's site can deliver, limits owned hardware only."""
     cand, hw, usage = sizing.candidate, sizing.candidate.hw, sizing.usage
     price = hw.list_price_usd if cand.price_usd is None else cand.price_usd
     rate = hw.cloud_usd_per_hour if cand.rate_usd_per_hour is None else cand.rate_usd_per_hour
@@ -68,24 +82,33 @@ def price_options(sizing: Sizing, a: CostAssumptions) -> list[Option]:
         if price <= 0:  # this machine: already bought
             note = "already owned: purchase price not counted (pass --local-price)"
             owned = replace(owned, notes=(*owned.notes, note))
-        out.append(Option(sizing, owned, even))
+        ratio = (owned.wall_kw or 0.0) / max_wall_kw if max_wall_kw else 0.0
+        out.append(Option(sizing, owned, even, ratio))
     if rate > 0:
         out.append(Option(sizing, rent_cost(hw, usage, a, False, rate), even))
         out.append(Option(sizing, rent_cost(hw, usage, a, True, rate), even))
     return out
 
 
+Skipped = list[tuple[str, str]]
+
+
 def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candidate],
                     a: CostAssumptions, weights: str = "bf16", runtime: str = "transformers",
-                    api_usd_per_mtok: tuple[float, float] | None = None) -> list[Option]:  # fmt: skip
-    """Every candidate that fits, at `weights` (CPUs: fp32, int8 and int4), priced."""
+                    api_usd_per_mtok: tuple[float, float] | None = None,
+                    max_wall_kw: float | None = None,
+                    skipped: Skipped | None = None) -> list[Option]:  # fmt: skip
+    """Every candidate that fits, at `weights` (CPUs: fp32, int8 and int4), priced; the
+    others go to `skipped` with the reason."""
     options: list[Option] = []
     for cand in candidates:
         formats = CPU_WEIGHTS if cand.hw.kind == "cpu" else (weights,)
         for fmt in formats:
             sizing = size_serving(arch, load, cand, fmt, runtime)
-            if sizing is not None:
-                options += price_options(sizing, a)
+            if isinstance(sizing, str) and skipped is not None:
+                skipped.append((f"{cand.name} {fmt}", sizing))
+            elif not isinstance(sizing, str):
+                options += price_options(sizing, a, max_wall_kw)
     if api_usd_per_mtok is not None:
         cost = api_cost(load.input_tokens_per_month, load.output_tokens_per_month,
                         *api_usd_per_mtok, load.requests_per_month)  # fmt: skip
@@ -94,12 +117,17 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
 
 
 def training_options(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
-                     candidates: list[Candidate], a: CostAssumptions) -> list[Option]:  # fmt: skip
+                     candidates: list[Candidate], a: CostAssumptions,
+                     max_wall_kw: float | None = None,
+                     skipped: Skipped | None = None) -> list[Option]:  # fmt: skip
+    """Every candidate the plan fits on, priced; the others go to `skipped` with the reason."""
     options: list[Option] = []
     for cand in candidates:
         sizing = size_training(arch, plan, load, cand)
-        if sizing is not None:
-            options += price_options(sizing, a)
+        if isinstance(sizing, str) and skipped is not None:
+            skipped.append((cand.name, sizing))
+        elif not isinstance(sizing, str):
+            options += price_options(sizing, a, max_wall_kw)
     return options
 
 
@@ -108,7 +136,7 @@ def _order(options: list[Option]) -> tuple[Option, ...]:
 
 
 def advise(options: list[Option], a: CostAssumptions, measured_util: float | None = None,
-           target: str = "the load") -> Advice:  # fmt: skip
+           target: str = "the load", skipped: Skipped | None = None) -> Advice:  # fmt: skip
     """The cheapest option that meets the target, and why; the closest ones when none does."""
     ordered = _order(options)
     meeting = [o for o in ordered if o.meets]
@@ -117,17 +145,16 @@ def advise(options: list[Option], a: CostAssumptions, measured_util: float | Non
         reasons.append(_pipeline_reason(measured_util))
     if not meeting:
         hardware = [o for o in ordered if o.sizing is not None]
-        closest = sorted(hardware, key=lambda o: (o.sizing.miss_ratio if o.sizing else 0,
-                                                  o.cost.usd_per_month))[:3]  # fmt: skip
-        reasons.insert(0, f"no option meets the target ({target}); the closest are listed (estimate / "
-                          "target shown as 'misses')")  # fmt: skip
-        return Advice(ordered, None, tuple(reasons), tuple(closest))
+        closest = sorted(hardware, key=lambda o: (o.miss_ratio, o.cost.usd_per_month))[:3]
+        reasons.insert(0, f"no option meets the target ({target}); the three closest (smallest "
+                          "estimate / target) are listed")  # fmt: skip
+        return Advice(ordered, None, tuple(reasons), tuple(closest), tuple(skipped or ()))
     best = meeting[0]
     reasons.insert(0, f"cheapest option that meets the target ({target}): {best.label}, "
                       f"${best.cost.usd_per_month:,.0f}/month")  # fmt: skip
     reasons += _smallest_reason(meeting, best) + _cpu_reason(meeting, best)
     reasons += _rent_or_buy_reasons(best, a) + _api_reason(ordered, best)
-    return Advice(ordered, best, tuple(reasons), ())
+    return Advice(ordered, best, tuple(reasons), (), tuple(skipped or ()))
 
 
 def _pipeline_reason(mu: float) -> str:

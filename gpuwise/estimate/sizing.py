@@ -82,18 +82,20 @@ def _latency(t: InferenceTime, ttft: float, load: ServeLoad) -> tuple[float, lis
 
 
 def size_serving(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
-                 runtime: str = "transformers") -> Sizing | None:  # fmt: skip
-    """Replicas of `devices_per_replica` devices, each decoding the batch that serves a
-    request in the least device time while meeting the latency targets. None: no speed
-    figures, or the model does not fit (CPU: one socket group; GPU: up to 8-way TP)."""
+                 runtime: str = "transformers") -> Sizing | str:  # fmt: skip
+    """Replicas of `devices_per_replica` devices, sized at the batch that serves a request in
+    the least device time within the latency targets. A string says why there is no sizing:
+    no speed figures, or the model does not fit (CPU, Mac: one device; GPU: up to 8-way TP)."""
     hw = cand.hw
     base = InferencePlan(batch=1, prompt_tokens=load.prompt_tokens,
                          new_tokens=load.output_tokens, weights=weights)  # fmt: skip
     tp = devices_for_inference(arch, base, hw)
     # Tensor parallelism needs a device interconnect: CPUs and Macs serve on one device.
     most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
-    if cand.rates is None or tp is None or tp > most:
-        return None
+    if cand.rates is None:
+        return f"speed not known: {cand.rates_how}"
+    if tp is None or tp > most:
+        return f"{weights} weights do not fit on {most} device(s)"
     rows: list[tuple[int, InferenceTime]] = []
     for b in BATCHES:
         plan = replace(base, batch=b)
@@ -101,7 +103,7 @@ def size_serving(arch: Architecture, load: ServeLoad, cand: Candidate, weights: 
             break
         rows.append((b, estimate_inference_time(arch, plan, cand.rates, runtime, tp=tp)))
     if not rows:
-        return None
+        return f"{weights} weights fit, but no batch of this context does"
     ttft = rows[0][1].prefill_s  # the prefill of one prompt yields the first token
     mu = load.measured_util or 1.0  # a pipeline measured at mu busy stretches every step
 
@@ -138,14 +140,18 @@ def size_serving(arch: Architecture, load: ServeLoad, cand: Candidate, weights: 
 
 
 def size_training(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
-                  cand: Candidate) -> Sizing | None:  # fmt: skip
+                  cand: Candidate) -> Sizing | str:  # fmt: skip
     """Devices that fit the model (ZeRO-3 beyond one), doubled until a month's tokens train
-    within the deadline. None: no speed figures, or it does not fit."""
+    within the deadline. A string says why there is no sizing (no speed figures, no fit)."""
     hw = cand.hw
     n = devices_for_training(arch, plan, hw)
     alone = hw.kind not in ("gpu", "tpu")  # no device interconnect: one device only
-    if cand.rates is None or n is None or (alone and n > 1):
-        return None
+    if cand.rates is None:
+        return f"speed not known: {cand.rates_how}"
+    if n is None or (alone and n > 1):
+        return (
+            f"the plan does not fit on {'one device' if alone else f'{MAX_TRAIN_DEVICES} devices'}"
+        )
     mu = load.measured_util or 1.0
     while True:
         p = replace(plan, gpus=n, zero=plan.zero if n == plan.tp else 3)

@@ -63,6 +63,7 @@ def option_record(o: Option) -> dict[str, Any]:
         "tokens_per_month": c.tokens_per_month, "wall_kw": c.wall_kw,
         "kwh_per_month": c.kwh_per_month, "kwh_per_1000_requests": c.kwh_per_1000_requests,
         "co2_kg_per_month": c.co2_kg_per_month, "break_even_utilisation": o.break_even,
+        "misses": list(o.misses), "miss_ratio": o.miss_ratio,
         "notes": list(c.notes), "source": "estimated",
     }  # fmt: skip
     if s is not None:
@@ -71,7 +72,7 @@ def option_record(o: Option) -> dict[str, Any]:
             "hardware": hw.id, "hardware_name": hw.name, "kind": hw.kind,
             "precision": s.precision, "devices": s.devices,
             "devices_per_replica": s.devices_per_replica, "replicas": s.replicas,
-            "batch": s.batch, "misses": list(s.misses), "miss_ratio": s.miss_ratio,
+            "batch": s.batch,
             "ttft_s": s.ttft_s, "time_per_output_token_s": s.tpot_s,
             "tokens_per_s_per_replica": s.tokens_per_s, "job_hours": s.job_hours,
             "busy_hours_per_device_month": s.usage.busy_hours,
@@ -93,8 +94,8 @@ def _meets(o: Option) -> Any:
     s = o.sizing
     if s is None:
         return Text("n/c", style="yellow")  # the vendor's latency: not checked
-    if s.misses:
-        return Text("no: " + ", ".join(s.misses), style="red")
+    if o.misses:
+        return Text("no: " + ", ".join(o.misses), style="red")
     return fits_text(True)
 
 
@@ -161,6 +162,7 @@ def advice_view(header: dict[str, Any], advice: Advice, a: CostAssumptions, trai
            "recommendation": option_record(advice.choice) if advice.choice else None,
            "reasons": list(advice.reasons),
            "closest": [option_record(o) for o in advice.closest],
+           "not_considered": [{"hardware": n, "reason": r} for n, r in advice.skipped],
            "assumptions": assumptions_record(a)}  # fmt: skip
     shown = advice.options if show_all else advice.options[:SHOWN]
     title = (f"{header['title']} - {len(shown)} of {len(advice.options)} options (estimated: "
@@ -171,6 +173,9 @@ def advice_view(header: dict[str, Any], advice: Advice, a: CostAssumptions, trai
     lines = [f"- {r}" for r in advice.reasons]
     if advice.choice is not None:
         lines.append(_detail(advice.choice, training))
+    if advice.skipped:
+        lines.append(f"not considered: {len(advice.skipped)} (hardware, precision) pairs that "
+                     "do not fit or have no speed figures (--json: not_considered)")  # fmt: skip
     parts += [Text("recommendation:\n" + "\n".join(lines)), _assumptions_table(a)]
     return obj, Group(*parts)
 
