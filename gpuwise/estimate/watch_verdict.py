@@ -76,11 +76,15 @@ def _input_bound(s: WatchSummary) -> Finding | None:
         evidence.append(f"energy spent waiting for data: {s.energy.idle_j:,.0f} J (estimated)")
     if s.gpu_util_percent is not None:
         evidence.append(f"GPU busy {s.gpu_util_percent:.0f}% of the time (measured)")
-    tips = ["more DataLoader workers (num_workers), persistent_workers=True, a larger "
-            "prefetch_factor", "decode/augment once offline, or on the GPU; cache the dataset"]
+    tips = [
+        "more DataLoader workers (num_workers), persistent_workers=True, a larger prefetch_factor",
+        "decode/augment once offline, or on the GPU; cache the dataset",
+    ]
     if h2d > data:
-        tips = ["pin_memory=True with .to(device, non_blocking=True)",
-                "send compact dtypes (uint8 images, int32 tokens) and convert on the device"]
+        tips = [
+            "pin_memory=True with .to(device, non_blocking=True)",
+            "send compact dtypes (uint8 images, int32 tokens) and convert on the device",
+        ]
     tips.append("a faster GPU will not help: it would wait longer")
     return Finding("input-bound", f"input-bound: {total:.0%} of each step waits for data",
                    tuple(evidence), tuple(tips))  # fmt: skip
@@ -100,10 +104,12 @@ def _host_bound(s: WatchSummary) -> Finding | None:
         return None
     if s.gpu_util_percent is not None:
         evidence.append(f"GPU busy {s.gpu_util_percent:.0f}% of the time (measured)")
-    tips = ("a larger batch (the same operators do more work each)",
-            "torch.compile (fuses operators) or CUDA graphs (one launch for the step)",
-            "fused/foreach optimizers (torch.optim.AdamW(..., fused=True))",
-            "fewer, larger tensors: avoid Python loops over small tensors")
+    tips = (
+        "a larger batch (the same operators do more work each)",
+        "torch.compile (fuses operators) or CUDA graphs (one launch for the step)",
+        "fused/foreach optimizers (torch.optim.AdamW(..., fused=True))",
+        "fewer, larger tensors: avoid Python loops over small tensors",
+    )
     return Finding("host-bound", "host/launch-bound: operators too small to keep the device busy",
                    tuple(evidence), tips)  # fmt: skip
 
@@ -117,8 +123,11 @@ def _compute_bound(s: WatchSummary) -> Finding:
                         f"cost (threshold {HOST_BOUND_US_PER_OP:.0f} us; measured)")  # fmt: skip
     if s.gpu_util_percent is not None:
         evidence.append(f"GPU busy {s.gpu_util_percent:.0f}% of the time (measured)")
-    tips = ("mixed precision (bf16 autocast) if not already on", "torch.compile to fuse "
-            "memory-bound operators", "a faster device helps here: the loop keeps it busy")
+    tips = (
+        "mixed precision (bf16 autocast) if not already on",
+        "torch.compile to fuse memory-bound operators",
+        "a faster device helps here: the loop keeps it busy",
+    )
     return Finding("compute-bound", "compute-bound: the device is the limit", tuple(evidence),
                    tips)  # fmt: skip
 
@@ -128,14 +137,18 @@ def _creep(t: MemoryTrend) -> Finding | None:
     if not big or t.r < CREEP_MIN_R:
         return None
     where = "process RSS" if t.what == "rss" else "device memory allocated"
-    evidence = (f"{where} grew by {format_bytes(t.growth_bytes)} over {t.steps} steps after "
-                f"warm-up ({format_bytes(t.slope_bytes_per_step)} per step, r={t.r:.2f}; "
-                f"thresholds {format_bytes(CREEP_MIN_BYTES)} and {CREEP_MIN_FRACTION:.0%}, "
-                f"r>={CREEP_MIN_R}; measured)",  # fmt: skip
-                f"at this rate: +{format_bytes(1000 * t.slope_bytes_per_step)} per 1000 steps")
-    tips = ("accumulate losses with loss.item() or loss.detach(), not the tensor",
-            "do not keep outputs, logits or graphs in lists across steps",
-            "look for caches that grow (dict keyed by batch, metric objects never reset)")
+    evidence = (
+        f"{where} grew by {format_bytes(t.growth_bytes)} over {t.steps} steps after "
+        f"warm-up ({format_bytes(t.slope_bytes_per_step)} per step, r={t.r:.2f}; "
+        f"thresholds {format_bytes(CREEP_MIN_BYTES)} and {CREEP_MIN_FRACTION:.0%}, "
+        f"r>={CREEP_MIN_R}; measured)",  # fmt: skip
+        f"at this rate: +{format_bytes(1000 * t.slope_bytes_per_step)} per 1000 steps",
+    )
+    tips = (
+        "accumulate losses with loss.item() or loss.detach(), not the tensor",
+        "do not keep outputs, logits or graphs in lists across steps",
+        "look for caches that grow (dict keyed by batch, metric objects never reset)",
+    )
     return Finding("memory-creep", f"memory creep: {where} grows every step", evidence, tips)
 
 
@@ -154,8 +167,10 @@ def _stragglers(s: WatchSummary) -> Finding | None:
     if spread.wait_s_per_step:
         evidence.append(f"the other ranks wait about {1e3 * spread.wait_s_per_step:.1f} ms per "
                         "step for them in backward (measured)")  # fmt: skip
-    tips = ("balance the data pipeline per rank (workers, shard sizes, sequence lengths)",
-            "check that rank's host: CPU contention, slower disk or network")
+    tips = (
+        "balance the data pipeline per rank (workers, shard sizes, sequence lengths)",
+        "check that rank's host: CPU contention, slower disk or network",
+    )
     return Finding("stragglers", f"straggler rank(s): {names}", tuple(evidence), tips)
 
 

@@ -57,7 +57,9 @@ def format_watch(summary: WatchSummary, verdict: Verdict, meta: dict[str, Any]) 
 def _headline(s: WatchSummary, meta: dict[str, Any]) -> str:
     parts = [f"{s.steps_total} steps" + (f" on {s.processes} processes" if s.processes > 1 else "")]
     if s.step_s_median is not None:
-        parts.append(f"median step {1e3 * s.step_s_median:.1f} ms (p90 {1e3 * (s.step_s_p90 or 0):.1f})")
+        parts.append(
+            f"median step {1e3 * s.step_s_median:.1f} ms (p90 {1e3 * (s.step_s_p90 or 0):.1f})"
+        )
     if s.samples_per_s:
         parts.append(f"{s.samples_per_s:,.1f} samples/s")
     if meta.get("exit_code") is not None:

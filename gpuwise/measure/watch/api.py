@@ -52,7 +52,9 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         self.auto = auto
         self.sample = sample
         self.under_cli = bool(os.environ.get(_own_recorder.LOG_ENV))
-        self.log_path = Path(os.environ[_own_recorder.LOG_ENV]) if self.under_cli else _own_path(log)
+        self.log_path = (
+            Path(os.environ[_own_recorder.LOG_ENV]) if self.under_cli else _own_path(log)
+        )
         self._rec: Any = None
         self._log: Any = None
         self._sampler: Any = None
@@ -144,7 +146,9 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
 
     def _recorder(self) -> Any:
         if self._rec is None:
-            raise GpuwiseError("gpuwise.watch() is not open", "use it as `with gpuwise.watch() as w:`")
+            raise GpuwiseError(
+                "gpuwise.watch() is not open", "use it as `with gpuwise.watch() as w:`"
+            )
         return self._rec
 
     def _start_sampler(self) -> None:

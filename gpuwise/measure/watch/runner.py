@@ -139,6 +139,7 @@ def exit_like(code: int) -> None:
     """Leave this process the way the command left: same exit code, or the same signal."""
     if code >= 0:
         raise SystemExit(code)
-    signal.signal(-code, signal.SIG_DFL)
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP cannot be handled
+        signal.signal(-code, signal.SIG_DFL)
     os.kill(os.getpid(), -code)
     raise SystemExit(128 - code)  # if the signal did not end us (it is blocked, say)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -68,7 +69,5 @@ class Sampler:
 
     def _write(self, sample: dict[str, Any]) -> None:
         self.latest = sample
-        try:
+        with contextlib.suppress(OSError):  # a full disk must not stop the job
             self.log.write(sample)
-        except OSError:
-            pass  # a full disk must not stop the job

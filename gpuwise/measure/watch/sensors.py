@@ -160,7 +160,9 @@ class RaplSensor:
                 int((zone / "energy_uj").read_text())
                 limit = int((zone / "max_energy_range_uj").read_text())
             except PermissionError:
-                self.unavailable["cpu_energy"] = f"no permission to read {zone}/energy_uj (root only since 2020)"
+                self.unavailable["cpu_energy"] = (
+                    f"no permission to read {zone}/energy_uj (root only since 2020)"
+                )
                 continue
             except (OSError, ValueError) as exc:
                 self.unavailable["cpu_energy"] = _reason(exc)
@@ -213,6 +215,10 @@ def _text(value: Any) -> str:
 
 def _reason(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
-    if "Driver Not Loaded" in text or "NVML Shared Library Not Found" in text or "libnvidia-ml" in text:
+    if (
+        "Driver Not Loaded" in text
+        or "NVML Shared Library Not Found" in text
+        or "libnvidia-ml" in text
+    ):
         return f"no NVIDIA driver ({text})"
     return text

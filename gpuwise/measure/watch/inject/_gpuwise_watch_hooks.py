@@ -9,6 +9,7 @@ program goes on; under torch.compile tracing the wrappers step aside.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -40,11 +41,9 @@ class _Guard:
 
     def failed(self, where: str, exc: BaseException) -> None:
         self.rec.hooks_enabled = False
-        try:
+        with contextlib.suppress(Exception):
             self.rec.log.write({"kind": "note", "pid": os.getpid(),
                                 "text": f"watch hooks off after an error in {where}: {exc!r}"})  # fmt: skip
-        except Exception:
-            pass
 
 
 def _patch_loader(torch: Any, rec: Any, guard: _Guard) -> None:
@@ -61,8 +60,9 @@ def _patch_loader(torch: Any, rec: Any, guard: _Guard) -> None:
         except StopIteration:
             _safely(guard, "DataLoader", rec.on_loader_exhausted)
             raise
-        _safely(guard, "DataLoader", rec.on_data, t0, perf_counter() - t0, batch,
-                rec.ops_so_far() - ops)
+        _safely(
+            guard, "DataLoader", rec.on_data, t0, perf_counter() - t0, batch, rec.ops_so_far() - ops
+        )
         return batch
 
     base.__next__ = __next__
@@ -114,17 +114,18 @@ def _hook_optimizers(torch: Any, rec: Any, guard: _Guard) -> None:
         register_optimizer_step_pre_hook,
     )
 
-    started: list[float] = []
+    started: list[tuple[int, float]] = []  # a wrapper optimizer (accelerate's) steps another
 
     def pre(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if guard.on():
-            started.append(perf_counter())
+        if any(key == id(optimizer) for key, _ in started):
+            started.clear()  # left over from a step that raised
+        started.append((id(optimizer), perf_counter()))
 
     def post(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if started and guard.on():
-            _safely(guard, "optimizer", _timed_end, rec, "optimizer", started.pop())
+        t0 = started.pop()[1] if started else None
+        if t0 is not None and not started and guard.on():  # the outermost step
+            _safely(guard, "optimizer", _timed_end, rec, "optimizer", t0)
             _safely(guard, "optimizer", rec.on_optimizer_done)
-        started.clear()
 
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)

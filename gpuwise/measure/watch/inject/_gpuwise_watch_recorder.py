@@ -239,7 +239,9 @@ def _op_counter(torch: Any) -> Any:
 
         count = 0
 
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             self.count += 1
             return func(*args, **(kwargs or {}))
 

@@ -9,9 +9,13 @@ the program must run as it would without gpuwise.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -37,10 +41,11 @@ def _chain_to_hidden_sitecustomize() -> None:
 class _AfterTorchImport:
     """A meta-path finder that runs `callback(torch)` once `import torch` has finished."""
 
-    def __init__(self, callback: object) -> None:
+    def __init__(self, callback: Callable[[ModuleType], None]) -> None:
         self.callback = callback
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:  # fmt: skip
         if name != "torch":
             return None
         sys.meta_path.remove(self)
@@ -51,14 +56,12 @@ class _AfterTorchImport:
         run_module = loader.exec_module
         callback = self.callback
 
-        def exec_module(module: object) -> None:
+        def exec_module(module: ModuleType) -> None:
             run_module(module)
-            try:
-                callback(module)  # type: ignore[operator]
-            except Exception:
-                pass
+            with contextlib.suppress(Exception):
+                callback(module)
 
-        loader.exec_module = exec_module
+        loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
@@ -74,7 +77,7 @@ def _start() -> None:
     recorder.active = rec
     atexit.register(rec.close)
 
-    def instrument(torch: object) -> None:
+    def instrument(torch: ModuleType) -> None:
         import _gpuwise_watch_hooks as hooks
 
         hooks.install(torch, rec)
@@ -83,7 +86,5 @@ def _start() -> None:
 
 
 _chain_to_hidden_sitecustomize()
-try:
+with contextlib.suppress(Exception):
     _start()
-except Exception:
-    pass
