@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_cli import run  # the CLI runner: exit code, stdout, stderr
 
 from gpuwise.catalog.hardware import find_hardware
 from gpuwise.catalog.models import resolve_model
-from gpuwise.cli import main
 from gpuwise.estimate.inference import estimate_inference
 from gpuwise.estimate.plans import InferencePlan, StoredWeights
 from gpuwise.helpers import MIB, GpuwiseError
@@ -65,22 +65,12 @@ def _cpu():
     return replace(find_hardware("rtx-4090"), kind="cpu")
 
 
-def _run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_infer_gguf_under_each_runtime(tmp_path, capsys):
     checkpoint_files = pytest.importorskip("checkpoint_files")
     path = tmp_path / "tiny.gguf"
     written = checkpoint_files.write_gguf(path, [checkpoint_files.Q.Q4_K])
     base = ["infer", str(path), "--on", "rtx-4090", "--json", "--prompt", "64", "--new-tokens", "8"]
-    code, out, err = _run([*base, "--runtime", "llama.cpp", "--ctx", "300"], capsys)
+    code, out, err = run([*base, "--runtime", "llama.cpp", "--ctx", "300"], capsys)
     assert code == 0, err
     rec = json.loads(out)
     assert rec["weights_source"].startswith("checkpoint (exact bytes)")
@@ -89,11 +79,11 @@ def test_cli_infer_gguf_under_each_runtime(tmp_path, capsys):
     assert rec["checkpoint"]["total_bytes"] == sum(written.values())
     assert rec["checkpoint"]["file_type"] == "MOSTLY_Q4_K_M"
     assert rec["weights_source"] == "checkpoint (exact bytes): Q4_K_M (gguf)"
-    code, out, _ = _run([*base, "--runtime", "vllm"], capsys)
+    code, out, _ = run([*base, "--runtime", "vllm"], capsys)
     assert code == 0 and json.loads(out)["runtime"] == "vllm"
-    code, out, _ = _run(base, capsys)  # transformers dequantises GGUF: estimated
+    code, out, _ = run(base, capsys)  # transformers dequantises GGUF: estimated
     assert code == 0 and json.loads(out)["weights_source"].startswith("estimated")
-    code, out, _ = _run(
+    code, out, _ = run(
         ["check", str(path), "--on", "rtx-4090", "--runtime", "llama.cpp", "--json"], capsys
     )
     assert code == 0 and json.loads(out)["precisions"][0]["weights"] == "Q4_K_M (gguf), exact"
@@ -108,18 +98,18 @@ def test_cli_safetensors_folder_and_errors(tmp_path, capsys):
     written = checkpoint_files.write_safetensors(
         tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("bfloat16", [96, 64], 12288)}
     )
-    code, out, err = _run(["infer", str(tmp_path), "--on", "h100", "--json"], capsys)
+    code, out, err = run(["infer", str(tmp_path), "--on", "h100", "--json"], capsys)
     assert code == 0, err
     rec = json.loads(out)
     assert rec["memory"]["breakdown"]["weights"] == written
     assert rec["weights_source"] == "checkpoint (exact bytes): BF16 (safetensors)"
-    code, _, err = _run(["infer", str(tmp_path), "--runtime", "llama.cpp", "--on", "h100"], capsys)
+    code, _, err = run(["infer", str(tmp_path), "--runtime", "llama.cpp", "--on", "h100"], capsys)
     assert code == 2 and "GGUF" in err and "Traceback" not in err
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 40)
-    code, _, err = _run(["infer", str(bad), "--runtime", "llama.cpp"], capsys)
+    code, _, err = run(["infer", str(bad), "--runtime", "llama.cpp"], capsys)
     assert code == 2 and err.startswith("error:") and "Traceback" not in err
-    code, _, err = _run(["infer", "llama-3.1-8b", "--runtime", "tgi"], capsys)
+    code, _, err = run(["infer", "llama-3.1-8b", "--runtime", "tgi"], capsys)
     assert code == 2 and "runtime" in err
 
 

@@ -144,9 +144,10 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
              f"gpu_memory_utilization {util:g}: budget {budget / 2**30:.2f} GiB of "
              f"{hw.memory_bytes / 2**30:.2f} GiB; the KV pool is what is left of it",
              f"KV pool {blocks:,} blocks of {rt.block_size} tokens = "
-             f"{format_tokens(blocks * rt.block_size)} tokens; "
+             f"{format_tokens(blocks * rt.block_size)} tokens: room for "
              f"{blocks // per_seq if per_seq else 0:,} sequences of "
-             f"{format_tokens(plan.context_tokens)} at once (max_num_seqs {rt.max_num_seqs})"]  # fmt: skip
+             f"{format_tokens(plan.context_tokens)} tokens (vLLM runs at most "
+             f"{rt.max_num_seqs} at once)"]  # fmt: skip
     if blocks * rt.block_size < max_len:
         notes.append(f"vLLM refuses to start: max_model_len {format_tokens(max_len)} needs more "
                      f"KV than the pool holds (pass --ctx to lower it)")  # fmt: skip
