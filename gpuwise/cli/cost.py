@@ -70,7 +70,12 @@ ASSUMPTIONS = [
     _opt("host_price_fraction", float | None, None, "server price on top of the device's"),
     _opt("max_kw", float | None, None, "power your site can deliver at the wall, kW (owned)"),
     _opt("local_price", float | None, None, "this machine's purchase price, USD (default 0)"),
-    _opt("local_power_w", float | None, None, "this machine's power when busy, W"),
+    _opt(
+        "local_power_w",
+        float | None,
+        None,
+        "this machine's device power (TDP) when busy, W; the host fraction is added",
+    ),
 ]
 MODEL = inspect.Parameter("model", _KW, annotation=Annotated[str, typer.Argument()])
 AS_JSON = _opt("as_json", bool, False, "print one JSON object", "--json")
