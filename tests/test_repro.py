@@ -1,0 +1,360 @@
+"""`gpuwise repro`: statistics against hand-computed and table values, the pieces of the runner,
+and real studies of a tiny training loop on this CPU (tests/repro_train.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuwise.cli import main
+from gpuwise.estimate.distributions import beta_cdf, f_cdf, f_quantile
+from gpuwise.estimate.repro_analysis import ConditionRuns, analyze
+from gpuwise.estimate.repro_stats import (
+    all_identical,
+    arithmetic_share,
+    detectable_difference,
+    first_divergence,
+    runs_needed,
+    spread,
+    variance_ratio_interval,
+)
+from gpuwise.helpers import GpuwiseError
+from gpuwise.measure.repro.collect import (
+    last_json_metrics,
+    parse_metric_patterns,
+    read_api_report,
+    regex_metrics,
+)
+from gpuwise.measure.repro.energy import EnergyMeter
+from gpuwise.measure.repro.plan import (
+    RunSpec,
+    child_command,
+    child_env,
+    parse_conditions,
+    plan_runs,
+    thread_choices,
+)
+from gpuwise.measure.repro.runner import Study, condition_runs, run_study
+from gpuwise.measure.repro.store import ResultsFile, completed
+
+TRAIN = str(Path(__file__).with_name("repro_train.py"))
+SMALL = ("--steps", "20", "--batch", "2048")  # about a second of training
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch")
+
+# --- distributions: closed forms and printed F tables ---------------------------------------
+
+
+@pytest.mark.parametrize(("x", "a", "b", "expected"), [
+    (0.3, 2.5, 1.0, 0.3**2.5),            # I_x(a, 1) = x^a
+    (0.3, 1.0, 4.0, 1 - 0.7**4),          # I_x(1, b) = 1 - (1 - x)^b
+    (0.5, 7.0, 7.0, 0.5),                 # symmetry
+    (0.9, 0.5, 0.5, 2 / math.pi * math.asin(math.sqrt(0.9))),  # arcsine distribution
+])  # fmt: skip
+def test_beta_cdf_closed_forms(x: float, a: float, b: float, expected: float) -> None:
+    assert beta_cdf(x, a, b) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(("p", "d1", "d2", "table"), [
+    (0.95, 5, 10, 3.3258),   # F tables (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.3)
+    (0.975, 4, 4, 9.6045),
+    (0.99, 10, 20, 3.3682),
+    (0.975, 4, 10, 4.4683),
+    (0.975, 10, 4, 8.8439),
+    (0.95, 1, 10, 2.228139**2),  # F(1, v) = t(v)^2; t_{0.975}(10) = 2.228139
+])  # fmt: skip
+def test_f_quantile_matches_tables(p: float, d1: int, d2: int, table: float) -> None:
+    assert f_quantile(p, d1, d2) == pytest.approx(table, abs=6e-5)
+
+
+def test_f_quantile_exact_case_and_reciprocal() -> None:
+    # F(2, 2) has CDF f / (1 + f): its 0.975 quantile is exactly 39.
+    assert f_quantile(0.975, 2, 2) == pytest.approx(39.0, rel=1e-10)
+    assert f_quantile(0.025, 4, 7) == pytest.approx(1 / f_quantile(0.975, 7, 4), rel=1e-9)
+
+
+@given(st.floats(0.01, 0.99), st.integers(1, 60), st.integers(1, 60))
+def test_f_cdf_inverts_f_quantile(p: float, d1: int, d2: int) -> None:
+    assert f_cdf(f_quantile(p, d1, d2), d1, d2) == pytest.approx(p, abs=1e-9)
+
+
+# --- statistics against hand-computed values --------------------------------------------------
+
+
+def test_spread_by_hand() -> None:
+    s = spread([1.0, 2.0, 3.0, 4.0])
+    assert (s.n, s.mean, s.min, s.max, s.range) == (4, 2.5, 1.0, 4.0, 3.0)
+    assert s.sd == pytest.approx(math.sqrt(5 / 3))  # squares 2.25+0.25+0.25+2.25 over 3
+    assert spread([0.1, 0.1, 0.1]).sd == 0.0  # exactly, not a rounding residue
+    assert spread([5.0]).sd is None
+
+
+def test_arithmetic_share_by_hand() -> None:
+    share = arithmetic_share([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])  # variances 1 and 4
+    assert share.ratio == pytest.approx(0.25)
+    # n = 3 and 3: F_{0.975}(2, 2) = 39, so the interval is [0.25/39, 0.25*39].
+    assert share.low == pytest.approx(0.25 / 39, rel=1e-9)
+    assert share.high == pytest.approx(0.25 * 39, rel=1e-9)
+    zero = arithmetic_share([1.0, 1.0], [1.0, 2.0])
+    assert zero.exactly_zero and (zero.low, zero.high) == (0.0, 0.0)
+    undefined = arithmetic_share([1.0, 2.0], [3.0, 3.0])
+    assert undefined.ratio is None and "no spread" in undefined.note
+    assert arithmetic_share([1.0], [1.0, 2.0]).ratio is None
+
+
+def test_variance_ratio_interval_by_hand() -> None:
+    low, high = variance_ratio_interval(2.0, 5, 11)  # F_{.975}(4,10)=4.4683, (10,4)=8.8439
+    assert low == pytest.approx(2.0 / 4.4683, rel=1e-4)
+    assert high == pytest.approx(2.0 * 8.8439, rel=1e-4)
+
+
+@pytest.mark.parametrize(("sd", "diff", "alpha", "power", "runs"), [
+    (1.0, 1.0, 0.05, 0.8, 16),   # 2 (1.959964 + 0.841621)^2 = 15.70
+    (0.5, 1.0, 0.05, 0.8, 4),    # 3.92
+    (2.0, 1.0, 0.05, 0.8, 63),   # 62.79
+    (1.0, 1.0, 0.01, 0.9, 30),   # 2 (2.575829 + 1.281552)^2 = 29.76
+    (0.0, 1.0, 0.05, 0.8, 2),    # no spread: two runs, the least that shows a spread
+])  # fmt: skip
+def test_runs_needed_by_hand(sd: float, diff: float, alpha: float, power: float, runs: int) -> None:
+    assert runs_needed(sd, diff, alpha, power) == runs
+
+
+def test_detectable_difference_by_hand() -> None:
+    assert detectable_difference(1.0, 16) == pytest.approx(2.801585 * math.sqrt(2 / 16), rel=1e-6)
+    with pytest.raises(ValueError):
+        runs_needed(1.0, 0.0)
+
+
+def test_identity_and_divergence() -> None:
+    assert all_identical(["a", "a"]) is True
+    assert all_identical(["a", "b"]) is False
+    assert all_identical(["a", None]) is None and all_identical(["a"]) is None
+    assert first_divergence([[1, 2, 3], [1, 2, 4]]) == 2
+    assert first_divergence([[1, 2], [1, 2, 3]]) == 2  # one run stopped early
+    assert first_divergence([[1, 2], [1, 2]]) is None
+
+
+# --- the analysis: findings from synthetic runs ---------------------------------------------
+
+
+def _runs(name: str, values: list[float], hashes: list[str | None] | None = None,
+          steps: list[list[tuple[int, str]]] | None = None,
+          applied: list[bool | None] | None = None) -> ConditionRuns:  # fmt: skip
+    n = len(values)
+    return ConditionRuns(name, {"loss": values}, hashes or [None] * n, steps or [[]] * n,
+                         [1.0] * n, [None] * n, applied or [None] * n)  # fmt: skip
+
+
+def test_seed_ignored_is_found() -> None:
+    a = analyze([_runs("seeds", [0.5, 0.5, 0.5], ["h", "h", "h"]), _runs("same-seed", [0.5, 0.5])])
+    assert [f.code for f in a.findings] == ["seed-ignored"]
+    assert a.shares["loss"]["same-seed"].exactly_zero
+
+
+def test_unseeded_randomness_is_found_only_where_arithmetic_is_deterministic() -> None:
+    runs = [_runs("same-seed", [0.5, 0.6], ["a", "b"]), _runs("seeds", [0.4, 0.6])]
+    assert [f.code for f in analyze(runs, ["same-seed"]).findings] == ["unseeded-randomness"]
+    assert analyze(runs, []).findings == []  # on a GPU, same-seed runs may differ
+
+
+def test_divergent_step_cost_and_detect() -> None:
+    steps = [[(0, "a"), (10, "b"), (20, "c")], [(0, "a"), (10, "x"), (20, "y")]]
+    same = _runs("same-seed", [1.0, 1.0], steps=steps)
+    det = ConditionRuns("deterministic", {"loss": [1.0, 1.0]}, [None, None], [[], []],
+                        [3.0, 3.0], [None, None], [False, True])  # fmt: skip
+    seeds = _runs("seeds", [1.0, 3.0])  # sd = sqrt(2)
+    a = analyze([same, det, seeds], detect_diff={"*": 0.1}, detect_relative=True)
+    assert a.conditions["same-seed"].first_divergent_step == 10
+    assert a.deterministic_time_ratio == pytest.approx(3.0)
+    assert "deterministic-not-applied" in [f.code for f in a.findings]
+    (d,) = a.detect
+    assert (d.sd_from, d.diff) == ("seeds", pytest.approx(0.2))  # 10% of the mean 2.0
+    assert d.runs_needed == math.ceil(2 * 2.801585**2 * 2 / 0.2**2)
+
+
+# --- plan, collection, store, energy ------------------------------------------------------
+
+
+def test_plan_is_index_major_with_seeds_and_threads() -> None:
+    plan = plan_runs(("same-seed", "seeds", "threads"), 2, 7, [1, 2, 3])
+    assert [(s.condition, s.index, s.seed, s.threads) for s in plan] == [
+        ("same-seed", 0, 7, None), ("seeds", 0, 7, None), ("threads", 0, 7, 1),
+        ("same-seed", 1, 7, None), ("seeds", 1, 8, None), ("threads", 1, 7, 2)]  # fmt: skip
+    assert thread_choices(2) == [1, 2, 3, 4] and thread_choices(64)[-1] == 16
+
+
+def test_child_env_and_command() -> None:
+    spec = RunSpec("deterministic", 0, 5, None, True)
+    env = child_env(spec, "/tmp/x.jsonl", {"PATH": "/bin"}, device="1")
+    assert env["GPUWISE_SEED"] == "5" and env["PYTHONHASHSEED"] == "5"
+    assert env["GPUWISE_DETERMINISTIC"] == "1" and env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and env["GPUWISE_REPRO_OUT"] == "/tmp/x.jsonl"
+    threads = child_env(RunSpec("threads", 1, 5, 3, False), "o", {})
+    assert threads["OMP_NUM_THREADS"] == threads["GPUWISE_THREADS"] == "3"
+    assert child_command(["python", "t.py"], spec, "--seed") == ["python", "t.py", "--seed", "5"]
+
+
+def test_bad_conditions_and_metrics() -> None:
+    with pytest.raises(GpuwiseError, match="unknown condition") as err:
+        parse_conditions("same-seed,seed")
+    assert "seeds" in err.value.hint
+    with pytest.raises(GpuwiseError, match="NAME=REGEX"):
+        parse_metric_patterns(["loss"])
+
+
+def test_metrics_from_output_and_api(tmp_path: Path) -> None:
+    out = 'start\n{"loss": 0.5, "ok": true, "name": "x"}\n{"loss": 0.25, "step": 3}\nbye\n'
+    assert last_json_metrics(out) == {"loss": 0.25, "step": 3.0}
+    pats = parse_metric_patterns([r"val=val loss ([0-9.]+)"])
+    assert regex_metrics("val loss 1.5\nval loss 1.25\n", pats) == {"val": 1.25}
+    api = tmp_path / "api.jsonl"
+    api.write_text('{"kind": "seed", "seed": 1, "deterministic": true, "threads": null}\n'
+                   '{"kind": "step", "step": 0, "hash": "ab"}\n'
+                   '{"kind": "metric", "name": "m", "value": "nan"}\n'
+                   '{"kind": "params_hash", "hash": "ff"}\n{"kind": "met')  # fmt: skip
+    rep = read_api_report(api)
+    assert rep.params_hash == "ff" and rep.steps == [(0, "ab")] and rep.deterministic_applied
+    assert math.isnan(rep.metrics["m"])
+
+
+def test_results_file_refuses_another_study(tmp_path: Path) -> None:
+    store = ResultsFile(tmp_path / "r.jsonl")
+    assert store.open_study({"command": ["a"], "base_seed": 0}) == []
+    store.append_run({"condition": "seeds", "index": 0, "returncode": 0})
+    store.append_run({"condition": "seeds", "index": 1, "returncode": 1})
+    with open(store.path, "a") as f:
+        f.write('{"kind": "run", "cond')  # killed mid-write
+    old = store.open_study({"command": ["a"], "base_seed": 0})
+    assert list(completed(old)) == [("seeds", 0)]
+    with pytest.raises(GpuwiseError, match="another study"):
+        store.open_study({"command": ["b"], "base_seed": 0})
+    assert store.open_study({"command": ["b"], "base_seed": 0}, fresh=True) == []
+
+
+def test_energy_meter_rapl_wraps_and_nvml(tmp_path: Path) -> None:
+    pkg = tmp_path / "intel-rapl:0"
+    (tmp_path / "intel-rapl:0:0").mkdir(parents=True)  # a subdomain: not counted twice
+    pkg.mkdir()
+    (pkg / "max_energy_range_uj").write_text("1000000\n")
+    (pkg / "energy_uj").write_text("900000\n")
+
+    class FakeNvml:
+        mj = 5000
+
+        def nvmlDeviceGetCount(self) -> int:  # noqa: N802 - NVML's names
+            return 1
+
+        def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
+            return i
+
+        def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
+            return self.mj
+
+    nvml = FakeNvml()
+    meter = EnergyMeter(tmp_path, nvml)
+    before = meter.read()
+    (pkg / "energy_uj").write_text("100000\n")  # wrapped: +0.2 J
+    nvml.mj = 7500  # +2.5 J
+    assert meter.delta(before, meter.read()) == pytest.approx(2.7)
+    assert meter.note() == "measured: intel-rapl:0, gpu0"
+    bare = EnergyMeter(tmp_path / "none", None)
+    assert "no RAPL counters" in bare.note() or bare.available
+
+
+# --- the runner and the CLI on commands that fail -------------------------------------------
+
+
+def test_failing_command_stops_the_study(tmp_path: Path) -> None:
+    cmd = (sys.executable, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)")
+    study = Study(cmd, ("same-seed",), 3, tmp_path / "r.jsonl")
+    with pytest.raises(GpuwiseError, match=r"exit 3\): boom"):
+        run_study(study)
+    silent = Study((sys.executable, "-c", "print('hi')"), ("same-seed",), 2, tmp_path / "s.jsonl")
+    with pytest.raises(GpuwiseError, match="no metric"):
+        run_study(silent)
+
+
+def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["repro"])
+    assert exc.value.code == 2 and "no command" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["repro", "--detect", "x%", "--", "python", "t.py"])
+    assert "not a number" in capsys.readouterr().err
+
+
+# --- real studies of a tiny training loop ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@needs_torch
+def test_real_study_separates_the_sources(tmp_path: Path) -> None:
+    """Same seed & threads: bit-identical; threads and seeds: a spread with an interval."""
+    cmd = (sys.executable, TRAIN, *SMALL, "--seed-source", "flag")
+    # Two runs each keep the test short; run 0 of `threads` uses 1 thread, run 1 two.
+    study = Study(cmd, ("same-seed", "deterministic", "seeds", "threads"), 2,
+                  tmp_path / "r.jsonl", seed_flag="--seed", parallel=2, threads=(1, 2))  # fmt: skip
+    grouped = condition_runs(run_study(study), study.conditions)
+    a = analyze(grouped, ["same-seed", "deterministic"], {"*": 0.001})
+    c = a.conditions
+    assert c["same-seed"].bit_identical and c["deterministic"].bit_identical
+    assert c["same-seed"].first_divergent_step is None and c["same-seed"].step_hashes_compared
+    assert all(grouped[1].deterministic_applied)
+    assert c["seeds"].bit_identical is False and c["seeds"].metrics["train_loss"].sd
+    # One thread and two threads sum the batch-norm statistics in a different order.
+    assert c["threads"].bit_identical is False and c["threads"].first_divergent_step is not None
+    for metric in ("train_loss", "acc"):
+        assert a.shares[metric]["same-seed"].exactly_zero
+    share = a.shares["train_loss"]["threads"]
+    assert share.ratio is not None and 0 < share.low < share.ratio < share.high  # type: ignore[operator]
+    assert share.ratio < 1e-3  # reduction order moves the loss far less than the seed does
+    assert a.deterministic_time_ratio is not None and a.findings == []
+    assert all(d.runs_needed and d.runs_needed >= 2 for d in a.detect)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@needs_torch
+def test_cli_reports_a_program_that_ignores_the_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "r.jsonl"
+    main(["repro", "--runs", "2", "--conditions", "seeds", "--json", "--results", str(results),
+          "--", sys.executable, TRAIN, *SMALL, "--seed-source", "fixed"])  # fmt: skip
+    record = json.loads(capsys.readouterr().out)
+    codes = [f["code"] for f in record["analysis"]["findings"]]
+    assert codes == ["seed-ignored"]
+    assert record["analysis"]["conditions"]["seeds"]["bit_identical"] is True
+    assert record["study"]["results"] == str(results)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@needs_torch
+def test_interrupted_study_resumes_and_finds_unseeded_randomness(tmp_path: Path) -> None:
+    counts = tmp_path / "count.txt"
+    cmd = (sys.executable, TRAIN, *SMALL, "--seed-source", "none", "--count-file", str(counts))
+    study = Study(cmd, ("same-seed",), 3, tmp_path / "r.jsonl")
+
+    def interrupt(record: dict[str, object], done: int, total: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(study, interrupt)
+    first = [json.loads(line) for line in study.results.read_text().splitlines()]
+    assert [r["kind"] for r in first] == ["study", "run"]
+    started = len(counts.read_text().splitlines())
+    records = run_study(study)
+    assert len(counts.read_text().splitlines()) - started == 2  # only the two missing runs
+    assert sorted(r["index"] for r in records) == [0, 1, 2]
+    assert records[0]["wall_s"] == first[1]["wall_s"]  # the saved run is kept, not redone
+    a = analyze(condition_runs(records, ("same-seed",)), ["same-seed"])
+    assert [f.code for f in a.findings] == ["unseeded-randomness"]
