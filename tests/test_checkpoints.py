@@ -319,3 +319,24 @@ def test_gguf_metadata_arrays_read_without_walking_elements(tmp_path):
     values = metadata_values(gg, reader)
     assert values["tokenizer.ggml.tokens.length"] == 1000
     assert values["llama.attention.head_count"] == [4, 8, 4]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_transformers_save_pretrained_shards_read_exactly(tmp_path):
+    """A real Hugging Face layout: a tiny Llama saved sharded in bf16 by transformers."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from gpuwise.catalog.models import resolve_model
+
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                                   tie_word_embeddings=False)  # fmt: skip
+    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    expected = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    resolved = resolve_model(str(tmp_path))
+    ckpt = resolved.checkpoint
+    assert resolved.origin == "checkpoint" and len(ckpt.files) > 1
+    assert ckpt.total_bytes == expected and set(ckpt.bytes_by_dtype()) == {"BF16"}
+    assert ckpt.logical_params == sum(p.numel() for p in model.parameters())
