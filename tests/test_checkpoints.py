@@ -258,7 +258,7 @@ def test_checkpoint_without_config_is_a_clear_error(tmp_path):
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-FUZZ = settings(max_examples=60, deadline=2000, derandomize=True,
+FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
 mutations = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=6)
 
