@@ -52,6 +52,14 @@ def test_vllm_budget_and_pool():
     assert (
         estimate_inference(LLAMA3_8B, lower, hw).breakdown["kv_cache"] < est.breakdown["kv_cache"]
     )
+    room = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192,
+                                                       batch=400), hw)  # fmt: skip
+    assert room.fits and any("at most 256 at once" in n for n in room.notes)
+    from gpuwise.estimate.answers import max_inference_batch
+
+    most = max_inference_batch(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192), hw)
+    assert not estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192,
+                                                           batch=most + 1), hw).fits  # fmt: skip
     # 128K max_model_len does not fit a 24 GB card's pool: vLLM refuses to start
     small = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm"), find_hardware("rtx-4090"))
     assert not small.fits and any("refuses to start" in n for n in small.notes)

@@ -134,7 +134,8 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     blocks = int(pool // block_bytes)
     max_len = plan.context_alloc or arch.max_position or plan.context_tokens
     per_seq = math.ceil(plan.context_tokens / rt.block_size)
-    needed = max(math.ceil(max_len / rt.block_size), min(plan.batch, rt.max_num_seqs) * per_seq)
+    # Fitting means every sequence of the batch resident at once, as for the other runtimes.
+    needed = max(math.ceil(max_len / rt.block_size), plan.batch * per_seq)
     kv = max(pool, needed * block_bytes)
     parts = {"weights": weights, "kv_cache": kv, "activations": acts,
              "cuda_graphs": float(rt.cuda_graph_bytes),
