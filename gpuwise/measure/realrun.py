@@ -248,8 +248,9 @@ def _checked_config(config: dict) -> dict:
     return config
 
 
-def _run_child(job: dict, timeout_s: float, allocator_env: bool = True) -> dict:
-    """Run one job in a fresh process and return its result record.
+def _run_child(job: dict, timeout_s: float, allocator_env: bool = True,
+               child: str = "gpuwise.measure.realrun") -> dict:  # fmt: skip
+    """Run one job in a fresh process (`python -m child`) and return its result record.
 
     `allocator_env` sets the malloc variables that make the resident set track live tensors
     (memory measurements); timing runs leave the allocator as users have it.
@@ -264,7 +265,7 @@ def _run_child(job: dict, timeout_s: float, allocator_env: bool = True) -> dict:
     what = f"real {job['kind']} run of {job['config'].get('model_type')} on {job['device']}"
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "gpuwise.measure.realrun"],
+            [sys.executable, "-m", child],
             input=json.dumps(job),
             capture_output=True,
             text=True,
@@ -703,14 +704,15 @@ def _run_job(job: dict) -> dict:
     return result
 
 
-def _child_main() -> int:
+def _child_main(run_job: Callable[[dict], dict] | None = None) -> int:
+    """The child process: the job from stdin, one JSON result line on stdout."""
     # Keep stdout for the one result line: anything the libraries print goes to stderr.
     result_out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     try:
         job = json.loads(sys.stdin.read())
-        result = _run_job(job)
+        result = (run_job or _run_job)(job)
         if job.get("measure") != "time":
             MeasuredMemory(**result)  # the parent builds one from it: fail here if it would not
         payload, code = json.dumps(result), 0

@@ -1,0 +1,135 @@
+"""Estimates for a traced PyTorch module: the same memory breakdown and roofline time model as
+the built-in families, from what the trace recorded (gpuwise.workload.traced).
+
+Memory: weights (parameters and buffers), inputs, optimizer states, and the tensors the pass
+creates at its highest point, split into saved activations, parameter gradients and the rest
+(workspace). Training takes the larger of the forward/backward peak and the optimizer step
+(all gradients, states and the step's scratch, as in `estimate.training`).
+
+Time: every traced aten op becomes an `Op` with its FLOPs and bytes, timed by the roofline
+(`timing.time_op`), plus the eager runtime's dispatch cost per op; backward uses the traced
+backward ops (not a multiple of forward); the optimizer step its memory traffic
+(`speed._optimizer_ops`) plus the dispatch cost of the ops it was counted to run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.runtimes import runtime
+from gpuwise.estimate.plans import TrainingPlan
+from gpuwise.estimate.rates import DeviceRates
+from gpuwise.estimate.results import MemoryEstimate, make_estimate
+from gpuwise.estimate.speed import _optimizer_ops
+from gpuwise.estimate.timing import PhaseTime, dispatch_cost, phase_time
+from gpuwise.estimate.training import STATES_PER_PARAM, ParamBytes, _step_temporary
+from gpuwise.workload.ops import Op
+from gpuwise.workload.traced import TracedModule, TracedOp
+
+RUNTIME = "PyTorch eager (traced module)"
+
+
+@dataclass(frozen=True)
+class ModuleTime:
+    """Forward (inference) or a training step: forward, backward and optimizer phases."""
+
+    forward: PhaseTime
+    backward: PhaseTime | None
+    optimizer: PhaseTime | None
+    source: str
+    runtime: str = RUNTIME
+
+    @property
+    def seconds(self) -> float:
+        """Forward latency, or the training step."""
+        return sum(p.seconds for p in (self.forward, self.backward, self.optimizer) if p)
+
+
+def _plan(traced: TracedModule, optimizer: str) -> TrainingPlan:
+    return TrainingPlan(batch=1, seq=1, dtype=traced.dtype, optimizer=optimizer)
+
+
+def _state_bytes(traced: TracedModule, optimizer: str) -> tuple[float, float]:
+    """(optimizer state bytes, bytes per state element): Adafactor keeps fp32 factored rows
+    and columns; the others STATES_PER_PARAM full states in the parameters' dtype."""
+    per = traced.param_bytes / max(1, traced.param_count)
+    if optimizer == "adafactor":
+        return traced.factored_state_count * 4.0, 4.0
+    return traced.trainable_count * STATES_PER_PARAM[optimizer] * per, per
+
+
+def estimate_module_memory(traced: TracedModule, hw: Hardware,
+                           optimizer: str = "adamw") -> MemoryEstimate:  # fmt: skip
+    """Peak memory of the traced pass (a no-grad forward, or a training step) on `hw`."""
+    rt = runtime(hw.kind)
+    weights = float(traced.param_bytes + traced.buffer_bytes)
+    at_rest = {"weights": weights, "inputs": float(traced.input_bytes)}
+    peak = traced.peak
+    notes = [f"traced on meta: {len(traced.ops)} aten ops; saved for backward "
+             f"{traced.saved_bytes:,} bytes" if traced.training else
+             f"traced on meta: {len(traced.ops)} aten ops (no-grad forward)"]  # fmt: skip
+    notes += list(traced.notes)
+    if not traced.training:
+        parts = {**at_rest, "activations": float(peak.total_bytes)}
+        phase, phases = "forward", {"forward": sum(parts.values())}
+    else:
+        states, per_state = _state_bytes(traced, optimizer)
+        per = traced.param_bytes / max(1, traced.param_count)
+        grads = traced.trainable_count * per
+        pb = ParamBytes(weights, grads, states, traced.trainable_count, traced.largest_trainable)
+        step_temp = _step_temporary(_plan(traced, optimizer), pb, rt.optimizer_foreach, per_state)
+        base = weights + traced.input_bytes + states
+        phases = {"forward/backward": base + peak.total_bytes,
+                  "optimizer step": base + grads + step_temp}  # fmt: skip
+        phase = max(phases, key=lambda k: phases[k])
+        if phase == "optimizer step":
+            parts = {**at_rest, "gradients": grads, "optimizer": states, "activations": 0.0,
+                     "workspace": step_temp}  # fmt: skip
+        else:
+            parts = {**at_rest, "gradients": float(peak.gradient_bytes), "optimizer": states,
+                     "activations": float(peak.saved_bytes),
+                     "workspace": float(peak.other_bytes)}  # fmt: skip
+    dynamic = sum(v for k, v in parts.items() if k not in ("weights", "optimizer", "inputs"))
+    overhead = rt.baseline_bytes + rt.allocator_fraction * dynamic
+    parts["overhead"] = overhead
+    total_phases = {k: v + overhead for k, v in phases.items()}
+    notes.append(f"runtime overhead: the {rt.id} baseline ({rt.baseline_source.split(':')[0]}); "
+                 "a process without transformers holds less")  # fmt: skip
+    return make_estimate(parts, hw.memory_bytes, f"{RUNTIME} on {hw.kind.upper()}", phase,
+                         total_phases, tuple(notes))  # fmt: skip
+
+
+def to_ops(traced_ops: tuple[TracedOp, ...]) -> list[Op]:
+    """Roofline Ops of the non-view traced ops, identical ones merged into one with a count."""
+    keyed = Counter((t.name, t.kind, t.flops, t.bytes, t.m, t.n, t.k, t.weight_bytes)
+                    for t in traced_ops if t.kind != "view")  # fmt: skip
+    return [Op(name, kind, flops, moved, count, m, n, k, weights)
+            for (name, kind, flops, moved, m, n, k, weights), count in keyed.items()]  # fmt: skip
+
+
+def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
+           cost_phase: str) -> PhaseTime:  # fmt: skip
+    views = sum(1 for t in ops if t.kind == "view")
+    overhead = dispatch_cost(len(ops) - views, views, rates, cost_phase, per_step=False)
+    return phase_time(name, to_ops(ops), rates, dtype, overhead)
+
+
+def estimate_module_time(traced: TracedModule, rates: DeviceRates,
+                         optimizer: str = "adamw") -> ModuleTime:  # fmt: skip
+    """Forward latency (inference) or the training step from the traced ops."""
+    dtype = traced.dtype
+    cost_phase = "training" if traced.training else "inference"
+    forward = _phase("forward", traced.phase_ops("forward"), rates, dtype, cost_phase)
+    if not traced.training:
+        return ModuleTime(forward, None, None, rates.source)
+    backward = _phase("backward", traced.phase_ops("backward"), rates, dtype, cost_phase)
+    counts = traced.optimizer_ops
+    # torch.optim dispatches its ops straight from Python: the bare per-op cost applies.
+    step_overhead = (counts.get("kernels", 0) * rates.op_overhead_s
+                     + counts.get("views", 0) * rates.view_overhead_s)  # fmt: skip
+    step = phase_time("optimizer", _optimizer_ops(_plan(traced, optimizer),
+                                                  traced.trainable_count),
+                      rates, "fp32", step_overhead)  # fmt: skip
+    return ModuleTime(forward, backward, step, rates.source)

@@ -1,0 +1,217 @@
+"""gpuwise.from_module and `gpuwise module`: tracing on meta against hand-computed FLOPs,
+parameters and saved activations; no allocation for a 7B-shaped model; the CLI contract;
+one real run against the estimate."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+import module_zoo  # noqa: E402  (tests/ is on sys.path under pytest)
+
+from gpuwise.catalog.hardware import find_hardware  # noqa: E402
+from gpuwise.cli import main  # noqa: E402
+from gpuwise.measure.from_module import from_module  # noqa: E402
+from gpuwise.measure.module_trace import trace_module  # noqa: E402
+
+B, W, DEPTH = 8, 64, 3  # linear_stack: 3 Linear(64, 64) with ReLU between
+MM_FLOPS = 2 * B * W * W
+PARAMS = DEPTH * (W * W + W)
+ACT = B * W * 4  # one fp32 activation of the stack
+
+
+def test_linear_stack_inference_counts():
+    t = trace_module(module_zoo.linear_stack(W, DEPTH), (B, W))
+    assert t.param_count == PARAMS and t.param_bytes == PARAMS * 4
+    assert t.input_bytes == ACT and t.output_bytes == ACT
+    assert t.flops("forward") == DEPTH * MM_FLOPS + 2 * B * W  # + one per ReLU output
+    matmuls = [op for op in t.ops if op.kind == "matmul"]
+    assert [(op.m, op.n, op.k) for op in matmuls] == [(B, W, W)] * DEPTH
+    # addmm reads bias, input and weight and writes its output
+    assert matmuls[0].bytes == (W + B * W + W * W + B * W) * 4
+    assert matmuls[0].weight_bytes == (W * W + W) * 4
+    assert t.saved_bytes == 0 and not t.phase_ops("backward")
+
+
+def test_linear_stack_training_saved_and_backward():
+    t = trace_module(module_zoo.linear_stack(W, DEPTH), (B, W), training=True, optimizer="sgd")
+    # Saved for backward: the two ReLU outputs (the second and third Linear's inputs are the
+    # same storages); the model's own input is not counted, nor are the weights.
+    assert t.saved_bytes == 2 * ACT
+    # Backward: weight gradients of 3 layers, input gradients of the last 2 (the input needs none)
+    backward_mm = [op for op in t.phase_ops("backward") if op.kind == "matmul"]
+    assert sum(op.flops for op in backward_mm) == 5 * MM_FLOPS
+    assert t.trainable_count == PARAMS and t.largest_trainable == W * W
+    assert t.optimizer_ops["kernels"] > 0
+    # At the end of backward every gradient is alive: the peak holds them all.
+    assert t.peak.gradient_bytes == PARAMS * 4
+
+
+def test_estimates_reuse_the_training_model():
+    model = module_zoo.linear_stack(W, DEPTH)
+    cpu = find_hardware("h100")
+    for optimizer, states in (("adamw", 2), ("sgd", 1)):
+        est = from_module(model, (B, W), training=True, optimizer=optimizer, on=cpu)
+        mem = est.memory
+        assert sum(mem.breakdown.values()) == mem.total_bytes
+        assert mem.breakdown["weights"] == PARAMS * 4
+        assert mem.breakdown["optimizer"] == states * PARAMS * 4
+        assert est.time is not None and est.time.backward is not None
+        assert est.time.backward.flops == pytest.approx(est.traced.flops("backward"))
+    infer = from_module(model, torch.zeros(B, W), on=cpu)
+    assert infer.time is not None and infer.time.backward is None
+    assert infer.memory.total_bytes < mem.total_bytes
+
+
+def test_tied_weights_and_dtype():
+    emb = torch.nn.Embedding(100, 32)
+    head = torch.nn.Linear(32, 100, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.Sequential(emb, head)
+    t = trace_module(model, torch.zeros(2, 5, dtype=torch.long), dtype="bf16", training=True)
+    assert t.param_count == 100 * 32 and t.param_bytes == 100 * 32 * 2
+    assert t.dtype == "bf16" and t.input_bytes == 2 * 5 * 8  # integer ids are not cast
+
+
+def test_real_module_untouched():
+    model = module_zoo.linear_stack(W, DEPTH)
+    before = [(p.device.type, p.data_ptr(), p.detach().clone()) for p in model.parameters()]
+    model.eval()
+    trace_module(model, (B, W), training=True)
+    assert not model.training  # train/eval flags restored
+    for (dev, ptr, value), p in zip(before, model.parameters(), strict=True):
+        assert p.device.type == dev and p.data_ptr() == ptr and torch.equal(p, value)
+        assert p.grad is None
+
+
+def test_attention_runs_the_cpu_kernel():
+    vit = module_zoo.ViT(image=32, patch=8, dim=64, depth=1, heads=4, classes=10)
+    names = {op.name for op in trace_module(vit, (2, 3, 32, 32)).ops}
+    assert "_scaled_dot_product_flash_attention_for_cpu" in names
+    assert "_safe_softmax" not in names  # no materialised score matrix, as on a CPU
+
+
+class SevenB(torch.nn.Module):
+    """32 Llama-7B-shaped layers (q, k, v, o 4096x4096; MLP 4096x11008 x3): 6.5B params."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        lin = torch.nn.Linear
+        self.layers = torch.nn.ModuleList(
+            torch.nn.ModuleList([lin(4096, 4096 * 3, bias=False), lin(4096, 4096, bias=False),
+                                 lin(4096, 11008 * 2, bias=False), lin(11008, 4096, bias=False)])
+            for _ in range(32)
+        )  # fmt: skip
+
+    def forward(self, x):
+        for qkv, o, up, down in self.layers:
+            x = x + o(qkv(x)[..., :4096])
+            g, u = up(x).chunk(2, dim=-1)
+            x = x + down(torch.nn.functional.silu(g) * u)
+        return x
+
+
+def test_seven_billion_traced_without_memory():
+    with torch.device("meta"):
+        model = SevenB()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    start = time.perf_counter()
+    t = trace_module(model, (1, 2048, 4096), training=True, dtype="bf16")
+    seconds = time.perf_counter() - start
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before
+    per_layer = 4096 * 4096 * 4 + 3 * 4096 * 11008
+    assert t.param_count == 32 * per_layer
+    assert t.param_bytes == 2 * 32 * per_layer  # 13 GB of bf16 weights, none allocated
+    assert t.flops("forward") >= 2 * 2048 * 32 * per_layer
+    assert t.peak.total_bytes > t.param_bytes  # gradients + activations
+    assert grown < 300 * 2**20, f"tracing grew the resident set by {grown / 2**20:.0f} MiB"
+    assert seconds < 20
+
+
+# ---------------------------------------------------------------- the command
+
+
+def run(args, capsys):
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_json(capsys):
+    code, out, err = run(["module", "module_zoo:linear_stack", "--input", "8x64", "--train",
+                          "--optimizer", "sgd", "--on", "h100", "--json", "--ops"], capsys)  # fmt: skip
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["module"]["params"] == PARAMS
+    assert obj["module"]["saved_for_backward_bytes"] == 2 * ACT
+    assert obj["memory"]["breakdown"]["optimizer"] == PARAMS * 4
+    assert sum(obj["memory"]["breakdown"].values()) == obj["memory"]["total_bytes"]
+    assert obj["time"]["source_kind"] == "estimated" and obj["time"]["backward_s"] > 0
+    assert {"forward", "backward"} <= set(obj["ops"])
+
+
+def test_cli_factory_with_example_inputs_and_batch(capsys):
+    code, out, err = run(["module", "module_zoo:bert_small", "--batch", "2", "--on", "h100",
+                          "--json"], capsys)  # fmt: skip
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["plan"]["inputs"] == ["input_ids=2x128:int64"]
+    assert obj["module"]["input_bytes"] == 2 * 128 * 8
+
+
+def test_cli_table(capsys):
+    code, out, _ = run(["module", "module_zoo:resnet18", "--input", "1x3x64x64"], capsys)
+    assert code == 0
+    assert "weights" in out and "estimated" in out and "resnet18" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["no_such_pkg.mod:build", "--input", "1x3"], "cannot import 'no_such_pkg.mod'"),
+        (["module_zoo", "--input", "1x3"], "is not of the form"),
+        (["module_zoo:nope", "--input", "1x3"], "has no attribute 'nope'"),
+        (["module_zoo:not_a_module", "--input", "1x3"], "expected a torch.nn.Module"),
+        (["module_zoo:linear_stack", "--input", "8xA"], "is not a shape"),
+        (["module_zoo:linear_stack", "--input", "8x0"], "dimension below 1"),
+        (["module_zoo:linear_stack", "--input", "8x64:complex"], "unknown input dtype"),
+        (["module_zoo:linear_stack"], "no example inputs"),
+        (["module_zoo:linear_stack", "--input", "8x63"], "on the meta device failed"),
+        (["module_zoo:linear_stack", "--input", "8x64", "--dtype", "fp12"], "unknown dtype"),
+        (["module_zoo:linear_stack", "--input", "8x64", "--train", "--optimizer", "lion"],
+         "unknown optimizer"),
+    ],
+)  # fmt: skip
+def test_cli_bad_input(capsys, args, message):
+    code, out, err = run(["module", *args], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("error: ") and message in lines[0], err
+    assert all(line.startswith(("error: ", "hint: ")) for line in lines)  # no traceback
+
+
+# ---------------------------------------------------------------- against a real run
+
+
+@pytest.mark.slow
+def test_real_training_memory_matches():
+    from gpuwise.measure.module_run import measure_module_memory
+
+    tests = str(Path(__file__).parent)
+    spec = [((32, 3, 64, 64), None)]
+    measured = measure_module_memory("module_zoo:small_cnn", spec, training=True,
+                                     sys_path=(tests,))  # fmt: skip
+    est = from_module(module_zoo.small_cnn(), (32, 3, 64, 64), training=True, on="local")
+    error = est.memory.model_bytes / measured.model_bytes - 1
+    assert abs(error) < 0.05, (est.memory.breakdown, measured)
