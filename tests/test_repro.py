@@ -358,3 +358,34 @@ def test_interrupted_study_resumes_and_finds_unseeded_randomness(tmp_path: Path)
     assert records[0]["wall_s"] == first[1]["wall_s"]  # the saved run is kept, not redone
     a = analyze(condition_runs(records, ("same-seed",)), ["same-seed"])
     assert [f.code for f in a.findings] == ["unseeded-randomness"]
+
+
+@needs_torch
+@pytest.mark.torch
+def test_api_reports_only_under_a_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    import torch
+
+    import gpuwise
+
+    monkeypatch.delenv("GPUWISE_REPRO_OUT", raising=False)
+    monkeypatch.delenv("GPUWISE_DETERMINISTIC", raising=False)
+    monkeypatch.delenv("GPUWISE_THREADS", raising=False)
+    monkeypatch.setenv("GPUWISE_SEED", "11")
+    assert gpuwise.seed_everything() == 11
+    first = (random.random(), torch.rand(1).item())
+    gpuwise.seed_everything()
+    assert (random.random(), torch.rand(1).item()) == first
+    gpuwise.report_metric("loss", 1.0)  # no study: nothing is written, nothing fails
+    out = tmp_path / "api.jsonl"
+    monkeypatch.setenv("GPUWISE_REPRO_OUT", str(out))
+    model = torch.nn.Linear(3, 2)
+    h = gpuwise.report_params_hash(model)
+    assert gpuwise.step_hash(0, torch.ones(2)) != gpuwise.step_hash(0, torch.ones(2) * 1.0000001)
+    with torch.no_grad():
+        model.weight[0, 0] += 1e-7  # one bit of one weight changes the hash
+    assert gpuwise.report_params_hash(model) != h
+    gpuwise.report_metric("loss", float("nan"))
+    rep = read_api_report(out)
+    assert rep.params_hash is not None and len(rep.steps) == 2 and math.isnan(rep.metrics["loss"])

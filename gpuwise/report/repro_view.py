@@ -132,9 +132,10 @@ def format_study(a: StudyAnalysis, study: Any, energy_notes: list[str]) -> Group
     if a.shares:
         parts.append(_shares_table(a))
     if "deterministic" in a.conditions and "same-seed" in a.conditions:
-        energy = _num(a.deterministic_energy_ratio, 3)
-        parts.append(Text(f"Deterministic mode costs (measured, wall time per run incl. start-up): "
-                          f"time x{_num(a.deterministic_time_ratio, 3)}, energy x{energy}"))  # fmt: skip
+        energy = a.deterministic_energy_ratio
+        parts.append(Text("Deterministic mode over same-seed (measured, wall time per run with "
+                          f"start-up): time x{_num(a.deterministic_time_ratio, 3)}, energy "
+                          + (f"x{energy:.3g}" if energy is not None else "NA")))  # fmt: skip
     parts.append(Text("Energy: " + "; ".join(energy_notes)))
     if a.detect:
         parts.append(_detect_table(a))
