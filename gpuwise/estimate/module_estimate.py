@@ -15,7 +15,7 @@ backward ops (not a multiple of forward); the optimizer step its memory traffic
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.runtimes import runtime
@@ -101,19 +101,54 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
                          total_phases, tuple(notes))  # fmt: skip
 
 
+# Probed elementwise kernels by aten op; every other elementwise op streams like a binary one.
+_KERNELS = {"gelu": "gelu", "gelu_backward": "gelu", "silu": "silu", "silu_backward": "silu"}
+
+
+def _op(t: TracedOp) -> tuple[Op, int]:
+    """The roofline Op of one traced op, and how many kernels it stands for."""
+    if t.kind == "attention":
+        # A non-causal pass does twice the work of the causal kernel the probe timed.
+        heads = t.heads if t.causal else 2 * t.heads
+        return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes,
+                  "sdpa", t.dtype, heads), 1  # fmt: skip
+    gemms = 1
+    if t.name == "convolution_backward" and t.m and t.n and t.k:
+        # One op, up to two GEMMs (input and weight gradients) of the forward's size.
+        gemms = max(1, round(t.flops / (2.0 * t.m * t.n * t.k)))
+    kernel = "" if t.kind == "matmul" else _KERNELS.get(t.name, "binary")
+    # Convolutions take the roofline on the matmul size curve: the probe's linear grid
+    # (rows x in x out of F.linear) does not cover oneDNN's convolution kernels.
+    kind = "conv" if t.name.startswith("convolution") else t.kind
+    return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
+              t.weight_bytes / gemms, kernel, t.dtype), gemms  # fmt: skip
+
+
 def to_ops(traced_ops: tuple[TracedOp, ...]) -> list[Op]:
     """Roofline Ops of the non-view traced ops, identical ones merged into one with a count."""
-    keyed = Counter((t.name, t.kind, t.flops, t.bytes, t.m, t.n, t.k, t.weight_bytes)
-                    for t in traced_ops if t.kind != "view")  # fmt: skip
-    return [Op(name, kind, flops, moved, count, m, n, k, weights)
-            for (name, kind, flops, moved, m, n, k, weights), count in keyed.items()]  # fmt: skip
+    merged: Counter[Op] = Counter()
+    for t in traced_ops:
+        if t.kind != "view":
+            op, _ = _op(t)
+            merged[replace(op, count=1)] += op.count
+    return [replace(op, count=count) for op, count in merged.items()]
 
 
 def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
            cost_phase: str) -> PhaseTime:  # fmt: skip
+    """Dispatch cost per traced op; attention in a backward phase takes the probed backward
+    kernel (the other backward ops are single matmuls and elementwise kernels)."""
     views = sum(1 for t in ops if t.kind == "view")
     overhead = dispatch_cost(len(ops) - views, views, rates, cost_phase, per_step=False)
-    return phase_time(name, to_ops(ops), rates, dtype, overhead)
+    plain = to_ops(tuple(t for t in ops if not (name == "backward" and t.kind == "attention")))
+    first = phase_time(name, plain, rates, dtype, overhead)
+    attention = to_ops(tuple(t for t in ops if name == "backward" and t.kind == "attention"))
+    if not attention:
+        return first
+    second = phase_time(name, attention, rates, dtype, 0.0, direction="backward")
+    return replace(first, seconds=first.seconds + second.seconds,
+                   ops_s=first.ops_s + second.ops_s, flops=first.flops + second.flops,
+                   bytes=first.bytes + second.bytes, ops=first.ops + second.ops)  # fmt: skip
 
 
 def estimate_module_time(traced: TracedModule, rates: DeviceRates,

@@ -96,7 +96,7 @@ def _measured(op: Op, rates: DeviceRates, dtype: str, seconds: float, repeat: fl
 
 
 def _roofline(op: Op, rates: DeviceRates, dtype: str, repeat: float) -> OpTime:
-    if op.kind == "matmul":
+    if op.kind in ("matmul", "conv"):  # a convolution is an implicit GEMM of the same shape
         compute = op.flops / rates.matmul_rate(op.m, op.n, op.flops, dtype)
         gemv = rates.gemv_rate(op.weight_bytes, dtype) if op.m < rates.min_rows else None
         if gemv and op.weight_bytes:

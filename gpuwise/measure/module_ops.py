@@ -49,6 +49,15 @@ def _shape(name: str, args: Any, out: Any) -> tuple[int, int, int]:
     return q.shape[0] * q.shape[1] * q.shape[2], k.shape[2], q.shape[3]
 
 
+def _attention_heads(name: str, args: Any) -> tuple[int, bool]:
+    """(batch x heads, causal) of the CPU flash attention op and its backward."""
+    if name == _FLASH:
+        return args[0].shape[0] * args[0].shape[1], bool(args[4]) if len(args) > 4 else False
+    if name == _FLASH + "_backward":
+        return args[1].shape[0] * args[1].shape[1], bool(args[7]) if len(args) > 7 else False
+    return 0, False
+
+
 def _flops(torch: Any, packet: Any, name: str, args: Any, kwargs: dict, out: Any) -> float:
     from torch.utils import flop_counter as fc
 
@@ -77,5 +86,6 @@ def op_record(torch: Any, func: Any, name: str, args: Any, kwargs: dict, out: An
         m, n, k = _shape(name, args, outputs[0])
         weights = float(sum(tensor_bytes(t) for t in inputs
                             if t.untyped_storage()._cdata in params))  # fmt: skip
-        return TracedOp(name, phase, kind, flops, moved, dtype, m, n, k, weights)
+        heads, causal = _attention_heads(name, args)
+        return TracedOp(name, phase, kind, flops, moved, dtype, m, n, k, weights, heads, causal)
     return TracedOp(name, phase, "elementwise", flops, moved, dtype)

@@ -65,7 +65,7 @@ def module_view(est: Any, inputs: list[str], show_ops: bool = False) -> View:
     phases = [p for p in (est.time.forward, est.time.backward) if p] if est.time else []
     if show_ops:
         obj["ops"] = {p.name: ops_record(p) for p in phases}
-    what = (f"training ({est.optimizer})" if t.training else "inference (no-grad forward)")
+    what = f"training ({est.optimizer})" if t.training else "inference (no-grad forward)"
     title = (f"{t.name}: {what}, {t.dtype}, inputs {' '.join(inputs)}; "
              f"{format_count(t.param_count)} parameters")  # fmt: skip
     extra = {

@@ -24,6 +24,8 @@ class TracedOp:
     n: int = 0
     k: int = 0
     weight_bytes: float = 0.0  # of `bytes`, what a parameter operand contributes
+    heads: int = 0  # attention: batch x heads
+    causal: bool = False  # attention with a causal mask
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,129 @@
+"""gpuwise.from_module against real runs on this CPU: a ResNet-18-style CNN, a ViT and a BERT
+encoder built from code (tests/module_zoo.py), inference (no-grad forward) and a training
+step. Memory: the estimate's model bytes (total minus the runtime overhead) against the
+measured peak above the process baseline (VmHWM in a fresh process, as `gpuwise validate`).
+Time: forward latency or step time against the median of repeats after two warm-ups.
+
+Run: .venv/bin/python benchmarks/validate_modules.py [--repeats 7] [--only resnet] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+TESTS = str(Path(__file__).resolve().parents[1] / "tests")
+sys.path.insert(0, TESTS)
+
+# (label, factory, input specs (None: the factory's own), training, optimizer)
+CASES = [
+    ("resnet18 infer b8 112px", "resnet18", [((8, 3, 112, 112), None)], False, "adamw"),
+    ("resnet18 train b8 112px adamw", "resnet18", [((8, 3, 112, 112), None)], True, "adamw"),
+    ("resnet18 train b16 64px sgd", "resnet18", [((16, 3, 64, 64), None)], True, "sgd"),
+    ("vit-s/16 d6 infer b4 224px", "vit_small", [((4, 3, 224, 224), None)], False, "adamw"),
+    ("vit-s/16 d6 train b2 224px adamw", "vit_small", [((2, 3, 224, 224), None)], True, "adamw"),
+    ("bert 4x256 infer b4 s128", "bert_small", None, False, "adamw"),
+    ("bert 4x256 train b4 s128 adamw", "bert_small", None, True, "adamw"),
+]
+
+
+def _example(factory: str, specs: list | None):
+    import module_zoo
+    import torch
+
+    made = getattr(module_zoo, factory)()
+    model, example = made if isinstance(made, tuple) else (made, None)
+    if specs is not None:
+        example = tuple(torch.empty(s, device="meta") for s, _ in specs)
+    return model, example
+
+
+def _busy_s() -> float:
+    """CPU seconds all processes have used (from /proc/stat), and ours through children."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _timed_alone(fn):
+    """Run fn and say what share of the CPUs other processes took meanwhile."""
+    import resource
+    import time
+
+    start_wall, start_busy = time.perf_counter(), _busy_s()
+    start_ours = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = fn()
+    ours = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ours_s = (ours.ru_utime - start_ours.ru_utime) + (ours.ru_stime - start_ours.ru_stime)
+    wall = time.perf_counter() - start_wall
+    others = max(0.0, _busy_s() - start_busy - ours_s) / (wall * (os.cpu_count() or 1))
+    return result, others
+
+
+def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
+             repeats: int) -> dict:  # fmt: skip
+    from gpuwise.measure.from_module import from_module
+    from gpuwise.measure.module_run import measure_module_memory, measure_module_time
+
+    model, example = _example(factory, specs)
+    est = from_module(model, example, training=training, optimizer=optimizer, on="local")
+    path = f"module_zoo:{factory}"
+    kw = dict(training=training, optimizer=optimizer, sys_path=(TESTS,))
+    mem = measure_module_memory(path, specs, **kw)
+    timed, others = _timed_alone(lambda: measure_module_time(path, specs, repeats=repeats, **kw))
+    return {
+        "case": label, "others_cpu_share": others,
+        "memory_estimated": est.memory.model_bytes, "memory_measured": mem.model_bytes,
+        "memory_error": est.memory.model_bytes / mem.model_bytes - 1,
+        "baseline_measured": mem.baseline_bytes, "peak_phase": est.memory.peak_phase,
+        "time_estimated": est.seconds, "time_measured": timed["seconds"],
+        "time_error": (est.seconds / timed["seconds"] - 1) if est.seconds else None,
+        "time_all_s": timed["all_s"], "time_rates": est.time_rates,
+        "breakdown": est.memory.breakdown,
+    }  # fmt: skip
+
+
+def _summary(rows: list[dict], key: str) -> str:
+    errors = [abs(r[key]) for r in rows if r[key] is not None]
+    if not errors:
+        return "none"
+    return f"median |error| {100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}%"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--only", default="", help="run the cases whose label contains this")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    mib = 2**20
+    if not args.json:
+        print(f"{'case':34} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
+              f"{'measured':>9} {'err':>7}  others")  # fmt: skip
+    for case in CASES:
+        if args.only and args.only not in case[0]:
+            continue
+        r = run_case(*case, repeats=args.repeats)
+        rows.append(r)
+        if not args.json:
+            t_err = f"{100 * r['time_error']:+.1f}%" if r["time_error"] is not None else "NA"
+            print(f"{r['case']:34} {r['memory_estimated'] / mib:8.1f}M {r['memory_measured'] / mib:8.1f}M "
+                  f"{100 * r['memory_error']:+6.2f}%   {1e3 * (r['time_estimated'] or 0):7.1f}ms "
+                  f"{1e3 * r['time_measured']:7.1f}ms {t_err:>7}  {100 * r['others_cpu_share']:3.0f}%",
+                  flush=True)  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"memory: {_summary(rows, 'memory_error')} over {len(rows)} cases")
+    print(f"time:   {_summary(rows, 'time_error')} ({rows[0]['time_rates'] if rows else ''})")
+    print("others: the share of the CPUs other processes used while the time was measured")
+
+
+if __name__ == "__main__":
+    main()
