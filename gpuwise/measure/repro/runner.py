@@ -64,7 +64,8 @@ def run_study(study: Study, progress: Progress | None = None, fresh: bool = Fals
     done = completed(old)
     plan = plan_runs(study.conditions, study.runs, study.base_seed, study.threads)
     todo = [spec for spec in plan if spec.key not in done]
-    records = [r for r in old if (r["condition"], r["index"]) in {s.key for s in plan}]
+    planned = {spec.key for spec in plan}
+    records = [r for r in old if (r["condition"], r["index"]) in planned]
     # Machine-wide counters cannot be split between concurrent runs.
     meter = (energy or EnergyMeter()) if study.parallel == 1 else None
     live: set[subprocess.Popen[str]] = set()
