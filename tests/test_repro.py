@@ -185,8 +185,8 @@ def test_divergent_step_cost_and_detect() -> None:
 def test_plan_is_index_major_with_seeds_and_threads() -> None:
     plan = plan_runs(("same-seed", "seeds", "threads"), 2, 7, [1, 2, 3])
     assert [(s.condition, s.index, s.seed, s.threads) for s in plan] == [
-        ("same-seed", 0, 7, None), ("seeds", 0, 7, None), ("threads", 0, 7, 1),
-        ("same-seed", 1, 7, None), ("seeds", 1, 8, None), ("threads", 1, 7, 2)]  # fmt: skip
+        ("same-seed", 0, 7, None), ("seeds", 0, 8, None), ("threads", 0, 7, 1),
+        ("same-seed", 1, 7, None), ("seeds", 1, 9, None), ("threads", 1, 7, 2)]  # fmt: skip
     assert thread_choices(2) == [1, 2, 3, 4] and thread_choices(64)[-1] == 16
 
 
@@ -389,3 +389,21 @@ def test_api_reports_only_under_a_study(tmp_path: Path, monkeypatch: pytest.Monk
     gpuwise.report_metric("loss", float("nan"))
     rep = read_api_report(out)
     assert rep.params_hash is not None and len(rep.steps) == 2 and math.isnan(rep.metrics["loss"])
+
+
+def test_terminal_view_says_what_is_measured_and_what_is_not(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from gpuwise.report.repro_view import format_study
+
+    runs = [_runs("same-seed", [1.0, 1.0], ["a", "a"]), _runs("threads", [1.0, 1.5]),
+            _runs("seeds", [1.0, 3.0], ["b", "c"])]  # fmt: skip
+    a = analyze(runs, ["same-seed"], {"*": 0.5})
+    study = Study(("python", "t.py"), ("same-seed", "threads", "seeds"), 2, tmp_path / "r")
+    console = Console(record=True, width=200)
+    console.print(format_study(a, study, ["NA: no RAPL counters"]))
+    text = console.export_text()
+    assert "yes (parameters)" in text and "0 (exactly)" in text
+    assert "0.0625" in text  # threads: variance 0.125 over the seeds' 2
+    assert "runs needed per setting" in text and "(estimated" in text and "(measured)" in text
+    assert "NA: no RAPL counters" in text and "NA (no step hashes)" in text

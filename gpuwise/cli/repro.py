@@ -27,7 +27,7 @@ def repro(
         help="NAME=REGEX read from the output (last match, group 1); repeatable")] = None,
     seed_flag: Annotated[str | None, typer.Option(
         help="the program's own seed option, e.g. --seed (the seed is also in GPUWISE_SEED)")] = None,
-    seed: Annotated[int, typer.Option(help="the fixed seed; seeds runs use seed+i")] = 0,
+    seed: Annotated[int, typer.Option(help="the fixed seed; seeds runs use seed+1+i")] = 0,
     results: Annotated[Path, typer.Option(help="JSON lines file; an interrupted study "
                                                "resumes from it")] = Path(DEFAULT_RESULTS),
     fresh: Annotated[bool, typer.Option("--fresh", help="discard the results file first")] = False,

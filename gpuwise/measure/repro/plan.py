@@ -66,7 +66,11 @@ def thread_choices(cpu_count: int | None = None) -> list[int]:
 
 def plan_runs(conditions: Sequence[str], runs: int, base_seed: int,
               threads: Sequence[int]) -> list[RunSpec]:  # fmt: skip
-    """Every run of the study, index-major."""
+    """Every run of the study, index-major.
+
+    The `seeds` runs use base_seed + 1 + i, never the fixed seed itself, so that no seeds run
+    shares its seed with the fixed-seed runs (the F interval wants independent samples).
+    """
     if runs < 1:
         raise GpuwiseError(f"--runs must be at least 1, got {runs}", "use --runs 5 or more")
     plan = []
@@ -74,7 +78,7 @@ def plan_runs(conditions: Sequence[str], runs: int, base_seed: int,
         for name in conditions:
             plan.append(RunSpec(
                 condition=name, index=i,
-                seed=base_seed + i if name == "seeds" else base_seed,
+                seed=base_seed + 1 + i if name == "seeds" else base_seed,
                 threads=threads[i % len(threads)] if name == "threads" else None,
                 deterministic=name == "deterministic"))  # fmt: skip
     return plan
