@@ -94,7 +94,7 @@ def report_metric(name: str, value: float) -> None:
 
 
 def hash_of(thing: Any) -> str:
-    """SHA-256 (hex) of a number, a tensor, a model's parameters, a state dict or a list."""
+    """SHA-256 (hex) of a number, a tensor, a model (its state dict), a state dict or a list."""
     digest = hashlib.sha256()
     _feed(digest, thing)
     return digest.hexdigest()
@@ -103,10 +103,10 @@ def hash_of(thing: Any) -> str:
 def _feed(digest: Any, thing: Any) -> None:
     if isinstance(thing, bool | int | float):
         digest.update(struct.pack("<d", float(thing)))
-    elif hasattr(thing, "named_parameters"):  # a torch module: its parameters, by name
-        for name, param in thing.named_parameters():
-            digest.update(name.encode())
-            _feed(digest, param)
+    elif thing is None or isinstance(thing, str):  # settings inside an optimizer's state
+        digest.update(repr(thing).encode())
+    elif hasattr(thing, "state_dict"):  # a torch module: parameters and buffers, by name
+        _feed(digest, thing.state_dict())
     elif isinstance(thing, dict):
         for key in sorted(thing, key=str):
             digest.update(str(key).encode())

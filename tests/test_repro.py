@@ -288,6 +288,9 @@ def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["repro", "--detect", "x%", "--", "python", "t.py"])
     assert "not a number" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["repro", "--power", "80", "--", "python", "t.py"])
+    assert "between 0 and 1" in capsys.readouterr().err
 
 
 # --- real studies of a tiny training loop ---------------------------------------------------

@@ -46,6 +46,9 @@ def repro(
 
     if not command:
         raise GpuwiseError("no command to run", "gpuwise repro --runs 5 -- python train.py")
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise GpuwiseError(f"--alpha {alpha} and --power {power} must be between 0 and 1",
+                           "for example --alpha 0.05 --power 0.8")  # fmt: skip
     has_gpu = bool(detect_gpus(use_torch=False)[0])
     default = "same-seed,deterministic,seeds" + ("" if has_gpu else ",threads")
     study = Study(
