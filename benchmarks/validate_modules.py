@@ -19,15 +19,39 @@ from pathlib import Path
 TESTS = str(Path(__file__).resolve().parents[1] / "tests")
 sys.path.insert(0, TESTS)
 
-# (label, factory, input specs (None: the factory's own), training, optimizer)
+# (label, factory, input specs (None: the factory's own), training, optimizer, dtype)
 CASES = [
-    ("resnet18 infer b8 112px", "resnet18", [((8, 3, 112, 112), None)], False, "adamw"),
-    ("resnet18 train b8 112px adamw", "resnet18", [((8, 3, 112, 112), None)], True, "adamw"),
-    ("resnet18 train b16 64px sgd", "resnet18", [((16, 3, 64, 64), None)], True, "sgd"),
-    ("vit-s/16 d6 infer b4 224px", "vit_small", [((4, 3, 224, 224), None)], False, "adamw"),
-    ("vit-s/16 d6 train b2 224px adamw", "vit_small", [((2, 3, 224, 224), None)], True, "adamw"),
-    ("bert 4x256 infer b4 s128", "bert_small", None, False, "adamw"),
-    ("bert 4x256 train b4 s128 adamw", "bert_small", None, True, "adamw"),
+    ("resnet18 infer b8 112px", "resnet18", [((8, 3, 112, 112), None)], False, "adamw", None),
+    ("resnet18 train b8 112px adamw", "resnet18", [((8, 3, 112, 112), None)], True, "adamw", None),
+    ("resnet18 train b16 64px sgd", "resnet18", [((16, 3, 64, 64), None)], True, "sgd", None),
+    (
+        "resnet18 train b8 112px adamw bf16",
+        "resnet18",
+        [((8, 3, 112, 112), None)],
+        True,
+        "adamw",
+        "bf16",
+    ),
+    ("vit-s/16 d6 infer b4 224px", "vit_small", [((4, 3, 224, 224), None)], False, "adamw", None),
+    (
+        "vit-s/16 d6 infer b4 224px bf16",
+        "vit_small",
+        [((4, 3, 224, 224), None)],
+        False,
+        "adamw",
+        "bf16",
+    ),
+    (
+        "vit-s/16 d6 train b2 224px adamw",
+        "vit_small",
+        [((2, 3, 224, 224), None)],
+        True,
+        "adamw",
+        None,
+    ),
+    ("bert 4x256 infer b4 s128", "bert_small", None, False, "adamw", None),
+    ("bert 4x256 train b4 s128 adamw", "bert_small", None, True, "adamw", None),
+    ("bert 4x256 train b4 s128 adafactor", "bert_small", None, True, "adafactor", None),
 ]
 
 
@@ -66,26 +90,49 @@ def _timed_alone(fn):
 
 
 def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
-             repeats: int) -> dict:  # fmt: skip
+             dtype: str | None, repeats: int, memory: bool = True,
+             timing: bool = True) -> dict:  # fmt: skip
     from gpuwise.measure.from_module import from_module
     from gpuwise.measure.module_run import measure_module_memory, measure_module_time
 
     model, example = _example(factory, specs)
-    est = from_module(model, example, training=training, optimizer=optimizer, on="local")
+    est = from_module(model, example, training=training, optimizer=optimizer, dtype=dtype,
+                      on="local")  # fmt: skip
     path = f"module_zoo:{factory}"
-    kw = dict(training=training, optimizer=optimizer, sys_path=(TESTS,))
-    mem = measure_module_memory(path, specs, **kw)
-    timed, others = _timed_alone(lambda: measure_module_time(path, specs, repeats=repeats, **kw))
+    kw = dict(training=training, optimizer=optimizer, dtype=dtype, sys_path=(TESTS,))
+    mem = measure_module_memory(path, specs, **kw) if memory else None
+    timed, others = (_timed_alone(lambda: measure_module_time(path, specs, repeats=repeats, **kw))
+                     if timing else ({"seconds": None, "all_s": []}, 0.0))  # fmt: skip
+    if mem is None:
+        mem_est, mem_meas, mem_err, baseline = None, None, None, None
+    else:
+        mem_est, mem_meas = est.memory.model_bytes, mem.model_bytes
+        mem_err, baseline = mem_est / mem_meas - 1, mem.baseline_bytes
+    t_est, t_meas = est.seconds, timed["seconds"]
     return {
         "case": label, "others_cpu_share": others,
-        "memory_estimated": est.memory.model_bytes, "memory_measured": mem.model_bytes,
-        "memory_error": est.memory.model_bytes / mem.model_bytes - 1,
-        "baseline_measured": mem.baseline_bytes, "peak_phase": est.memory.peak_phase,
-        "time_estimated": est.seconds, "time_measured": timed["seconds"],
-        "time_error": (est.seconds / timed["seconds"] - 1) if est.seconds else None,
+        "memory_estimated": mem_est, "memory_measured": mem_meas, "memory_error": mem_err,
+        "baseline_measured": baseline, "peak_phase": est.memory.peak_phase,
+        "time_estimated": t_est, "time_measured": t_meas,
+        "time_error": (t_est / t_meas - 1) if t_est and t_meas else None,
         "time_all_s": timed["all_s"], "time_rates": est.time_rates,
         "breakdown": est.memory.breakdown,
     }  # fmt: skip
+
+
+def _row(r: dict) -> str:
+    mib = 2**20
+
+    def num(value: float | None, scale: float, unit: str) -> str:
+        return "NA" if value is None else f"{value * scale:7.1f}{unit}"
+
+    def pct(value: float | None, digits: int) -> str:
+        return "NA" if value is None else f"{100 * value:+.{digits}f}%"
+
+    return (f"{r['case']:36} {num(r['memory_estimated'], 1 / mib, 'M'):>9} "
+            f"{num(r['memory_measured'], 1 / mib, 'M'):>9} {pct(r['memory_error'], 2):>7}   "
+            f"{num(r['time_estimated'], 1e3, 'ms'):>9} {num(r['time_measured'], 1e3, 'ms'):>9} "
+            f"{pct(r['time_error'], 1):>7}  {100 * r['others_cpu_share']:3.0f}%")  # fmt: skip
 
 
 def _summary(rows: list[dict], key: str) -> str:
@@ -100,23 +147,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--only", default="", help="run the cases whose label contains this")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-memory", action="store_true", help="only the time runs")
+    parser.add_argument("--no-time", action="store_true", help="only the memory runs")
     args = parser.parse_args()
     rows = []
-    mib = 2**20
     if not args.json:
-        print(f"{'case':34} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
+        print(f"{'case':36} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
               f"{'measured':>9} {'err':>7}  others")  # fmt: skip
     for case in CASES:
         if args.only and args.only not in case[0]:
             continue
-        r = run_case(*case, repeats=args.repeats)
+        r = run_case(*case, repeats=args.repeats, memory=not args.no_memory,
+                     timing=not args.no_time)  # fmt: skip
         rows.append(r)
         if not args.json:
-            t_err = f"{100 * r['time_error']:+.1f}%" if r["time_error"] is not None else "NA"
-            print(f"{r['case']:34} {r['memory_estimated'] / mib:8.1f}M {r['memory_measured'] / mib:8.1f}M "
-                  f"{100 * r['memory_error']:+6.2f}%   {1e3 * (r['time_estimated'] or 0):7.1f}ms "
-                  f"{1e3 * r['time_measured']:7.1f}ms {t_err:>7}  {100 * r['others_cpu_share']:3.0f}%",
-                  flush=True)  # fmt: skip
+            print(_row(r), flush=True)
     if args.json:
         print(json.dumps(rows, indent=1))
         return

@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 import module_zoo  # noqa: E402  (tests/ is on sys.path under pytest)
+from test_cli import run  # noqa: E402  (the CLI runner: exit code, stdout, stderr)
 
 from gpuwise.catalog.hardware import find_hardware  # noqa: E402
-from gpuwise.cli import main  # noqa: E402
 from gpuwise.measure.from_module import from_module  # noqa: E402
 from gpuwise.measure.module_trace import trace_module  # noqa: E402
 
@@ -136,16 +136,6 @@ def test_seven_billion_traced_without_memory():
 
 
 # ---------------------------------------------------------------- the command
-
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cli_json(capsys):
