@@ -410,3 +410,13 @@ def test_terminal_view_says_what_is_measured_and_what_is_not(tmp_path: Path) -> 
     assert "0.0625" in text  # threads: variance 0.125 over the seeds' 2
     assert "runs needed per setting" in text and "(estimated" in text and "(measured)" in text
     assert "NA: no RAPL counters" in text and "NA (no step hashes)" in text
+
+
+def test_statistics_and_api_import_nothing_heavy() -> None:
+    import subprocess
+
+    code = ("import sys, gpuwise, gpuwise.repro_api, gpuwise.estimate.repro_analysis\n"
+            "import gpuwise.cli.repro\n"
+            "print([m for m in ('torch', 'numpy', 'rich') if m in sys.modules])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
