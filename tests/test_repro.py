@@ -420,3 +420,15 @@ def test_statistics_and_api_import_nothing_heavy() -> None:
             "print([m for m in ('torch', 'numpy', 'rich') if m in sys.modules])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_parallel_slots_get_their_own_device(tmp_path: Path) -> None:
+    code = "import os, json; print(json.dumps({'dev': int(os.environ['CUDA_VISIBLE_DEVICES'])}))"
+    study = Study((sys.executable, "-c", code), ("seeds",), 4, tmp_path / "r.jsonl",
+                  parallel=2, devices=("0", "1"))  # fmt: skip
+    done: list[int] = []
+    records = run_study(study, lambda rec, n, total: done.append(n))
+    assert done == [1, 2, 3, 4]
+    assert all(r["metrics"]["dev"] == int(r["device"]) for r in records)
+    assert {r["device"] for r in records} <= {"0", "1"}
+    assert all(r["energy_note"].startswith("NA: runs in parallel") for r in records)
