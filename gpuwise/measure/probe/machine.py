@@ -4,10 +4,11 @@ model shapes and the transformers runtime's own costs, one progress bar across a
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from gpuwise.measure.probe.profile import Profile, Progress
-from gpuwise.measure.probe.run import run_probe
+from gpuwise.measure.probe.run import contention_note, others_cpu_s, run_probe
 
 # Share of the progress bar each part takes (they take about these shares of the time).
 GENERIC, KERNELS = 0.35, 0.55
@@ -16,6 +17,7 @@ GENERIC, KERNELS = 0.35, 0.55
 def probe_machine(quick: bool, progress: Progress | None = None) -> Profile:
     """Measure this machine and return the profile (not saved). Parts that cannot run are
     listed in `missing` with the reason; nothing raises."""
+    started, others_before = time.perf_counter(), others_cpu_s()
     profile = run_probe(quick, _part(progress, 0.0, GENERIC if not quick else 0.8))
     if quick:
         profile = _missing(profile, "kernels", "quick probe: kernels at model shapes not "
@@ -26,7 +28,12 @@ def probe_machine(quick: bool, progress: Progress | None = None) -> Profile:
         profile = _missing(profile, "kernels", f"needs torch (backend {profile.backend})")
     if progress:
         progress("transformers runtime costs", 0.9)
-    return _with_runtime(profile)
+    profile = _with_runtime(profile)
+    # The generic part says if others were busy during it; this covers the whole probe.
+    late = [n for n in contention_note(others_before, started) if n not in profile.notes]
+    if late and not any("other processes" in n for n in profile.notes):
+        profile = dataclasses.replace(profile, notes=(*profile.notes, *late))
+    return profile
 
 
 def _part(progress: Progress | None, start: float, share: float) -> Progress | None:

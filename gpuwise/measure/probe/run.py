@@ -75,7 +75,7 @@ def probe_with(
     steps.say("done", 1.0)
     peaks = spec.peak_tflops if spec else {}
     versions = attempt({}, "versions", backend.versions) or {}
-    contention = _contention_note(others_before, started)
+    contention = contention_note(others_before, started)
     return Profile(
         fingerprint=fingerprint or attempt(missing, "fingerprint", machine_fingerprint) or "",
         device=attempt(missing, "device", backend.describe) or "unknown",
@@ -112,7 +112,7 @@ def others_cpu_s() -> float | None:
     return busy - mine.user - mine.system
 
 
-def _contention_note(others_before: float | None, started: float) -> tuple[str, ...]:
+def contention_note(others_before: float | None, started: float) -> tuple[str, ...]:
     """A warning when other work ran during the probe: one busy core stalls threaded ops."""
     others_after, wall = others_cpu_s(), time.perf_counter() - started
     if others_before is None or others_after is None or wall <= 0:
