@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -23,6 +23,8 @@ def watch(
     report: Annotated[bool, typer.Option("--report", help="re-render the report of logs")] = False,
     no_inject: Annotated[bool, typer.Option(
         "--no-inject", help="do not time the PyTorch loop from inside")] = False,
+    no_sync: Annotated[bool, typer.Option(
+        "--no-sync", help="no CUDA synchronisation at backward/optimizer ends")] = False,
     log: Annotated[str | None, typer.Option(help="where to write the JSONL log")] = None,
     interval: Annotated[float, typer.Option(help="seconds between samples")] = 0.2,
     as_json: Json = False,
@@ -38,7 +40,9 @@ def watch(
     if not 0.05 <= interval <= 10:
         raise GpuwiseError(f"--interval {interval} is out of range", "use 0.05 to 10 seconds")
     path = Path(log or f"gpuwise-watch-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
-    code = _run(cmd or [], path, interval, not no_inject, live=not as_json and sys.stderr.isatty())
+    live = not as_json and sys.stderr.isatty()
+    code = _run(cmd or [], path, {"interval_s": interval, "inject": not no_inject,
+                                  "sync": not no_sync}, live)  # fmt: skip
     try:
         record, renderable = watch_view([str(path)], {})
         if as_json:  # the command owns stdout: the report is its last line
@@ -55,18 +59,18 @@ def watch(
     exit_like(code)
 
 
-def _run(cmd: list[str], path: Path, interval: float, inject: bool, live: bool) -> int:
+def _run(cmd: list[str], path: Path, options: dict[str, Any], live: bool) -> int:
     from gpuwise.measure.watch.log import LogTail
     from gpuwise.measure.watch.runner import run_watched
 
     if not live:
-        return run_watched(cmd, path, interval_s=interval, inject=inject).exit_code
+        return run_watched(cmd, path, **options).exit_code
     from gpuwise.report.watch_live import LiveLine
 
     line, tail = LiveLine(sys.stderr), LogTail(path)
     line.start()
     try:
-        return run_watched(cmd, path, interval_s=interval, inject=inject,
+        return run_watched(cmd, path, **options,
                            tick=lambda s: line.update(tail.read_new(), s.latest)).exit_code  # fmt: skip
     finally:
         line.stop()

@@ -59,7 +59,7 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         self._log: Any = None
         self._sampler: Any = None
         self._muted: Any = None
-        self._set_active = False
+        self._uninstall: Any = None
 
     # -- context ----------------------------------------------------------------------------
     def __enter__(self) -> watch:
@@ -73,8 +73,11 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         self._log = mod.JsonlLog(str(self.log_path))
         self._rec = mod.StepRecorder(self._log, source="api", sync=self.sync)
         if self.auto:
-            _install_hooks_once(mod)
-            mod.active, self._set_active = self._rec, True
+            if mod.active is not None:
+                raise GpuwiseError("a gpuwise.watch(auto=True) is already open in this process",
+                                   "open one at a time")  # fmt: skip
+            self._uninstall = _install_hooks(self._rec)
+            mod.active = self._rec
         elif injected is not None:  # explicit phases: the injected hooks would count twice
             injected.hooks_enabled, self._muted = False, injected
         if not self.under_cli and self.sample:
@@ -85,7 +88,8 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         if self._rec is None:
             return
         self._rec.close()
-        if self._set_active:
+        if self._uninstall is not None:
+            self._uninstall()
             recorder_module().active = None
         if self._muted is not None:
             self._muted.hooks_enabled = True
@@ -171,38 +175,11 @@ def _own_path(log: str | Path | None) -> Path:
     return path
 
 
-class _ActiveRecorder:
-    """What the hooks call: whichever recorder is active now (none: hooks stay idle)."""
-
-    def __init__(self, mod: Any) -> None:
-        self._mod = mod
-
-    @property
-    def hooks_enabled(self) -> bool:
-        active = self._mod.active
-        return active is not None and active.hooks_enabled
-
-    @hooks_enabled.setter
-    def hooks_enabled(self, value: bool) -> None:
-        if self._mod.active is not None:
-            self._mod.active.hooks_enabled = value
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._mod.active, name)
-
-
-_hooked = False
-
-
-def _install_hooks_once(mod: Any) -> None:
-    global _hooked
-    if _hooked:
-        return
+def _install_hooks(rec: Any) -> Any:
     try:
         import torch
     except ImportError as exc:
         raise GpuwiseError("gpuwise.watch(auto=True) needs torch", "pip install torch") from exc
     from gpuwise.measure.watch.inject import _gpuwise_watch_hooks as hooks
 
-    hooks.install(torch, _ActiveRecorder(mod))
-    _hooked = True
+    return hooks.install(torch, rec)

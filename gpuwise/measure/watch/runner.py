@@ -23,7 +23,8 @@ from gpuwise.measure.watch.sampler import Sampler
 
 INJECT_DIR = Path(__file__).parent / "inject"
 # SIGINT from the terminal already reaches the command (same process group): see _forward.
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
+                  if hasattr(signal, name))  # fmt: skip
 Tick = Callable[[Sampler], None]
 
 
@@ -34,11 +35,12 @@ class WatchedRun:
     wall_s: float
 
 
-def child_env(log_path: Path, inject: bool) -> dict[str, str]:
+def child_env(log_path: Path, inject: bool, sync: bool = True) -> dict[str, str]:
     """The command's environment: the log's path, and the start-up hook unless --no-inject."""
     env = dict(os.environ)
     env[LOG_ENV] = str(log_path.resolve())
     env["GPUWISE_WATCH_INJECT"] = "1" if inject else "0"
+    env["GPUWISE_WATCH_SYNC"] = "1" if sync else "0"
     if inject:
         path = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(INJECT_DIR) + (os.pathsep + path if path else "")
@@ -46,7 +48,7 @@ def child_env(log_path: Path, inject: bool) -> dict[str, str]:
 
 
 def run_watched(cmd: Sequence[str], log_path: Path, *, interval_s: float = 0.2,
-                inject: bool = True, tick: Tick | None = None,
+                inject: bool = True, sync: bool = True, tick: Tick | None = None,
                 tick_s: float = 0.5) -> WatchedRun:  # fmt: skip
     """Run `cmd` to completion under the sampler; `tick` is called every `tick_s` seconds."""
     if not cmd:
@@ -54,7 +56,7 @@ def run_watched(cmd: Sequence[str], log_path: Path, *, interval_s: float = 0.2,
     log = _open_log(log_path)
     start = time.monotonic()
     try:
-        child = subprocess.Popen(list(cmd), env=child_env(log_path, inject))
+        child = subprocess.Popen(list(cmd), env=child_env(log_path, inject, sync))
     except OSError as exc:
         log.close()
         raise GpuwiseError(f"cannot run {cmd[0]!r}: {exc.strerror}",

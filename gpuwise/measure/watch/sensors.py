@@ -11,6 +11,7 @@ from typing import Any
 import psutil
 
 RAPL_ROOT = Path("/sys/class/powercap")
+TREE_REFRESH = 10  # readings between two listings of the watched process tree
 
 
 class CpuSensor:
@@ -28,6 +29,8 @@ class CpuSensor:
             self.unavailable["iowait"] = repr(exc)
         if not self._iowait:
             self.unavailable.setdefault("iowait", "not reported on this OS")
+        self._tree: list[psutil.Process] = []
+        self._reads = 0
         try:
             self._root: psutil.Process | None = psutil.Process(pid)
         except psutil.Error as exc:
@@ -47,15 +50,19 @@ class CpuSensor:
         return out
 
     def _tree_rss(self) -> int | None:
-        """Sum of RSS over the process tree (pages shared by forked workers count in each)."""
+        """Sum of RSS over the process tree (pages shared by forked workers count in each).
+        Listing the tree scans every process (~2 ms), so it is refreshed every
+        TREE_REFRESH readings; reading each member's RSS is cheap."""
         if self._root is None:
             return None
+        if self._reads % TREE_REFRESH == 0 or not self._tree:
+            try:
+                self._tree = [self._root, *self._root.children(recursive=True)]
+            except psutil.Error:
+                return None
+        self._reads += 1
         total = 0
-        try:
-            procs = [self._root, *self._root.children(recursive=True)]
-        except psutil.Error:
-            return None
-        for proc in procs:
+        for proc in self._tree:
             try:
                 total += proc.memory_info().rss
             except psutil.Error:

@@ -19,13 +19,39 @@ from typing import Any
 perf_counter = time.perf_counter
 
 
-def install(torch: Any, rec: Any) -> None:
-    """Wrap the loop's entry points so that `rec` (a StepRecorder) sees every phase."""
+def install(torch: Any, rec: Any) -> Callable[[], None]:
+    """Wrap the loop's entry points so that `rec` (a StepRecorder) sees every phase.
+    Returns `uninstall`, which puts the originals back."""
     guard = _Guard(rec, torch)
-    _patch_loader(torch, rec, guard)
-    _patch_copies(torch, rec, guard)
-    _patch_backward(torch, rec, guard)
-    _hook_optimizers(torch, rec, guard)
+    undo = [_patch(torch.utils.data.dataloader._BaseDataLoaderIter, "__next__",
+                   lambda original: _loader_wrapper(original, rec, guard)),
+            _patch(torch.Tensor, "to", lambda original: _copy_wrapper(original, rec, guard)),
+            _patch(torch.Tensor, "cuda", lambda original: _copy_wrapper(original, rec, guard)),
+            _patch(torch.autograd, "backward",
+                   lambda original: _backward_wrapper(original, rec, guard)),
+            _hook_optimizers(rec, guard)]  # fmt: skip
+
+    def uninstall() -> None:
+        for restore in undo:
+            restore()
+
+    return uninstall
+
+
+def _patch(owner: Any, name: str, wrap: Callable[[Any], Any]) -> Callable[[], None]:
+    original, own = getattr(owner, name), name in vars(owner)  # Tensor.to is inherited
+    wrapper = wrap(original)
+    setattr(owner, name, wrapper)
+
+    def restore() -> None:
+        if getattr(owner, name) is not wrapper:
+            return  # someone wrapped it again since: leave theirs
+        if own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
+
+    return restore
 
 
 class _Guard:
@@ -46,10 +72,7 @@ class _Guard:
                                 "text": f"watch hooks off after an error in {where}: {exc!r}"})  # fmt: skip
 
 
-def _patch_loader(torch: Any, rec: Any, guard: _Guard) -> None:
-    base = torch.utils.data.dataloader._BaseDataLoaderIter
-    original = base.__next__
-
+def _loader_wrapper(original: Any, rec: Any, guard: _Guard) -> Any:
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
         if not guard.on():
@@ -65,13 +88,7 @@ def _patch_loader(torch: Any, rec: Any, guard: _Guard) -> None:
         )
         return batch
 
-    base.__next__ = __next__
-
-
-def _patch_copies(torch: Any, rec: Any, guard: _Guard) -> None:
-    for name in ("to", "cuda"):
-        original = getattr(torch.Tensor, name)
-        setattr(torch.Tensor, name, _copy_wrapper(original, rec, guard))
+    return __next__
 
 
 def _copy_wrapper(original: Any, rec: Any, guard: _Guard) -> Any:
@@ -89,8 +106,7 @@ def _copy_wrapper(original: Any, rec: Any, guard: _Guard) -> Any:
     return copy
 
 
-def _patch_backward(torch: Any, rec: Any, guard: _Guard) -> None:
-    original = torch.autograd.backward
+def _backward_wrapper(original: Any, rec: Any, guard: _Guard) -> Any:
     depth = [0]  # checkpointed regions call backward inside backward: time the outer one
 
     @functools.wraps(original)
@@ -105,10 +121,10 @@ def _patch_backward(torch: Any, rec: Any, guard: _Guard) -> None:
             depth[0] -= 1
             _safely(guard, "backward", _timed_end, rec, "backward", t0)
 
-    torch.autograd.backward = backward
+    return backward
 
 
-def _hook_optimizers(torch: Any, rec: Any, guard: _Guard) -> None:
+def _hook_optimizers(rec: Any, guard: _Guard) -> Callable[[], None]:
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
         register_optimizer_step_pre_hook,
@@ -127,8 +143,13 @@ def _hook_optimizers(torch: Any, rec: Any, guard: _Guard) -> None:
             _safely(guard, "optimizer", _timed_end, rec, "optimizer", t0)
             _safely(guard, "optimizer", rec.on_optimizer_done)
 
-    register_optimizer_step_pre_hook(pre)
-    register_optimizer_step_post_hook(post)
+    handles = (register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post))
+
+    def remove() -> None:
+        for handle in handles:
+            handle.remove()
+
+    return remove
 
 
 def _timed_end(rec: Any, phase: str, t0: float) -> None:

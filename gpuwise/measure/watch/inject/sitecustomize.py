@@ -73,7 +73,8 @@ def _start() -> None:
 
     import _gpuwise_watch_recorder as recorder  # noqa: I001  (beside this file)
 
-    rec = recorder.StepRecorder(recorder.JsonlLog(path), source="inject")
+    sync = None if os.environ.get("GPUWISE_WATCH_SYNC", "1") != "0" else False
+    rec = recorder.StepRecorder(recorder.JsonlLog(path), source="inject", sync=sync)
     recorder.active = rec
     atexit.register(rec.close)
 
