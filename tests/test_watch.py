@@ -370,8 +370,8 @@ def test_injected_sleepy_loader_is_input_bound_with_the_right_share(tmp_path):
     assert report["verdict"]["bound"] == "input-bound"
     parsed = read_log([log])
     assert {s.source for s in parsed.steps} == {"inject"} and len(parsed.steps) == 24
-    share = parsed_share = summarize(parsed).phase_share["data"]
-    assert parsed_share == pytest.approx(own_share(mine, parsed), abs=0.03)
+    share = summarize(parsed).phase_share["data"]
+    assert share == pytest.approx(own_share(mine, parsed), abs=0.03)
     assert 0.5 < share < 1.0  # 30 ms of sleep against about 1 ms of compute per step
     assert summarize(parsed).ops_per_step  # operators were counted
     # --report re-renders the same verdict from the log alone
