@@ -108,6 +108,17 @@ def test_memory_noise_is_not_creep():
     assert "memory-creep" not in [f.kind for f in judged(steps(20, rss=rss)).findings]
 
 
+def test_memory_creep_from_samples_when_steps_have_none():
+    # a job without step memory (--no-inject): GPU memory used rises 2 MiB/s for 60 s
+    samples = tuple(
+        SampleRecord(t=1000.0 + i, gpu_mem_bytes=int(1e9 + 2 * i * MIB)) for i in range(60)
+    )
+    v = judged([], samples)
+    creep = [f for f in v.findings if f.kind == "memory-creep"]
+    assert v.bound == "no-steps" and creep and "GPU memory used" in creep[0].title
+    assert "per hour" in creep[0].evidence[1]
+
+
 def test_straggler_named_by_work_before_sync():
     fast = steps(20, 0.1, data_s=0.001, backward_s=0.08, rank=0)
     slow = steps(20, 0.1, data_s=0.075, backward_s=0.005, rank=1)
@@ -498,7 +509,7 @@ def test_api_leaking_loop_shows_memory_creep(tmp_path):
     creep = [f for f in w.verdict().findings if f.kind == "memory-creep"]
     assert creep and "process RSS" in creep[0].title
     trend = next(t for t in w.summary().memory if t.what == "rss")
-    assert trend.slope_bytes_per_step == pytest.approx(3 * MIB, rel=0.25)
+    assert trend.per == "step" and trend.slope_bytes == pytest.approx(3 * MIB, rel=0.25)
 
 
 @pytest.mark.torch

@@ -20,15 +20,18 @@ MIN_TREND_STEPS = 8
 
 @dataclass(frozen=True)
 class MemoryTrend:
-    """Least-squares line of a memory reading over the steps after warm-up."""
+    """Least-squares line of a memory reading after warm-up: over steps (per process), or,
+    when the job logged no step memory (--no-inject, not PyTorch), over the samples' time
+    (the whole process tree's RSS; memory used on the GPUs)."""
 
     what: str  # "rss" or "device"
+    per: str  # "step" or "second"
     first_bytes: int
     last_bytes: int
-    growth_bytes: float  # slope times the steps spanned
-    slope_bytes_per_step: float
-    r: float  # correlation of bytes with step index
-    steps: int
+    growth_bytes: float  # slope times the span
+    slope_bytes: float  # per step or per second
+    r: float  # correlation of bytes with the step index or time
+    points: int
 
 
 @dataclass(frozen=True)
@@ -57,12 +60,14 @@ class WatchSummary:
 
 
 def timed_steps(steps: Sequence[StepRecord]) -> list[StepRecord]:
-    """Steps that represent the loop: not a process's first (warm-up), not counted."""
+    """Steps that represent the loop: not a process's first (warm-up), not counted (nor,
+    on other ranks, a step counted somewhere: the ranks wait for each other)."""
     firsts: dict[tuple[int, int], int] = {}
     for s in steps:
         key = (s.rank, s.pid)
         firsts[key] = min(firsts.get(key, s.index), s.index)
-    timed = [s for s in steps if s.index != firsts[(s.rank, s.pid)] and not s.counted]
+    counted = {s.index for s in steps if s.counted}
+    timed = [s for s in steps if s.index != firsts[(s.rank, s.pid)] and s.index not in counted]
     return timed or [s for s in steps if not s.counted] or list(steps)
 
 
@@ -89,7 +94,7 @@ def summarize(log: WatchLog) -> WatchSummary:
         gpu_sm_percent=_mean_in(log, "gpu_sm_percent", window),
         cpu_percent=_mean_in(log, "cpu_percent", window),
         iowait_percent=_mean_in(log, "iowait_percent", window),
-        memory=memory_trends(log.steps), ranks=rank_spread(timed),
+        memory=memory_trends(log.steps) or sample_trends(log), ranks=rank_spread(timed),
         energy=energy_report(log.samples, log.unavailable, window, share, steps_per_rank,
                              all_samples),  # fmt: skip
         wall_s=log.samples[-1].t - log.samples[0].t if len(log.samples) > 1 else None,
@@ -132,7 +137,7 @@ def memory_trends(steps: Sequence[StepRecord]) -> tuple[MemoryTrend, ...]:
         per_process: list[MemoryTrend] = []
         for key in sorted({(s.rank, s.pid) for s in steps}):
             mine = [s for s in steps if (s.rank, s.pid) == key and getattr(s, field) is not None]
-            trend = _trend(what, [(s.index, getattr(s, field)) for s in mine])
+            trend = _trend(what, "step", [(s.index, getattr(s, field)) for s in mine])
             if trend is not None:
                 per_process.append(trend)
         if per_process:
@@ -140,7 +145,21 @@ def memory_trends(steps: Sequence[StepRecord]) -> tuple[MemoryTrend, ...]:
     return tuple(trends)
 
 
-def _trend(what: str, points: list[tuple[int, int]]) -> MemoryTrend | None:
+def sample_trends(log: WatchLog) -> tuple[MemoryTrend, ...]:
+    """Memory trends over the sampled time, for jobs without per-step memory."""
+    if not log.samples:
+        return ()
+    t0 = log.samples[0].t
+    trends = []
+    for what, field in (("rss", "rss_bytes"), ("device", "gpu_mem_bytes")):
+        points = [(s.t - t0, getattr(s, field)) for s in log.samples]
+        trend = _trend(what, "second", [(t, v) for t, v in points if v is not None])
+        if trend is not None:
+            trends.append(trend)
+    return tuple(trends)
+
+
+def _trend(what: str, per: str, points: list[tuple[float, int]]) -> MemoryTrend | None:
     skip = max(2, int(WARMUP_FRACTION * len(points)))
     kept = points[skip:]
     if len(kept) < MIN_TREND_STEPS:
@@ -153,5 +172,5 @@ def _trend(what: str, points: list[tuple[int, int]]) -> MemoryTrend | None:
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
     slope = sxy / sxx if sxx else 0.0
     r = sxy / (sxx * syy) ** 0.5 if sxx and syy else 0.0
-    return MemoryTrend(what, int(ys[0]), int(ys[-1]), slope * (xs[-1] - xs[0]), slope, r,
+    return MemoryTrend(what, per, int(ys[0]), int(ys[-1]), slope * (xs[-1] - xs[0]), slope, r,
                        len(kept))  # fmt: skip

@@ -49,9 +49,12 @@ class Verdict:
 def verdict(summary: WatchSummary) -> Verdict:
     """Classify the loop; memory creep and stragglers are added when present."""
     if summary.steps_total == 0:
-        first = Finding("no-steps", "no training steps were seen", (
-            "no optimizer step, DataLoader batch or w.step() marker was recorded",), (
-            "run a PyTorch loop, or mark steps with `gpuwise.watch()` (see docs/watch.md)",))  # fmt: skip
+        evidence = ["no optimizer step, DataLoader batch or w.step() marker was recorded"]
+        if summary.gpu_util_percent is not None:
+            evidence.append(f"GPU busy {summary.gpu_util_percent:.0f}% of the run (measured)")
+        first = Finding("no-steps", "no training steps were seen", tuple(evidence), (
+            "run a PyTorch loop without --no-inject, or mark steps with `gpuwise.watch()` "
+            "(see docs/watch.md)",))  # fmt: skip
     else:
         first = _input_bound(summary) or _host_bound(summary) or _compute_bound(summary)
     extra = [f for f in (*(_creep(t) for t in summary.memory), _stragglers(summary)) if f]
@@ -136,20 +139,22 @@ def _creep(t: MemoryTrend) -> Finding | None:
     big = t.growth_bytes >= max(CREEP_MIN_BYTES, CREEP_MIN_FRACTION * t.first_bytes)
     if not big or t.r < CREEP_MIN_R:
         return None
-    where = "process RSS" if t.what == "rss" else "device memory allocated"
-    evidence = (
-        f"{where} grew by {format_bytes(t.growth_bytes)} over {t.steps} steps after "
-        f"warm-up ({format_bytes(t.slope_bytes_per_step)} per step, r={t.r:.2f}; "
-        f"thresholds {format_bytes(CREEP_MIN_BYTES)} and {CREEP_MIN_FRACTION:.0%}, "
-        f"r>={CREEP_MIN_R}; measured)",  # fmt: skip
-        f"at this rate: +{format_bytes(1000 * t.slope_bytes_per_step)} per 1000 steps",
-    )
+    where = {"rss": "process RSS", "device": "device memory allocated"}[t.what]
+    if t.per == "second":
+        where = {"rss": "RSS of the job's processes", "device": "GPU memory used"}[t.what]
+    span = f"{t.points} steps" if t.per == "step" else f"{t.points} samples"
+    ahead = (f"+{format_bytes(1000 * t.slope_bytes)} per 1000 steps" if t.per == "step"
+             else f"+{format_bytes(3600 * t.slope_bytes)} per hour")  # fmt: skip
+    evidence = (f"{where} grew by {format_bytes(t.growth_bytes)} over {span} after warm-up "
+                f"({format_bytes(t.slope_bytes)} per {t.per}, r={t.r:.2f}; thresholds "
+                f"{format_bytes(CREEP_MIN_BYTES)} and {CREEP_MIN_FRACTION:.0%}, r>={CREEP_MIN_R}; "
+                "measured)", f"at this rate: {ahead}")  # fmt: skip
     tips = (
         "accumulate losses with loss.item() or loss.detach(), not the tensor",
         "do not keep outputs, logits or graphs in lists across steps",
         "look for caches that grow (dict keyed by batch, metric objects never reset)",
     )
-    return Finding("memory-creep", f"memory creep: {where} grows every step", evidence, tips)
+    return Finding("memory-creep", f"memory creep: {where} grows every {t.per}", evidence, tips)
 
 
 def _stragglers(s: WatchSummary) -> Finding | None:

@@ -9,6 +9,7 @@ command's output scrolls above, the line stays below, and it is all undone at th
 from __future__ import annotations
 
 import collections
+import os
 import shutil
 import statistics
 import time
@@ -33,7 +34,7 @@ class LiveLine:
         self.rows = 0
 
     def start(self) -> None:
-        self.rows = shutil.get_terminal_size().lines
+        self.rows = _size(self.stream).lines
         if self.rows > 2:  # room for the line: scroll once, then fence the last row off
             self.stream.write(f"\n{SAVE}\033[1;{self.rows - 1}r{RESTORE}\033[1A")
             self.stream.flush()
@@ -43,13 +44,13 @@ class LiveLine:
             if rec.get("kind") == "step":
                 self.steps.append(rec)
                 self.count += 1
-        if shutil.get_terminal_size().lines != self.rows:
+        size = _size(self.stream)
+        if size.lines != self.rows:
             self.stop()
             self.start()  # the terminal was resized
         if self.rows <= 2:
             return
-        width = shutil.get_terminal_size().columns
-        console = Console(file=self.stream, width=width, force_terminal=True, no_color=False)
+        console = Console(file=self.stream, width=size.columns, force_terminal=True)
         with console.capture() as captured:
             console.print(status_text(self, sample), end="", overflow="crop", no_wrap=True)
         self.stream.write(f"{SAVE}\033[{self.rows};1H\033[2K{captured.get()}{RESTORE}")
@@ -59,6 +60,15 @@ class LiveLine:
         if self.rows > 2:
             self.stream.write(f"{SAVE}\033[1;{self.rows}r\033[{self.rows};1H\033[2K{RESTORE}")
             self.stream.flush()
+
+
+def _size(stream: IO[str]) -> os.terminal_size:
+    """The size of the terminal the line is drawn on (stdout may be redirected)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return shutil.get_terminal_size()
+    return size if size.lines else shutil.get_terminal_size()  # a pty with no size set
 
 
 def status_text(live: LiveLine, sample: dict[str, Any] | None) -> Text:

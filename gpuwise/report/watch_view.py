@@ -107,7 +107,7 @@ def _resources_table(s: WatchSummary) -> Table:
             ("energy per 1000 samples", _num(e.per_1000_samples_j, "{:,.1f} J"), "measured"),
             ("mean power", _num(e.mean_power_w, "{:,.0f} W"), "measured")]  # fmt: skip
     for trend in s.memory:
-        rows.append((f"{trend.what} memory first -> last step",
+        rows.append((f"{trend.what} memory first -> last {trend.per}",
                      f"{format_bytes(trend.first_bytes)} -> {format_bytes(trend.last_bytes)}",
                      "measured"))  # fmt: skip
     for name, value, source in rows:
