@@ -87,9 +87,13 @@ class GpuSensor:
             self.unavailable["gpu"] = _reason(exc)
             return
         for index in _visible(count):
-            handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            try:
+                handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+                self.names.append(_text(self.nvml.nvmlDeviceGetName(handle)))
+            except Exception as exc:  # a GPU lost, or one we may not query
+                self.unavailable[f"gpu{index}"] = _reason(exc)
+                continue
             self._handles.append((index, handle))
-            self.names.append(_text(self.nvml.nvmlDeviceGetName(handle)))
             self._start_gpm(index, handle)
         if not self._handles:
             self.unavailable["gpu"] = "no NVIDIA GPU visible"
@@ -142,6 +146,8 @@ class GpuSensor:
             query.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
             nv.nvmlGpmMetricsGet(query)
             self._gpm[index] = (current, previous)
+            if query.metrics[0].nvmlReturn != 0:
+                return None  # not ready yet (samples too close together)
             return float(query.metrics[0].value)
         except Exception as exc:
             self.unavailable["sm_active"] = _reason(exc)
