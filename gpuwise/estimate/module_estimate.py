@@ -101,54 +101,47 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
                          total_phases, tuple(notes))  # fmt: skip
 
 
-# Probed elementwise kernels by aten op; every other elementwise op streams like a binary one.
-_KERNELS = {"gelu": "gelu", "gelu_backward": "gelu", "silu": "silu", "silu_backward": "silu"}
+def _op(t: TracedOp, cpu: bool) -> Op:
+    """The roofline Op of one traced op (a convolution backward: one Op per GEMM it runs).
 
-
-def _op(t: TracedOp) -> tuple[Op, int]:
-    """The roofline Op of one traced op, and how many kernels it stands for."""
+    Elementwise ops take their bytes at the memory bandwidth, not the probe's elementwise
+    kernel rates: those are taken on arrays so large that glibc maps fresh pages for every
+    output, while activations under 32 MiB reuse the heap (`add` here: 41 GB/s on a 6 MB
+    activation, 3.7 GB/s on 256 MB arrays; gelu 25 and 2.6 GB/s). Attention takes its FLOPs
+    at the matmul rate (at fp32's on a CPU, whose flash kernel accumulates in fp32: bf16 ran
+    no faster here), not the probe's SDPA curve, which at ViT's shape (24 x 197 x 197 x 64)
+    predicted 6.0 ms (fp32) and 11.9 ms (bf16) for a kernel measured at 2.5 and 2.8 ms.
+    """
     if t.kind == "attention":
-        # A non-causal pass does twice the work of the causal kernel the probe timed.
-        heads = t.heads if t.causal else 2 * t.heads
-        return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes,
-                  "sdpa", t.dtype, heads), 1  # fmt: skip
+        dtype = "fp32" if cpu else t.dtype
+        return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes, "", dtype)
     gemms = 1
     if t.name == "convolution_backward" and t.m and t.n and t.k:
         # One op, up to two GEMMs (input and weight gradients) of the forward's size.
         gemms = max(1, round(t.flops / (2.0 * t.m * t.n * t.k)))
-    kernel = "" if t.kind == "matmul" else _KERNELS.get(t.name, "binary")
     # Convolutions take the roofline on the matmul size curve: the probe's linear grid
     # (rows x in x out of F.linear) does not cover oneDNN's convolution kernels.
     kind = "conv" if t.name.startswith("convolution") else t.kind
     return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
-              t.weight_bytes / gemms, kernel, t.dtype), gemms  # fmt: skip
+              t.weight_bytes / gemms, "", t.dtype)  # fmt: skip
 
 
-def to_ops(traced_ops: tuple[TracedOp, ...]) -> list[Op]:
+def to_ops(traced_ops: tuple[TracedOp, ...], cpu: bool = True) -> list[Op]:
     """Roofline Ops of the non-view traced ops, identical ones merged into one with a count."""
     merged: Counter[Op] = Counter()
     for t in traced_ops:
         if t.kind != "view":
-            op, _ = _op(t)
+            op = _op(t, cpu)
             merged[replace(op, count=1)] += op.count
     return [replace(op, count=count) for op, count in merged.items()]
 
 
 def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
            cost_phase: str) -> PhaseTime:  # fmt: skip
-    """Dispatch cost per traced op; attention in a backward phase takes the probed backward
-    kernel (the other backward ops are single matmuls and elementwise kernels)."""
+    """The phase's ops on the roofline, plus the dispatch cost of every traced op."""
     views = sum(1 for t in ops if t.kind == "view")
     overhead = dispatch_cost(len(ops) - views, views, rates, cost_phase, per_step=False)
-    plain = to_ops(tuple(t for t in ops if not (name == "backward" and t.kind == "attention")))
-    first = phase_time(name, plain, rates, dtype, overhead)
-    attention = to_ops(tuple(t for t in ops if name == "backward" and t.kind == "attention"))
-    if not attention:
-        return first
-    second = phase_time(name, attention, rates, dtype, 0.0, direction="backward")
-    return replace(first, seconds=first.seconds + second.seconds,
-                   ops_s=first.ops_s + second.ops_s, flops=first.flops + second.flops,
-                   bytes=first.bytes + second.bytes, ops=first.ops + second.ops)  # fmt: skip
+    return phase_time(name, to_ops(ops, rates.kind == "cpu"), rates, dtype, overhead)
 
 
 def estimate_module_time(traced: TracedModule, rates: DeviceRates,
