@@ -138,9 +138,13 @@ def to_ops(traced_ops: tuple[TracedOp, ...], cpu: bool = True) -> list[Op]:
 
 def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
            cost_phase: str) -> PhaseTime:  # fmt: skip
-    """The phase's ops on the roofline, plus the dispatch cost of every traced op."""
+    """The phase's ops on the roofline, plus the dispatch cost of every traced op: the
+    probe's bare per-op time (a tiny add), not the transformers runtime's per-op cost, which
+    is measured through generate() and a Llama's modules and which the traced ops (every aten
+    op, counted one by one) would count twice."""
     views = sum(1 for t in ops if t.kind == "view")
-    overhead = dispatch_cost(len(ops) - views, views, rates, cost_phase, per_step=False)
+    overhead = dispatch_cost(len(ops) - views, views, rates, cost_phase, per_step=False,
+                             runtime=False)  # fmt: skip
     return phase_time(name, to_ops(ops, rates.kind == "cpu"), rates, dtype, overhead)
 
 

@@ -124,10 +124,11 @@ def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
 
 
 def dispatch_cost(kernels: float, views: float, rates: DeviceRates, phase: str,
-                  per_step: bool = True) -> float:  # fmt: skip
+                  per_step: bool = True, runtime: bool = True) -> float:  # fmt: skip
     """Seconds to dispatch `kernels` ops and `views` (metadata-only ops) in `phase`; with
-    `per_step`, plus the runtime's measured fixed cost per step."""
-    if rates.runtime_op_s:  # measured: the cost of an op in the runtime, views as a third
+    `per_step`, plus the runtime's measured fixed cost per step. `runtime` False: the bare
+    per-op cost, without the transformers runtime's measured cost per op."""
+    if runtime and rates.runtime_op_s:  # measured: the cost of an op in the runtime, views a third
         per_op, step = rates.op_cost(phase)
         return (kernels + views / 3) * per_op + (step if per_step else 0.0)
     return kernels * rates.op_overhead_s + views * rates.view_overhead_s
