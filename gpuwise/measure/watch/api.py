@@ -140,6 +140,8 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         from gpuwise.estimate.watch_summary import summarize
         from gpuwise.measure.watch.log import read_log
 
+        if self._rec is not None:
+            self._rec.flush()
         return summarize(read_log([self.log_path]))
 
     def verdict(self) -> Any:
