@@ -1,17 +1,19 @@
 """What `gpuwise watch` costs a training loop, measured side by side in one run.
 
-1. The loop with and without the hooks, in one process: an MLP (512-1024-1024-1, AdamW,
-   batch 64, a DataLoader; ~25 ms steps on a small CPU) runs in blocks of BLOCK steps,
-   alternately plain and inside `gpuwise.watch(auto=True)` (the hooks `gpuwise watch`
-   injects, writing the log), in both orders, PAIRS times. Adjacent blocks share the
-   machine's load, so the median of the paired ratios is the overhead even on a busy machine.
-   Operator counting (3 steps per process, left out of the timings) is off here.
+1. The loop with and without the hooks, in one process on one torch thread: an MLP
+   (512-1024-1024-1, AdamW, batch 64, a DataLoader; ~15-20 ms steps here) runs in blocks of
+   BLOCK steps, alternately plain and inside `gpuwise.watch(auto=True)` (the hooks
+   `gpuwise watch` injects, writing the log), PAIRS times; each watched block is compared
+   with the mean of the plain blocks just before and after it, in CPU time of the process
+   and in wall time, and the median of these ratios is the overhead. Operator counting (3
+   steps per process, left out of the timings) is off here.
 2. The hooks' fixed cost per step: the same with a trivial step (a 1x1 linear layer).
 3. The sampler, which runs in the `gpuwise` process beside the job: its CPU time per sample,
    and the share of one core at the default 0.2 s interval.
-4. With --whole: whole runs as subprocesses (plain, `gpuwise watch`, `--no-inject`),
-   interleaved. Each run is ~5 s, so on a shared machine the load changes between runs and
-   the spread swamps a 1% effect; the in-process pairs above are the figure to quote.
+4. With --whole: whole runs as subprocesses (plain, `gpuwise watch`, `--no-inject`; the
+   job on one torch thread), interleaved, each reporting its mean wall and CPU time per
+   step after step 40. Each run takes seconds, so on a shared machine the load changes
+   between runs and the spread swamps a 1% effect; the in-process pairs are finer.
 
 Target: overhead <= 1% of step time.
 Run:  .venv/bin/python benchmarks/watch_overhead.py [--pairs 40] [--block 4] [--whole]
@@ -34,6 +36,7 @@ JOB = r"""
 import json, sys, time, torch
 from torch.utils.data import DataLoader, TensorDataset
 torch.manual_seed(0)
+torch.set_num_threads(1)  # CPU time without spin-waits: comparable across a busy machine
 steps, width = int(sys.argv[1]), 512
 data = TensorDataset(torch.randn(64 * steps, width), torch.randn(64 * steps, 1))
 model = torch.nn.Sequential(torch.nn.Linear(width, 1024), torch.nn.ReLU(),
