@@ -422,6 +422,7 @@ def test_torchrun_ranks_are_aggregated_and_the_straggler_named(tmp_path):
     assert ranks["wait_s_per_step"] > 0.02  # rank 0 waits for rank 1 in the all-reduce
     findings = {f["kind"]: f for f in report["verdict"]["findings"]}
     assert findings["stragglers"]["title"] == "straggler rank(s): 1"
+    assert "waiting for data by rank" in findings["input-bound"]["evidence"][-1]
 
 
 def _mlp_batches(n: int, width: int, batch: int):

@@ -79,6 +79,10 @@ def _input_bound(s: WatchSummary) -> Finding | None:
         evidence.append(f"energy spent waiting for data: {s.energy.idle_j:,.0f} J (estimated)")
     if s.gpu_util_percent is not None:
         evidence.append(f"GPU busy {s.gpu_util_percent:.0f}% of the time (measured)")
+    if s.ranks is not None:  # one slow input pipeline makes every rank wait in backward
+        evidence.append("waiting for data by rank (median step): " + ", ".join(
+            f"{r.rank}: {r.data_s_median / r.step_s_median:.0%}" for r in s.ranks.ranks
+            if r.step_s_median > 0))  # fmt: skip
     tips = [
         "more DataLoader workers (num_workers), persistent_workers=True, a larger prefetch_factor",
         "decode/augment once offline, or on the GPU; cache the dataset",
