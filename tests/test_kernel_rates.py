@@ -132,7 +132,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
         len(out["linear"]["fp32"]["forward"]) == 8 and len(out["linear"]["fp32"]["backward"]) == 4
     )
     assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
-    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu"}
+    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt"}
     assert seen == sorted(seen) and seen[-1] == 1.0
     rates = KernelRates.from_record(out)
     assert rates.linear_s(4, 100, 100, "fp32") > 0 and rates.sdpa_s(4, 1, 64, 64, "fp32") > 0

@@ -162,6 +162,6 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
     step_overhead = (counts.get("kernels", 0) * rates.op_overhead_s
                      + counts.get("views", 0) * rates.view_overhead_s)  # fmt: skip
     step = phase_time("optimizer", _optimizer_ops(_plan(traced, optimizer),
-                                                  traced.trainable_count),
+                                                  traced.trainable_count, rates.kind),
                       rates, "fp32", step_overhead)  # fmt: skip
     return ModuleTime(forward, backward, step, rates.source)

@@ -143,12 +143,32 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
                          RUNTIMES[runtime])  # fmt: skip
 
 
-def _optimizer_ops(plan: TrainingPlan, trainable: float) -> list[Op]:
-    """The optimizer's memory traffic per trainable parameter (all fp32 under mixed)."""
-    state = 4.0 if plan.mixed or plan.finetune != "full" else weight_format(
-        plan.compute_dtype).bytes_per_element  # fmt: skip
-    sweeps = {"adamw": 7, "sgd": 4, "adafactor": 5, "adamw8bit": 4.5}[plan.optimizer]
-    return [Op("optimizer", "elementwise", trainable * 10, trainable * sweeps * state)]
+# Passes over a parameter-sized tensor per step, by kernel. On an accelerator torch.optim
+# runs fused or foreach kernels (AdamW reads param, grad and two states and writes three:
+# 7). On a CPU it runs the single-tensor loop: for AdamW mul_ (weight decay), lerp_, mul_
+# and addcmul_, sqrt, div, add_ (eps), addcdiv_: 17 passes of cheap kernels and two each of
+# sqrt and div, which in bf16 run at a fraction of the bandwidth.
+OPTIMIZER_PASSES: dict[str, dict[str, dict[str, float]]] = {
+    "fused": {"adamw": {"binary": 7}, "sgd": {"binary": 4}, "adafactor": {"binary": 5},
+              "adamw8bit": {"binary": 4.5}},
+    "loop": {"adamw": {"binary": 17, "sqrt": 2, "div": 2}, "sgd": {"binary": 4},
+             "adafactor": {"binary": 5}, "adamw8bit": {"binary": 4.5}},
+}  # fmt: skip
+
+
+def optimizer_state_dtype(plan: TrainingPlan) -> str:
+    """fp32 master weights and states under mixed precision or adapters, else the compute's."""
+    return "fp32" if plan.mixed or plan.finetune != "full" else plan.compute_dtype
+
+
+def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu") -> list[Op]:
+    """The optimizer's passes over its parameters and states (fp32 under mixed)."""
+    dtype = optimizer_state_dtype(plan)
+    state = weight_format(dtype).bytes_per_element
+    passes = OPTIMIZER_PASSES["loop" if device_kind == "cpu" else "fused"][plan.optimizer]
+    return [Op("optimizer" if kernel == "binary" else f"optimizer_{kernel}", "elementwise",
+               trainable * n / 2, trainable * n * state, kernel=kernel, dtype=dtype)
+            for kernel, n in passes.items()]  # fmt: skip
 
 
 def _collectives(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
@@ -195,8 +215,8 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
                          scale=back_scale + 1.0, direction=direction)  # fmt: skip
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
-    optimizer = phase_time("optimizer", _optimizer_ops(plan, trainable / plan.tp), rates, "fp32",
-                           0.0)  # fmt: skip
+    optimizer = phase_time("optimizer", _optimizer_ops(plan, trainable / plan.tp, rates.kind),
+                           rates, optimizer_state_dtype(plan), 0.0)  # fmt: skip
     grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
     comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
     tokens = plan.batch * plan.seq * plan.data_parallel

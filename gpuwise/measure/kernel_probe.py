@@ -11,8 +11,8 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   that does not fit in cache reads its weights from memory;
 - `sdpa`: scaled_dot_product_attention per (batch x head), head dim 64: decode (one query
   against kv positions) and causal prefill (q = kv), and the causal backward (training);
-- `elementwise`: bytes/s of a binary op (mul), of SiLU and of tanh-GELU, on an
-  activation-sized tensor.
+- `elementwise`: bytes/s of a binary op (mul), of SiLU, tanh-GELU, division and square
+  root (the optimizer's), on an activation-sized tensor.
 
 Each point is the best of its repeats after warm-up: with two threads on two cores, a call
 that shares a core with anything else waits a scheduler tick (4-8 ms here), and the best
@@ -190,11 +190,13 @@ class _Kernels:
         t, n = self.t, self.plan.elementwise_elements
         self._step(f"elementwise {dtype}")
         a, b = self._tensor(n, dtype=dtype), self._tensor(n, dtype=dtype)
-        out = t.empty_like(a)
+        out, positive = t.empty_like(a), a.abs()
         size = n * a.element_size()
         gelu = t.nn.functional.gelu
         return {
             "binary": 3 * size / self._best(lambda: t.mul(a, b, out=out)),
             "silu": 2 * size / self._best(lambda: t.nn.functional.silu(a)),
             "gelu": 2 * size / self._best(lambda: gelu(a, approximate="tanh")),
+            "div": 3 * size / self._best(lambda: t.div(a, b, out=out)),
+            "sqrt": 2 * size / self._best(lambda: t.sqrt(positive, out=out)),
         }

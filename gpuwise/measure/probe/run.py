@@ -101,7 +101,8 @@ def probe_with(
 
 
 def others_cpu_s() -> float | None:
-    """CPU seconds used so far by everything but this process, the hypervisor's steal too."""
+    """CPU seconds used so far by everything but this process and the children it waited
+    for (a real run in a child process is not "others"), the hypervisor's steal too."""
     try:
         import psutil
 
@@ -109,7 +110,8 @@ def others_cpu_s() -> float | None:
     except Exception:
         return None
     busy = t.user + t.nice + t.system + sum(getattr(t, f, 0.0) for f in ("irq", "softirq", "steal"))
-    return busy - mine.user - mine.system
+    children = getattr(mine, "children_user", 0.0) + getattr(mine, "children_system", 0.0)
+    return busy - mine.user - mine.system - children
 
 
 def contention_note(others_before: float | None, started: float) -> tuple[str, ...]:
