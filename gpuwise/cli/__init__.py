@@ -13,12 +13,13 @@ try:  # recent typer vendors its own click; its exceptions are the ones raised
 except ImportError:  # pragma: no cover - typer releases that use click itself
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
-from gpuwise.cli import estimates  # noqa: F401  (registers its commands)
-from gpuwise.cli import cost  # noqa: F401  (registers its commands)
-from gpuwise.cli import module  # noqa: F401  (registers its commands)
-from gpuwise.cli import watch  # noqa: F401  (registers its commands)
-from gpuwise.cli import cost  # noqa: F401  (registers its commands)
-from gpuwise.cli import repro  # noqa: F401  (registers its commands)
+from gpuwise.cli import (
+    cost,  # noqa: F401  (registers its commands)
+    estimates,  # noqa: F401  (registers its commands)
+    module,  # noqa: F401  (registers its commands)
+    repro,  # noqa: F401  (registers its commands)
+    watch,  # noqa: F401  (registers its commands)
+)
 from gpuwise.cli.common import app
 from gpuwise.helpers import GpuwiseError
 
