@@ -14,13 +14,16 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
 - `elementwise`: bytes/s of a binary op (mul), of SiLU, tanh-GELU, division and square
   root (the optimizer's), on an activation-sized tensor.
 
-Each point is the best of its repeats after warm-up: with two threads on two cores, a call
-that shares a core with anything else waits a scheduler tick (4-8 ms here), and the best
-call is the kernel's own time. torch is imported inside.
+Each point is the median of its repeats after warm-up, as a real run's time is (the best
+call is the machine at its fastest, which runs do not see for long on a shared host). With
+two threads on two cores a call that shares a core with anything else waits a scheduler
+tick (4-8 ms here): the probe says when other processes were busy. torch is imported
+inside.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +48,7 @@ class KernelPlan:
     elementwise_elements: int = 2**21
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
     target_s: float = 0.04  # timed seconds per point
-    repeats: tuple[int, int] = (2, 30)
+    repeats: tuple[int, int] = (3, 30)
 
     def steps(self) -> int:
         per_dtype = len(self.rows) * len(self.widths) ** 2
@@ -111,7 +114,7 @@ class _Kernels:
             self.t.cuda.synchronize()
 
     def _best(self, op: Callable[[], object]) -> float:
-        """Best seconds of one call after warm-up, repeated to about `target_s`."""
+        """Median seconds of one call after warm-up, repeated to about `target_s`."""
         op()
         self._sync()
         start = time.perf_counter()
@@ -125,7 +128,7 @@ class _Kernels:
             op()
             self._sync()
             times.append(time.perf_counter() - start)
-        return min(times)
+        return statistics.median(times)
 
     def _tensor(self, *shape: int, dtype: str) -> Any:
         # Values in [-1, 1): no denormals or overflow to slow or break a kernel.
