@@ -32,13 +32,20 @@ class SleepyData(Dataset):
         return self.x[i], self.y[i]
 
 
-def model() -> torch.nn.Module:
+def model(width: int | None = None) -> torch.nn.Module:
+    """The small MLP; `width` adds a hidden layer of that size, so compute (several ms a
+    step) outweighs collating a batch of 32 even on a slow machine."""
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1))
+    if width is None:
+        return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                                   torch.nn.Linear(512, 1))  # fmt: skip
+    return torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(),
+                               torch.nn.Linear(width, width), torch.nn.ReLU(),
+                               torch.nn.Linear(width, 1))  # fmt: skip
 
 
 def loop(sleep_s: float, out: str) -> None:
-    m = model()
+    m = model(2048)
     opt = torch.optim.SGD(m.parameters(), lr=0.01)
     batch = 32
     loader = DataLoader(SleepyData(batch * 24, sleep_s / batch), batch_size=batch)
