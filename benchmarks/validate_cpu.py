@@ -129,9 +129,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="first three cases only")
     parser.add_argument("--time", action="store_true", help="validate times, not memory")
     parser.add_argument("--out", default="")
+    parser.add_argument("--train-only", action="store_true", help="time: training cases only")
     args = parser.parse_args()
     if args.time:
-        time_suite(TIME_CASES[:3] if args.quick else TIME_CASES,
+        cases = TIME_CASES[:3] if args.quick else TIME_CASES
+        if args.train_only:
+            cases = [c for c in cases if isinstance(c[1], TrainingPlan)]
+        time_suite(cases,
                    args.out or "benchmarks/results/time.json")  # fmt: skip
         return
     args.out = args.out or "benchmarks/results/memory.json"

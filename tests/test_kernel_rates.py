@@ -14,6 +14,7 @@ from gpuwise.estimate.rates import rates_from_spec
 from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
 from gpuwise.estimate.timing import time_op
 from gpuwise.workload.ops import Op
+from gpuwise.workload.params import count_params, parameter_tensors
 
 ROWS, WIDTHS = (1, 16, 256), (512, 2048)
 
@@ -33,6 +34,7 @@ def _record(backward_factor: float = 2.5) -> dict:
                           "prefill": [[64, 1e-5], [256, 1.6e-4]],
                           "backward": [[64, 3e-5], [256, 4.8e-4]]}},
         "elementwise": {"fp32": {"binary": 40e9, "silu": 20e9, "gelu": 10e9}},
+        "optimizer": {"fp32": {"adamw": [[2**20, 1e-9], [2**24, 4e-9]]}},
     }  # fmt: skip
 
 
@@ -123,7 +125,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
 
     plan = KernelPlan(dtypes=("fp32",), rows=(1, 8), widths=(64, 128), backward_rows=(16,),
                       sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), sdpa_backward_q=(32,),
-                      elementwise_elements=4096,
+                      elementwise_elements=4096, optimizer_elements=(1024, 4096),
                       cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
     seen = []
     out = measure_kernels(plan, lambda label, done: seen.append(done))
@@ -133,6 +135,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     )
     assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
     assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt"}
+    assert [n for n, _ in out["optimizer"]["fp32"]["adamw"]] == [1024, 4096]
     assert seen == sorted(seen) and seen[-1] == 1.0
     rates = KernelRates.from_record(out)
     assert rates.linear_s(4, 100, 100, "fp32") > 0 and rates.sdpa_s(4, 1, 64, 64, "fp32") > 0
@@ -153,3 +156,31 @@ def test_a_kernel_probe_that_fails_is_missing_with_its_reason(monkeypatch):
     profile = probe_with(NullBackend(), plan, fingerprint="test")
     after = _with_kernels(profile, None)
     assert after.kernels is None and "no SDPA here" in after.missing["kernels"]
+
+
+def test_optimizer_time_sums_its_tensors_at_their_sizes():
+    small, big = KERNELS.optimizer_s("adamw", ((2**20, 3),), "fp32"), 3 * 2**20 * 1e-9
+    assert small == pytest.approx(big)
+    # log-log between 2^20 (1 ns) and 2^24 (4 ns): 2^22 costs 2 ns an element
+    assert KERNELS.optimizer_s("adamw", ((2**22, 1),), "fp32") == pytest.approx(2**22 * 2e-9)
+    assert KERNELS.optimizer_s("adamw", ((2**30, 1),), "fp32") == pytest.approx(2**30 * 4e-9)
+    assert KERNELS.optimizer_s("sgd", ((2**20, 1),), "fp32") is None
+    rates = replace(CPU, kernels=KERNELS)
+    gpt2 = arch("gpt2")
+    plan = TrainingPlan(batch=1, seq=128, dtype="fp32", optimizer="adamw")
+    step = estimate_training_time(gpt2, plan, rates).optimizer
+    assert step.ops[0].measured and step.seconds == pytest.approx(
+        KERNELS.optimizer_s("adamw", parameter_tensors(gpt2), "fp32")
+    )
+    # SGD's step was not probed: its passes at the elementwise rate, capped by memory
+    sgd = estimate_training_time(gpt2, replace(plan, optimizer="sgd"), rates).optimizer
+    rate = min(40e9, rates.memory_bytes_per_s)
+    assert sgd.seconds == pytest.approx(sgd.ops[0].op.bytes / rate)
+
+
+def test_parameter_tensors_add_up_to_the_parameter_count():
+    for name in ("gpt2", "qwen2.5-0.5b", "mixtral-8x7b", "llama-3.1-8b", "pythia-70m"):
+        a = arch(name)
+        assert sum(n * k for n, k in parameter_tensors(a)) == pytest.approx(
+            count_params(a).total, rel=1e-3
+        )

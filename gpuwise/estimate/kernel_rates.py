@@ -30,6 +30,8 @@ class KernelRates:
     linear: dict[str, dict[str, Grid]] = field(default_factory=dict)
     sdpa: dict[str, dict[str, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
     elementwise: dict[str, dict[str, float]] = field(default_factory=dict)
+    # optimizer[dtype][name]: (tensor elements, seconds per element of one step)
+    optimizer: dict[str, dict[str, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> KernelRates:
@@ -46,7 +48,22 @@ class KernelRates:
                     for mode, pts in modes.items() if pts}
             for dtype, modes in record.get("sdpa", {}).items()
         }  # fmt: skip
-        return cls(linear, sdpa, dict(record.get("elementwise", {})))
+        optimizer = {
+            dtype: {name: tuple(sorted((float(n), float(s)) for n, s in pts))
+                    for name, pts in by_name.items() if pts}
+            for dtype, by_name in record.get("optimizer", {}).items()
+        }  # fmt: skip
+        return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer)
+
+    def optimizer_s(self, name: str, tensors: tuple[tuple[int, int], ...], dtype: str,
+                    ) -> float | None:  # fmt: skip
+        """Seconds of one optimizer step over parameter tensors given as (elements, count);
+        None where this optimizer and dtype were not probed."""
+        curve = self.optimizer.get(dtype, {}).get(name)
+        if not curve:
+            return None
+        # Per-element cost is flat beyond the measured sizes (power 0 in `_loglog`).
+        return sum(n * k * _loglog(curve, n, 0.0) for n, k in tensors)
 
     def linear_s(self, m: int, k: int, n: int, dtype: str, direction: str = "forward",
                  ) -> float | None:  # fmt: skip

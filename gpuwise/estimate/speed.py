@@ -7,12 +7,13 @@ from dataclasses import dataclass, replace
 from gpuwise.catalog.formats import weight_format
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
-from gpuwise.estimate.timing import PhaseTime, dispatch_overhead, phase_time
+from gpuwise.estimate.timing import OpTime, PhaseTime, dispatch_overhead, phase_time
 from gpuwise.estimate.training import lora_params
 from gpuwise.estimate.weights import weight_bytes
 from gpuwise.helpers import GpuwiseError
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.ops import Op, Shape, forward_ops, loss_ops
+from gpuwise.workload.params import parameter_tensors
 
 RUNTIME = "Hugging Face transformers (PyTorch eager)"
 
@@ -171,6 +172,22 @@ def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu
             for kernel, n in passes.items()]  # fmt: skip
 
 
+def _optimizer_phase(arch: Architecture, plan: TrainingPlan, trainable: float,
+                     rates: DeviceRates) -> PhaseTime:  # fmt: skip
+    """The optimizer step: probed on this machine where it was (a full fine-tune with a
+    probed optimizer and state dtype), else its passes over the states on the roofline."""
+    ops = _optimizer_ops(plan, trainable / plan.tp, rates.kind)
+    dtype = optimizer_state_dtype(plan)
+    probed = None
+    if rates.kernels is not None and plan.finetune == "full" and plan.tp == 1:
+        probed = rates.kernels.optimizer_s(plan.optimizer, parameter_tensors(arch), dtype)
+    if probed is None:
+        return phase_time("optimizer", ops, rates, dtype, 0.0)
+    op = Op("optimizer", "elementwise", sum(o.flops for o in ops), sum(o.bytes for o in ops))
+    return PhaseTime("optimizer", probed, probed, 0.0, 0.0, op.flops, op.bytes,
+                     (OpTime(op, 0.0, probed, measured=True),))  # fmt: skip
+
+
 def _collectives(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
                  grad_bytes: float, weight_bytes_total: float) -> float:  # fmt: skip
     """Ring collectives, not overlapped with compute: TP all-reduces of activations in
@@ -215,8 +232,7 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
                          scale=back_scale + 1.0, direction=direction)  # fmt: skip
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
-    optimizer = phase_time("optimizer", _optimizer_ops(plan, trainable / plan.tp, rates.kind),
-                           rates, optimizer_state_dtype(plan), 0.0)  # fmt: skip
+    optimizer = _optimizer_phase(arch, plan, trainable, rates)
     grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
     comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
     tokens = plan.batch * plan.seq * plan.data_parallel

@@ -11,6 +11,9 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   that does not fit in cache reads its weights from memory;
 - `sdpa`: scaled_dot_product_attention per (batch x head), head dim 64: decode (one query
   against kv positions) and causal prefill (q = kv), and the causal backward (training);
+- `optimizer`: seconds per element of one torch.optim.AdamW step (the single-tensor loop a
+  CPU runs) on one parameter of 2^18 ... 2^26 elements: its out-of-place temporaries are
+  page-faulted in when they are larger than the allocator's mmap threshold;
 - `elementwise`: bytes/s of a binary op (mul), of SiLU, tanh-GELU, division and square
   root (the optimizer's), on an activation-sized tensor.
 
@@ -46,6 +49,7 @@ class KernelPlan:
     sdpa_prefill_q: tuple[int, ...] = (64, 256, 1024, 2048)
     sdpa_backward_q: tuple[int, ...] = (128, 512, 1024)
     elementwise_elements: int = 2**21
+    optimizer_elements: tuple[int, ...] = (2**18, 2**21, 2**24, 2**26)
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
     target_s: float = 0.04  # timed seconds per point
     repeats: tuple[int, int] = (3, 30)
@@ -54,7 +58,7 @@ class KernelPlan:
         per_dtype = len(self.rows) * len(self.widths) ** 2
         per_dtype += len(self.backward_rows) * len(self.widths) ** 2
         per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
-        per_dtype += len(self.sdpa_prefill_q) + 1
+        per_dtype += len(self.sdpa_prefill_q) + 1 + len(self.optimizer_elements)
         return per_dtype * len(self.dtypes)
 
 
@@ -69,9 +73,11 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
     if cache_bytes:
         plan = _with_cold_set(plan, cache_bytes)
     k = _Kernels(torch, torch.device(device), plan, progress)
-    out: dict[str, Any] = {"linear": {}, "sdpa": {}, "elementwise": {}, "missing": {}}
+    parts = {"linear": k.linear, "sdpa": k.sdpa, "elementwise": k.elementwise,
+             "optimizer": k.optimizer}  # fmt: skip
+    out: dict[str, Any] = {part: {} for part in parts} | {"missing": {}}
     for dtype in plan.dtypes:
-        for part, fn in (("linear", k.linear), ("sdpa", k.sdpa), ("elementwise", k.elementwise)):
+        for part, fn in parts.items():
             try:
                 out[part][dtype] = fn(dtype)
             except Exception as exc:  # a kernel the backend lacks: NA with the reason
@@ -188,6 +194,18 @@ class _Kernels:
 
     def _attend(self, qkv: list[Any], causal: bool) -> object:
         return self.t.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
+
+    def optimizer(self, dtype: str) -> dict[str, list[list[float]]]:
+        """AdamW's seconds per parameter element, by the size of the parameter tensor."""
+        curve = []
+        for n in self.plan.optimizer_elements:
+            self._step(f"adamw {dtype} on {n:,} elements")
+            param = self.t.nn.Parameter(self._tensor(n, dtype=dtype))
+            param.grad = self._tensor(n, dtype=dtype)
+            opt = self.t.optim.AdamW([param], lr=1e-4, foreach=self.device.type == "cuda")
+            curve.append([n, self._best(opt.step) / n])
+            del opt, param
+        return {"adamw": curve}
 
     def elementwise(self, dtype: str) -> dict[str, float]:
         t, n = self.t, self.plan.elementwise_elements

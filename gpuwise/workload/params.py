@@ -92,3 +92,28 @@ def count_params(arch: Architecture) -> ParamCounts:
         embedding=embedding, lm_head=lm_head, attention=layers * attn, mlp=mlp, norms=norms,
         linear=linear, active=total - expert_unused, expert=expert_total,
     )  # fmt: skip
+
+
+@cache
+def parameter_tensors(arch: Architecture) -> tuple[tuple[int, int], ...]:
+    """(elements, how many) of the model's parameter tensors: what an optimizer loops over.
+    Matrices by their shapes; what remains (norms, biases) as hidden-sized vectors."""
+    c, d, layers = count_params(arch), arch.hidden_size, arch.num_layers
+    sizes: list[tuple[int, int]] = [(arch.vocab_size * d, 1 if arch.tie_embeddings else 2)]
+    if arch.position == "learned":
+        sizes.append((arch.max_position * d, 1))
+    if arch.mla:
+        sizes.append((_attention(arch)[1] // 4, 4 * layers))
+    else:
+        sizes += [(d * arch.q_dim, 2 * layers), (d * arch.kv_dim, 2 * layers)]
+    moe = arch.moe
+    dense = layers - (moe.layers if moe else 0)
+    sizes.append((d * arch.intermediate_size, (3 if arch.gated_mlp else 2) * dense))
+    if moe:
+        sizes.append((d * moe.expert_intermediate, 3 * moe.num_experts * moe.layers))
+        if moe.shared_experts:
+            sizes.append((d * moe.shared_intermediate, 3 * moe.layers))
+    rest = c.total - sum(n * k for n, k in sizes)
+    if rest > 0:
+        sizes.append((d, max(1, rest // d)))
+    return tuple((n, k) for n, k in sizes if n > 0 and k > 0)
