@@ -134,7 +134,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
         len(out["linear"]["fp32"]["forward"]) == 8 and len(out["linear"]["fp32"]["backward"]) == 4
     )
     assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
-    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt"}
+    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt", "bernoulli"}
     assert [n for n, _ in out["optimizer"]["fp32"]["adamw"]] == [1024, 4096]
     assert seen == sorted(seen) and seen[-1] == 1.0
     rates = KernelRates.from_record(out)
@@ -184,3 +184,14 @@ def test_parameter_tensors_add_up_to_the_parameter_count():
         assert sum(n * k for n, k in parameter_tensors(a)) == pytest.approx(
             count_params(a).total, rel=1e-3
         )
+
+
+def test_dropout_is_drawn_in_forward_and_applied_both_ways():
+    rates = replace(CPU, kernels=KERNELS)
+    plan = TrainingPlan(batch=1, seq=128, dtype="fp32", optimizer="adamw")
+    gpt2 = estimate_training_time(arch("gpt2"), plan, rates)  # resid_pdrop 0.1
+    names = lambda phase: {t.op.name for t in phase.ops}  # noqa: E731
+    assert {"dropout_mask", "dropout"} <= names(gpt2.forward)
+    assert "dropout" in names(gpt2.backward) and "dropout_mask" not in names(gpt2.backward)
+    llama = estimate_training_time(arch("llama-3.1-8b"), plan, rates)  # no dropout
+    assert not {"dropout_mask", "dropout"} & names(llama.forward)

@@ -172,6 +172,19 @@ def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu
             for kernel, n in passes.items()]  # fmt: skip
 
 
+def _dropout_ops(arch: Architecture, shape: Shape) -> tuple[list[Op], list[Op]]:
+    """Hidden-state dropout in training (after the embedding, the attention output and the
+    MLP): (drawing the masks, a Bernoulli RNG kernel; applying them, a product)."""
+    if arch.hidden_dropout <= 0:
+        return [], []
+    count = 2 * arch.num_layers + 1
+    elements = shape.rows * arch.hidden_size
+    c = shape.compute_bytes
+    draw = Op("dropout_mask", "elementwise", elements, elements * c, count, kernel="bernoulli")
+    apply = Op("dropout", "elementwise", elements, 3 * elements * c, count, kernel="binary")
+    return [draw], [apply]
+
+
 def _optimizer_phase(arch: Architecture, plan: TrainingPlan, trainable: float,
                      rates: DeviceRates) -> PhaseTime:  # fmt: skip
     """The optimizer step: probed on this machine where it was (a full fine-tune with a
@@ -219,8 +232,10 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
         w = _effective_weight_bytes(arch, "nf4")
     shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, plan.attention, plan.seq)
     ops = [_split(op, plan.tp) for op in forward_ops(arch, shape) + loss_ops(arch, shape)]
+    masks, applied = _dropout_ops(arch, shape)
+    ops += applied  # the mask is applied in forward and backward; drawn in forward only
     overhead = dispatch_overhead(arch, mode, plan.attention, "training", rates)
-    fwd = phase_time("forward", ops, rates, dtype, overhead / 3)
+    fwd = phase_time("forward", ops + masks, rates, dtype, overhead / 3)
     # Backward computes two matmuls per forward one; frozen LoRA bases skip the weight grad.
     back_scale = 2.0 if plan.finetune == "full" else 1.1
     direction = "backward" if plan.finetune == "full" else "forward"
@@ -230,6 +245,9 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
         recompute = phase_time("recompute", ops, rates, dtype, overhead / 3)
         bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3 + recompute.overhead_s,
                          scale=back_scale + 1.0, direction=direction)  # fmt: skip
+        redrawn = phase_time("recompute", masks, rates, dtype, 0.0)  # the same masks, again
+        bwd = replace(bwd, seconds=bwd.seconds + redrawn.seconds, ops_s=bwd.ops_s + redrawn.ops_s,
+                      ops=bwd.ops + redrawn.ops)  # fmt: skip
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     optimizer = _optimizer_phase(arch, plan, trainable, rates)

@@ -15,7 +15,7 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   CPU runs) on one parameter of 2^18 ... 2^26 elements: its out-of-place temporaries are
   page-faulted in when they are larger than the allocator's mmap threshold;
 - `elementwise`: bytes/s of a binary op (mul), of SiLU, tanh-GELU, division and square
-  root (the optimizer's), on an activation-sized tensor.
+  root (the optimizer's) and a Bernoulli draw (dropout masks), on an activation-sized tensor.
 
 Each point is the median of its repeats after warm-up, as a real run's time is (the best
 call is the machine at its fastest, which runs do not see for long on a shared host). With
@@ -220,4 +220,5 @@ class _Kernels:
             "gelu": 2 * size / self._best(lambda: gelu(a, approximate="tanh")),
             "div": 3 * size / self._best(lambda: t.div(a, b, out=out)),
             "sqrt": 2 * size / self._best(lambda: t.sqrt(positive, out=out)),
+            "bernoulli": size / self._best(lambda: out.bernoulli_(0.9)),  # dropout masks
         }
