@@ -20,20 +20,10 @@ from gpuwise.catalog import find_hardware, load_hardware, load_models, resolve_m
 from gpuwise.estimate import InferencePlan, estimate_inference
 from gpuwise.estimate.rates import rates_from_spec
 from gpuwise.estimate.speed import estimate_inference_time
-from gpuwise.helpers import GpuwiseError
+from gpuwise.helpers import GpuwiseError, median_call_s
 from gpuwise.workload import from_config
 
 PRECISIONS = ("bf16", "fp8", "int8", "int4")
-
-
-def per_call(fn, repeats: int = 200) -> float:  # type: ignore[no-untyped-def]
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def sweep() -> tuple[float, int]:
@@ -72,8 +62,8 @@ def main() -> None:
     hw = find_hardware("h100")
     rates = rates_from_spec(hw)
     plan = InferencePlan(prompt_tokens=4096, new_tokens=512)
-    memory_s = per_call(lambda: estimate_inference(arch, plan, hw))
-    time_s = per_call(lambda: estimate_inference_time(arch, plan, rates))
+    memory_s = median_call_s(lambda: estimate_inference(arch, plan, hw), 200)
+    time_s = median_call_s(lambda: estimate_inference_time(arch, plan, rates), 200)
     sweep_s, n = sweep()
     check_s = cold_check()
     print(

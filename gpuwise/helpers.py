@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import statistics
+import time
+from collections.abc import Callable, Iterable
 
 KIB = 1024
 MIB = 1024**2
@@ -67,3 +69,20 @@ def format_tokens(n: int) -> str:
     if n >= 1000:
         return f"{n / 1000:.1f}K".replace(".0K", "K")
     return str(n)
+
+
+def median_call_s(fn: Callable[[], object], repeats: int,
+                  after: Callable[[], object] | None = None) -> float:  # fmt: skip
+    """Median seconds of one call of `fn` over `repeats` calls, after one warm-up call;
+    `after` runs inside each timing (a device synchronisation)."""
+    fn()
+    if after is not None:
+        after()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        if after is not None:
+            after()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)

@@ -168,7 +168,8 @@ def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu
     state = weight_format(dtype).bytes_per_element
     passes = OPTIMIZER_PASSES["loop" if device_kind == "cpu" else "fused"][plan.optimizer]
     return [Op("optimizer" if kernel == "binary" else f"optimizer_{kernel}", "elementwise",
-               trainable * n / 2, trainable * n * state, kernel=kernel, dtype=dtype)
+               trainable * n / 2, trainable * n * state, kernel=kernel, dtype=dtype,
+               streamed=True)
             for kernel, n in passes.items()]  # fmt: skip
 
 

@@ -82,8 +82,7 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
         return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, direction == "backward")
     if op.kernel and op.kind != "embedding":
         rate = k.elementwise_rate(op.kernel, dtype)
-        if rate and op.name.startswith("optimizer"):
-            # The probe's tensor fits in cache; whole parameters and states do not.
+        if rate and op.streamed:
             rate = min(rate, rates.memory_bytes_per_s)
         return op.bytes / rate if rate else None
     return None

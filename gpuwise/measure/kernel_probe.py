@@ -26,12 +26,13 @@ inside.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+from gpuwise.helpers import median_call_s
 
 Progress = Callable[[str, float], None]
 
@@ -119,7 +120,7 @@ class _Kernels:
         if self.device.type == "cuda":
             self.t.cuda.synchronize()
 
-    def _best(self, op: Callable[[], object]) -> float:
+    def _median_s(self, op: Callable[[], object]) -> float:
         """Median seconds of one call after warm-up, repeated to about `target_s`."""
         op()
         self._sync()
@@ -128,13 +129,7 @@ class _Kernels:
         self._sync()
         warm = max(time.perf_counter() - start, 1e-7)
         lo, hi = self.plan.repeats
-        times = []
-        for _ in range(max(lo, min(hi, int(self.plan.target_s / warm)))):
-            start = time.perf_counter()
-            op()
-            self._sync()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
+        return median_call_s(op, max(lo, min(hi, int(self.plan.target_s / warm))), self._sync)
 
     def _tensor(self, *shape: int, dtype: str) -> Any:
         # Values in [-1, 1): no denormals or overflow to slow or break a kernel.
@@ -156,11 +151,11 @@ class _Kernels:
                 for m in plan.rows:
                     self._step(f"linear {dtype} {m}x{k}->{n}")
                     x = self._tensor(m, k, dtype=dtype)
-                    fwd.append([m, k, n, self._best(partial(self._forward, x, weights))])
+                    fwd.append([m, k, n, self._median_s(partial(self._forward, x, weights))])
                 for m in plan.backward_rows:
                     self._step(f"linear backward {dtype} {m}x{k}->{n}")
                     x, grad = self._tensor(m, k, dtype=dtype), self._tensor(m, n, dtype=dtype)
-                    bwd.append([m, k, n, self._best(partial(self._backward, x, grad, weights))])
+                    bwd.append([m, k, n, self._median_s(partial(self._backward, x, grad, weights))])
         return {"forward": fwd, "backward": bwd}
 
     def _forward(self, x: Any, weights: _Cycle) -> object:
@@ -176,11 +171,11 @@ class _Kernels:
         for kv in plan.sdpa_decode_kv:
             self._step(f"sdpa {dtype} decode kv {kv}")
             qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for n in (1, kv, kv)]
-            decode.append([kv, self._best(partial(self._attend, qkv, False)) / heads])
+            decode.append([kv, self._median_s(partial(self._attend, qkv, False)) / heads])
         for n in plan.sdpa_prefill_q:
             self._step(f"sdpa {dtype} prefill {n}")
             qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for _ in range(3)]
-            prefill.append([n, self._best(partial(self._attend, qkv, True)) / heads])
+            prefill.append([n, self._median_s(partial(self._attend, qkv, True)) / heads])
         backward = []
         for n in plan.sdpa_backward_q:
             self._step(f"sdpa {dtype} backward {n}")
@@ -189,7 +184,7 @@ class _Kernels:
             out = self._attend(qkv, True)
             grad = self.t.ones_like(out)
             step = partial(self.t.autograd.grad, out, qkv, grad, retain_graph=True)
-            backward.append([n, self._best(step) / heads])
+            backward.append([n, self._median_s(step) / heads])
         return {"decode": decode, "prefill": prefill, "backward": backward}
 
     def _attend(self, qkv: list[Any], causal: bool) -> object:
@@ -203,7 +198,7 @@ class _Kernels:
             param = self.t.nn.Parameter(self._tensor(n, dtype=dtype))
             param.grad = self._tensor(n, dtype=dtype)
             opt = self.t.optim.AdamW([param], lr=1e-4, foreach=self.device.type == "cuda")
-            curve.append([n, self._best(opt.step) / n])
+            curve.append([n, self._median_s(opt.step) / n])
             del opt, param
         return {"adamw": curve}
 
@@ -215,10 +210,10 @@ class _Kernels:
         size = n * a.element_size()
         gelu = t.nn.functional.gelu
         return {
-            "binary": 3 * size / self._best(lambda: t.mul(a, b, out=out)),
-            "silu": 2 * size / self._best(lambda: t.nn.functional.silu(a)),
-            "gelu": 2 * size / self._best(lambda: gelu(a, approximate="tanh")),
-            "div": 3 * size / self._best(lambda: t.div(a, b, out=out)),
-            "sqrt": 2 * size / self._best(lambda: t.sqrt(positive, out=out)),
-            "bernoulli": size / self._best(lambda: out.bernoulli_(0.9)),  # dropout masks
+            "binary": 3 * size / self._median_s(lambda: t.mul(a, b, out=out)),
+            "silu": 2 * size / self._median_s(lambda: t.nn.functional.silu(a)),
+            "gelu": 2 * size / self._median_s(lambda: gelu(a, approximate="tanh")),
+            "div": 3 * size / self._median_s(lambda: t.div(a, b, out=out)),
+            "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),
+            "bernoulli": size / self._median_s(lambda: out.bernoulli_(0.9)),  # dropout masks
         }

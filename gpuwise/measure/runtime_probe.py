@@ -10,9 +10,9 @@ uses these in place of the bare tiny-op time for `--on local` once `gpuwise prob
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any
+
+from gpuwise.helpers import median_call_s
 
 LAYERS = (1, 5)
 
@@ -26,16 +26,6 @@ def _tiny_llama(layers: int) -> Any:
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
 
 
-def _median_time(fn: Any, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _per_phase(layers: int, repeats: int) -> dict[str, float]:
     import torch
 
@@ -47,8 +37,8 @@ def _per_phase(layers: int, repeats: int) -> dict[str, float]:
         return lambda: model.generate(ids, attention_mask=mask, max_new_tokens=n,
                                       min_new_tokens=n, do_sample=False, pad_token_id=0)  # fmt: skip
 
-    one = _median_time(generate(1), repeats)
-    many = _median_time(generate(17), repeats)
+    one = median_call_s(generate(1), repeats)
+    many = median_call_s(generate(17), repeats)
     model.train()
     opt = torch.optim.AdamW(model.parameters())
 
@@ -57,7 +47,7 @@ def _per_phase(layers: int, repeats: int) -> dict[str, float]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return {"prefill": one, "decode": (many - one) / 16, "training": _median_time(step, repeats)}
+    return {"prefill": one, "decode": (many - one) / 16, "training": median_call_s(step, repeats)}
 
 
 def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
@@ -105,7 +95,7 @@ def measure_gemv(dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict[str, list[l
                 for w in ws:
                     torch.nn.functional.linear(x, w)
 
-            seconds = _median_time(sweep, 3)
+            seconds = median_call_s(sweep, 3)
             points.append([float(k * n * item), count * k * n * item / seconds])
             del weights
         out[dtype] = sorted(points)

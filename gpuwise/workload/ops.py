@@ -32,6 +32,9 @@ class Op:
     kernel: str = ""
     dtype: str = ""
     heads: int = 0
+    # Sweeps tensors larger than any cache (an optimizer over the parameters): a kernel rate
+    # probed on a cache-sized tensor is capped at the memory bandwidth.
+    streamed: bool = False
 
     @property
     def intensity(self) -> float:
