@@ -95,11 +95,47 @@ def _others_share(before: float | None, started: float) -> float | None:
     return (after - before) / ((time.perf_counter() - started) * (os.cpu_count() or 1))
 
 
+def _machine_now() -> dict[str, float]:
+    """This machine's speed now, as the probe measured it: read bandwidth (sum over a 440 MB
+    fp32 array, best of 5) and a 1024^3 fp32 matmul (median of 5)."""
+    import torch
+
+    from gpuwise.helpers import median_call_s
+
+    a = torch.ones(110 * 2**20)
+    read = a.numel() * 4 / min(median_call_s(a.sum, 1) for _ in range(5))
+    x = torch.rand(1024, 1024)
+    matmul = 2 * 1024**3 / median_call_s(lambda: x @ x, 5)
+    return {"read_gbs": read / 1e9, "matmul_gflops": matmul / 1e9}
+
+
+def _machine_at_probe() -> dict[str, float]:
+    from gpuwise.measure.profile_store import load_profile
+
+    profile = load_profile()
+    if profile is None:
+        return {}
+    read = [b.gbs for b in profile.bandwidth if b.kind == "read"]
+    mm = [p.m * p.n * p.k * 2 / p.median_s for p in profile.matmul_points
+          if (p.m, p.n, p.k, p.dtype) == (1024, 1024, 1024, "fp32") and p.median_s]  # fmt: skip
+    return {"read_gbs": (read[0] or 0.0) if read else 0.0,
+            "matmul_gflops": mm[0] / 1e9 if mm else 0.0}  # fmt: skip
+
+
+def _drift(at_probe: dict[str, float]) -> dict[str, float]:
+    """The machine now against the probe (1.0: as fast as when probed): this shared host
+    drifts by tens of percent within an hour, and an estimate can only follow the probe."""
+    now = _machine_now()
+    return {k: now[k] / at_probe[k] for k in now if at_probe.get(k)}
+
+
 def time_suite(cases: list, out: str) -> None:
     rows = []
+    at_probe = _machine_at_probe()
     for i, (name, plan) in enumerate(cases, 1):
         model = resolve_model(name)
         arch = from_config(model.config, name)
+        drift = _drift(at_probe)
         started, before = time.perf_counter(), others_cpu_s()
         result = validate(model.config, arch, plan, quiet=True, memory=False, timing=True)
         busy = _others_share(before, started)
@@ -107,11 +143,14 @@ def time_suite(cases: list, out: str) -> None:
             if r["error"] is None:
                 continue
             rows.append({"model": name, "plan": describe(plan), "quantity": key, **r,
-                         "source": result["time_source"], "others_cpu_share": busy})  # fmt: skip
+                         "source": result["time_source"], "others_cpu_share": busy,
+                         "machine_vs_probe": drift})  # fmt: skip
             print(
                 f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
                 f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
-                f"err {100 * r['error']:+6.1f}%  (others used {busy or 0:.0%} of the CPUs)",
+                f"err {100 * r['error']:+6.1f}%  (others used {busy or 0:.0%} of the CPUs; "
+                f"machine vs probe: read x{drift.get('read_gbs', 0):.2f}, "
+                f"matmul x{drift.get('matmul_gflops', 0):.2f})",
                 flush=True,
             )
     errors = [abs(r["error"]) for r in rows]

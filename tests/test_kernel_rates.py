@@ -126,6 +126,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     plan = KernelPlan(dtypes=("fp32",), rows=(1, 8), widths=(64, 128), backward_rows=(16,),
                       sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), sdpa_backward_q=(32,),
                       elementwise_elements=4096, optimizer_elements=(1024, 4096),
+                      nn_rows=(1, 2), nn_widths=(64,), fresh_bytes=2**20,
                       cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
     seen = []
     out = measure_kernels(plan, lambda label, done: seen.append(done))
@@ -134,7 +135,10 @@ def test_the_kernel_probe_measures_a_tiny_plan():
         len(out["linear"]["fp32"]["forward"]) == 8 and len(out["linear"]["fp32"]["backward"]) == 4
     )
     assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
-    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt", "bernoulli"}
+    assert len(out["linear"]["fp32"]["forward_nn"]) == 2
+    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt", "bernoulli",
+                                               "cat"}  # fmt: skip
+    assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
     assert [n for n, _ in out["optimizer"]["fp32"]["adamw"]] == [1024, 4096]
     assert seen == sorted(seen) and seen[-1] == 1.0
     rates = KernelRates.from_record(out)
@@ -195,3 +199,85 @@ def test_dropout_is_drawn_in_forward_and_applied_both_ways():
     assert "dropout" in names(gpt2.backward) and "dropout_mask" not in names(gpt2.backward)
     llama = estimate_training_time(arch("llama-3.1-8b"), plan, rates)  # no dropout
     assert not {"dropout_mask", "dropout"} & names(llama.forward)
+    # GPT-2's attention dropout sends a CPU's SDPA down the math path: eager attention, whose
+    # probabilities are dropped too; a GPU keeps the fused kernel
+    assert {"attention_dropout_mask", "attention_dropout"} <= names(gpt2.forward)
+    assert all(t.op.kernel != "sdpa" for t in gpt2.forward.ops)
+    gpu = estimate_training_time(arch("gpt2"), plan, replace(rates, kind="gpu"))
+    assert "attention_dropout" not in names(gpu.forward)
+    assert any(t.op.kernel == "sdpa" for t in gpu.forward.ops)
+
+
+def test_small_optimizer_tensors_cost_the_smallest_probed_step():
+    # below 2^20 elements a tensor costs what a 2^20-element one did, per tensor
+    assert KERNELS.optimizer_s("adamw", ((576, 10),), "fp32") == pytest.approx(10 * 2**20 * 1e-9)
+
+
+def test_conv1d_layout_reads_its_own_grid_at_few_rows():
+    record = _record()
+    nn = [[m, k, n, 3 * s] for m, k, n, s in record["linear"]["fp32"]["forward"] if m <= 16]
+    record["linear"]["fp32"]["forward_nn"] = nn
+    kernels = KernelRates.from_record(record)
+    linear = kernels.linear_s(16, 512, 512, "fp32")
+    assert kernels.linear_s(16, 512, 512, "fp32", layout="nn") == pytest.approx(3 * linear)
+    # beyond the rows it covers, and in backward, both layouts read F.linear's grid
+    assert kernels.linear_s(256, 512, 512, "fp32", layout="nn") == kernels.linear_s(
+        256, 512, 512, "fp32")
+    assert kernels.linear_s(256, 512, 512, "fp32", "backward", "nn") == kernels.linear_s(
+        256, 512, 512, "fp32", "backward")
+    # GPT-2's layers are Conv1D, its head F.linear; Llama's are all F.linear
+    ops = {t.op.name: t.op for t in estimate_inference_time(
+        arch("gpt2"), InferencePlan(batch=1, prompt_tokens=16, new_tokens=4, weights="fp32"),
+        replace(CPU, kernels=kernels)).decode.ops}  # fmt: skip
+    assert ops["mlp_in"].layout == "nn" and ops["lm_head"].layout == ""
+    assert not arch("llama-3.1-8b").conv1d and not arch("starcoderbase-1b").conv1d
+
+
+def test_fresh_tensors_past_the_mmap_threshold_pay_first_touch():
+    record = _record() | {"fresh": {"bytes_per_s": 5e9, "threshold": 32 * 2**20}}
+    rates = replace(CPU, kernels=KernelRates.from_record(record))
+    big, small = 64 * 2**20, 16 * 2**20
+    op = Op("x", "elementwise", 1.0, 1e6, fresh=((big, 2), (small, 3)),
+            fresh_backward=((big, 1),))  # fmt: skip
+    plain = replace(op, fresh=(), fresh_backward=())
+    assert time_op(op, rates, "fp32").seconds - time_op(plain, rates, "fp32").seconds == (
+        pytest.approx(2 * big / 5e9))
+    back = time_op(op, rates, "fp32", "backward", 2.0).seconds
+    assert back - time_op(plain, rates, "fp32", "backward", 2.0).seconds == pytest.approx(big / 5e9)
+    # without a probed first-touch rate (a GPU, an old profile) nothing is added
+    assert time_op(op, replace(CPU, kernels=KERNELS), "fp32").seconds == time_op(
+        plain, replace(CPU, kernels=KERNELS), "fp32").seconds
+
+
+def test_transformers_decode_copies_its_cache_and_training_builds_the_embedding_gradient():
+    rates = replace(CPU, kernels=KERNELS)
+    a = arch("smollm2-135m")
+    plan = InferencePlan(batch=2, prompt_tokens=500, new_tokens=1, weights="fp32")
+    decode = estimate_inference_time(a, plan, rates).decode
+    append = next(t.op for t in decode.ops if t.op.name == "kv_append")
+    cache = 2 * a.num_kv_heads * a.head_dim * 4 * 2 * 501  # K and V, both sequences, 501 pos
+    assert append.bytes == pytest.approx(2 * cache) and append.count == a.num_layers
+    compiled = estimate_inference_time(a, plan, rates, runtime="compiled").decode
+    assert "kv_append" not in {t.op.name for t in compiled.ops}
+    train = estimate_training_time(a, TrainingPlan(batch=1, seq=128, dtype="fp32"), rates)
+    grad = next(t.op for t in train.backward.ops if t.op.name == "embedding_grad")
+    table = a.vocab_size * a.hidden_size * 4
+    assert a.tie_embeddings and grad.fresh == ((table, 2),)  # zero-filled, then summed
+    assert "embedding_grad" not in {t.op.name for t in train.forward.ops}
+
+
+def test_a_matmul_narrower_than_the_grid_slows_as_the_size_curve_says():
+    curve = {"fp32": ((1e6, 1e9), (1e10, 1e11))}  # FLOP/s rising with size
+    rates = replace(CPU, kernels=KERNELS, matmul_curves=curve)
+    wide = Op("mm", "matmul", 2 * 256 * 512 * 512, 1.0, m=256, n=512, k=512)
+    narrow = replace(wide, flops=2 * 256 * 256 * 512, n=256)
+    # the grid (narrowest width 512) alone: same rate, half the FLOPs, half the time
+    plain = replace(CPU, kernels=KERNELS)
+    assert time_op(narrow, plain, "fp32").seconds == pytest.approx(
+        time_op(wide, plain, "fp32").seconds / 2)
+    ratio = rates.matmul_rate(256, 512, wide.flops, "fp32") / rates.matmul_rate(
+        256, 256, narrow.flops, "fp32")
+    assert ratio > 1
+    assert time_op(narrow, rates, "fp32").seconds == pytest.approx(
+        time_op(narrow, plain, "fp32").seconds * ratio)
+    assert time_op(wide, rates, "fp32").seconds == time_op(wide, plain, "fp32").seconds

@@ -22,6 +22,11 @@ class Grid:
         return cls(seconds, tuple(tuple(sorted({key[i] for key in seconds})) for i in range(3)))
 
 
+# glibc raises its mmap threshold as mapped chunks are freed, up to this (32 MiB on 64-bit,
+# DEFAULT_MMAP_THRESHOLD_MAX): larger tensors are always mmapped and unmapped on free.
+GLIBC_MMAP_THRESHOLD_MAX = 32 * 2**20
+
+
 @dataclass(frozen=True)
 class KernelRates:
     """`linear[dtype][direction]`: seconds of F.linear by (rows, in, out); `sdpa[dtype][mode]`:
@@ -32,6 +37,10 @@ class KernelRates:
     elementwise: dict[str, dict[str, float]] = field(default_factory=dict)
     # optimizer[dtype][name]: (tensor elements, seconds per element of one step)
     optimizer: dict[str, dict[str, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
+    # Bytes/s at which fresh memory is faulted in (first touch of a newly mapped tensor), and
+    # the size from which the host allocator maps tensors afresh rather than reusing its heap.
+    fresh_bytes_per_s: float = 0.0
+    fresh_threshold: float = GLIBC_MMAP_THRESHOLD_MAX
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> KernelRates:
@@ -53,7 +62,10 @@ class KernelRates:
                     for name, pts in by_name.items() if pts}
             for dtype, by_name in record.get("optimizer", {}).items()
         }  # fmt: skip
-        return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer)
+        fresh = record.get("fresh") or {}
+        return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer,
+                   float(fresh.get("bytes_per_s") or 0.0),
+                   float(fresh.get("threshold") or GLIBC_MMAP_THRESHOLD_MAX))  # fmt: skip
 
     def optimizer_s(self, name: str, tensors: tuple[tuple[int, int], ...], dtype: str,
                     ) -> float | None:  # fmt: skip
@@ -62,18 +74,32 @@ class KernelRates:
         curve = self.optimizer.get(dtype, {}).get(name)
         if not curve:
             return None
-        # Per-element cost is flat beyond the measured sizes (power 0 in `_loglog`).
-        return sum(n * k * _loglog(curve, n, 0.0) for n, k in tensors)
+        # Per element flat beyond the largest size; below the smallest a step costs what
+        # the smallest did per tensor (the loop's fixed cost per parameter).
+        smallest, per_element = curve[0]
+        return sum(k * (smallest * per_element if n < smallest else n * _loglog(curve, n, 0.0))
+                   for n, k in tensors)  # fmt: skip
 
     def linear_s(self, m: int, k: int, n: int, dtype: str, direction: str = "forward",
-                 ) -> float | None:  # fmt: skip
-        """Seconds of an (m x k) @ (k x n)^T linear, or None where the grid lacks the dtype."""
-        grid = self.linear.get(dtype, {}).get(direction)
+                 layout: str = "") -> float | None:  # fmt: skip
+        """Seconds of an (m x k) @ (k x n)^T linear, or None where the grid lacks the dtype.
+        Layout "nn" (x @ W, W stored in x out, as GPT-2's Conv1D) reads its own forward grid
+        up to the rows it covers; beyond them the layouts run alike."""
+        grids = self.linear.get(dtype, {})
+        grid = grids.get(direction)
+        nn = grids.get("forward_nn") if layout == "nn" and direction == "forward" else None
+        if nn and m <= nn.axes[0][-1]:
+            grid = nn
         if not grid or min(m, k, n) <= 0:
             return None
         rate = _grid_rate(grid, (m, k, n))
         # The grid's rates count a forward's FLOPs in either direction: times come back.
         return None if rate is None else 2.0 * m * k * n / rate
+
+    def linear_min_width(self, dtype: str) -> int:
+        """The narrowest input or output width the forward grid measured (0: none)."""
+        grid = self.linear.get(dtype, {}).get("forward")
+        return min(grid.axes[1][0], grid.axes[2][0]) if grid else 0
 
     def sdpa_s(self, heads: int, queries: int, keys: int, head_dim: int, dtype: str,
                backward: bool = False) -> float | None:  # fmt: skip

@@ -12,7 +12,14 @@ from gpuwise.estimate.training import lora_params
 from gpuwise.estimate.weights import weight_bytes
 from gpuwise.helpers import GpuwiseError
 from gpuwise.workload import Architecture, count_params
-from gpuwise.workload.ops import Op, Shape, forward_ops, loss_ops
+from gpuwise.workload.ops import (
+    Op,
+    Shape,
+    embedding_grad_ops,
+    forward_ops,
+    kv_append_ops,
+    loss_ops,
+)
 from gpuwise.workload.params import parameter_tensors
 
 RUNTIME = "Hugging Face transformers (PyTorch eager)"
@@ -107,8 +114,10 @@ def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> l
     ops = forward_ops(arch, shape)
     if runtime == "compiled":
         # Compiled kernels fuse norms, rotary, activations and residuals into neighbouring
-        # matmuls: what remains is the matmul and attention traffic.
+        # matmuls, into a static cache: what remains is the matmul and attention traffic.
         ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
+    else:
+        ops += kv_append_ops(arch, shape)
     return [_split(op, tp) for op in ops]
 
 
@@ -174,16 +183,39 @@ def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu
 
 
 def _dropout_ops(arch: Architecture, shape: Shape) -> tuple[list[Op], list[Op]]:
-    """Hidden-state dropout in training (after the embedding, the attention output and the
-    MLP): (drawing the masks, a Bernoulli RNG kernel; applying them, a product)."""
-    if arch.hidden_dropout <= 0:
-        return [], []
-    count = 2 * arch.num_layers + 1
-    elements = shape.rows * arch.hidden_size
+    """Dropout in training: hidden states (after the embedding, the attention output and the
+    MLP) and attention probabilities (an eager or math-path attention's scores): (drawing
+    the masks, a Bernoulli RNG kernel; applying them, a product)."""
+    draws, applies = [], []
     c = shape.compute_bytes
-    draw = Op("dropout_mask", "elementwise", elements, elements * c, count, kernel="bernoulli")
-    apply = Op("dropout", "elementwise", elements, 3 * elements * c, count, kernel="binary")
-    return [draw], [apply]
+    scores = shape.batch * arch.num_heads * shape.tokens * shape.context
+    for name, p, elements, count in (
+        ("dropout", arch.hidden_dropout, shape.rows * arch.hidden_size, 2 * arch.num_layers + 1),
+        ("attention_dropout", arch.attention_dropout if shape.attention == "eager" else 0.0,
+         scores, arch.num_layers),
+    ):  # fmt: skip
+        if p <= 0:
+            continue
+        draws.append(Op(f"{name}_mask", "elementwise", elements, elements * c, count,
+                        kernel="bernoulli"))  # fmt: skip
+        applies.append(Op(name, "elementwise", elements, 3 * elements * c, count, kernel="binary"))
+    return draws, applies
+
+
+def _training_attention(arch: Architecture, plan: TrainingPlan, rates: DeviceRates) -> str:
+    """The attention path a training step takes: PyTorch's CPU SDPA has no fused kernel with
+    dropout, so attention dropout sends it down the math path (eager-like matmuls and
+    softmax)."""
+    if plan.attention == "sdpa" and arch.attention_dropout > 0 and rates.kind == "cpu":
+        return "eager"
+    return plan.attention
+
+
+def _activations_streamed(ops: list[Op]) -> list[Op]:
+    """In training, elementwise ops read tensors saved across the whole forward pass: they
+    stream from memory rather than from a cache, so a cache-sized probed rate is capped."""
+    return [replace(op, streamed=True) if op.kind in ("elementwise", "norm", "logits") else op
+            for op in ops]  # fmt: skip
 
 
 def _optimizer_phase(arch: Architecture, plan: TrainingPlan, trainable: float,
@@ -231,24 +263,28 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     w = 4.0 if plan.mixed else c
     if plan.finetune == "qlora":
         w = _effective_weight_bytes(arch, "nf4")
-    shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, plan.attention, plan.seq)
+    attention = _training_attention(arch, plan, rates)
+    shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, attention, plan.seq)
     ops = [_split(op, plan.tp) for op in forward_ops(arch, shape) + loss_ops(arch, shape)]
     masks, applied = _dropout_ops(arch, shape)
-    ops += applied  # the mask is applied in forward and backward; drawn in forward only
-    overhead = dispatch_overhead(arch, mode, plan.attention, "training", rates)
-    fwd = phase_time("forward", ops + masks, rates, dtype, overhead / 3)
+    ops = _activations_streamed(ops + applied)  # masks applied in forward and backward
+    forward_only = masks + kv_append_ops(arch, shape)  # masks drawn, the cache appended
+    overhead = dispatch_overhead(arch, mode, attention, "training", rates)
+    fwd = phase_time("forward", ops + forward_only, rates, dtype, overhead / 3)
     # Backward computes two matmuls per forward one; frozen LoRA bases skip the weight grad.
     back_scale = 2.0 if plan.finetune == "full" else 1.1
     direction = "backward" if plan.finetune == "full" else "forward"
-    bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3, scale=back_scale,
-                     direction=direction)  # fmt: skip
-    if plan.checkpointing:
+    embedding_grad = embedding_grad_ops(arch, shape) if plan.finetune == "full" else []
+    if plan.checkpointing:  # the layers' forward again, under the backward's dispatch
         recompute = phase_time("recompute", ops, rates, dtype, overhead / 3)
         bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3 + recompute.overhead_s,
                          scale=back_scale + 1.0, direction=direction)  # fmt: skip
-        redrawn = phase_time("recompute", masks, rates, dtype, 0.0)  # the same masks, again
-        bwd = replace(bwd, seconds=bwd.seconds + redrawn.seconds, ops_s=bwd.ops_s + redrawn.ops_s,
-                      ops=bwd.ops + redrawn.ops)  # fmt: skip
+        bwd = _plus(bwd, phase_time("recompute", masks, rates, dtype, 0.0))  # masks again
+    else:
+        bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3, scale=back_scale,
+                         direction=direction)  # fmt: skip
+    if embedding_grad:
+        bwd = _plus(bwd, phase_time("backward", embedding_grad, rates, dtype, 0.0))
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     optimizer = _optimizer_phase(arch, plan, trainable, rates)
@@ -259,6 +295,13 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     model_flops = tokens * (6 * counts.active + attn)
     peak = rates.peak(dtype) * plan.gpus
     return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source)
+
+
+def _plus(phase: PhaseTime, more: PhaseTime) -> PhaseTime:
+    """`phase` with the operations of `more` (no dispatch overhead of its own) added."""
+    return replace(phase, seconds=phase.seconds + more.seconds, ops_s=phase.ops_s + more.ops_s,
+                   flops=phase.flops + more.flops, bytes=phase.bytes + more.bytes,
+                   ops=phase.ops + more.ops)  # fmt: skip
 
 
 def _split(op: Op, tp: int) -> Op:

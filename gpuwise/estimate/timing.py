@@ -3,7 +3,7 @@ runtime adds a fixed cost for every operation it dispatches."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuwise.catalog.runtimes import op_counts
 from gpuwise.estimate.rates import DeviceRates
@@ -61,6 +61,12 @@ def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
     "backward", a matmul whose backward was probed takes that time, plus a forward per
     unit of `scale` above 2 (recomputation)."""
     dtype = op.dtype or dtype
+    timed = _time_work(op, rates, dtype, direction, scale)
+    faults = _fresh_s(op.fresh_backward if direction == "backward" else op.fresh, rates)
+    return replace(timed, extra_s=timed.extra_s + faults) if faults else timed
+
+
+def _time_work(op: Op, rates: DeviceRates, dtype: str, direction: str, scale: float) -> OpTime:
     measured = _probed_s(op, rates, dtype, "forward")
     if direction == "backward" and op.kind in ("matmul", "attention") and measured is not None:
         backward = _probed_s(op, rates, dtype, "backward")
@@ -71,12 +77,22 @@ def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
     return _roofline(op, rates, dtype, scale)
 
 
+def _fresh_s(fresh: tuple[tuple[float, float], ...], rates: DeviceRates) -> float:
+    """Seconds to fault in the pages of output tensors the host allocator maps afresh
+    (those past its mmap threshold), at the probed first-touch rate; 0 where not probed."""
+    k = rates.kernels
+    if not fresh or k is None or not k.fresh_bytes_per_s:
+        return 0.0
+    return sum(size * n for size, n in fresh if size >= k.fresh_threshold) / k.fresh_bytes_per_s
+
+
 def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float | None:
     k = rates.kernels
     if k is None:
         return None
     if op.kind == "matmul":
-        return k.linear_s(op.m, op.k, op.n, dtype, direction)
+        seconds = k.linear_s(op.m, op.k, op.n, dtype, direction, op.layout)
+        return _narrower_than_grid(seconds, op, rates, dtype) if seconds else seconds
     if op.kernel == "sdpa" and op.heads:
         queries = max(1, op.m // op.heads)
         return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, direction == "backward")
@@ -86,6 +102,18 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
             rate = min(rate, rates.memory_bytes_per_s)
         return op.bytes / rate if rate else None
     return None
+
+
+def _narrower_than_grid(seconds: float, op: Op, rates: DeviceRates, dtype: str) -> float:
+    """A matmul narrower than the grid's narrowest width (a BERT-small's 256) reads the
+    grid at that width; the square-size curve says how much slower the narrower one runs."""
+    low = rates.kernels.linear_min_width(dtype) if rates.kernels else 0
+    if not low or (op.k >= low and op.n >= low) or not rates.matmul_curves:
+        return seconds
+    k, n = max(op.k, low), max(op.n, low)
+    edge = rates.matmul_rate(op.m, n, 2.0 * op.m * k * n, dtype)
+    here = rates.matmul_rate(op.m, op.n, 2.0 * op.m * op.k * op.n, dtype)
+    return seconds * edge / here if here > 0 else seconds
 
 
 def _measured(op: Op, rates: DeviceRates, dtype: str, seconds: float, repeat: float,

@@ -15,7 +15,15 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   CPU runs) on one parameter of 2^18 ... 2^26 elements: its out-of-place temporaries are
   page-faulted in when they are larger than the allocator's mmap threshold;
 - `elementwise`: bytes/s of a binary op (mul), of SiLU, tanh-GELU, division and square
-  root (the optimizer's) and a Bernoulli draw (dropout masks), on an activation-sized tensor.
+  root (the optimizer's), a Bernoulli draw (dropout masks) and a torch.cat that appends a
+  row to a cache (transformers' DynamicCache each decode step), on an activation-sized
+  tensor;
+- `fresh` (a CPU): bytes/s at which a newly mapped tensor is faulted in on first touch: a
+  fill into a fresh tensor past glibc's mmap threshold against the same fill into an
+  existing one (every vocab-sized logits or embedding gradient pays it, every step).
+
+The linear grid also runs x @ W with W stored (in, out), as GPT-2's Conv1D does (addmm), at
+few rows: there the BLAS takes another path, up to 2.5x slower at two rows on this CPU.
 
 Each point is the median of its repeats after warm-up, as a real run's time is (the best
 call is the machine at its fastest, which runs do not see for long on a shared host). With
@@ -46,11 +54,14 @@ class KernelPlan:
     rows: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
     widths: tuple[int, ...] = (512, 1024, 2048, 4096)
     backward_rows: tuple[int, ...] = (128, 512, 1024)
+    nn_rows: tuple[int, ...] = (1, 2, 4, 16, 64, 256)  # Conv1D layout; beyond: as F.linear
+    nn_widths: tuple[int, ...] = (1024, 4096)
     sdpa_decode_kv: tuple[int, ...] = (128, 512, 2048, 8192)
     sdpa_prefill_q: tuple[int, ...] = (64, 256, 1024, 2048)
-    sdpa_backward_q: tuple[int, ...] = (128, 512, 1024)
+    sdpa_backward_q: tuple[int, ...] = (128, 256, 512, 1024)
     elementwise_elements: int = 2**21
-    optimizer_elements: tuple[int, ...] = (2**18, 2**21, 2**24, 2**26)
+    optimizer_elements: tuple[int, ...] = (2**10, 2**14, 2**18, 2**21, 2**24, 2**26)
+    fresh_bytes: int = 64 * 2**20  # past glibc's largest mmap threshold (32 MiB)
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
     target_s: float = 0.04  # timed seconds per point
     repeats: tuple[int, int] = (3, 30)
@@ -58,9 +69,10 @@ class KernelPlan:
     def steps(self) -> int:
         per_dtype = len(self.rows) * len(self.widths) ** 2
         per_dtype += len(self.backward_rows) * len(self.widths) ** 2
+        per_dtype += len(self.nn_rows) * len(self.nn_widths) ** 2
         per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
         per_dtype += len(self.sdpa_prefill_q) + 1 + len(self.optimizer_elements)
-        return per_dtype * len(self.dtypes)
+        return per_dtype * len(self.dtypes) + 1
 
 
 def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = None,
@@ -83,6 +95,11 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
                 out[part][dtype] = fn(dtype)
             except Exception as exc:  # a kernel the backend lacks: NA with the reason
                 out["missing"][f"{part}.{dtype}"] = f"{type(exc).__name__}: {exc}"
+    if k.device.type == "cpu":  # a GPU's caching allocator reuses its blocks
+        try:
+            out["fresh"] = k.fresh()
+        except Exception as exc:
+            out["missing"]["fresh"] = f"{type(exc).__name__}: {exc}"
     if progress:
         progress("kernels done", 1.0)
     return out
@@ -92,6 +109,18 @@ def _with_cold_set(plan: KernelPlan, cache_bytes: int) -> KernelPlan:
     from dataclasses import replace
 
     return replace(plan, cold_set_bytes=max(plan.cold_set_bytes, 4 * cache_bytes))
+
+
+_FRESH_CHILD = """
+import json, torch
+from gpuwise.helpers import median_call_s
+torch.set_num_threads({threads})
+existing = torch.empty({n})
+existing.fill_(1.0)
+fresh = median_call_s(lambda: torch.empty({n}).fill_(1.0), 9)
+into = median_call_s(lambda: existing.fill_(1.0), 9)
+print(json.dumps([fresh, into]))
+"""
 
 
 class _Cycle:
@@ -156,10 +185,25 @@ class _Kernels:
                     self._step(f"linear backward {dtype} {m}x{k}->{n}")
                     x, grad = self._tensor(m, k, dtype=dtype), self._tensor(m, n, dtype=dtype)
                     bwd.append([m, k, n, self._median_s(partial(self._backward, x, grad, weights))])
-        return {"forward": fwd, "backward": bwd}
+        return {"forward": fwd, "backward": bwd, "forward_nn": self._linear_nn(dtype)}
+
+    def _linear_nn(self, dtype: str) -> list[list[float]]:
+        """x @ W with W stored (in, out): GPT-2's Conv1D (addmm), at the rows where it differs."""
+        points: list[list[float]] = []
+        for k in self.plan.nn_widths:
+            for n in self.plan.nn_widths:
+                weights = _Cycle([w.t().contiguous() for w in self._weights(k, n, dtype)])
+                for m in self.plan.nn_rows:
+                    self._step(f"linear x@W {dtype} {m}x{k}->{n}")
+                    x = self._tensor(m, k, dtype=dtype)
+                    points.append([m, k, n, self._median_s(partial(self._forward_nn, x, weights))])
+        return points
 
     def _forward(self, x: Any, weights: _Cycle) -> object:
         return self.t.nn.functional.linear(x, weights.next())
+
+    def _forward_nn(self, x: Any, weights: _Cycle) -> object:
+        return self.t.mm(x, weights.next())
 
     def _backward(self, x: Any, grad: Any, weights: _Cycle) -> object:
         """What autograd runs for F.linear: the input's and the weight's gradient."""
@@ -191,16 +235,42 @@ class _Kernels:
         return self.t.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
 
     def optimizer(self, dtype: str) -> dict[str, list[list[float]]]:
-        """AdamW's seconds per parameter element, by the size of the parameter tensor."""
+        """AdamW's seconds per parameter element, by the size of the parameter tensor: one
+        step over enough such parameters that their weights, gradients and two states
+        exceed the cache, as a model's are (a small tensor's cost is the loop's per-step
+        cost for it)."""
         curve = []
+        size = self.t.empty((), dtype=self.types[dtype]).element_size()
         for n in self.plan.optimizer_elements:
             self._step(f"adamw {dtype} on {n:,} elements")
-            param = self.t.nn.Parameter(self._tensor(n, dtype=dtype))
-            param.grad = self._tensor(n, dtype=dtype)
-            opt = self.t.optim.AdamW([param], lr=1e-4, foreach=self.device.type == "cuda")
-            curve.append([n, self._median_s(opt.step) / n])
-            del opt, param
+            count = max(1, min(256, self.plan.cold_set_bytes // (4 * n * size)))
+            params = [self.t.nn.Parameter(self._tensor(n, dtype=dtype)) for _ in range(count)]
+            for p in params:
+                p.grad = self._tensor(n, dtype=dtype)
+            opt = self.t.optim.AdamW(params, lr=1e-4, foreach=self.device.type == "cuda")
+            curve.append([n, self._median_s(opt.step) / (n * count)])
+            del opt, params
         return {"adamw": curve}
+
+    def fresh(self) -> dict[str, float]:
+        """First-touch rate of newly mapped memory: fill a fresh tensor past the mmap
+        threshold, less the same fill into an existing one. In a process of its own: here
+        the heap left by the other measurements could hand back memory already touched."""
+        import json
+        import subprocess
+        import sys
+
+        from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX
+
+        self._step("fresh tensors")
+        code = _FRESH_CHILD.format(n=self.plan.fresh_bytes // 4, threads=self.t.get_num_threads())
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120, check=True)  # fmt: skip
+        new, into = json.loads(done.stdout.strip().splitlines()[-1])
+        faults = max(new - into, 1e-9)
+        return {"bytes_per_s": self.plan.fresh_bytes / faults,
+                "threshold": GLIBC_MMAP_THRESHOLD_MAX, "fill_fresh_s": new,
+                "fill_existing_s": into}  # fmt: skip
 
     def elementwise(self, dtype: str) -> dict[str, float]:
         t, n = self.t, self.plan.elementwise_elements
@@ -208,6 +278,8 @@ class _Kernels:
         a, b = self._tensor(n, dtype=dtype), self._tensor(n, dtype=dtype)
         out, positive = t.empty_like(a), a.abs()
         size = n * a.element_size()
+        cache = a.view(SDPA_HEADS, -1, HEAD_DIM)  # a layer's keys: (heads, positions, dim)
+        row = self._tensor(SDPA_HEADS, 1, HEAD_DIM, dtype=dtype)
         gelu = t.nn.functional.gelu
         return {
             "binary": 3 * size / self._median_s(lambda: t.mul(a, b, out=out)),
@@ -216,4 +288,5 @@ class _Kernels:
             "div": 3 * size / self._median_s(lambda: t.div(a, b, out=out)),
             "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),
             "bernoulli": size / self._median_s(lambda: out.bernoulli_(0.9)),  # dropout masks
+            "cat": 2 * size / self._median_s(lambda: t.cat([cache, row], dim=1)),
         }

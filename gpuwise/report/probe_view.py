@@ -81,3 +81,7 @@ def _kernel_rows(table: Table, kernels: dict[str, Any]) -> None:
     for dtype, rates in kernels.get("elementwise", {}).items():
         text = ", ".join(f"{k} {v / 1e9:.1f}" for k, v in rates.items())
         table.add_row(f"elementwise {dtype} (GB/s)", text, "")
+    fresh = kernels.get("fresh") or {}
+    if fresh.get("bytes_per_s"):
+        table.add_row("first touch of fresh tensors",
+                      f"{fresh['bytes_per_s'] / 1e9:.1f} GB/s", "")  # fmt: skip

@@ -73,6 +73,7 @@ class Architecture:
     mla: MLA | None = None
     norms_per_layer: int = 2
     qk_norm: bool = False
+    conv1d: bool = False  # GPT-2's Conv1D: layer weights stored (in, out), run as x @ W
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -87,6 +87,7 @@ def _gpt2(cfg: dict[str, Any]) -> Fields:
         position="learned",
         attention_dropout=float(cfg.get("attn_pdrop") or 0.0),
         hidden_dropout=float(cfg.get("resid_pdrop") or 0.0),
+        conv1d=cfg.get("model_type", "gpt2") == "gpt2",
     )  # fmt: skip
 
 

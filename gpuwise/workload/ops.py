@@ -9,7 +9,7 @@ keys and values to every query head first (`repeat_kv`); sdpa does not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.workload.arch import Architecture
 
@@ -35,6 +35,12 @@ class Op:
     # Sweeps tensors larger than any cache (an optimizer over the parameters): a kernel rate
     # probed on a cache-sized tensor is capped at the memory bandwidth.
     streamed: bool = False
+    # "nn": x @ W with W stored (in, out), as GPT-2's Conv1D runs it (addmm); "" F.linear.
+    layout: str = ""
+    # Output tensors each call allocates afresh, as (bytes of one tensor, tensors per call),
+    # forward and backward: a host allocator maps large ones in anew and faults every page.
+    fresh: tuple[tuple[float, float], ...] = ()
+    fresh_backward: tuple[tuple[float, float], ...] = ()
 
     @property
     def intensity(self) -> float:
@@ -60,12 +66,13 @@ class Shape:
         return self.batch * self.tokens
 
 
-def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = None) -> Op:
+def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = None,
+            layout: str = "") -> Op:  # fmt: skip
     m = s.rows if rows is None else rows
     c = s.compute_bytes
     weights = n * k * s.weight_bytes
     return Op(name, "matmul", 2.0 * m * n * k, weights + m * k * c + m * n * c, count, m, n, k,
-              weights)  # fmt: skip
+              weights, layout=layout)  # fmt: skip
 
 
 def _elementwise(name: str, elements: float, passes: float, c: float, count: int,
@@ -134,8 +141,9 @@ def _mlp(arch: Architecture, s: Shape) -> list[Op]:
         if not layers:
             continue
         n_in = 2 * inner if gated else inner
-        ops.append(_matmul("mlp_in", s, n_in, d, layers, rows))
-        ops.append(_matmul("mlp_out", s, d, inner, layers, rows))
+        layout = "nn" if arch.conv1d else ""
+        ops.append(_matmul("mlp_in", s, n_in, d, layers, rows, layout))
+        ops.append(_matmul("mlp_out", s, d, inner, layers, rows, layout))
         ops += _activation(arch, rows * inner, gated, c, layers)
     return ops
 
@@ -161,18 +169,48 @@ def forward_ops(arch: Architecture, s: Shape) -> list[Op]:
     ops = [_elementwise("embedding", s.rows * d, 2, c, 1, "embedding")]
     norms = arch.norms_per_layer
     ops.append(_norm(arch, s, L * norms))
-    ops.append(_matmul("qkv", s, arch.q_dim + 2 * arch.kv_dim, d, L))
+    layout = "nn" if arch.conv1d else ""
+    ops.append(_matmul("qkv", s, arch.q_dim + 2 * arch.kv_dim, d, L, layout=layout))
     ops += _attention(arch, s)
-    ops.append(_matmul("attn_out", s, d, arch.q_dim, L))
+    ops.append(_matmul("attn_out", s, d, arch.q_dim, L, layout=layout))
     ops += _mlp(arch, s)
     ops.append(_elementwise("residual", s.rows * d, 3, c, 2 * L))
     ops.append(_norm(arch, s, 1))
     head_rows = s.batch * s.logits_tokens
-    ops.append(_matmul("lm_head", s, arch.vocab_size, d, 1, head_rows))
+    head = _matmul("lm_head", s, arch.vocab_size, d, 1, head_rows)
+    # The logits are a fresh tensor; in backward so is the head's weight gradient.
+    ops.append(replace(head, fresh=((head_rows * arch.vocab_size * c, 1),),
+                       fresh_backward=((arch.vocab_size * d * s.weight_bytes, 1),)))  # fmt: skip
     return ops
 
 
+def kv_append_ops(arch: Architecture, s: Shape) -> list[Op]:
+    """transformers' DynamicCache appends each step's keys and values with torch.cat: every
+    layer copies its whole cache into a new tensor (reads old and new, writes both)."""
+    per_token = arch.kv_cache_elements_per_token() * s.kv_bytes * s.batch
+    moved = per_token * 2 * s.context
+    return [Op("kv_append", "elementwise", 0.0, moved, arch.num_layers, kernel="cat",
+               streamed=True)]  # fmt: skip
+
+
 def loss_ops(arch: Architecture, s: Shape) -> list[Op]:
-    """Cross-entropy over the logits in fp32: upcast, log_softmax, gather (forward only)."""
+    """Cross-entropy over the logits in fp32: upcast, log_softmax, gather (forward only).
+    Fresh vocab-sized tensors: the fp32 upcast (under a 16-bit dtype) and log_softmax's
+    output; in backward nll_loss's zero-filled gradient, log_softmax's, and the downcast."""
     elements = s.rows * arch.vocab_size
-    return [_elementwise("loss", elements, 4, 4, 1, "logits")]
+    upcast = 1 if s.compute_bytes != 4 else 0
+    op = _elementwise("loss", elements, 4, 4, 1, "logits")
+    return [replace(op, fresh=((elements * 4, 1 + upcast),),
+                    fresh_backward=((elements * 4, 2), (elements * s.compute_bytes, upcast)))]
+
+
+def embedding_grad_ops(arch: Architecture, s: Shape) -> list[Op]:
+    """Backward of the token embedding on a CPU-style dense path: a zero-filled vocab x hidden
+    gradient, the rows' index_add, and with tied weights the sum with the head's gradient
+    (AccumulateGrad adds out of place). Each vocab-sized tensor is fresh."""
+    table = arch.vocab_size * arch.hidden_size * s.weight_bytes  # the gradient: weights' dtype
+    passes = 1 + (3 if arch.tie_embeddings else 0)
+    moved = table * passes + 3 * s.rows * arch.hidden_size * s.compute_bytes
+    fresh = ((table, 2 if arch.tie_embeddings else 1),)
+    return [Op("embedding_grad", "elementwise", 0.0, moved, 1, kernel="binary", streamed=True,
+               fresh=fresh)]  # fmt: skip
