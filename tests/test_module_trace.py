@@ -205,3 +205,15 @@ def test_real_training_memory_matches():
     est = from_module(module_zoo.small_cnn(), (32, 3, 64, 64), training=True, on="local")
     error = est.memory.model_bytes / measured.model_bytes - 1
     assert abs(error) < 0.05, (est.memory.breakdown, measured)
+
+
+def test_traced_elementwise_ops_take_the_probed_kernels():
+    from gpuwise.estimate.module_estimate import to_ops
+
+    t = trace_module(module_zoo.vit_small(), (1, 3, 224, 224), training=True, optimizer="sgd")
+    forward = {op.name: op for op in to_ops(t.phase_ops("forward"))}
+    assert forward["gelu"].kernel == "gelu" and forward["add"].kernel == "binary"
+    assert not forward["gelu"].streamed  # inference-style unless asked
+    streamed = to_ops(t.phase_ops("backward"), streamed=True)
+    assert all(op.streamed for op in streamed if op.kind == "elementwise")
+    assert not any(op.streamed for op in streamed if op.kind != "elementwise")

@@ -6,8 +6,9 @@ creates at its highest point, split into saved activations, parameter gradients 
 (workspace). Training takes the larger of the forward/backward peak and the optimizer step
 (all gradients, states and the step's scratch, as in `estimate.training`).
 
-Time: every traced aten op becomes an `Op` with its FLOPs and bytes, timed by the roofline
-(`timing.time_op`), plus the eager runtime's dispatch cost per op; backward uses the traced
+Time: every traced aten op becomes an `Op` with its FLOPs and bytes, timed as the built-in
+families' ops are (`timing.time_op`: the probe's kernels at their shape where it measured
+them, else the roofline), plus the eager runtime's dispatch cost per op; backward uses the traced
 backward ops (not a multiple of forward); the optimizer step its memory traffic
 (`speed._optimizer_ops`) plus the dispatch cost of the ops it was counted to run.
 """
@@ -101,16 +102,23 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
                          total_phases, tuple(notes))  # fmt: skip
 
 
-def _op(t: TracedOp, cpu: bool) -> Op:
-    """The roofline Op of one traced op (a convolution backward: one Op per GEMM it runs).
+# Traced aten elementwise ops the probe timed a kernel for, by aten name.
+ELEMENTWISE_KERNELS = {"gelu": "gelu", "silu": "silu", "mul": "binary", "add": "binary",
+                       "sub": "binary", "div": "div", "sqrt": "sqrt", "cat": "cat",
+                       "bernoulli": "bernoulli", "native_dropout": "bernoulli"}  # fmt: skip
 
-    Elementwise ops take their bytes at the memory bandwidth, not the probe's elementwise
-    kernel rates: those are taken on arrays so large that glibc maps fresh pages for every
-    output, while activations under 32 MiB reuse the heap (`add` here: 41 GB/s on a 6 MB
-    activation, 3.7 GB/s on 256 MB arrays; gelu 25 and 2.6 GB/s). Attention takes its FLOPs
-    at the matmul rate (at fp32's on a CPU, whose flash kernel accumulates in fp32: bf16 ran
-    no faster here), not the probe's SDPA curve, which at ViT's shape (24 x 197 x 197 x 64)
-    predicted 6.0 ms (fp32) and 11.9 ms (bf16) for a kernel measured at 2.5 and 2.8 ms.
+
+def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
+    """The Op of one traced op (a convolution backward: one Op per GEMM it runs).
+
+    Elementwise ops the probe timed (GELU, SiLU, products and sums, division, square root,
+    concatenation, dropout masks) take its kernel rates, measured on activation-sized
+    tensors; `streamed` (a training step, whose saved tensors are read back from memory)
+    caps them at the memory bandwidth; the rest move their bytes at the memory bandwidth.
+    Attention takes its FLOPs at the matmul rate (at fp32's on a CPU, whose flash kernel
+    accumulates in fp32: bf16 ran no faster here), not the probe's causal SDPA curve, which
+    at ViT's non-causal shape (24 x 197 x 197 x 64) predicted 6.0 ms (fp32) and 11.9 ms
+    (bf16) for a kernel measured at 2.5 and 2.8 ms.
     """
     if t.kind == "attention":
         dtype = "fp32" if cpu else t.dtype
@@ -122,22 +130,25 @@ def _op(t: TracedOp, cpu: bool) -> Op:
     # Convolutions take the roofline on the matmul size curve: the probe's linear grid
     # (rows x in x out of F.linear) does not cover oneDNN's convolution kernels.
     kind = "conv" if t.name.startswith("convolution") else t.kind
+    kernel = ELEMENTWISE_KERNELS.get(t.name.rstrip("_"), "") if kind == "elementwise" else ""
     return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
-              t.weight_bytes / gemms, "", t.dtype)  # fmt: skip
+              t.weight_bytes / gemms, kernel, t.dtype,
+              streamed=streamed and kind == "elementwise")  # fmt: skip
 
 
-def to_ops(traced_ops: tuple[TracedOp, ...], cpu: bool = True) -> list[Op]:
-    """Roofline Ops of the non-view traced ops, identical ones merged into one with a count."""
+def to_ops(traced_ops: tuple[TracedOp, ...], cpu: bool = True,
+           streamed: bool = False) -> list[Op]:  # fmt: skip
+    """Ops of the non-view traced ops, identical ones merged into one with a count."""
     merged: Counter[Op] = Counter()
     for t in traced_ops:
         if t.kind != "view":
-            op = _op(t, cpu)
+            op = _op(t, cpu, streamed)
             merged[replace(op, count=1)] += op.count
     return [replace(op, count=count) for op, count in merged.items()]
 
 
 def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
-           cost_phase: str) -> PhaseTime:  # fmt: skip
+           cost_phase: str, streamed: bool = False) -> PhaseTime:  # fmt: skip
     """The phase's ops on the roofline, plus the dispatch cost of every traced op: the
     probe's bare per-op time (a tiny add), not the transformers runtime's per-op cost, which
     is measured through generate() and a Llama's modules and which the traced ops (every aten
@@ -145,7 +156,7 @@ def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
     views = sum(1 for t in ops if t.kind == "view")
     overhead = dispatch_cost(len(ops) - views, views, rates, cost_phase, per_step=False,
                              runtime=False)  # fmt: skip
-    return phase_time(name, to_ops(ops, rates.kind == "cpu"), rates, dtype, overhead)
+    return phase_time(name, to_ops(ops, rates.kind == "cpu", streamed), rates, dtype, overhead)
 
 
 def estimate_module_time(traced: TracedModule, rates: DeviceRates,
@@ -153,10 +164,11 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
     """Forward latency (inference) or the training step from the traced ops."""
     dtype = traced.dtype
     cost_phase = "training" if traced.training else "inference"
-    forward = _phase("forward", traced.phase_ops("forward"), rates, dtype, cost_phase)
-    if not traced.training:
+    training = traced.training
+    forward = _phase("forward", traced.phase_ops("forward"), rates, dtype, cost_phase, training)
+    if not training:
         return ModuleTime(forward, None, None, rates.source)
-    backward = _phase("backward", traced.phase_ops("backward"), rates, dtype, cost_phase)
+    backward = _phase("backward", traced.phase_ops("backward"), rates, dtype, cost_phase, True)
     counts = traced.optimizer_ops
     # torch.optim dispatches its ops straight from Python: the bare per-op cost applies.
     step_overhead = (counts.get("kernels", 0) * rates.op_overhead_s
