@@ -127,6 +127,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
                       sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), sdpa_backward_q=(32,),
                       elementwise_elements=4096, optimizer_elements=(1024, 4096),
                       nn_rows=(1, 2), nn_widths=(64,), fresh_bytes=2**20,
+                      conv_shapes=((8, 8),), conv_batch=1,
                       cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
     seen = []
     out = measure_kernels(plan, lambda label, done: seen.append(done))
@@ -136,6 +137,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     )
     assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
     assert len(out["linear"]["fp32"]["forward_nn"]) == 2
+    assert [p[:3] for p in out["conv"]["fp32"]["backward"]] == [[64, 72, 8]]
     assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt", "bernoulli",
                                                "cat"}  # fmt: skip
     assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
@@ -281,3 +283,22 @@ def test_a_matmul_narrower_than_the_grid_slows_as_the_size_curve_says():
     assert time_op(narrow, rates, "fp32").seconds == pytest.approx(
         time_op(narrow, plain, "fp32").seconds * ratio)
     assert time_op(wide, rates, "fp32").seconds == time_op(wide, plain, "fp32").seconds
+
+
+def test_convolutions_take_the_rate_of_the_nearest_probed_shape():
+    record = _record() | {"conv": {"fp32": {
+        "forward": [[100, 576, 64, 1e-3], [25, 1152, 128, 0.5e-3]],
+        "backward": [[100, 576, 64, 3e-3], [25, 1152, 128, 1e-3]]}}}  # fmt: skip
+    kernels = KernelRates.from_record(record)
+    assert kernels.conv_s(100, 576, 64, "fp32") == pytest.approx(1e-3)
+    # equal FLOPs, another shape: that shape's rate
+    assert kernels.conv_s(25, 1152, 128, "fp32") == pytest.approx(0.5e-3)
+    # twice the rows at the first shape's channels: its rate, twice the time
+    assert kernels.conv_s(200, 576, 64, "fp32") == pytest.approx(2e-3)
+    assert kernels.conv_s(100, 576, 64, "bf16") is None
+    rates = replace(CPU, kernels=kernels)
+    fwd = Op("convolution", "conv", 2 * 100 * 576 * 64, 1.0, m=100, n=64, k=576)
+    assert time_op(fwd, rates, "fp32").seconds == pytest.approx(1e-3)
+    # a traced backward is one Op per GEMM (two per call): half the probed backward each
+    bwd = replace(fwd, name="convolution_backward", count=2)
+    assert time_op(bwd, rates, "fp32").seconds == pytest.approx(3e-3)

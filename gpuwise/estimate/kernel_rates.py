@@ -39,6 +39,9 @@ class KernelRates:
     optimizer: dict[str, dict[str, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
     # Bytes/s at which fresh memory is faulted in (first touch of a newly mapped tensor), and
     # the size from which the host allocator maps tensors afresh rather than reusing its heap.
+    # conv[dtype][direction]: (m, k, n, seconds) of 3x3 convolutions as implicit GEMMs
+    # (backward: both gradients)
+    conv: dict[str, dict[str, tuple[tuple[float, ...], ...]]] = field(default_factory=dict)
     fresh_bytes_per_s: float = 0.0
     fresh_threshold: float = GLIBC_MMAP_THRESHOLD_MAX
 
@@ -62,8 +65,13 @@ class KernelRates:
                     for name, pts in by_name.items() if pts}
             for dtype, by_name in record.get("optimizer", {}).items()
         }  # fmt: skip
+        conv = {
+            dtype: {d: tuple(tuple(float(v) for v in p) for p in pts)
+                    for d, pts in by_direction.items() if pts}
+            for dtype, by_direction in record.get("conv", {}).items()
+        }  # fmt: skip
         fresh = record.get("fresh") or {}
-        return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer,
+        return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer, conv,
                    float(fresh.get("bytes_per_s") or 0.0),
                    float(fresh.get("threshold") or GLIBC_MMAP_THRESHOLD_MAX))  # fmt: skip
 
@@ -95,6 +103,20 @@ class KernelRates:
         rate = _grid_rate(grid, (m, k, n))
         # The grid's rates count a forward's FLOPs in either direction: times come back.
         return None if rate is None else 2.0 * m * k * n / rate
+
+    def conv_s(self, m: int, k: int, n: int, dtype: str, direction: str = "forward",
+               ) -> float | None:  # fmt: skip
+        """Seconds of a convolution that is an (m x k) @ (k x n) implicit GEMM (its backward:
+        both gradients), at the FLOP/s of the probed convolution nearest in log(m), log(k),
+        log(n): equal FLOPs run 2x apart at different channel counts. None: not probed."""
+        points = self.conv.get(dtype, {}).get(direction)
+        if not points or min(m, k, n) <= 0:
+            return None
+        here = [math.log(v) for v in (m, k, n)]
+        near = min(points, key=lambda p: sum((math.log(v) - h) ** 2
+                                             for v, h in zip(p[:3], here, strict=True)))  # fmt: skip
+        rate = 2.0 * near[0] * near[1] * near[2] / near[3]
+        return 2.0 * m * k * n / rate
 
     def linear_min_width(self, dtype: str) -> int:
         """The narrowest input or output width the forward grid measured (0: none)."""

@@ -127,8 +127,8 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     if t.name == "convolution_backward" and t.m and t.n and t.k:
         # One op, up to two GEMMs (input and weight gradients) of the forward's size.
         gemms = max(1, round(t.flops / (2.0 * t.m * t.n * t.k)))
-    # Convolutions take the roofline on the matmul size curve: the probe's linear grid
-    # (rows x in x out of F.linear) does not cover oneDNN's convolution kernels.
+    # Convolutions take the probe's convolution curve (by FLOPs) where it ran, else the
+    # roofline on the matmul size curve: the linear grid does not cover oneDNN's kernels.
     kind = "conv" if t.name.startswith("convolution") else t.kind
     kernel = ELEMENTWISE_KERNELS.get(t.name.rstrip("_"), "") if kind == "elementwise" else ""
     return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,

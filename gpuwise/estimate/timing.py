@@ -90,6 +90,11 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
     k = rates.kernels
     if k is None:
         return None
+    if op.kind == "conv":  # a traced convolution_backward: one Op per GEMM, two per call
+        if op.name == "convolution_backward":
+            backward = k.conv_s(op.m, op.k, op.n, dtype, "backward")
+            return backward / 2 if backward else None
+        return k.conv_s(op.m, op.k, op.n, dtype, "forward")
     if op.kind == "matmul":
         seconds = k.linear_s(op.m, op.k, op.n, dtype, direction, op.layout)
         return _narrower_than_grid(seconds, op, rates, dtype) if seconds else seconds

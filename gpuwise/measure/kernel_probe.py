@@ -18,6 +18,9 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   root (the optimizer's), a Bernoulli draw (dropout masks) and a torch.cat that appends a
   row to a cache (transformers' DynamicCache each decode step), on an activation-sized
   tensor;
+- `conv`: a 3x3 convolution (batch 8, NCHW) at ResNet's channel and size pairs, forward and
+  backward (input and weight gradients), as seconds by forward FLOPs: oneDNN's convolutions
+  run far from the square-matmul rate of the same implicit GEMM;
 - `fresh` (a CPU): bytes/s at which a newly mapped tensor is faulted in on first touch: a
   fill into a fresh tensor past glibc's mmap threshold against the same fill into an
   existing one (every vocab-sized logits or embedding gradient pays it, every step).
@@ -61,6 +64,9 @@ class KernelPlan:
     sdpa_backward_q: tuple[int, ...] = (128, 256, 512, 1024)
     elementwise_elements: int = 2**21
     optimizer_elements: tuple[int, ...] = (2**10, 2**14, 2**18, 2**21, 2**24, 2**26)
+    conv_shapes: tuple[tuple[int, int], ...] = ((64, 56), (64, 28), (128, 28), (128, 14),
+                                                (256, 14), (256, 7), (512, 7))  # (ch, size)
+    conv_batch: int = 8
     fresh_bytes: int = 64 * 2**20  # past glibc's largest mmap threshold (32 MiB)
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
     target_s: float = 0.04  # timed seconds per point
@@ -72,6 +78,7 @@ class KernelPlan:
         per_dtype += len(self.nn_rows) * len(self.nn_widths) ** 2
         per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
         per_dtype += len(self.sdpa_prefill_q) + 1 + len(self.optimizer_elements)
+        per_dtype += 2 * len(self.conv_shapes)
         return per_dtype * len(self.dtypes) + 1
 
 
@@ -87,7 +94,7 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
         plan = _with_cold_set(plan, cache_bytes)
     k = _Kernels(torch, torch.device(device), plan, progress)
     parts = {"linear": k.linear, "sdpa": k.sdpa, "elementwise": k.elementwise,
-             "optimizer": k.optimizer}  # fmt: skip
+             "optimizer": k.optimizer, "conv": k.conv}  # fmt: skip
     out: dict[str, Any] = {part: {} for part in parts} | {"missing": {}}
     for dtype in plan.dtypes:
         for part, fn in parts.items():
@@ -251,6 +258,26 @@ class _Kernels:
             curve.append([n, self._median_s(opt.step) / (n * count)])
             del opt, params
         return {"adamw": curve}
+
+    def conv(self, dtype: str) -> dict[str, list[list[float]]]:
+        """3x3 convolutions, stride 1, padding 1, as implicit GEMMs [rows m (batch x
+        positions), window k (9 x in channels), out channels n, seconds], forward and
+        backward (both gradients)."""
+        conv2d, fwd, bwd = self.t.nn.functional.conv2d, [], []
+        batch = self.plan.conv_batch
+        for channels, size in self.plan.conv_shapes:
+            shape = [batch * size * size, 9 * channels, channels]
+            x = self._tensor(batch, channels, size, size, dtype=dtype).requires_grad_()
+            w = self._tensor(channels, channels, 3, 3, dtype=dtype).requires_grad_()
+            self._step(f"conv {dtype} {channels}ch {size}px")
+            with self.t.no_grad():
+                fwd.append([*shape, self._median_s(partial(conv2d, x, w, padding=1))])
+            self._step(f"conv backward {dtype} {channels}ch {size}px")
+            out = conv2d(x, w, padding=1)
+            grad = self.t.ones_like(out)
+            step = partial(self.t.autograd.grad, out, (x, w), grad, retain_graph=True)
+            bwd.append([*shape, self._median_s(step)])
+        return {"forward": fwd, "backward": bwd}
 
     def fresh(self) -> dict[str, float]:
         """First-touch rate of newly mapped memory: fill a fresh tensor past the mmap

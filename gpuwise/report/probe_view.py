@@ -72,6 +72,11 @@ def _kernel_rows(table: Table, kernels: dict[str, Any]) -> None:
         if rates:
             table.add_row(f"linear {dtype} (model shapes)",
                           f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")  # fmt: skip
+    for dtype, by_direction in kernels.get("conv", {}).items():
+        rates = [2 * m * k * n / s for m, k, n, s in by_direction.get("forward", [])]
+        if rates:
+            table.add_row(f"conv 3x3 {dtype} (ResNet shapes)",
+                          f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")  # fmt: skip
     for dtype, modes in kernels.get("sdpa", {}).items():
         prefill = modes.get("prefill") or []
         if prefill:
