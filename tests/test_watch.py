@@ -413,8 +413,12 @@ def test_injected_plain_loop_is_compute_bound(tmp_path):
 @pytest.mark.slow
 def test_torchrun_ranks_are_aggregated_and_the_straggler_named(tmp_path):
     pytest.importorskip("torch")
-    proc, log = watch_cmd(tmp_path, str(BIN / "torchrun"), "--standalone", "--nproc_per_node",
-                          "2", JOB, "ddp", "0.04", extra=("--json",))  # fmt: skip
+    for _ in range(2):  # a rank can abort in gloo's own C++ ("terminate called without an
+        # active exception", SIGABRT) on a loaded 2-core machine: one retry, then fail
+        proc, log = watch_cmd(tmp_path, str(BIN / "torchrun"), "--standalone", "--nproc_per_node",
+                              "2", JOB, "ddp", "0.04", extra=("--json",))  # fmt: skip
+        if proc.returncode == 0 or "SIGABRT" not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
     ranks = report["summary"]["ranks"]

@@ -86,6 +86,7 @@ def ddp(sleep_s: float) -> None:
         loss.backward()
         opt.step()
         opt.zero_grad()
+    dist.barrier()  # both ranks done with gloo before either tears its pairs down
     dist.destroy_process_group()
     print(f"rank {rank} done pid {os.getpid()}")
 
