@@ -217,3 +217,12 @@ def test_traced_elementwise_ops_take_the_probed_kernels():
     streamed = to_ops(t.phase_ops("backward"), streamed=True)
     assert all(op.streamed for op in streamed if op.kind == "elementwise")
     assert not any(op.streamed for op in streamed if op.kind != "elementwise")
+
+
+def test_a_cnn_pools_and_normalises_at_the_probed_rates():
+    from gpuwise.estimate.module_estimate import to_ops
+
+    t = trace_module(module_zoo.resnet18(), (2, 3, 64, 64))
+    kernels = {op.name: op.kernel for op in to_ops(t.phase_ops("forward"))}
+    assert kernels["max_pool2d_with_indices"] == "pool"
+    assert "batch_norm" in {k for name, k in kernels.items() if "batch_norm" in name}

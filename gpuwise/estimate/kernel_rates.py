@@ -143,7 +143,7 @@ class KernelRates:
     def elementwise_rate(self, kind: str, dtype: str) -> float | None:
         """Bytes/s of an elementwise kernel of this kind (binary, silu, gelu)."""
         rates = self.elementwise.get(dtype) or {}
-        if kind == "bernoulli":  # an RNG is no product: unprobed means the roofline
+        if kind in ("bernoulli", "pool", "batch_norm"):  # no product: unprobed, the roofline
             return rates.get(kind)
         return rates.get(kind) or rates.get("binary")
 

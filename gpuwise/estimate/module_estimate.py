@@ -105,16 +105,21 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
 # Traced aten elementwise ops the probe timed a kernel for, by aten name.
 ELEMENTWISE_KERNELS = {"gelu": "gelu", "silu": "silu", "mul": "binary", "add": "binary",
                        "sub": "binary", "div": "div", "sqrt": "sqrt", "cat": "cat",
-                       "bernoulli": "bernoulli", "native_dropout": "bernoulli"}  # fmt: skip
+                       "bernoulli": "bernoulli", "native_dropout": "bernoulli",
+                       "max_pool2d_with_indices": "pool",
+                       "max_pool2d_with_indices_backward": "pool",
+                       "native_batch_norm": "batch_norm",
+                       "_native_batch_norm_legit_no_training": "batch_norm",
+                       "native_batch_norm_backward": "batch_norm"}  # fmt: skip
 
 
 def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     """The Op of one traced op (a convolution backward: one Op per GEMM it runs).
 
     Elementwise ops the probe timed (GELU, SiLU, products and sums, division, square root,
-    concatenation, dropout masks) take its kernel rates, measured on activation-sized
-    tensors; `streamed` (a training step, whose saved tensors are read back from memory)
-    caps them at the memory bandwidth; the rest move their bytes at the memory bandwidth.
+    concatenation, dropout masks, max-pooling, batch norm) take its kernel rates, measured
+    on activation-sized tensors; `streamed` (a training step, whose saved tensors are read
+    back from memory) caps them at the memory bandwidth; the rest move their bytes at the memory bandwidth.
     Attention takes its FLOPs at the matmul rate (at fp32's on a CPU, whose flash kernel
     accumulates in fp32: bf16 ran no faster here), not the probe's causal SDPA curve, which
     at ViT's non-causal shape (24 x 197 x 197 x 64) predicted 6.0 ms (fp32) and 11.9 ms

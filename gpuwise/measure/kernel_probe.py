@@ -279,6 +279,18 @@ class _Kernels:
             bwd.append([*shape, self._median_s(step)])
         return {"forward": fwd, "backward": bwd}
 
+    def _image_ops(self, a: Any) -> dict[str, float]:
+        """A CNN's max-pool (3x3, stride 2, with indices) and inference batch norm over 32 px
+        planes, in bytes/s of what a trace counts (input, output, int64 indices)."""
+        f, e = self.t.nn.functional, a.element_size()
+        images = a.view(-1, 4, 32, 32)
+        stats = self.t.zeros(4, dtype=a.dtype), self.t.ones(4, dtype=a.dtype)
+        pool_bytes = a.numel() * e + a.numel() // 4 * (e + 8)
+        pool = partial(f.max_pool2d, images, 3, 2, 1, return_indices=True)
+        norm = partial(f.batch_norm, images, *stats, training=False)
+        return {"pool": pool_bytes / self._median_s(pool),
+                "batch_norm": 2 * a.numel() * e / self._median_s(norm)}
+
     def fresh(self) -> dict[str, float]:
         """First-touch rate of newly mapped memory: fill a fresh tensor past the mmap
         threshold, less the same fill into an existing one. In a process of its own: here
@@ -315,5 +327,6 @@ class _Kernels:
             "div": 3 * size / self._median_s(lambda: t.div(a, b, out=out)),
             "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),
             "bernoulli": size / self._median_s(lambda: out.bernoulli_(0.9)),  # dropout masks
+            **self._image_ops(a),
             "cat": 2 * size / self._median_s(lambda: t.cat([cache, row], dim=1)),
         }
