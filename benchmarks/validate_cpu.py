@@ -97,7 +97,7 @@ def _others_share(before: float | None, started: float) -> float | None:
 
 def _machine_now() -> dict[str, float]:
     """This machine's speed now, as the probe measured it: read bandwidth (sum over a 440 MB
-    fp32 array, best of 5) and a 1024^3 fp32 matmul (median of 5)."""
+    fp32 array, best of 5) and 1024^3 fp32 and bf16 matmuls (median of 5)."""
     import torch
 
     from gpuwise.helpers import median_call_s
@@ -106,7 +106,10 @@ def _machine_now() -> dict[str, float]:
     read = a.numel() * 4 / min(median_call_s(a.sum, 1) for _ in range(5))
     x = torch.rand(1024, 1024)
     matmul = 2 * 1024**3 / median_call_s(lambda: x @ x, 5)
-    return {"read_gbs": read / 1e9, "matmul_gflops": matmul / 1e9}
+    y = x.bfloat16()
+    bf16 = 2 * 1024**3 / median_call_s(lambda: y @ y, 5)
+    return {"read_gbs": read / 1e9, "matmul_gflops": matmul / 1e9,
+            "matmul_bf16_gflops": bf16 / 1e9}  # fmt: skip
 
 
 def _machine_at_probe() -> dict[str, float]:
@@ -116,10 +119,14 @@ def _machine_at_probe() -> dict[str, float]:
     if profile is None:
         return {}
     read = [b.gbs for b in profile.bandwidth if b.kind == "read"]
-    mm = [p.m * p.n * p.k * 2 / p.median_s for p in profile.matmul_points
-          if (p.m, p.n, p.k, p.dtype) == (1024, 1024, 1024, "fp32") and p.median_s]  # fmt: skip
-    return {"read_gbs": (read[0] or 0.0) if read else 0.0,
-            "matmul_gflops": mm[0] / 1e9 if mm else 0.0}  # fmt: skip
+
+    def matmul(dtype: str) -> float:
+        rates = [p.m * p.n * p.k * 2 / p.median_s for p in profile.matmul_points
+                 if (p.m, p.n, p.k, p.dtype) == (1024, 1024, 1024, dtype) and p.median_s]  # fmt: skip
+        return rates[0] / 1e9 if rates else 0.0
+
+    return {"read_gbs": (read[0] or 0.0) if read else 0.0, "matmul_gflops": matmul("fp32"),
+            "matmul_bf16_gflops": matmul("bf16")}  # fmt: skip
 
 
 def _drift(at_probe: dict[str, float]) -> dict[str, float]:
@@ -127,6 +134,16 @@ def _drift(at_probe: dict[str, float]) -> dict[str, float]:
     drifts by tens of percent within an hour, and an estimate can only follow the probe."""
     now = _machine_now()
     return {k: now[k] / at_probe[k] for k in now if at_probe.get(k)}
+
+
+STEADY = 0.10  # the machine "as probed": its read and matmul rates within 10% of the probe's
+
+
+def _steady(drift: dict[str, float], plan: str) -> bool:
+    """Whether the machine ran as probed on the rates this plan leans on (bf16 matmuls for a
+    bf16 plan): only then can an estimate from that probe be held to the suite's targets."""
+    keys = ["read_gbs", "matmul_bf16_gflops" if "bf16" in plan else "matmul_gflops"]
+    return all(k in drift and abs(drift[k] - 1.0) <= STEADY for k in keys)
 
 
 def time_suite(cases: list, out: str) -> None:
@@ -150,16 +167,23 @@ def time_suite(cases: list, out: str) -> None:
                 f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
                 f"err {100 * r['error']:+6.1f}%  (others used {busy or 0:.0%} of the CPUs; "
                 f"machine vs probe: read x{drift.get('read_gbs', 0):.2f}, "
-                f"matmul x{drift.get('matmul_gflops', 0):.2f})",
+                f"matmul x{drift.get('matmul_gflops', 0):.2f}, "
+                f"bf16 x{drift.get('matmul_bf16_gflops', 0):.2f})",
                 flush=True,
             )
     errors = [abs(r["error"]) for r in rows]
+    steady = [abs(r["error"]) for r in rows if _steady(r["machine_vs_probe"], r["plan"])]
     summary = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
-               "quantities": len(rows), "cases": len(cases)}  # fmt: skip
+               "quantities": len(rows), "cases": len(cases), "steady_quantities": len(steady),
+               "steady_median_abs_error": statistics.median(steady) if steady else None}  # fmt: skip
     print(
         f"median |error| {100 * summary['median_abs_error']:.1f}%  worst "
         f"{100 * summary['worst_abs_error']:.1f}%  over {len(rows)} times in {len(cases)} cases"
     )
+    if steady:
+        print(f"where the machine ran within {STEADY:.0%} of the probe: median |error| "
+              f"{100 * statistics.median(steady):.1f}%, worst {100 * max(steady):.1f}% over "
+              f"{len(steady)} times")  # fmt: skip
     Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 
 
