@@ -226,3 +226,15 @@ def test_a_cnn_pools_and_normalises_at_the_probed_rates():
     kernels = {op.name: op.kernel for op in to_ops(t.phase_ops("forward"))}
     assert kernels["max_pool2d_with_indices"] == "pool"
     assert "batch_norm" in {k for name, k in kernels.items() if "batch_norm" in name}
+
+
+def test_dropout_masks_count_the_mask_written_as_the_probe_does():
+    from gpuwise.estimate.module_estimate import to_ops
+
+    model, example = module_zoo.bert_small()
+    t = trace_module(model, example, training=True, optimizer="sgd")
+    traced = [op for op in t.phase_ops("forward") if op.name == "bernoulli_"]
+    masks = [op for op in to_ops(t.phase_ops("forward")) if op.name == "bernoulli_"]
+    assert traced and masks and all(op.kernel == "bernoulli" for op in masks)
+    # bernoulli_ draws into its tensor without reading it: fp32 elements x 4 bytes, once
+    assert {op.bytes for op in masks} == {op.flops * 4 for op in traced}

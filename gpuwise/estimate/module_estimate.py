@@ -136,7 +136,8 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     # roofline on the matmul size curve: the linear grid does not cover oneDNN's kernels.
     kind = "conv" if t.name.startswith("convolution") else t.kind
     kernel = ELEMENTWISE_KERNELS.get(t.name.rstrip("_"), "") if kind == "elementwise" else ""
-    return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
+    moved = t.bytes / 2 if t.name == "bernoulli_" else t.bytes  # draws into, never reads, self
+    return Op(t.name, kind, t.flops / gemms, moved / gemms, gemms, t.m, t.n, t.k,
               t.weight_bytes / gemms, kernel, t.dtype,
               streamed=streamed and kind == "elementwise")  # fmt: skip
 
