@@ -52,11 +52,17 @@ def _formats() -> dict[str, WeightFormat]:
 
 
 def weight_format(name: str) -> WeightFormat:
+    fmt = _format_named(name)
+    if fmt is None:
+        raise unknown_name_error("precision", name, list(_formats()), "gpuwise check MODEL")
+    return fmt
+
+
+@cache
+def _format_named(name: str) -> WeightFormat | None:
+    """The format a name or alias stands for (None: none); cached, as estimates ask often."""
     key = normalise_name(name)
-    for fmt in _formats().values():
-        if key == fmt.id or key in fmt.aliases:
-            return fmt
-    raise unknown_name_error("precision", name, list(_formats()), "gpuwise check MODEL")
+    return next((f for f in _formats().values() if key == f.id or key in f.aliases), None)
 
 
 def all_formats() -> list[WeightFormat]:

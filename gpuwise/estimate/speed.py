@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
@@ -110,7 +111,10 @@ RUNTIMES = {
 }
 
 
-def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> list[Op]:
+@lru_cache(maxsize=4096)
+def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> tuple[Op, ...]:
+    """The ops of one inference pass; cached, as a sweep asks for the same model and shape
+    on every device."""
     ops = forward_ops(arch, shape)
     if runtime == "compiled":
         # Compiled kernels fuse norms, rotary, activations and residuals into neighbouring
@@ -118,7 +122,7 @@ def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> l
         ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
     else:
         ops += kv_append_ops(arch, shape)
-    return [_split(op, tp) for op in ops]
+    return tuple(_split(op, tp) for op in ops)
 
 
 def _tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int) -> float:

@@ -3,6 +3,7 @@ runtime adds a fixed cost for every operation it dispatches."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuwise.catalog.runtimes import op_counts
@@ -169,7 +170,7 @@ def dispatch_cost(kernels: float, views: float, rates: DeviceRates, phase: str,
     return kernels * rates.op_overhead_s + views * rates.view_overhead_s
 
 
-def phase_time(name: str, ops: list[Op], rates: DeviceRates, dtype: str, overhead_s: float,
+def phase_time(name: str, ops: Sequence[Op], rates: DeviceRates, dtype: str, overhead_s: float,
                comm_s: float = 0.0, scale: float = 1.0, kernels: float | None = None,
                direction: str = "forward") -> PhaseTime:  # fmt: skip
     """Sum the operations' times; `scale` multiplies the work (backward is ~2x forward).
