@@ -68,6 +68,8 @@ def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
 
 
 def _time_work(op: Op, rates: DeviceRates, dtype: str, direction: str, scale: float) -> OpTime:
+    if rates.kernels is None:  # datasheet rates (a sweep): the roofline alone
+        return _roofline(op, rates, dtype, scale)
     measured = _probed_s(op, rates, dtype, "forward")
     if direction == "backward" and op.kind in ("matmul", "attention") and measured is not None:
         backward = _probed_s(op, rates, dtype, "backward")
@@ -181,12 +183,16 @@ def phase_time(name: str, ops: Sequence[Op], rates: DeviceRates, dtype: str, ove
     `kernels` is how many kernels run (default: one per operation).
     """
     times = tuple(time_op(op, rates, dtype, direction, scale) for op in ops)
-    ops_s = sum(t.seconds for t in times)
-    n_kernels = scale * sum(op.count for op in ops) if kernels is None else kernels
+    ops_s = flops = moved = count = 0.0
+    for t in times:  # one pass: a sweep times thousands of phases
+        ops_s += t.seconds
+        flops += t.op.flops * t.op.count
+        moved += t.op.bytes * t.op.count
+        count += t.op.count
+    n_kernels = scale * count if kernels is None else kernels
     ops_s += n_kernels * rates.kernel_latency_s
     if rates.kind != "cpu":
         overhead_s = max(0.0, overhead_s - ops_s)  # only the part the device cannot hide
-    flops = scale * sum(t.op.flops * t.op.count for t in times)
-    moved = scale * sum(t.op.bytes * t.op.count for t in times)
+    flops, moved = scale * flops, scale * moved
     return PhaseTime(name, ops_s + overhead_s + comm_s, ops_s, overhead_s, comm_s, flops, moved,
                      times)  # fmt: skip
