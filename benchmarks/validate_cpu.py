@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.measure.probe.profile import STEADY
 from gpuwise.measure.probe.run import others_cpu_s
 from gpuwise.measure.validation import validate
 from gpuwise.workload import from_config
@@ -136,7 +137,6 @@ def _drift(at_probe: dict[str, float]) -> dict[str, float]:
     return {k: now[k] / at_probe[k] for k in now if at_probe.get(k)}
 
 
-STEADY = 0.10  # the machine "as probed": its read and matmul rates within 10% of the probe's
 
 
 def _steady(drift: dict[str, float], plan: str) -> bool:

@@ -8,29 +8,36 @@ from typing import Any
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.rates import DeviceRates, rates_from_spec
 from gpuwise.helpers import GpuwiseError
+from gpuwise.measure.probe.profile import STEADY
 
 
 def rates_for(hw: Hardware) -> tuple[DeviceRates | None, str]:
     """(rates, how they were chosen); rates is None with the reason when none are known."""
     if hw.source == "detected":
-        measured = _measured(hw)
+        measured, moved = _measured(hw)
         if measured is not None:
-            return measured, "measured by `gpuwise probe` on this machine"
+            said = "measured by `gpuwise probe` on this machine"
+            if moved > STEADY:
+                said += f", which changed speed by {moved:.0%} while it was probed"
+            return measured, said
     try:
         return rates_from_spec(hw), "datasheet values with default efficiencies"
     except GpuwiseError as exc:
         return None, f"{exc.message}: {exc.hint}"
 
 
-def _measured(hw: Hardware) -> DeviceRates | None:
+def _measured(hw: Hardware) -> tuple[DeviceRates | None, float]:
+    """The profile's rates, and how far its headline rates moved while it was probed."""
     try:
         from gpuwise.measure.profile_store import load_profile
     except ImportError:
-        return None
+        return None, 0.0
     profile = load_profile()
     if profile is None:
-        return None
-    return profile_rates(profile, hw)
+        return None, 0.0
+    moved = max((abs(r - 1.0) for r in (getattr(profile, "steadiness", None) or {}).values()),
+                default=0.0)  # fmt: skip
+    return profile_rates(profile, hw), moved
 
 
 def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:

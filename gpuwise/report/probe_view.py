@@ -55,6 +55,9 @@ def format_profile(profile: Any, path: str) -> Group:
         gbs = ", ".join(f"{b / 2**20:.0f} MiB: {r / 1e9:.1f}" for b, r in points)
         table.add_row(f"cold GEMV {dtype} (GB/s)", gbs, "")
     _kernel_rows(table, profile.kernels or {})
+    if profile.steadiness:
+        held = ", ".join(f"{k.replace('_', ' ')} x{r:.2f}" for k, r in profile.steadiness.items())
+        table.add_row("at the end against the probe", held, "")
     lines = [f"missing: {k}: {v}" for k, v in profile.missing.items()]
     lines += [f"note: {n}" for n in profile.notes]
     lines.append(f"saved to {path}: `--on local` time estimates now use these (source: measured)")

@@ -26,9 +26,16 @@ def probe_machine(quick: bool, progress: Progress | None = None) -> Profile:
         profile = _with_kernels(profile, _part(progress, GENERIC, KERNELS))
     else:
         profile = _missing(profile, "kernels", f"needs torch (backend {profile.backend})")
+    if quick:  # the runtime's costs take 15-20 s here: a quick probe stays under 15 s
+        profile = _missing(profile, "runtime", "quick probe: the transformers runtime's "
+                           "costs not measured (run `gpuwise probe` without --quick)")  # fmt: skip
+    else:
+        if progress:
+            progress("transformers runtime costs", 0.9)
+        profile = _with_runtime(profile)
     if progress:
-        progress("transformers runtime costs", 0.9)
-    profile = _with_runtime(profile)
+        progress("the headline rates again (did the machine hold still?)", 0.97)
+    profile = _with_steadiness(profile)
     # The generic part says if others were busy during it; this covers the whole probe.
     late = [n for n in contention_note(others_before, started) if n not in profile.notes]
     if late and not any("other processes" in n for n in profile.notes):
@@ -57,6 +64,32 @@ def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
         return _missing(profile, "kernels", f"{type(exc).__name__}: {exc}")
     missing = {f"kernels.{k}": v for k, v in kernels.pop("missing", {}).items()}
     return dataclasses.replace(profile, kernels=kernels, missing={**profile.missing, **missing})
+
+
+def _with_steadiness(profile: Profile) -> Profile:
+    """Read bandwidth and the 1024^3 matmuls measured again at the end, against the probe's
+    readings: a warning note when the machine changed speed while it was probed."""
+    from gpuwise.measure.probe.backends import make_backend
+    from gpuwise.measure.probe.measurements import attempt
+    from gpuwise.measure.probe.steadiness import (
+        figures_now,
+        probe_figures,
+        steadiness,
+        steadiness_note,
+    )
+
+    at_probe = probe_figures(profile)
+    if not at_probe:
+        return _missing(profile, "steadiness", "no headline rate to measure again")
+    backend = make_backend(profile.backend)
+    try:
+        ratios = steadiness(at_probe, figures_now(backend, profile, at_probe))
+    finally:
+        attempt({}, "close", backend.close)
+    if not ratios:
+        return _missing(profile, "steadiness", "the headline rates could not be measured again")
+    notes = (*profile.notes, *steadiness_note(ratios))
+    return dataclasses.replace(profile, steadiness=ratios, notes=notes)
 
 
 def _with_runtime(profile: Profile) -> Profile:

@@ -27,6 +27,10 @@ def matmul_flops(shape: tuple[int, int, int]) -> int:
     return 2 * m * n * k
 
 
+# A headline rate (read bandwidth, a 1024^3 matmul) that moved by more than this between the
+# start and the end of a probe marks the machine as unsteady: estimates inherit the motion.
+STEADY = 0.10
+
 @dataclass(frozen=True)
 class BandwidthReading:
     """One bandwidth: memory (read/copy/triad) or a link (h2d/d2h/d2d), in GB/s (1e9 B/s)."""
@@ -116,6 +120,9 @@ class Profile:
     runtime: dict[str, Any] | None = None
     # Kernels at model shapes (gpuwise.measure.kernel_probe): linear grid, SDPA, elementwise.
     kernels: dict[str, Any] | None = None
+    # Headline rates (read, matmul_fp32, matmul_bf16) measured again at the probe's end, as
+    # ratios to its own readings (gpuwise.measure.probe.steadiness): 1.0 held still.
+    steadiness: dict[str, float] | None = None
 
     def bandwidth_gbs(self, kind: str = "triad") -> float | None:
         """Measured GB/s of a memory kind (read/copy/triad) or a link (h2d/d2h/d2d)."""

@@ -1,0 +1,68 @@
+"""Whether the machine held still while it was probed: its headline rates (read bandwidth,
+1024^3 fp32 and bf16 matmuls) measured again at the end of the probe, as ratios to the
+probe's own readings of them. A shared host (a cloud VM) can change speed by 2x within
+minutes, and an estimate can only be as steady as the profile it reads."""
+
+from __future__ import annotations
+
+import statistics
+from functools import partial
+from typing import Any
+
+from gpuwise.measure.probe.backends import Backend
+from gpuwise.measure.probe.measurements import attempt
+from gpuwise.measure.probe.profile import STEADY
+
+SQUARE = 1024  # the matmul the check repeats (m = n = k)
+MATMUL_DTYPES = ("fp32", "bf16")
+
+
+def probe_figures(profile: Any) -> dict[str, float]:
+    """The headline rates as the probe measured them: read GB/s and GFLOP/s (median) of the
+    1024^3 matmul per dtype, where present."""
+    figures: dict[str, float] = {}
+    read = profile.bandwidth_gbs("read")
+    if read:
+        figures["read"] = read
+    for p in profile.matmul_points:
+        if (p.m, p.n, p.k) == (SQUARE,) * 3 and p.dtype in MATMUL_DTYPES and p.median_s:
+            figures[f"matmul_{p.dtype}"] = 2.0 * SQUARE**3 / p.median_s / 1e9
+    return figures
+
+
+def figures_now(backend: Backend, profile: Any, wanted: dict[str, float]) -> dict[str, float]:
+    """The same rates measured now (those that fail to measure are left out)."""
+    now: dict[str, float] = {}
+    reading = next((r for r in profile.bandwidth if r.kind == "read"), None)
+    if "read" in wanted and reading is not None:
+        ops = attempt({}, "read", lambda: backend.stream_ops(reading.array_bytes // 4)) or {}
+        times = attempt({}, "read", lambda: backend.time_calls(ops["read"], 3)) if ops else None
+        if times:
+            now["read"] = reading.array_bytes / min(times) / 1e9
+        del ops
+        attempt({}, "release", backend.release)
+    for dtype in MATMUL_DTYPES:
+        if f"matmul_{dtype}" not in wanted:
+            continue
+        op = attempt({}, "matmul", partial(backend.matmul_op, SQUARE, SQUARE, SQUARE, dtype))
+        times = attempt({}, "matmul", partial(backend.time_calls, op, 6)) if op else None
+        if times:  # the first call warms up
+            now[f"matmul_{dtype}"] = 2.0 * SQUARE**3 / statistics.median(times[1:]) / 1e9
+    return now
+
+
+def steadiness(at_probe: dict[str, float], now: dict[str, float]) -> dict[str, float]:
+    """Each headline rate now against the probe's reading (1.0: as fast as when probed)."""
+    return {k: now[k] / at_probe[k] for k in now if at_probe.get(k)}
+
+
+def steadiness_note(ratios: dict[str, float]) -> tuple[str, ...]:
+    """A warning when a headline rate moved by more than `STEADY` during the probe."""
+    moved = {k: r for k, r in ratios.items() if abs(r - 1.0) > STEADY}
+    if not moved:
+        return ()
+    said = ", ".join(f"{k.replace('_', ' ')} x{r:.2f}" for k, r in moved.items())
+    worst = max(abs(r - 1.0) for r in moved.values())
+    return (f"this machine changed speed while it was probed ({said} at the end against "
+            f"the probe's readings): time estimates from this profile may be off by "
+            f"{worst:.0%} or more; probe again just before a time check",)  # fmt: skip
