@@ -96,66 +96,22 @@ def _others_share(before: float | None, started: float) -> float | None:
     return (after - before) / ((time.perf_counter() - started) * (os.cpu_count() or 1))
 
 
-def _machine_now() -> dict[str, float]:
-    """This machine's speed now, as the probe measured it: read bandwidth (sum over a 440 MB
-    fp32 array, best of 5) and 1024^3 fp32 and bf16 matmuls (median of 5)."""
-    import torch
-
-    from gpuwise.helpers import median_call_s
-
-    a = torch.ones(110 * 2**20)
-    read = a.numel() * 4 / min(median_call_s(a.sum, 1) for _ in range(5))
-    x = torch.rand(1024, 1024)
-    matmul = 2 * 1024**3 / median_call_s(lambda: x @ x, 5)
-    y = x.bfloat16()
-    bf16 = 2 * 1024**3 / median_call_s(lambda: y @ y, 5)
-    return {"read_gbs": read / 1e9, "matmul_gflops": matmul / 1e9,
-            "matmul_bf16_gflops": bf16 / 1e9}  # fmt: skip
-
-
-def _machine_at_probe() -> dict[str, float]:
-    from gpuwise.measure.profile_store import load_profile
-
-    profile = load_profile()
-    if profile is None:
-        return {}
-    read = [b.gbs for b in profile.bandwidth if b.kind == "read"]
-
-    def matmul(dtype: str) -> float:
-        rates = [p.m * p.n * p.k * 2 / p.median_s for p in profile.matmul_points
-                 if (p.m, p.n, p.k, p.dtype) == (1024, 1024, 1024, dtype) and p.median_s]  # fmt: skip
-        return rates[0] / 1e9 if rates else 0.0
-
-    return {"read_gbs": (read[0] or 0.0) if read else 0.0, "matmul_gflops": matmul("fp32"),
-            "matmul_bf16_gflops": matmul("bf16")}  # fmt: skip
-
-
-def _drift(at_probe: dict[str, float]) -> dict[str, float]:
-    """The machine now against the probe (1.0: as fast as when probed): this shared host
-    drifts by tens of percent within an hour, and an estimate can only follow the probe."""
-    now = _machine_now()
-    return {k: now[k] / at_probe[k] for k in now if at_probe.get(k)}
-
-
-
-
 def _steady(drift: dict[str, float], plan: str) -> bool:
     """Whether the machine ran as probed on the rates this plan leans on (bf16 matmuls for a
     bf16 plan): only then can an estimate from that probe be held to the suite's targets."""
-    keys = ["read_gbs", "matmul_bf16_gflops" if "bf16" in plan else "matmul_gflops"]
+    keys = ["read", "matmul_bf16" if "bf16" in plan else "matmul_fp32"]
     return all(k in drift and abs(drift[k] - 1.0) <= STEADY for k in keys)
 
 
 def time_suite(cases: list, out: str) -> None:
     rows = []
-    at_probe = _machine_at_probe()
     for i, (name, plan) in enumerate(cases, 1):
         model = resolve_model(name)
         arch = from_config(model.config, name)
-        drift = _drift(at_probe)
         started, before = time.perf_counter(), others_cpu_s()
         result = validate(model.config, arch, plan, quiet=True, memory=False, timing=True)
         busy = _others_share(before, started)
+        drift = result.get("time_machine_vs_probe") or {}
         for key, r in result["time"].items():
             if r["error"] is None:
                 continue
@@ -166,9 +122,9 @@ def time_suite(cases: list, out: str) -> None:
                 f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
                 f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
                 f"err {100 * r['error']:+6.1f}%  (others used {busy or 0:.0%} of the CPUs; "
-                f"machine vs probe: read x{drift.get('read_gbs', 0):.2f}, "
-                f"matmul x{drift.get('matmul_gflops', 0):.2f}, "
-                f"bf16 x{drift.get('matmul_bf16_gflops', 0):.2f})",
+                f"machine vs probe: read x{drift.get('read', 0):.2f}, "
+                f"matmul x{drift.get('matmul_fp32', 0):.2f}, "
+                f"bf16 x{drift.get('matmul_bf16', 0):.2f})",
                 flush=True,
             )
     errors = [abs(r["error"]) for r in rows]

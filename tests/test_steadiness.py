@@ -94,3 +94,13 @@ def test_local_estimates_say_their_profile_was_unsteady(monkeypatch: pytest.Monk
     steady = replace(profile, steadiness={"read": 1.02})
     monkeypatch.setattr("gpuwise.measure.profile_store.load_profile", lambda: steady)
     assert rates_source.rates_for(hw)[1] == "measured by `gpuwise probe` on this machine"
+
+
+def test_validate_says_when_the_machine_moved_since_its_probe() -> None:
+    from gpuwise.report.views import _drift_note
+
+    assert _drift_note({}) == ""
+    held = _drift_note({"read": 0.97, "matmul_fp32": 1.04})
+    assert "read x0.97, matmul fp32 x1.04" in held and "moved by more than" not in held
+    moved = _drift_note({"read": 0.97, "matmul_bf16": 0.31})
+    assert "matmul bf16 x0.31" in moved and "more than 10% since it was probed" in moved

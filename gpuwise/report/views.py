@@ -19,6 +19,7 @@ from gpuwise.estimate.speed import estimate_inference_time, estimate_training_ti
 from gpuwise.estimate.summary import catalogue_rows, check_rows, precision_row
 from gpuwise.estimate.training import estimate_training
 from gpuwise.helpers import format_bytes, format_tokens
+from gpuwise.measure.probe.profile import STEADY
 from gpuwise.measure.rates_source import rates_for
 from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
@@ -236,4 +237,18 @@ def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan 
     obj = {"model": model_record(model, arch), "plan": asdict(plan), **result}
     note = (f"time estimates: {result['time_source'] or 'none'} ({result['time_rates']})"
             if timing else "")  # fmt: skip
+    note += _drift_note(result.get("time_machine_vs_probe") or {})
     return obj, Group(terminal.format_validation(rows), Text(note))
+
+
+def _drift_note(drift: dict[str, float]) -> str:
+    """How fast the machine ran just before the real run, against its probe."""
+    if not drift:
+        return ""
+    said = ", ".join(f"{k.replace('_', ' ')} x{r:.2f}" for k, r in drift.items())
+    line = f"\nthis machine just before the run, against its probe: {said}"
+    if any(abs(r - 1.0) > STEADY for r in drift.values()):
+        line += (f"\nit had moved by more than {STEADY:.0%} since it was probed: the "
+                 "estimates follow the probe; run `gpuwise probe` again just before a time "
+                 "check")  # fmt: skip
+    return line

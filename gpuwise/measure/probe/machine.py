@@ -69,23 +69,11 @@ def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
 def _with_steadiness(profile: Profile) -> Profile:
     """Read bandwidth and the 1024^3 matmuls measured again at the end, against the probe's
     readings: a warning note when the machine changed speed while it was probed."""
-    from gpuwise.measure.probe.backends import make_backend
-    from gpuwise.measure.probe.measurements import attempt
-    from gpuwise.measure.probe.steadiness import (
-        figures_now,
-        probe_figures,
-        steadiness,
-        steadiness_note,
-    )
+    from gpuwise.measure.probe.steadiness import machine_vs_profile, probe_figures, steadiness_note
 
-    at_probe = probe_figures(profile)
-    if not at_probe:
+    if not probe_figures(profile):
         return _missing(profile, "steadiness", "no headline rate to measure again")
-    backend = make_backend(profile.backend)
-    try:
-        ratios = steadiness(at_probe, figures_now(backend, profile, at_probe))
-    finally:
-        attempt({}, "close", backend.close)
+    ratios = machine_vs_profile(profile)
     if not ratios:
         return _missing(profile, "steadiness", "the headline rates could not be measured again")
     notes = (*profile.notes, *steadiness_note(ratios))

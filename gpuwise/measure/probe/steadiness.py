@@ -9,7 +9,7 @@ import statistics
 from functools import partial
 from typing import Any
 
-from gpuwise.measure.probe.backends import Backend
+from gpuwise.measure.probe.backends import Backend, make_backend
 from gpuwise.measure.probe.measurements import attempt
 from gpuwise.measure.probe.profile import STEADY
 
@@ -49,6 +49,19 @@ def figures_now(backend: Backend, profile: Any, wanted: dict[str, float]) -> dic
         if times:  # the first call warms up
             now[f"matmul_{dtype}"] = 2.0 * SQUARE**3 / statistics.median(times[1:]) / 1e9
     return now
+
+
+def machine_vs_profile(profile: Any) -> dict[str, float]:
+    """This machine's headline rates now, as ratios to the profile's readings of them (1.0:
+    as fast as when probed); empty where none could be measured again."""
+    at_probe = probe_figures(profile)
+    if not at_probe:
+        return {}
+    backend = make_backend(profile.backend)
+    try:
+        return steadiness(at_probe, figures_now(backend, profile, at_probe))
+    finally:
+        attempt({}, "close", backend.close)
 
 
 def steadiness(at_probe: dict[str, float], now: dict[str, float]) -> dict[str, float]:
