@@ -119,7 +119,8 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     Elementwise ops the probe timed (GELU, SiLU, products and sums, division, square root,
     concatenation, dropout masks, max-pooling, batch norm) take its kernel rates, measured
     on activation-sized tensors; `streamed` (a training step, whose saved tensors are read
-    back from memory) caps them at the memory bandwidth; the rest move their bytes at the memory bandwidth.
+    back from memory) caps them at the memory bandwidth; the rest move their bytes at the
+    memory bandwidth.
     Attention takes its FLOPs at the matmul rate (at fp32's on a CPU, whose flash kernel
     accumulates in fp32: bf16 ran no faster here), not the probe's causal SDPA curve, which
     at ViT's non-causal shape (24 x 197 x 197 x 64) predicted 6.0 ms (fp32) and 11.9 ms
@@ -136,8 +137,7 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     # roofline on the matmul size curve: the linear grid does not cover oneDNN's kernels.
     kind = "conv" if t.name.startswith("convolution") else t.kind
     kernel = ELEMENTWISE_KERNELS.get(t.name.rstrip("_"), "") if kind == "elementwise" else ""
-    moved = t.bytes / 2 if t.name == "bernoulli_" else t.bytes  # draws into, never reads, self
-    return Op(t.name, kind, t.flops / gemms, moved / gemms, gemms, t.m, t.n, t.k,
+    return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
               t.weight_bytes / gemms, kernel, t.dtype,
               streamed=streamed and kind == "elementwise")  # fmt: skip
 

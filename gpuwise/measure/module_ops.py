@@ -71,6 +71,12 @@ def _flops(torch: Any, packet: Any, name: str, args: Any, kwargs: dict, out: Any
     return float(sum(t.numel() for t in _flat(out, torch)))  # one per output element
 
 
+# In-place ops that overwrite their first argument without reading it (random draws and
+# fills, as dropout's `bernoulli_`): it counts once, as written, as the probe counts it.
+_OVERWRITES = frozenset({"bernoulli_", "normal_", "uniform_", "random_", "exponential_",
+                         "fill_", "zero_"})  # fmt: skip
+
+
 def op_record(torch: Any, func: Any, name: str, args: Any, kwargs: dict, out: Any,
               phase: str, params: set[int]) -> TracedOp:  # fmt: skip
     """The TracedOp of one dispatched call; `params` are the storage keys of parameters."""
@@ -79,7 +85,8 @@ def op_record(torch: Any, func: Any, name: str, args: Any, kwargs: dict, out: An
                   if t.is_floating_point()), "fp32")  # fmt: skip
     if name in VIEW_OPS:
         return TracedOp(name, phase, "view", 0.0, 0.0, dtype)
-    moved = float(sum(tensor_bytes(t) for t in inputs + outputs))
+    read = inputs[1:] if name in _OVERWRITES else inputs  # self is written, not read
+    moved = float(sum(tensor_bytes(t) for t in read + outputs))
     flops = _flops(torch, func.overloadpacket, name, args, kwargs, out)
     if name in _MATMULS or name.startswith(_FLASH):
         kind = "matmul" if name in _MATMULS else "attention"
