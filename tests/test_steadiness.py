@@ -8,10 +8,11 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from test_probe import TINY_PLAN
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.measure import rates_source
-from gpuwise.measure.probe import Backend, NullBackend, ProbePlan, probe_with
+from gpuwise.measure.probe import Backend, NullBackend, probe_with
 from gpuwise.measure.probe.machine import _with_steadiness
 from gpuwise.measure.probe.steadiness import (
     figures_now,
@@ -20,18 +21,8 @@ from gpuwise.measure.probe.steadiness import (
     steadiness_note,
 )
 
-PLAN = ProbePlan(
-    array_bytes=2**20,
-    stream_repeats=3,
-    matmul_shapes=((1024, 1024, 1024),),
-    matmul_target_s=0.01,
-    matmul_max_call_s=1.0,
-    matmul_dtype_budget_s=1.0,
-    matmul_repeats=(3, 5),
-    overhead_samples=5,
-    link_bytes=2**10,
-    link_repeats=1,
-)
+# One 1024^3 matmul (the one the check repeats), on the tiny plan's small arrays.
+PLAN = replace(TINY_PLAN, matmul_shapes=((1024, 1024, 1024),), matmul_max_call_s=1.0)
 
 
 class _Slowing(Backend):

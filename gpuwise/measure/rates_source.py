@@ -8,7 +8,7 @@ from typing import Any
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.rates import DeviceRates, rates_from_spec
 from gpuwise.helpers import GpuwiseError
-from gpuwise.measure.probe.profile import STEADY
+from gpuwise.measure.probe.profile import STEADY, largest_move
 
 
 def rates_for(hw: Hardware) -> tuple[DeviceRates | None, str]:
@@ -35,9 +35,7 @@ def _measured(hw: Hardware) -> tuple[DeviceRates | None, float]:
     profile = load_profile()
     if profile is None:
         return None, 0.0
-    moved = max((abs(r - 1.0) for r in (getattr(profile, "steadiness", None) or {}).values()),
-                default=0.0)  # fmt: skip
-    return profile_rates(profile, hw), moved
+    return profile_rates(profile, hw), largest_move(getattr(profile, "steadiness", None) or {})
 
 
 def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:

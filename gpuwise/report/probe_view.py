@@ -11,6 +11,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from gpuwise.measure.probe.profile import describe_ratios
+
 
 def probe_view(quick: bool, quiet: bool) -> tuple[Any, Any]:
     from gpuwise.measure.probe.machine import probe_machine
@@ -56,8 +58,7 @@ def format_profile(profile: Any, path: str) -> Group:
         table.add_row(f"cold GEMV {dtype} (GB/s)", gbs, "")
     _kernel_rows(table, profile.kernels or {})
     if profile.steadiness:
-        held = ", ".join(f"{k.replace('_', ' ')} x{r:.2f}" for k, r in profile.steadiness.items())
-        table.add_row("at the end against the probe", held, "")
+        table.add_row("at the end against the probe", describe_ratios(profile.steadiness), "")
     lines = [f"missing: {k}: {v}" for k, v in profile.missing.items()]
     lines += [f"note: {n}" for n in profile.notes]
     lines.append(f"saved to {path}: `--on local` time estimates now use these (source: measured)")

@@ -19,7 +19,7 @@ from gpuwise.estimate.speed import estimate_inference_time, estimate_training_ti
 from gpuwise.estimate.summary import catalogue_rows, check_rows, precision_row
 from gpuwise.estimate.training import estimate_training
 from gpuwise.helpers import format_bytes, format_tokens
-from gpuwise.measure.probe.profile import STEADY
+from gpuwise.measure.probe.profile import STEADY, describe_ratios, largest_move
 from gpuwise.measure.rates_source import rates_for
 from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
@@ -245,9 +245,8 @@ def _drift_note(drift: dict[str, float]) -> str:
     """How fast the machine ran just before the real run, against its probe."""
     if not drift:
         return ""
-    said = ", ".join(f"{k.replace('_', ' ')} x{r:.2f}" for k, r in drift.items())
-    line = f"\nthis machine just before the run, against its probe: {said}"
-    if any(abs(r - 1.0) > STEADY for r in drift.values()):
+    line = f"\nthis machine just before the run, against its probe: {describe_ratios(drift)}"
+    if largest_move(drift) > STEADY:
         line += (f"\nit had moved by more than {STEADY:.0%} since it was probed: the "
                  "estimates follow the probe; run `gpuwise probe` again just before a time "
                  "check")  # fmt: skip

@@ -31,6 +31,17 @@ def matmul_flops(shape: tuple[int, int, int]) -> int:
 # start and the end of a probe marks the machine as unsteady: estimates inherit the motion.
 STEADY = 0.10
 
+
+def largest_move(ratios: dict[str, float]) -> float:
+    """How far the headline rate that moved most is from 1.0 (as when probed)."""
+    return max((abs(r - 1.0) for r in ratios.values()), default=0.0)
+
+
+def describe_ratios(ratios: dict[str, float]) -> str:
+    """'read x0.87, matmul fp32 x1.39': headline rates against the probe's."""
+    return ", ".join(f"{k.replace('_', ' ')} x{r:.2f}" for k, r in ratios.items())
+
+
 @dataclass(frozen=True)
 class BandwidthReading:
     """One bandwidth: memory (read/copy/triad) or a link (h2d/d2h/d2d), in GB/s (1e9 B/s)."""

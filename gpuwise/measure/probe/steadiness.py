@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuwise.measure.probe.backends import Backend, make_backend
 from gpuwise.measure.probe.measurements import attempt
-from gpuwise.measure.probe.profile import STEADY
+from gpuwise.measure.probe.profile import STEADY, describe_ratios, largest_move
 
 SQUARE = 1024  # the matmul the check repeats (m = n = k)
 MATMUL_DTYPES = ("fp32", "bf16")
@@ -74,8 +74,7 @@ def steadiness_note(ratios: dict[str, float]) -> tuple[str, ...]:
     moved = {k: r for k, r in ratios.items() if abs(r - 1.0) > STEADY}
     if not moved:
         return ()
-    said = ", ".join(f"{k.replace('_', ' ')} x{r:.2f}" for k, r in moved.items())
-    worst = max(abs(r - 1.0) for r in moved.values())
-    return (f"this machine changed speed while it was probed ({said} at the end against "
-            f"the probe's readings): time estimates from this profile may be off by "
-            f"{worst:.0%} or more; probe again just before a time check",)  # fmt: skip
+    return (f"this machine changed speed while it was probed ({describe_ratios(moved)} at "
+            f"the end against the probe's readings): time estimates from this profile may be "
+            f"off by {largest_move(moved):.0%} or more; probe again just before a time "
+            "check",)  # fmt: skip
