@@ -30,6 +30,7 @@ class StepRecord:
     samples: int | None = None
     ops: int | None = None
     counted: bool = False  # operators were counted in this step, which slowed it
+    dispatch_us: float | None = None  # this host's cost of one tiny operator (counted steps)
     rss_bytes: int | None = None
     device_mem_bytes: int | None = None
     source: str = "api"
@@ -119,6 +120,7 @@ def _step(rec: dict[str, Any]) -> StepRecord:
         t_start=float(rec.get("t_start", 0.0)), step_s=float(rec.get("step_s", 0.0)),
         **{f"{p}_s": float(rec.get(f"{p}_s") or 0.0) for p in PHASES},
         samples=rec.get("samples"), ops=rec.get("ops"), counted=bool(rec.get("counted")),
+        dispatch_us=rec.get("dispatch_us"),
         rss_bytes=rec.get("rss_bytes"), device_mem_bytes=rec.get("device_mem_bytes"),
         source=str(rec.get("source", "api")),
     )  # fmt: skip

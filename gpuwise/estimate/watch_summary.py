@@ -48,6 +48,7 @@ class WatchSummary:
     samples_per_s: float | None
     ops_per_step: float | None
     us_per_op: float | None  # non-input time of a median step per operator
+    dispatch_us: float | None  # median measured cost of one tiny operator on the host
     gpu_util_percent: float | None
     gpu_sm_percent: float | None
     cpu_percent: float | None
@@ -90,6 +91,7 @@ def summarize(log: WatchLog) -> WatchSummary:
         phase_s=phase_s, phase_share=share,
         samples_per_s=sum(samples_done) / total * processes if samples_done and total else None,
         ops_per_step=_ops_per_step(log.steps), us_per_op=_us_per_op(log.steps, timed),
+        dispatch_us=_median_of([s.dispatch_us for s in log.steps]),
         gpu_util_percent=_mean_in(log, "gpu_util_percent", window),
         gpu_sm_percent=_mean_in(log, "gpu_sm_percent", window),
         cpu_percent=_mean_in(log, "cpu_percent", window),
@@ -109,8 +111,12 @@ def _steps_window(steps: Sequence[StepRecord]) -> tuple[float, float] | None:
 
 
 def _ops_per_step(steps: Sequence[StepRecord]) -> float | None:
-    counts = [s.ops for s in steps if s.ops]
-    return float(statistics.median(counts)) if counts else None
+    return _median_of([s.ops for s in steps if s.ops])
+
+
+def _median_of(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return float(statistics.median(got)) if got else None
 
 
 def _us_per_op(steps: Sequence[StepRecord], timed: Sequence[StepRecord]) -> float | None:

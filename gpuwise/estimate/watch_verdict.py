@@ -4,8 +4,10 @@ what to try. Pure: it reads a WatchSummary and states the thresholds it uses.
 - input-bound: waiting for data plus host-to-device copies take at least INPUT_BOUND_SHARE
   of the step time (the device idles meanwhile);
 - host/launch-bound: otherwise, when the step's remaining time divided by the operators it
-  runs is at most HOST_BOUND_US_PER_OP microseconds (the cost of dispatching an operator
-  and launching its kernel, not of the arithmetic); without an operator count, a GPU busy
+  runs is at most HOST_BOUND_US_PER_OP microseconds, or HOST_BOUND_DISPATCH_FACTOR times
+  this host's measured cost of one tiny operator where that is more (the cost of
+  dispatching an operator and launching its kernel, not of the arithmetic; a slow host
+  dispatches slowly); without an operator count, a GPU busy
   less than LOW_GPU_UTIL_PERCENT of the time with the input not to blame says the same;
 - compute-bound: neither of these: the time goes into operators big enough to be worth
   their launch;
@@ -26,6 +28,7 @@ from gpuwise.helpers import MIB, format_bytes
 
 INPUT_BOUND_SHARE = 0.20
 HOST_BOUND_US_PER_OP = 25.0
+HOST_BOUND_DISPATCH_FACTOR = 4.0
 LOW_GPU_UTIL_PERCENT = 60.0
 CREEP_MIN_BYTES = 32 * MIB
 CREEP_MIN_FRACTION = 0.05
@@ -97,12 +100,27 @@ def _input_bound(s: WatchSummary) -> Finding | None:
                    tuple(evidence), tuple(tips))  # fmt: skip
 
 
+def host_bound_threshold_us(s: WatchSummary) -> float:
+    """Microseconds per operator at or below which the loop is host-bound."""
+    if s.dispatch_us is None:
+        return HOST_BOUND_US_PER_OP
+    return max(HOST_BOUND_US_PER_OP, HOST_BOUND_DISPATCH_FACTOR * s.dispatch_us)
+
+
+def _threshold_words(s: WatchSummary) -> str:
+    limit = host_bound_threshold_us(s)
+    if limit == HOST_BOUND_US_PER_OP:
+        return f"threshold {limit:.0f} us"
+    return (f"threshold {limit:.0f} us: {HOST_BOUND_DISPATCH_FACTOR:.0f}x this host's "
+            f"{s.dispatch_us:.1f} us per tiny operator, measured")  # fmt: skip
+
+
 def _host_bound(s: WatchSummary) -> Finding | None:
     if s.us_per_op is not None and s.ops_per_step:
-        if s.us_per_op > HOST_BOUND_US_PER_OP:
+        if s.us_per_op > host_bound_threshold_us(s):
             return None
         evidence = [f"{s.ops_per_step:,.0f} operators per step, {s.us_per_op:.1f} us each on "
-                    f"average (measured; threshold {HOST_BOUND_US_PER_OP:.0f} us)"]  # fmt: skip
+                    f"average (measured; {_threshold_words(s)})"]  # fmt: skip
     elif s.gpu_util_percent is not None and s.gpu_util_percent < LOW_GPU_UTIL_PERCENT:
         evidence = [f"GPU busy only {s.gpu_util_percent:.0f}% of the time (measured; threshold "
                     f"{LOW_GPU_UTIL_PERCENT:.0f}%) while the input takes "
@@ -127,7 +145,7 @@ def _compute_bound(s: WatchSummary) -> Finding:
                 f"input {input_share(s):.0%} (measured)"]  # fmt: skip
     if s.us_per_op is not None:
         evidence.append(f"{s.us_per_op:,.0f} us per operator on average: well above launch "
-                        f"cost (threshold {HOST_BOUND_US_PER_OP:.0f} us; measured)")  # fmt: skip
+                        f"cost ({_threshold_words(s)}; measured)")  # fmt: skip
     if s.gpu_util_percent is not None:
         evidence.append(f"GPU busy {s.gpu_util_percent:.0f}% of the time (measured)")
     tips = (

@@ -100,6 +100,7 @@ def _resources_table(s: WatchSummary) -> Table:
             ("I/O wait", _pct(s.iowait_percent), "measured (psutil)"),
             ("operators per step", _num(s.ops_per_step, "{:,.0f}"), "measured"),
             ("time per operator", _num(s.us_per_op, "{:,.1f} us"), "measured"),
+            ("one tiny operator on this host", _num(s.dispatch_us, "{:,.1f} us"), "measured"),
             ("energy, whole run", _num(e.job_j, "{:,.0f} J"), _sources(e.sources)),
             ("energy in steps / outside", _pair(e.in_steps_j, e.outside_steps_j), "measured"),
             ("energy waiting for data", _num(e.idle_j, "{:,.1f} J"), "estimated (time share)"),

@@ -24,6 +24,10 @@ LOG_ENV = "GPUWISE_WATCH_LOG"
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 # Steps whose operators are counted (a Python dispatch mode slows them: they are not timed).
 COUNT_STEPS = (3, 10, 30)
+# A counted step also times this many tiny operators (1-element CPU adds, 3 rounds, outside
+# the count): this host's own cost of dispatching one operator, which the host-bound
+# threshold scales with (a slow host dispatches slowly; about 2 ms a counted step).
+DISPATCH_PROBE_OPS = 200
 # A step's line is written at once when the last write is this old; faster steps are
 # grouped into one write (a syscall costs ~20-30 us, a lot for a 1 ms step). A job killed
 # with SIGKILL (or SIGTERM without a handler) loses at most this much of its steps.
@@ -114,6 +118,7 @@ class StepRecorder:
         self._samples: int | None = None
         self._optimizer_done = False
         self._counter: Any = None
+        self._dispatch_us: float | None = None
         self._data_ops = 0
         self._pending: list[str] = []
         self._last_flush = 0.0
@@ -192,6 +197,7 @@ class StepRecorder:
             "source": self.source, "step": self._index, "t_start": self._start_unix,
             "step_s": max(t_end - self._start, 0.0), "samples": self._samples,
             "ops": ops, "counted": ops is not None, "rss_bytes": self._rss(t_end),
+            "dispatch_us": self._dispatch_us if ops is not None else None,
             "device_mem_bytes": device_memory_bytes(),
         }  # fmt: skip
         for phase, seconds in self._times.items():
@@ -225,6 +231,7 @@ class StepRecorder:
             return
         if compiled_graphs(torch):  # a dispatch mode would make torch.compile recompile
             return
+        self._dispatch_us = dispatch_cost_us(torch)
         try:
             self._counter = _op_counter(torch)
             self._counter.__enter__()
@@ -266,6 +273,22 @@ def compiled_graphs(torch: Any) -> bool:
         return bool(dynamo.counters["stats"]["unique_graphs"])
     except Exception:
         return True
+
+
+def dispatch_cost_us(torch: Any) -> float | None:
+    """Microseconds per tiny eager operator on this host: the best of 3 rounds of
+    DISPATCH_PROBE_OPS adds of 1-element CPU tensors (Python call plus dispatcher)."""
+    try:
+        a = torch.ones(1)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(DISPATCH_PROBE_OPS):
+                torch.add(a, a)
+            best = min(best, time.perf_counter() - t0)
+        return 1e6 * best / DISPATCH_PROBE_OPS
+    except Exception:
+        return None
 
 
 def _op_counter(torch: Any) -> Any:
