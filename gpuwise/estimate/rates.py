@@ -7,7 +7,7 @@ import bisect
 import math
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any
 
@@ -69,9 +69,14 @@ class DeviceRates:
             return per_op, self.runtime_step_s.get(phase, 0.0)
         return self.op_overhead_s, 0.0
 
-    @property
+    @cached_property  # read for every op of a sweep: computed once per DeviceRates
     def memory_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s * self.memory_efficiency
+
+    @cached_property
+    def vector_flops(self) -> float:
+        """FLOP/s of elementwise math, which runs on the vector units: half the fp32 peak."""
+        return self.peak("fp32") * 0.5
 
     def peak(self, dtype: str) -> float:
         key = DTYPE_PEAK_KEY.get(dtype, dtype)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from gpuwise.catalog.formats import WeightFormat, weight_format
 from gpuwise.workload import Architecture, count_params
 
 
 def weight_bytes(arch: Architecture, fmt: WeightFormat | str) -> float:
     """Stored weight bytes. Quantised formats apply to attention/MLP matrices only."""
-    fmt = weight_format(fmt) if isinstance(fmt, str) else fmt
+    return _weight_bytes(arch, weight_format(fmt) if isinstance(fmt, str) else fmt)
+
+
+@lru_cache(maxsize=4096)  # a sweep asks for each model and format on every device
+def _weight_bytes(arch: Architecture, fmt: WeightFormat) -> float:
     counts = count_params(arch)
     if not fmt.quantised:
         return counts.total * fmt.bytes_per_element
