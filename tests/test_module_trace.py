@@ -238,3 +238,26 @@ def test_dropout_masks_count_the_mask_written_as_the_probe_does():
     assert traced and masks and all(op.kernel == "bernoulli" for op in masks)
     # bernoulli_ draws into its tensor without reading it: fp32 elements x 4 bytes, once
     assert {op.bytes for op in masks} == {op.flops * 4 for op in traced}
+
+
+def test_the_optimizer_step_takes_the_probed_curve_over_the_traced_tensors():
+    from dataclasses import replace
+
+    from gpuwise.estimate.kernel_rates import KernelRates
+    from gpuwise.estimate.module_estimate import estimate_module_time
+    from gpuwise.estimate.rates import rates_from_spec
+
+    t = trace_module(module_zoo.linear_stack(W, DEPTH), (B, W), training=True)
+    assert t.trainable_tensors == ((W, DEPTH), (W * W, DEPTH))  # biases, weights
+    spec = rates_from_spec(find_hardware("h100"))
+    curve = [[64, 4e-8], [4096, 2e-9]]  # seconds per element: the small one's fixed cost
+    probed = replace(spec, kernels=KernelRates.from_record({"optimizer": {"fp32": {"adamw": curve}}}))
+    step = estimate_module_time(t, probed).optimizer
+    assert step is not None and step.seconds == pytest.approx(
+        DEPTH * (W * 4e-8 + W * W * 2e-9))  # fmt: skip
+    # a probe without this optimizer falls back to the passes over the states
+    sgd = estimate_module_time(trace_module(module_zoo.linear_stack(W, DEPTH), (B, W),
+                                            training=True, optimizer="sgd"), probed, "sgd")  # fmt: skip
+    unprobed = estimate_module_time(t, spec).optimizer
+    assert sgd.optimizer is not None and unprobed is not None
+    assert sgd.optimizer.seconds != step.seconds and unprobed.seconds != step.seconds

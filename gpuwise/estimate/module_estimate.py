@@ -23,7 +23,7 @@ from gpuwise.catalog.runtimes import runtime
 from gpuwise.estimate.plans import TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.results import MemoryEstimate, make_estimate
-from gpuwise.estimate.speed import _optimizer_ops
+from gpuwise.estimate.speed import optimizer_phase
 from gpuwise.estimate.timing import PhaseTime, dispatch_cost, phase_time
 from gpuwise.estimate.training import STATES_PER_PARAM, ParamBytes, _step_temporary
 from gpuwise.workload.ops import Op
@@ -176,10 +176,10 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
         return ModuleTime(forward, None, None, rates.source)
     backward = _phase("backward", traced.phase_ops("backward"), rates, dtype, cost_phase, True)
     counts = traced.optimizer_ops
-    # torch.optim dispatches its ops straight from Python: the bare per-op cost applies.
+    # torch.optim dispatches its ops straight from Python: the bare per-op cost applies
+    # (where the step was not probed; a probed step includes it).
     step_overhead = (counts.get("kernels", 0) * rates.op_overhead_s
                      + counts.get("views", 0) * rates.view_overhead_s)  # fmt: skip
-    step = phase_time("optimizer", _optimizer_ops(_plan(traced, optimizer),
-                                                  traced.trainable_count, rates.kind),
-                      rates, "fp32", step_overhead)  # fmt: skip
+    step = optimizer_phase(_plan(traced, optimizer), traced.trainable_count,
+                           traced.trainable_tensors, rates, step_overhead)  # fmt: skip
     return ModuleTime(forward, backward, step, rates.source)

@@ -222,17 +222,20 @@ def _activations_streamed(ops: list[Op]) -> list[Op]:
             for op in ops]  # fmt: skip
 
 
-def _optimizer_phase(arch: Architecture, plan: TrainingPlan, trainable: float,
-                     rates: DeviceRates) -> PhaseTime:  # fmt: skip
-    """The optimizer step: probed on this machine where it was (a full fine-tune with a
-    probed optimizer and state dtype), else its passes over the states on the roofline."""
-    ops = _optimizer_ops(plan, trainable / plan.tp, rates.kind)
+def optimizer_phase(plan: TrainingPlan, trainable: float,
+                    tensors: tuple[tuple[int, int], ...] | None, rates: DeviceRates,
+                    overhead_s: float = 0.0) -> PhaseTime:  # fmt: skip
+    """The optimizer step: probed on this machine where it was (this optimizer and state
+    dtype, over `tensors`, the parameter tensors as (elements, how many); the probed step
+    includes its loop's dispatch), else its passes over the states on the roofline plus
+    `overhead_s` of dispatch."""
+    ops = _optimizer_ops(plan, trainable, rates.kind)
     dtype = optimizer_state_dtype(plan)
     probed = None
-    if rates.kernels is not None and plan.finetune == "full" and plan.tp == 1:
-        probed = rates.kernels.optimizer_s(plan.optimizer, parameter_tensors(arch), dtype)
+    if rates.kernels is not None and tensors:
+        probed = rates.kernels.optimizer_s(plan.optimizer, tensors, dtype)
     if probed is None:
-        return phase_time("optimizer", ops, rates, dtype, 0.0)
+        return phase_time("optimizer", ops, rates, dtype, overhead_s)
     op = Op("optimizer", "elementwise", sum(o.flops for o in ops), sum(o.bytes for o in ops))
     return PhaseTime("optimizer", probed, probed, 0.0, 0.0, op.flops, op.bytes,
                      (OpTime(op, 0.0, probed, measured=True),))  # fmt: skip
@@ -291,7 +294,9 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
         bwd = _plus(bwd, phase_time("backward", embedding_grad, rates, dtype, 0.0))
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
-    optimizer = _optimizer_phase(arch, plan, trainable, rates)
+    whole = plan.finetune == "full" and plan.tp == 1  # the probe stepped whole tensors
+    optimizer = optimizer_phase(plan, trainable / plan.tp,
+                                parameter_tensors(arch) if whole else None, rates)  # fmt: skip
     grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
     comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
     tokens = plan.batch * plan.seq * plan.data_parallel

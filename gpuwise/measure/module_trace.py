@@ -21,6 +21,7 @@ import importlib
 import math
 import sys
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -334,6 +335,7 @@ def trace_module(model: Any, example_inputs: Any, *, training: bool = False,
         ops=tuple(rec.ops), peak=peak, saved_bytes=sum(saved.values()),
         output_bytes=output_bytes,
         optimizer_ops=count_optimizer_ops(trainable, optimizer) if training else {},
+        trainable_tensors=tuple(sorted(Counter(p.numel() for p in trainable).items())),
         notes=tuple(notes),
     )  # fmt: skip
 

@@ -67,6 +67,8 @@ class TracedModule:
     saved_bytes: int
     output_bytes: int
     optimizer_ops: dict[str, int] = field(default_factory=dict)  # aten ops of one step
+    # The trainable parameter tensors as (elements, how many): what an optimizer loops over.
+    trainable_tensors: tuple[tuple[int, int], ...] = ()
     notes: tuple[str, ...] = ()
 
     def phase_ops(self, phase: str) -> tuple[TracedOp, ...]:
