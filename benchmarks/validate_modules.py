@@ -92,6 +92,7 @@ def _timed_alone(fn):
 def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
              dtype: str | None, repeats: int, memory: bool = True, timing: bool = True,
              tries: int = 1, max_others: float = 1.0) -> dict:  # fmt: skip
+    from gpuwise.estimate.module_estimate import heap_faults
     from gpuwise.measure.from_module import from_module
     from gpuwise.measure.module_run import measure_module_memory, measure_module_time
 
@@ -114,6 +115,7 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         mem_est, mem_meas = est.memory.model_bytes, mem.model_bytes
         mem_err, baseline = mem_est / mem_meas - 1, mem.baseline_bytes
     t_est, t_meas = est.seconds, timed["seconds"]
+    fault_s = sum(t.seconds for p in _phases(est) for t in p.ops if t.op.kind == "faults")
     return {
         "case": label, "others_cpu_share": others,
         "memory_estimated": mem_est, "memory_measured": mem_meas, "memory_error": mem_err,
@@ -121,8 +123,17 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         "time_estimated": t_est, "time_measured": t_meas,
         "time_error": (t_est / t_meas - 1) if t_est and t_meas else None,
         "time_all_s": timed["all_s"], "time_rates": est.time_rates,
+        "time_error_without_faults": ((t_est - fault_s) / t_meas - 1) if t_est and t_meas
+        else None,
+        "faults_estimated": sum(heap_faults(est.traced, optimizer).values()),
+        "faults_measured": timed.get("faulted_bytes_per_pass"),
         "breakdown": est.memory.breakdown,
     }  # fmt: skip
+
+
+def _phases(est) -> list:
+    t = est.time
+    return [p for p in (t.forward, t.backward, t.optimizer) if p] if t else []
 
 
 def _row(r: dict) -> str:
@@ -137,7 +148,9 @@ def _row(r: dict) -> str:
     return (f"{r['case']:36} {num(r['memory_estimated'], 1 / mib, 'M'):>9} "
             f"{num(r['memory_measured'], 1 / mib, 'M'):>9} {pct(r['memory_error'], 2):>7}   "
             f"{num(r['time_estimated'], 1e3, 'ms'):>9} {num(r['time_measured'], 1e3, 'ms'):>9} "
-            f"{pct(r['time_error'], 1):>7}  {100 * r['others_cpu_share']:3.0f}%")  # fmt: skip
+            f"{pct(r['time_error'], 1):>7}  {100 * r['others_cpu_share']:3.0f}%   "
+            f"{num(r['faults_estimated'], 1 / mib, 'M'):>7} "
+            f"{num(r['faults_measured'], 1 / mib, 'M'):>7}")  # fmt: skip
 
 
 def _summary(rows: list[dict], key: str) -> str:
@@ -167,7 +180,7 @@ def main() -> None:
     rows = []
     if not args.json:
         print(f"{'case':36} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
-              f"{'measured':>9} {'err':>7}  others")  # fmt: skip
+              f"{'measured':>9} {'err':>7}  others  faulted: est measured")  # fmt: skip
     for case in CASES:
         if args.only and args.only not in case[0]:
             continue
@@ -182,6 +195,7 @@ def main() -> None:
         return
     print(f"memory: {_summary(rows, 'memory_error')} over {len(rows)} cases")
     print(f"time:   {_summary(rows, 'time_error')} ({rows[0]['time_rates'] if rows else ''})")
+    print(f"time without the allocator's page faults: {_summary(rows, 'time_error_without_faults')}")
     print("others: the share of the CPUs other processes used while the time was measured")
 
 

@@ -261,3 +261,25 @@ def test_the_optimizer_step_takes_the_probed_curve_over_the_traced_tensors():
     unprobed = estimate_module_time(t, spec).optimizer
     assert sgd.optimizer is not None and unprobed is not None
     assert sgd.optimizer.seconds != step.seconds and unprobed.seconds != step.seconds
+
+
+def test_the_allocators_page_faults_are_replayed_and_charged_at_the_first_touch_rate():
+    from dataclasses import replace
+
+    from gpuwise.estimate.kernel_rates import KernelRates
+    from gpuwise.estimate.module_estimate import estimate_module_time, heap_faults
+    from gpuwise.estimate.rates import rates_from_spec
+
+    t = trace_module(module_zoo.linear_stack(512, 4), (256, 512), training=True)
+    faults = heap_faults(t)
+    assert t.heap and faults  # 512 KiB activations: mapped, then trimmed from the heap
+    spec = replace(rates_from_spec(find_hardware("h100")), kind="cpu")
+    fresh = replace(spec, kernels=KernelRates.from_record({"fresh": {"bytes_per_s": 2e9}}))
+    timed = estimate_module_time(t, fresh)
+    for phase in (timed.forward, timed.backward, timed.optimizer):
+        assert phase is not None
+        charged = [o for o in phase.ops if o.op.kind == "faults"]
+        nbytes = faults.get(phase.name, 0)
+        assert [o.seconds for o in charged] == ([pytest.approx(nbytes / 2e9)] if nbytes else [])
+    without = estimate_module_time(t, replace(fresh, kernels=KernelRates.from_record({})))
+    assert timed.seconds == pytest.approx(without.seconds + sum(faults.values()) / 2e9)

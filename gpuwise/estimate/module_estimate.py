@@ -20,14 +20,15 @@ from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.runtimes import runtime
+from gpuwise.estimate.heap_replay import replay
 from gpuwise.estimate.plans import TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.results import MemoryEstimate, make_estimate
 from gpuwise.estimate.speed import optimizer_phase
-from gpuwise.estimate.timing import PhaseTime, dispatch_cost, phase_time
+from gpuwise.estimate.timing import OpTime, PhaseTime, dispatch_cost, phase_time
 from gpuwise.estimate.training import STATES_PER_PARAM, ParamBytes, _step_temporary
 from gpuwise.workload.ops import Op
-from gpuwise.workload.traced import TracedModule, TracedOp
+from gpuwise.workload.traced import HeapEvent, TracedModule, TracedOp
 
 RUNTIME = "PyTorch eager (traced module)"
 
@@ -153,6 +154,43 @@ def to_ops(traced_ops: tuple[TracedOp, ...], cpu: bool = True,
     return [replace(op, count=count) for op, count in merged.items()]
 
 
+# Per parameter tensor, on a CPU (torch.optim's single-tensor loop): the parameter-sized
+# states the first step creates and keeps (AdamW's two moments, SGD's momentum; Adafactor's
+# factored rows and columns are small), and the parameter-sized temporaries each step holds
+# at once (AdamW's square root and quotient of the second moment, Adafactor's squared
+# gradient and update; SGD works in place).
+STEP_STATES = {"adamw": 2, "sgd": 1, "adafactor": 0}
+STEP_TEMPORARIES = {"adamw": 2, "sgd": 0, "adafactor": 2}
+
+
+def heap_faults(traced: TracedModule, optimizer: str = "adamw") -> dict[str, int]:
+    """Bytes the host allocator faults in per pass, by phase, in steady state: the traced
+    pass, and a training step's optimizer states and temporaries, replayed through glibc's
+    rules (`heap_replay`)."""
+    return replay([*traced.heap, *_step_events(traced, optimizer)],
+                  freed_before=(traced.cast_bytes,) if traced.cast_bytes else ())  # fmt: skip
+
+
+def _step_events(traced: TracedModule, optimizer: str) -> list[HeapEvent]:
+    if not traced.training:
+        return []
+    per = traced.param_bytes / max(1, traced.param_count)
+    sizes = [int(n * per) for n, count in traced.trainable_tensors for _ in range(count)]
+    states = STEP_STATES.get(optimizer, 0)
+    temps = STEP_TEMPORARIES.get(optimizer, 0)
+    key = -1 - 2**40  # below the trace's keys
+    events = []
+    for size in sizes:  # every state is created before the first update
+        events += [HeapEvent(key - i, size, "optimizer", kept=True) for i in range(states)]
+        key -= states
+    for size in sizes:
+        keys = range(key, key - temps, -1)
+        key -= temps
+        events += [HeapEvent(k, size, "optimizer") for k in keys]
+        events += [HeapEvent(k, 0, "optimizer") for k in keys]
+    return events
+
+
 def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
            cost_phase: str, streamed: bool = False) -> PhaseTime:  # fmt: skip
     """The phase's ops on the roofline, plus the dispatch cost of every traced op: the
@@ -171,10 +209,15 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
     dtype = traced.dtype
     cost_phase = "training" if traced.training else "inference"
     training = traced.training
+    k = rates.kernels
+    fresh = k.fresh_bytes_per_s if rates.kind == "cpu" and k is not None else 0.0
+    faults = heap_faults(traced, optimizer) if fresh else {}
     forward = _phase("forward", traced.phase_ops("forward"), rates, dtype, cost_phase, training)
+    forward = _with_faults(forward, faults.get("forward", 0), fresh)
     if not training:
         return ModuleTime(forward, None, None, rates.source)
     backward = _phase("backward", traced.phase_ops("backward"), rates, dtype, cost_phase, True)
+    backward = _with_faults(backward, faults.get("backward", 0), fresh)
     counts = traced.optimizer_ops
     # torch.optim dispatches its ops straight from Python: the bare per-op cost applies
     # (where the step was not probed; a probed step includes it).
@@ -182,4 +225,16 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
                      + counts.get("views", 0) * rates.view_overhead_s)  # fmt: skip
     step = optimizer_phase(_plan(traced, optimizer), traced.trainable_count,
                            traced.trainable_tensors, rates, step_overhead)  # fmt: skip
+    step = _with_faults(step, faults.get("optimizer", 0), fresh)
     return ModuleTime(forward, backward, step, rates.source)
+
+
+def _with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> PhaseTime:
+    """The phase plus the first touch of the pages the allocator gives it afresh, at the
+    probed first-touch rate (a row of its own in the op table)."""
+    if not nbytes or not fresh_bytes_per_s:
+        return phase
+    seconds = nbytes / fresh_bytes_per_s
+    op = Op("page faults (heap replay)", "faults", 0.0, float(nbytes))
+    return replace(phase, seconds=phase.seconds + seconds, ops_s=phase.ops_s + seconds,
+                   ops=(*phase.ops, OpTime(op, 0.0, seconds, measured=False)))  # fmt: skip

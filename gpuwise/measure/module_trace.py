@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuwise.helpers import GpuwiseError
 from gpuwise.measure.module_ops import op_record, tensor_bytes
-from gpuwise.workload.traced import MemoryMoment, TracedModule, TracedOp
+from gpuwise.workload.traced import HeapEvent, MemoryMoment, TracedModule, TracedOp
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 OPTIMIZERS = ("adamw", "sgd", "adafactor")
@@ -128,6 +128,7 @@ class _Recorder:
         self.live = 0
         self.peak = 0
         self.peak_serials: set[int] = set()
+        self.heap: list[HeapEvent] = []  # what the pass takes and gives back, in order
         self._serial = 0
         recorder = self
 
@@ -148,6 +149,7 @@ class _Recorder:
         if entry and entry[0] == serial:
             del self.alive[key]
             self.live -= nbytes
+            self.heap.append(HeapEvent(serial, 0, self.phase))
 
     def _track(self, t: Any) -> None:
         storage = t.untyped_storage()
@@ -158,6 +160,7 @@ class _Recorder:
         nbytes = int(storage.nbytes())
         self.alive[key] = (self._serial, nbytes)
         self.live += nbytes
+        self.heap.append(HeapEvent(self._serial, nbytes, self.phase))
         weakref.finalize(storage, self._free, key, self._serial, nbytes)
 
     def record(self, func: Any, args: Any, kwargs: dict, out: Any) -> None:
@@ -168,7 +171,12 @@ class _Recorder:
         for t in _tensors(out):
             if t.device.type == "meta":
                 self._track(t)
-        moment = self.live + (cpu_conv_scratch(name, args, out) if self.cpu_scratch else 0)
+        scratch = cpu_conv_scratch(name, args, out) if self.cpu_scratch else 0
+        moment = self.live + scratch
+        if scratch:  # oneDNN's reorder buffers, taken and given back within the call
+            self._serial += 1
+            self.heap += [HeapEvent(self._serial, scratch, self.phase),
+                          HeapEvent(self._serial, 0, self.phase)]  # fmt: skip
         if moment > self.peak:
             self.peak = moment
             self.peak_serials = {s for s, _ in self.alive.values()}
@@ -333,6 +341,7 @@ def trace_module(model: Any, example_inputs: Any, *, training: bool = False,
         largest_trainable=max((p.numel() for p in trainable), default=0),
         factored_state_count=sum(_factored(tuple(p.shape)) for p in trainable),
         ops=tuple(rec.ops), peak=peak, saved_bytes=sum(saved.values()),
+        heap=tuple(rec.heap), cast_bytes=_cast_bytes(model, target),
         output_bytes=output_bytes,
         optimizer_ops=count_optimizer_ops(trainable, optimizer) if training else {},
         trainable_tensors=tuple(sorted(Counter(p.numel() for p in trainable).items())),
@@ -370,6 +379,14 @@ def _run_traced(torch: Any, model: Any, state: dict, args: tuple, kwargs: dict,
             output_bytes = sum(int(t.untyped_storage().nbytes()) for t in _tensors(out))
             del out
     return output_bytes
+
+
+def _cast_bytes(model: Any, target: Any) -> int:
+    """Bytes of the largest parameter or buffer a cast to `target` replaces (0: no cast)."""
+    if target is None:
+        return 0
+    return max((t.untyped_storage().nbytes() for t in (*model.parameters(), *model.buffers())
+                if t.is_floating_point() and t.dtype != target), default=0)  # fmt: skip
 
 
 def _dtype_name(params: list[Any], target: Any) -> str:

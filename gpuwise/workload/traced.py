@@ -9,6 +9,17 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class HeapEvent:
+    """A tensor's memory taken (`nbytes` > 0) or given back (`nbytes` == 0), in order;
+    `kept`: taken on the first pass only and never given back (an optimizer's states)."""
+
+    key: int
+    nbytes: int
+    phase: str = "forward"
+    kept: bool = False
+
+
+@dataclass(frozen=True)
 class TracedOp:
     """One aten operation as dispatched. `flops` are torch.utils.flop_counter's count for
     matmuls, convolutions and attention, one per output element for anything else; `bytes`
@@ -69,6 +80,9 @@ class TracedModule:
     optimizer_ops: dict[str, int] = field(default_factory=dict)  # aten ops of one step
     # The trainable parameter tensors as (elements, how many): what an optimizer loops over.
     trainable_tensors: tuple[tuple[int, int], ...] = ()
+    # The tensors the pass takes and gives back, in order (for the allocator's page faults).
+    heap: tuple[HeapEvent, ...] = field(default=(), repr=False)
+    cast_bytes: int = 0  # the largest tensor a cast to `dtype` replaced (freed before the pass)
     notes: tuple[str, ...] = ()
 
     def phase_ops(self, phase: str) -> tuple[TracedOp, ...]:
