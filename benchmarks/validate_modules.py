@@ -16,6 +16,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from gpuwise.measure.probe.profile import STEADY
+from gpuwise.measure.validation import machine_vs_probe
+
 TESTS = str(Path(__file__).resolve().parents[1] / "tests")
 sys.path.insert(0, TESTS)
 
@@ -103,6 +106,7 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
     kw = dict(training=training, optimizer=optimizer, dtype=dtype, sys_path=(TESTS,))
     mem = measure_module_memory(path, specs, **kw) if memory else None
     timed, others = {"seconds": None, "all_s": []}, 0.0
+    drift = machine_vs_probe() if timing else {}  # as `gpuwise validate` does
     for _ in range(tries if timing else 0):  # keep the run other processes disturbed least
         run = _timed_alone(lambda: measure_module_time(path, specs, repeats=repeats, **kw))
         if timed["seconds"] is None or run[1] < others:
@@ -125,10 +129,19 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         "time_all_s": timed["all_s"], "time_rates": est.time_rates,
         "time_error_without_faults": ((t_est - fault_s) / t_meas - 1) if t_est and t_meas
         else None,
+        "machine_vs_probe": drift,
         "faults_estimated": sum(heap_faults(est.traced, optimizer).values()),
         "faults_measured": timed.get("faulted_bytes_per_pass"),
         "breakdown": est.memory.breakdown,
     }  # fmt: skip
+
+
+def _steady(r: dict) -> bool:
+    """Whether the machine ran as probed (read bandwidth and the case's matmul dtype within
+    STEADY) just before the case was timed: only then can the estimate be held to targets."""
+    keys = ["read", "matmul_bf16" if "bf16" in r["case"] else "matmul_fp32"]
+    drift = r.get("machine_vs_probe") or {}
+    return all(k in drift and abs(drift[k] - 1.0) <= STEADY for k in keys)
 
 
 def _phases(est) -> list:
@@ -150,7 +163,8 @@ def _row(r: dict) -> str:
             f"{num(r['time_estimated'], 1e3, 'ms'):>9} {num(r['time_measured'], 1e3, 'ms'):>9} "
             f"{pct(r['time_error'], 1):>7}  {100 * r['others_cpu_share']:3.0f}%   "
             f"{num(r['faults_estimated'], 1 / mib, 'M'):>7} "
-            f"{num(r['faults_measured'], 1 / mib, 'M'):>7}")  # fmt: skip
+            f"{num(r['faults_measured'], 1 / mib, 'M'):>7}   "
+            + " ".join(f"{k} x{v:.2f}" for k, v in (r.get("machine_vs_probe") or {}).items()))
 
 
 def _summary(rows: list[dict], key: str) -> str:
@@ -180,7 +194,7 @@ def main() -> None:
     rows = []
     if not args.json:
         print(f"{'case':36} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
-              f"{'measured':>9} {'err':>7}  others  faulted: est measured")  # fmt: skip
+              f"{'measured':>9} {'err':>7}  others  faulted: est measured   machine vs probe")  # fmt: skip
     for case in CASES:
         if args.only and args.only not in case[0]:
             continue
@@ -196,6 +210,9 @@ def main() -> None:
     print(f"memory: {_summary(rows, 'memory_error')} over {len(rows)} cases")
     print(f"time:   {_summary(rows, 'time_error')} ({rows[0]['time_rates'] if rows else ''})")
     print(f"time without the allocator's page faults: {_summary(rows, 'time_error_without_faults')}")
+    steady = [r for r in rows if _steady(r)]
+    print(f"where the machine ran within {STEADY:.0%} of the probe: "
+          f"{_summary(steady, 'time_error')} over {len(steady)} cases")  # fmt: skip
     print("others: the share of the CPUs other processes used while the time was measured")
 
 

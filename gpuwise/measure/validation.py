@@ -70,7 +70,7 @@ def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
 
     rates, how = rates_for(hw)
     kwargs = _plan_kwargs(plan, device)
-    drift = _machine_vs_probe() if rates is not None and rates.source == "measured" else {}
+    drift = machine_vs_probe() if rates is not None and rates.source == "measured" else {}
     if isinstance(plan, InferencePlan):
         measured = timerun.time_inference(config, repeats=repeats, **kwargs)
         pairs = {"prefill_s": measured.prefill_s, "decode_s_per_token": measured.decode_s_per_token}
@@ -92,7 +92,7 @@ def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
             "time_repeats": measured.repeats, "time_threads": measured.threads}  # fmt: skip
 
 
-def _machine_vs_probe() -> dict[str, float]:
+def machine_vs_probe() -> dict[str, float]:
     """This machine's read bandwidth and 1024^3 matmuls just before the real run, as ratios to
     the saved probe's (1.0: as when probed): an estimate follows its probe, not the machine
     now, and a shared host drifts by tens of percent within an hour."""
