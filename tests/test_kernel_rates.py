@@ -90,6 +90,17 @@ def test_sdpa_decode_is_linear_in_keys_and_prefill_quadratic_beyond_the_grid():
     assert KERNELS.sdpa_s(1, 1, 256, 64, "fp32") == pytest.approx(2e-5)
 
 
+def test_non_causal_attention_reads_its_own_curve_and_never_the_causal_one():
+    full = KernelRates.from_record({"sdpa": {"fp32": {"full": [[128, 5e-5], [512, 8e-4]],
+                                                      "prefill": [[128, 1e-5], [512, 1.6e-4]]}}})  # fmt: skip
+    assert full.sdpa_s(4, 128, 128, 64, "fp32", causal=False) == pytest.approx(4 * 5e-5)
+    assert full.sdpa_s(1, 256, 256, 64, "fp32", causal=False) == pytest.approx(2e-4)  # q x kv
+    assert full.sdpa_s(4, 128, 128, 64, "fp32") == pytest.approx(4 * 1e-5)  # causal: prefill
+    assert full.sdpa_s(4, 128, 128, 64, "fp32", backward=True, causal=False) is None
+    assert KERNELS.sdpa_s(4, 128, 128, 64, "fp32", causal=False) is None  # not probed
+    assert KERNELS.sdpa_s(4, 1, 128, 64, "fp32", causal=False) == pytest.approx(4 * 1e-5)
+
+
 def test_time_op_uses_probed_kernels():
     rates = replace(CPU, kernels=KERNELS)
     mm = Op("mlp_in", "matmul", 2 * 16 * 512 * 2048, 1e6, 3, 16, 2048, 512, 5e5)
@@ -125,7 +136,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
 
     plan = KernelPlan(dtypes=("fp32",), rows=(1, 8), widths=(64, 128), backward_rows=(16,),
                       sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), sdpa_backward_q=(32,),
-                      elementwise_elements=4096, optimizer_elements=(1024, 4096),
+                      sdpa_full_q=(32,), elementwise_elements=4096, optimizer_elements=(1024, 4096),
                       nn_rows=(1, 2), nn_widths=(64,), fresh_bytes=2**20,
                       conv_shapes=((8, 8),), conv_batch=1,
                       cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
@@ -146,6 +157,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     rates = KernelRates.from_record(out)
     assert rates.linear_s(4, 100, 100, "fp32") > 0 and rates.sdpa_s(4, 1, 64, 64, "fp32") > 0
     assert rates.sdpa_s(4, 64, 64, 64, "fp32", backward=True) > 0
+    assert rates.sdpa_s(4, 64, 64, 64, "fp32", causal=False) > 0
 
 
 def test_a_kernel_probe_that_fails_is_missing_with_its_reason(monkeypatch):

@@ -124,13 +124,16 @@ class KernelRates:
         return min(grid.axes[1][0], grid.axes[2][0]) if grid else 0
 
     def sdpa_s(self, heads: int, queries: int, keys: int, head_dim: int, dtype: str,
-               backward: bool = False) -> float | None:  # fmt: skip
-        """Seconds of SDPA over `heads` (batch x heads) rows: a decode step (one query) or a
-        causal prefill (queries == keys), or its backward; None where not measured."""
+               backward: bool = False, causal: bool = True) -> float | None:  # fmt: skip
+        """Seconds of SDPA over `heads` (batch x heads) rows: a decode step (one query), a
+        causal prefill (queries == keys) or its backward, or a non-causal forward; None
+        where not measured (a non-causal backward never is)."""
         modes = self.sdpa.get(dtype, {})
         mode, length = ("decode", keys) if queries == 1 else ("prefill", queries)
         if backward:
             mode = "backward"
+        if not causal and queries > 1:
+            mode = "" if backward else "full"
         curve = modes.get(mode)
         if not curve:
             return None

@@ -122,14 +122,18 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     on activation-sized tensors; `streamed` (a training step, whose saved tensors are read
     back from memory) caps them at the memory bandwidth; the rest move their bytes at the
     memory bandwidth.
-    Attention takes its FLOPs at the matmul rate (at fp32's on a CPU, whose flash kernel
-    accumulates in fp32: bf16 ran no faster here), not the probe's causal SDPA curve, which
-    at ViT's non-causal shape (24 x 197 x 197 x 64) predicted 6.0 ms (fp32) and 11.9 ms
-    (bf16) for a kernel measured at 2.5 and 2.8 ms.
+    Attention's forward takes the probe's SDPA curve of its kind (causal, or the non-causal
+    one: the causal curve at ViT's non-causal shape, 24 x 197 x 197 x 64, predicted 6.0 ms
+    for a kernel measured at 2.5 ms); its backward, and a forward the probe did not time,
+    take its FLOPs at the matmul rate. On a CPU both read fp32's figures: the flash kernel
+    accumulates in fp32, and bf16 ran no faster here.
     """
     if t.kind == "attention":
         dtype = "fp32" if cpu else t.dtype
-        return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes, "", dtype)
+        forward = not t.name.endswith("_backward")
+        return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes,
+                  "sdpa" if forward else "", dtype, t.heads if forward else 0,
+                  causal=t.causal)  # fmt: skip
     gemms = 1
     if t.name == "convolution_backward" and t.m and t.n and t.k:
         # One op, up to two GEMMs (input and weight gradients) of the forward's size.

@@ -103,7 +103,8 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
         return _narrower_than_grid(seconds, op, rates, dtype) if seconds else seconds
     if op.kernel == "sdpa" and op.heads:
         queries = max(1, op.m // op.heads)
-        return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, direction == "backward")
+        return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, direction == "backward",
+                        op.causal)  # fmt: skip
     if op.kernel and op.kind != "embedding":
         rate = k.elementwise_rate(op.kernel, dtype)
         if rate and op.streamed:

@@ -10,7 +10,8 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   of the weight that together exceed the last-level cache, as a forward pass over a model
   that does not fit in cache reads its weights from memory;
 - `sdpa`: scaled_dot_product_attention per (batch x head), head dim 64: decode (one query
-  against kv positions) and causal prefill (q = kv), and the causal backward (training);
+  against kv positions), causal prefill (q = kv), non-causal attention (q = kv: encoders
+  and vision transformers) and the causal backward (training);
 - `optimizer`: seconds per element of one torch.optim.AdamW step (the single-tensor loop a
   CPU runs) on one parameter of 2^18 ... 2^26 elements: its out-of-place temporaries are
   page-faulted in when they are larger than the allocator's mmap threshold;
@@ -62,6 +63,7 @@ class KernelPlan:
     sdpa_decode_kv: tuple[int, ...] = (128, 512, 2048, 8192)
     sdpa_prefill_q: tuple[int, ...] = (64, 256, 1024, 2048)
     sdpa_backward_q: tuple[int, ...] = (128, 256, 512, 1024)
+    sdpa_full_q: tuple[int, ...] = (64, 128, 256, 512)  # non-causal (encoders, ViTs)
     elementwise_elements: int = 2**21
     optimizer_elements: tuple[int, ...] = (2**10, 2**14, 2**18, 2**21, 2**24, 2**26)
     conv_shapes: tuple[tuple[int, int], ...] = ((64, 56), (64, 28), (128, 28), (128, 14),
@@ -77,7 +79,8 @@ class KernelPlan:
         per_dtype += len(self.backward_rows) * len(self.widths) ** 2
         per_dtype += len(self.nn_rows) * len(self.nn_widths) ** 2
         per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
-        per_dtype += len(self.sdpa_prefill_q) + 1 + len(self.optimizer_elements)
+        per_dtype += len(self.sdpa_prefill_q) + len(self.sdpa_full_q) + 1
+        per_dtype += len(self.optimizer_elements)
         per_dtype += 2 * len(self.conv_shapes)
         return per_dtype * len(self.dtypes) + 1
 
@@ -227,6 +230,11 @@ class _Kernels:
             self._step(f"sdpa {dtype} prefill {n}")
             qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for _ in range(3)]
             prefill.append([n, self._median_s(partial(self._attend, qkv, True)) / heads])
+        full = []
+        for n in plan.sdpa_full_q:
+            self._step(f"sdpa {dtype} non-causal {n}")
+            qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for _ in range(3)]
+            full.append([n, self._median_s(partial(self._attend, qkv, False)) / heads])
         backward = []
         for n in plan.sdpa_backward_q:
             self._step(f"sdpa {dtype} backward {n}")
@@ -236,7 +244,7 @@ class _Kernels:
             grad = self.t.ones_like(out)
             step = partial(self.t.autograd.grad, out, qkv, grad, retain_graph=True)
             backward.append([n, self._median_s(step) / heads])
-        return {"decode": decode, "prefill": prefill, "backward": backward}
+        return {"decode": decode, "prefill": prefill, "full": full, "backward": backward}
 
     def _attend(self, qkv: list[Any], causal: bool) -> object:
         return self.t.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)

@@ -32,6 +32,7 @@ class Op:
     kernel: str = ""
     dtype: str = ""
     heads: int = 0
+    causal: bool = True  # sdpa: a causal mask (decoders), else full attention (encoders)
     # Sweeps tensors larger than any cache (an optimizer over the parameters): a kernel rate
     # probed on a cache-sized tensor is capped at the memory bandwidth.
     streamed: bool = False
