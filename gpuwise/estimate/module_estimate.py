@@ -239,6 +239,6 @@ def _with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> Pha
     if not nbytes or not fresh_bytes_per_s:
         return phase
     seconds = nbytes / fresh_bytes_per_s
-    op = Op("page faults (heap replay)", "faults", 0.0, float(nbytes))
+    op = Op("page faults", "faults", 0.0, float(nbytes))
     return replace(phase, seconds=phase.seconds + seconds, ops_s=phase.ops_s + seconds,
                    ops=(*phase.ops, OpTime(op, 0.0, seconds, measured=False)))  # fmt: skip
