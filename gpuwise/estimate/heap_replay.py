@@ -21,11 +21,11 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX as MMAP_THRESHOLD_MAX
 from gpuwise.workload.traced import HeapEvent
 
 PAGE = 4096
 MMAP_THRESHOLD_MIN = 128 * 1024  # glibc's defaults on 64-bit Linux
-MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 TOP_PAD = 128 * 1024
 CONSOLIDATE = 64 * 1024  # FASTBIN_CONSOLIDATION_THRESHOLD: frees this large may trim
 WARMUP_PASSES = 3
