@@ -294,3 +294,12 @@ def test_attention_forward_takes_the_probed_curve_of_its_kind_and_backward_the_r
     assert forward and all(op.kernel == "sdpa" and not op.causal and op.heads == 6
                            for op in forward)  # fmt: skip
     assert backward and all(op.kernel == "" for op in backward)
+
+
+def test_a_cpu_addmm_writes_its_output_once_more_for_the_bias():
+    from gpuwise.estimate.module_estimate import to_ops
+
+    t = trace_module(module_zoo.linear_stack(W, DEPTH), (B, W))
+    fills = [op for op in to_ops(t.phase_ops("forward")) if op.name == "addmm bias fill"]
+    assert [(op.bytes, op.count) for op in fills] == [(B * W * 4, DEPTH)]
+    assert not [op for op in to_ops(t.phase_ops("forward"), cpu=False) if "fill" in op.name]
