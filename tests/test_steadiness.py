@@ -42,7 +42,7 @@ class _Slowing(Backend):
         return {"read": lambda: sum(data), "copy": lambda: list(data), "triad": lambda: sum(data)}
 
     def matmul_op(self, m: int, n: int, k: int, dtype: str) -> Callable[[], object]:
-        return lambda: time.sleep(2e-3 * self.slow)
+        return lambda: time.sleep(1e-2 * self.slow)  # long enough that sleep jitter is small
 
     def tiny_ops(self) -> dict[str, Callable[[], object]]:
         return {"add": lambda: None}
@@ -53,11 +53,13 @@ def test_a_machine_that_slowed_down_during_the_probe_is_named() -> None:
     profile = probe_with(backend, PLAN, fingerprint="x")
     at_probe = probe_figures(profile)
     assert set(at_probe) == {"read", "matmul_fp32"}
-    backend.slow = 3.0
+    backend.slow = 5.0
     ratios = steadiness(at_probe, figures_now(backend, profile, at_probe))
-    assert ratios["matmul_fp32"] == pytest.approx(1 / 3, rel=0.25)
+    # 1/5 on a quiet host; a busy one wakes each sleep late by the same few ms, which
+    # lifts the ratio (10 ms late: 0.33), never to 1
+    assert 0.15 < ratios["matmul_fp32"] < 0.6, ratios
     (note,) = steadiness_note(ratios)
-    assert "matmul fp32 x0.3" in note and "probe again" in note
+    assert f"matmul fp32 x{ratios['matmul_fp32']:.2f}" in note and "probe again" in note
 
 
 def test_a_machine_that_held_still_gives_no_note() -> None:

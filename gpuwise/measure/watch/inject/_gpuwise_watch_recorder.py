@@ -24,9 +24,10 @@ LOG_ENV = "GPUWISE_WATCH_LOG"
 PHASES = ("data", "h2d", "forward", "backward", "optimizer")
 # Steps whose operators are counted (a Python dispatch mode slows them: they are not timed).
 COUNT_STEPS = (3, 10, 30)
-# A counted step also times this many tiny operators (1-element CPU adds, 3 rounds, outside
-# the count): this host's own cost of dispatching one operator, which the host-bound
-# threshold scales with (a slow host dispatches slowly; about 2 ms a counted step).
+# A counted step also times this many tiny operators (a 1-element CPU tensor times a Python
+# number, as loops write them: 3 rounds, outside the count): this host's own cost of one
+# operator, which the host-bound threshold scales with (a slow host dispatches slowly; about
+# 5 ms a counted step).
 DISPATCH_PROBE_OPS = 200
 # A step's line is written at once when the last write is this old; faster steps are
 # grouped into one write (a syscall costs ~20-30 us, a lot for a 1 ms step). A job killed
@@ -277,14 +278,15 @@ def compiled_graphs(torch: Any) -> bool:
 
 def dispatch_cost_us(torch: Any) -> float | None:
     """Microseconds per tiny eager operator on this host: the best of 3 rounds of
-    DISPATCH_PROBE_OPS adds of 1-element CPU tensors (Python call plus dispatcher)."""
+    DISPATCH_PROBE_OPS products of a 1-element CPU tensor and a Python number (the Python
+    call, the number wrapped as a tensor, the dispatcher, a 1-element kernel)."""
     try:
         a = torch.ones(1)
         best = float("inf")
         for _ in range(3):
             t0 = time.perf_counter()
             for _ in range(DISPATCH_PROBE_OPS):
-                torch.add(a, a)
+                a * 1.0001  # noqa: B018 (timed for its cost)
             best = min(best, time.perf_counter() - t0)
         return 1e6 * best / DISPATCH_PROBE_OPS
     except Exception:
