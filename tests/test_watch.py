@@ -330,12 +330,14 @@ def test_lightning_callback_says_what_is_missing():
 def test_exit_code_output_and_term_are_kept(tmp_path):
     child = ("import signal, sys, time\n"
              "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
-             "print('ready', flush=True); print('err line', file=sys.stderr, flush=True)\n"
+             "print('err line', file=sys.stderr, flush=True); print('ready', flush=True)\n"
              "time.sleep(30)\n")  # fmt: skip
     log = tmp_path / "t.jsonl"
     proc = subprocess.Popen([*GPUWISE, "watch", "--json", "--log", str(log), "--", sys.executable,
                              "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
+    # stderr first: once "ready" is read, the err line is written (a loaded host could
+    # otherwise deliver the TERM between the two prints)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
