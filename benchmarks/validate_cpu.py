@@ -96,7 +96,7 @@ def _others_share(before: float | None, started: float) -> float | None:
     return (after - before) / ((time.perf_counter() - started) * (os.cpu_count() or 1))
 
 
-def _steady(drift: dict[str, float], plan: str) -> bool:
+def ran_as_probed(drift: dict[str, float], plan: str) -> bool:
     """Whether the machine ran as probed on the rates this plan leans on (bf16 matmuls for a
     bf16 plan): only then can an estimate from that probe be held to the suite's targets."""
     keys = ["read", "matmul_bf16" if "bf16" in plan else "matmul_fp32"]
@@ -128,7 +128,7 @@ def time_suite(cases: list, out: str) -> None:
                 flush=True,
             )
     errors = [abs(r["error"]) for r in rows]
-    steady = [abs(r["error"]) for r in rows if _steady(r["machine_vs_probe"], r["plan"])]
+    steady = [abs(r["error"]) for r in rows if ran_as_probed(r["machine_vs_probe"], r["plan"])]
     summary = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
                "quantities": len(rows), "cases": len(cases), "steady_quantities": len(steady),
                "steady_median_abs_error": statistics.median(steady) if steady else None}  # fmt: skip

@@ -16,6 +16,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from validate_cpu import ran_as_probed  # the same rule as the time suite's
+
 from gpuwise.measure.probe.profile import STEADY
 from gpuwise.measure.validation import machine_vs_probe
 
@@ -136,14 +138,6 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
     }  # fmt: skip
 
 
-def _steady(r: dict) -> bool:
-    """Whether the machine ran as probed (read bandwidth and the case's matmul dtype within
-    STEADY) just before the case was timed: only then can the estimate be held to targets."""
-    keys = ["read", "matmul_bf16" if "bf16" in r["case"] else "matmul_fp32"]
-    drift = r.get("machine_vs_probe") or {}
-    return all(k in drift and abs(drift[k] - 1.0) <= STEADY for k in keys)
-
-
 def _phases(est) -> list:
     t = est.time
     return [p for p in (t.forward, t.backward, t.optimizer) if p] if t else []
@@ -210,7 +204,7 @@ def main() -> None:
     print(f"memory: {_summary(rows, 'memory_error')} over {len(rows)} cases")
     print(f"time:   {_summary(rows, 'time_error')} ({rows[0]['time_rates'] if rows else ''})")
     print(f"time without the allocator's page faults: {_summary(rows, 'time_error_without_faults')}")
-    steady = [r for r in rows if _steady(r)]
+    steady = [r for r in rows if ran_as_probed(r.get("machine_vs_probe") or {}, r["case"])]
     print(f"where the machine ran within {STEADY:.0%} of the probe: "
           f"{_summary(steady, 'time_error')} over {len(steady)} cases")  # fmt: skip
     print("others: the share of the CPUs other processes used while the time was measured")

@@ -173,12 +173,10 @@ def _bias_fill(t: TracedOp) -> Op:
     return Op("addmm bias fill", "elementwise", 0.0, float(out), dtype=t.dtype)
 
 
-# Per parameter tensor, on a CPU (torch.optim's single-tensor loop): the parameter-sized
-# states the first step creates and keeps (AdamW's two moments, SGD's momentum; Adafactor's
-# factored rows and columns are small), and the parameter-sized temporaries each step holds
-# at once (AdamW's square root and quotient of the second moment, Adafactor's squared
-# gradient and update; SGD works in place).
-STEP_STATES = {"adamw": 2, "sgd": 1, "adafactor": 0}
+# Parameter-sized temporaries one optimizer step holds at once per tensor on a CPU
+# (torch.optim's single-tensor loop): AdamW's square root and quotient of the second moment,
+# Adafactor's squared gradient and update; SGD works in place. The states the first step
+# creates and keeps are STATES_PER_PARAM (Adafactor's factored ones are small).
 STEP_TEMPORARIES = {"adamw": 2, "sgd": 0, "adafactor": 2}
 
 
@@ -195,7 +193,7 @@ def _step_events(traced: TracedModule, optimizer: str) -> list[HeapEvent]:
         return []
     per = traced.param_bytes / max(1, traced.param_count)
     sizes = [int(n * per) for n, count in traced.trainable_tensors for _ in range(count)]
-    states = STEP_STATES.get(optimizer, 0)
+    states = STATES_PER_PARAM.get(optimizer, 0)
     temps = STEP_TEMPORARIES.get(optimizer, 0)
     key = -1 - 2**40  # below the trace's keys
     events = []

@@ -62,14 +62,14 @@ def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
     "backward", a matmul whose backward was probed takes that time, plus a forward per
     unit of `scale` above 2 (recomputation)."""
     dtype = op.dtype or dtype
+    if rates.kernels is None:  # datasheet rates (a sweep times thousands of phases)
+        return _roofline(op, rates, dtype, scale)
     timed = _time_work(op, rates, dtype, direction, scale)
     faults = _fresh_s(op.fresh_backward if direction == "backward" else op.fresh, rates)
     return timed._replace(extra_s=timed.extra_s + faults) if faults else timed
 
 
 def _time_work(op: Op, rates: DeviceRates, dtype: str, direction: str, scale: float) -> OpTime:
-    if rates.kernels is None:  # datasheet rates (a sweep): the roofline alone
-        return _roofline(op, rates, dtype, scale)
     measured = _probed_s(op, rates, dtype, "forward")
     if direction == "backward" and op.kind in ("matmul", "attention") and measured is not None:
         backward = _probed_s(op, rates, dtype, "backward")
@@ -182,10 +182,7 @@ def phase_time(name: str, ops: Sequence[Op], rates: DeviceRates, dtype: str, ove
     dispatch time and the device's time. On a CPU the same cores do both, so they add.
     `kernels` is how many kernels run (default: one per operation).
     """
-    if rates.kernels is None:  # datasheet rates (a sweep times thousands of phases)
-        times = tuple(_roofline(op, rates, op.dtype or dtype, scale) for op in ops)
-    else:
-        times = tuple(time_op(op, rates, dtype, direction, scale) for op in ops)
+    times = tuple(time_op(op, rates, dtype, direction, scale) for op in ops)
     ops_s = flops = moved = count = 0.0
     for t in times:  # one pass
         op = t.op
