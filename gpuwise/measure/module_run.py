@@ -16,7 +16,6 @@ Time: after two warm-up runs, the median of `repeats` timed runs. Integer inputs
 
 from __future__ import annotations
 
-import os
 import resource
 import statistics
 import sys
@@ -26,8 +25,6 @@ from typing import Any
 
 from gpuwise.measure import realrun
 from gpuwise.measure.realrun import MeasuredMemory
-
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 InputSpec = tuple[tuple[int, ...], str | None]  # shape, dtype name (None: floating)
 
@@ -146,7 +143,7 @@ def _run(job: dict) -> dict:
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         return {"seconds": statistics.median(times), "all_s": times, "repeats": job["repeats"],
                 "threads": torch.get_num_threads(),
-                "faulted_bytes_per_pass": faults * PAGE / job["repeats"], **versions}  # fmt: skip
+                "faulted_bytes_per_pass": faults * resource.getpagesize() / job["repeats"], **versions}  # fmt: skip
     inputs = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
 
     def at_rest() -> dict[str, int]:
