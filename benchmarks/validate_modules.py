@@ -4,7 +4,13 @@ step. Memory: the estimate's model bytes (total minus the runtime overhead) agai
 measured peak above the process baseline (VmHWM in a fresh process, as `gpuwise validate`).
 Time: forward latency or step time against the median of repeats after two warm-ups.
 
+With `--allocator-split` each case is timed once more in a process whose allocator faults
+nothing in after the warm-ups (`module_run.NO_FAULTS_ENV`): the model less its "page
+faults" rows is compared with that run, and the fault rows with what the faults cost (the
+default run less the fault-free one), so the two kinds of error are seen apart.
+
 Run: .venv/bin/python benchmarks/validate_modules.py [--repeats 7] [--only resnet] [--json]
+     [--no-memory] [--allocator-split]
 """
 
 from __future__ import annotations
@@ -96,7 +102,7 @@ def _timed_alone(fn):
 
 def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
              dtype: str | None, repeats: int, memory: bool = True, timing: bool = True,
-             tries: int = 1, max_others: float = 1.0) -> dict:  # fmt: skip
+             tries: int = 1, max_others: float = 1.0, split: bool = False) -> dict:  # fmt: skip
     from gpuwise.estimate.module_estimate import heap_faults
     from gpuwise.measure.from_module import from_module
     from gpuwise.measure.module_run import measure_module_memory, measure_module_time
@@ -122,6 +128,10 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         mem_err, baseline = mem_est / mem_meas - 1, mem.baseline_bytes
     t_est, t_meas = est.seconds, timed["seconds"]
     fault_s = sum(t.seconds for p in _phases(est) for t in p.ops if t.op.kind == "faults")
+    # The same pass under an allocator that faults nothing in: what the model less its fault
+    # rows is checked against, and the measured cost of the faults (default less this).
+    no_faults = (measure_module_time(path, specs, repeats=repeats, faults=False, **kw)["seconds"]
+                 if timing and split else None)  # fmt: skip
     return {
         "case": label, "others_cpu_share": others,
         "memory_estimated": mem_est, "memory_measured": mem_meas, "memory_error": mem_err,
@@ -131,7 +141,11 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         "time_all_s": timed["all_s"], "time_rates": est.time_rates,
         "time_error_without_faults": ((t_est - fault_s) / t_meas - 1) if t_est and t_meas
         else None,
-        "machine_vs_probe": drift,
+        "machine_vs_probe": drift, "fault_s_estimated": fault_s,
+        "time_measured_without_faults": no_faults,
+        "fault_s_measured": t_meas - no_faults if t_meas and no_faults else None,
+        "model_error_without_faults": (t_est - fault_s) / no_faults - 1 if t_est and no_faults
+        else None,
         "faults_estimated": sum(heap_faults(est.traced, optimizer).values()),
         "faults_measured": timed.get("faulted_bytes_per_pass"),
         "breakdown": est.memory.breakdown,
@@ -161,6 +175,25 @@ def _row(r: dict) -> str:
             + " ".join(f"{k} x{v:.2f}" for k, v in (r.get("machine_vs_probe") or {}).items()))
 
 
+def _print_split(rows: list[dict]) -> None:
+    """The model less its fault rows against runs that fault nothing in, and the fault rows
+    against what the faults cost (the default allocator's time less the fault-free one)."""
+    print(f"\n{'case':36} {'est - faults':>12} {'fault-free':>10} {'err':>7}   "
+          f"{'faults est':>10} {'measured':>9}")  # fmt: skip
+    for r in rows:
+        if r["time_measured_without_faults"] is None:
+            continue
+        print(f"{r['case']:36} {1e3 * (r['time_estimated'] - r['fault_s_estimated']):10.1f}ms "
+              f"{1e3 * r['time_measured_without_faults']:8.1f}ms "
+              f"{100 * r['model_error_without_faults']:+6.1f}%   "
+              f"{1e3 * r['fault_s_estimated']:8.1f}ms {1e3 * r['fault_s_measured']:7.1f}ms")  # fmt: skip
+    print(f"the model less its fault rows, against fault-free runs: "
+          f"{_summary(rows, 'model_error_without_faults')}")
+    split = [r for r in rows if r["fault_s_measured"] is not None]
+    print(f"faults over all cases: estimated {1e3 * sum(r['fault_s_estimated'] for r in split):.0f}"
+          f" ms, measured {1e3 * sum(r['fault_s_measured'] for r in split):.0f} ms")
+
+
 def _summary(rows: list[dict], key: str) -> str:
     errors = [abs(r[key]) for r in rows if r[key] is not None]
     if not errors:
@@ -173,6 +206,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--only", default="", help="run the cases whose label contains this")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--allocator-split", action="store_true",
+                        help="time each case again under an allocator that faults nothing in")
     parser.add_argument("--no-memory", action="store_true", help="only the time runs")
     parser.add_argument("--no-time", action="store_true", help="only the memory runs")
     parser.add_argument(
@@ -194,7 +229,7 @@ def main() -> None:
             continue
         r = run_case(*case, repeats=args.repeats, memory=not args.no_memory,
                      timing=not args.no_time, tries=args.tries,
-                     max_others=args.max_others)  # fmt: skip
+                     max_others=args.max_others, split=args.allocator_split)  # fmt: skip
         rows.append(r)
         if not args.json:
             print(_row(r), flush=True)
@@ -204,6 +239,8 @@ def main() -> None:
     print(f"memory: {_summary(rows, 'memory_error')} over {len(rows)} cases")
     print(f"time:   {_summary(rows, 'time_error')} ({rows[0]['time_rates'] if rows else ''})")
     print(f"time without the allocator's page faults: {_summary(rows, 'time_error_without_faults')}")
+    if args.allocator_split:
+        _print_split(rows)
     steady = [r for r in rows if ran_as_probed(r.get("machine_vs_probe") or {}, r["case"])]
     print(f"where the machine ran within {STEADY:.0%} of the probe: "
           f"{_summary(steady, 'time_error')} over {len(steady)} cases")  # fmt: skip

@@ -149,8 +149,10 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
     assert len(out["linear"]["fp32"]["forward_nn"]) == 2
     assert [p[:3] for p in out["conv"]["fp32"]["backward"]] == [[64, 72, 8]]
-    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "div", "sqrt", "bernoulli",
-                                               "cat", "pool", "batch_norm"}  # fmt: skip
+    assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "gelu_erf",
+                                               "gelu_backward", "gelu_erf_backward", "div",
+                                               "sqrt", "bernoulli", "cat", "pool",
+                                               "batch_norm"}  # fmt: skip
     assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
     assert [n for n, _ in out["optimizer"]["fp32"]["adamw"]] == [1024, 4096]
     assert seen == sorted(seen) and seen[-1] == 1.0

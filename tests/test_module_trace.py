@@ -212,11 +212,31 @@ def test_traced_elementwise_ops_take_the_probed_kernels():
 
     t = trace_module(module_zoo.vit_small(), (1, 3, 224, 224), training=True, optimizer="sgd")
     forward = {op.name: op for op in to_ops(t.phase_ops("forward"))}
-    assert forward["gelu"].kernel == "gelu" and forward["add"].kernel == "binary"
+    # F.gelu's default is the exact (erf) GELU: another kernel than the tanh approximation
+    assert forward["gelu"].kernel == "gelu_erf" and forward["add"].kernel == "binary"
     assert not forward["gelu"].streamed  # inference-style unless asked
+    backward = {op.name: op for op in to_ops(t.phase_ops("backward"))}
+    assert backward["gelu_backward"].kernel == "gelu_erf_backward"
     streamed = to_ops(t.phase_ops("backward"), streamed=True)
     assert all(op.streamed for op in streamed if op.kind == "elementwise")
     assert not any(op.streamed for op in streamed if op.kind != "elementwise")
+
+
+def test_a_tanh_gelu_takes_the_tanh_kernel_forward_and_backward():
+    from gpuwise.estimate.module_estimate import to_ops
+
+    class TanhMlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.fc(x), approximate="tanh")
+
+    t = trace_module(TanhMlp(), (8, 64), training=True, optimizer="sgd")
+    kernels = {op.name: op.kernel for phase in ("forward", "backward")
+               for op in to_ops(t.phase_ops(phase))}  # fmt: skip
+    assert kernels["gelu"] == "gelu" and kernels["gelu_backward"] == "gelu_backward"
 
 
 def test_a_cnn_pools_and_normalises_at_the_probed_rates():

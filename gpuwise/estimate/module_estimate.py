@@ -104,7 +104,9 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
 
 
 # Traced aten elementwise ops the probe timed a kernel for, by aten name.
-ELEMENTWISE_KERNELS = {"gelu": "gelu", "silu": "silu", "mul": "binary", "add": "binary",
+# GELU: the exact (erf) one, F.gelu's default, and its tanh approximation are two kernels.
+ELEMENTWISE_KERNELS = {"gelu": "gelu_erf", "gelu:tanh": "gelu", "gelu_backward": "gelu_erf_backward",
+                       "gelu_backward:tanh": "gelu_backward", "silu": "silu", "mul": "binary", "add": "binary",
                        "sub": "binary", "div": "div", "sqrt": "sqrt", "cat": "cat",
                        "bernoulli": "bernoulli", "native_dropout": "bernoulli",
                        "max_pool2d_with_indices": "pool",
@@ -141,7 +143,8 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     # Convolutions take the probe's convolution curve (by FLOPs) where it ran, else the
     # roofline on the matmul size curve: the linear grid does not cover oneDNN's kernels.
     kind = "conv" if t.name.startswith("convolution") else t.kind
-    kernel = ELEMENTWISE_KERNELS.get(t.name.rstrip("_"), "") if kind == "elementwise" else ""
+    key = t.name.rstrip("_") + (f":{t.variant}" if t.variant else "")
+    kernel = ELEMENTWISE_KERNELS.get(key, "") if kind == "elementwise" else ""
     return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
               t.weight_bytes / gemms, kernel, t.dtype,
               streamed=streamed and kind == "elementwise")  # fmt: skip

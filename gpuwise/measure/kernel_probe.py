@@ -15,7 +15,8 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
 - `optimizer`: seconds per element of one torch.optim.AdamW step (the single-tensor loop a
   CPU runs) on one parameter of 2^18 ... 2^26 elements: its out-of-place temporaries are
   page-faulted in when they are larger than the allocator's mmap threshold;
-- `elementwise`: bytes/s of a binary op (mul), of SiLU, tanh-GELU, division and square
+- `elementwise`: bytes/s of a binary op (mul), of SiLU, GELU (the tanh approximation and
+  the exact erf one, forward and backward: four times apart on a CPU), division and square
   root (the optimizer's), a Bernoulli draw (dropout masks) and a torch.cat that appends a
   row to a cache (transformers' DynamicCache each decode step), on an activation-sized
   tensor;
@@ -327,11 +328,15 @@ class _Kernels:
         size = n * a.element_size()
         cache = a.view(SDPA_HEADS, -1, HEAD_DIM)  # a layer's keys: (heads, positions, dim)
         row = self._tensor(SDPA_HEADS, 1, HEAD_DIM, dtype=dtype)
-        gelu = t.nn.functional.gelu
+        gelu, gelu_backward = t.nn.functional.gelu, t.ops.aten.gelu_backward
         return {
             "binary": 3 * size / self._median_s(lambda: t.mul(a, b, out=out)),
             "silu": 2 * size / self._median_s(lambda: t.nn.functional.silu(a)),
             "gelu": 2 * size / self._median_s(lambda: gelu(a, approximate="tanh")),
+            "gelu_erf": 2 * size / self._median_s(lambda: gelu(a)),
+            "gelu_backward": 3 * size / self._median_s(
+                lambda: gelu_backward(b, a, approximate="tanh")),
+            "gelu_erf_backward": 3 * size / self._median_s(lambda: gelu_backward(b, a)),
             "div": 3 * size / self._median_s(lambda: t.div(a, b, out=out)),
             "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),
             "bernoulli": size / self._median_s(lambda: out.bernoulli_(0.9)),  # dropout masks

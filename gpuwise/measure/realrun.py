@@ -249,16 +249,19 @@ def _checked_config(config: dict) -> dict:
 
 
 def _run_child(job: dict, timeout_s: float, allocator_env: bool = True,
-               child: str = "gpuwise.measure.realrun") -> dict:  # fmt: skip
+               child: str = "gpuwise.measure.realrun",
+               malloc_env: dict[str, str] | None = None) -> dict:  # fmt: skip
     """Run one job in a fresh process (`python -m child`) and return its result record.
 
     `allocator_env` sets the malloc variables that make the resident set track live tensors
-    (memory measurements); timing runs leave the allocator as users have it.
+    (memory measurements); timing runs leave the allocator as users have it, or as
+    `malloc_env` sets it.
     """
     env = {**os.environ, **_CHILD_ENV}
     if not allocator_env:
         for key in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
             env.pop(key, None)
+    env.update(malloc_env or {})
     # The child must import this very package, installed or not.
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)

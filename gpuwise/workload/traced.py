@@ -37,6 +37,7 @@ class TracedOp:
     weight_bytes: float = 0.0  # of `bytes`, what a parameter operand contributes
     heads: int = 0  # attention: batch x heads
     causal: bool = False  # attention with a causal mask
+    variant: str = ""  # the kernel's flavour where one op has several: "tanh" for a tanh GELU
 
 
 @dataclass(frozen=True)
