@@ -1,5 +1,6 @@
 """Kernels timed at model shapes: how estimates read the probe's grids, and the probe itself."""
 
+import importlib.util
 from dataclasses import replace
 
 import pytest
@@ -155,6 +156,9 @@ def test_the_kernel_probe_measures_a_tiny_plan():
                                                "batch_norm"}  # fmt: skip
     assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
     assert [n for n, _ in out["optimizer"]["fp32"]["adamw"]] == [1024, 4096]
+    assert [n for n, _ in out["optimizer"]["fp32"]["sgd"]] == [1024, 4096]
+    if importlib.util.find_spec("transformers"):  # Adafactor is transformers'
+        assert [n for n, _ in out["optimizer"]["fp32"]["adafactor"]] == [1024, 4096]
     assert seen == sorted(seen) and seen[-1] == 1.0
     rates = KernelRates.from_record(out)
     assert rates.linear_s(4, 100, 100, "fp32") > 0 and rates.sdpa_s(4, 1, 64, 64, "fp32") > 0

@@ -12,9 +12,11 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
 - `sdpa`: scaled_dot_product_attention per (batch x head), head dim 64: decode (one query
   against kv positions), causal prefill (q = kv), non-causal attention (q = kv: encoders
   and vision transformers) and the causal backward (training);
-- `optimizer`: seconds per element of one torch.optim.AdamW step (the single-tensor loop a
-  CPU runs) on one parameter of 2^18 ... 2^26 elements: its out-of-place temporaries are
-  page-faulted in when they are larger than the allocator's mmap threshold;
+- `optimizer`: seconds per element of one step of torch.optim.AdamW (the single-tensor loop a
+  CPU runs), SGD with momentum and transformers' Adafactor (2-D parameters) on parameters of
+  2^10 ... 2^26 elements: AdamW's out-of-place temporaries are page-faulted in when they
+  are larger than the allocator's mmap threshold, and Adafactor's per-tensor Python is most
+  of its step on small tensors;
 - `elementwise`: bytes/s of a binary op (mul), of SiLU, GELU (the tanh approximation and
   the exact erf one, forward and backward: four times apart on a CPU), division and square
   root (the optimizer's), a Bernoulli draw (dropout masks) and a torch.cat that appends a
@@ -81,7 +83,7 @@ class KernelPlan:
         per_dtype += len(self.nn_rows) * len(self.nn_widths) ** 2
         per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
         per_dtype += len(self.sdpa_prefill_q) + len(self.sdpa_full_q) + 1
-        per_dtype += len(self.optimizer_elements)
+        per_dtype += len(self.optimizer_elements) * 3  # AdamW, SGD, Adafactor
         per_dtype += 2 * len(self.conv_shapes)
         return per_dtype * len(self.dtypes) + 1
 
@@ -114,6 +116,15 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
     if progress:
         progress("kernels done", 1.0)
     return out
+
+
+OPTIMIZERS = ("adamw", "sgd", "adafactor")
+
+
+def _matrix(n: int) -> tuple[int, int]:
+    """A 2-D shape of n elements (a power of two), as square as it goes."""
+    rows = 2 ** (n.bit_length() // 2)
+    return rows, max(1, n // rows)
 
 
 def _with_cold_set(plan: KernelPlan, cache_bytes: int) -> KernelPlan:
@@ -251,22 +262,38 @@ class _Kernels:
         return self.t.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
 
     def optimizer(self, dtype: str) -> dict[str, list[list[float]]]:
-        """AdamW's seconds per parameter element, by the size of the parameter tensor: one
-        step over enough such parameters that their weights, gradients and two states
-        exceed the cache, as a model's are (a small tensor's cost is the loop's per-step
-        cost for it)."""
-        curve = []
+        """Seconds per parameter element of one optimizer step, by the size of the parameter
+        tensor, for AdamW, SGD with momentum and transformers' Adafactor (as `gpuwise
+        validate` and the module runs make them; Adafactor on 2-D tensors, whose second
+        moment it factors): one step over enough such parameters that their weights,
+        gradients and two states exceed the cache, as a model's are (a small tensor's cost
+        is the loop's per-tensor cost for it: Adafactor's Python runs about 40 kernels per
+        tensor). An optimizer that cannot be made here (no transformers) is left out."""
+        from gpuwise.measure.realrun import _make_optimizer
+
+        curves: dict[str, list[list[float]]] = {}
         size = self.t.empty((), dtype=self.types[dtype]).element_size()
-        for n in self.plan.optimizer_elements:
-            self._step(f"adamw {dtype} on {n:,} elements")
-            count = max(1, min(256, self.plan.cold_set_bytes // (4 * n * size)))
-            params = [self.t.nn.Parameter(self._tensor(n, dtype=dtype)) for _ in range(count)]
-            for p in params:
-                p.grad = self._tensor(n, dtype=dtype)
-            opt = self.t.optim.AdamW(params, lr=1e-4, foreach=self.device.type == "cuda")
-            curve.append([n, self._median_s(opt.step) / (n * count)])
-            del opt, params
-        return {"adamw": curve}
+        for name in OPTIMIZERS:
+            curve = []
+            for n in self.plan.optimizer_elements:
+                self._step(f"{name} {dtype} on {n:,} elements")
+                count = max(1, min(256, self.plan.cold_set_bytes // (4 * n * size)))
+                shape = _matrix(n) if name == "adafactor" else (n,)
+                params = [self.t.nn.Parameter(self._tensor(*shape, dtype=dtype))
+                          for _ in range(count)]  # fmt: skip
+                for p in params:
+                    p.grad = self._tensor(*shape, dtype=dtype)
+                try:
+                    opt = _make_optimizer(name, params)
+                except ImportError:
+                    break
+                if name == "adamw":  # the loop a CPU runs; a GPU's foreach kernels
+                    opt = self.t.optim.AdamW(params, lr=1e-4, foreach=self.device.type == "cuda")
+                curve.append([n, self._median_s(opt.step) / (n * count)])
+                del opt, params
+            if curve:
+                curves[name] = curve
+        return curves
 
     def conv(self, dtype: str) -> dict[str, list[list[float]]]:
         """3x3 convolutions, stride 1, padding 1, as implicit GEMMs [rows m (batch x
