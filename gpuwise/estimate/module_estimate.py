@@ -105,8 +105,9 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
 
 # Traced aten elementwise ops the probe timed a kernel for, by aten name.
 # GELU: the exact (erf) one, F.gelu's default, and its tanh approximation are two kernels.
-ELEMENTWISE_KERNELS = {"gelu": "gelu_erf", "gelu:tanh": "gelu", "gelu_backward": "gelu_erf_backward",
-                       "gelu_backward:tanh": "gelu_backward", "silu": "silu", "mul": "binary", "add": "binary",
+ELEMENTWISE_KERNELS = {"gelu": "gelu_erf", "gelu:tanh": "gelu",
+                       "gelu_backward": "gelu_erf_backward", "gelu_backward:tanh": "gelu_backward",
+                       "silu": "silu", "mul": "binary", "add": "binary",
                        "sub": "binary", "div": "div", "sqrt": "sqrt", "cat": "cat",
                        "bernoulli": "bernoulli", "native_dropout": "bernoulli",
                        "max_pool2d_with_indices": "pool",

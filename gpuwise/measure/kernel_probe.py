@@ -283,12 +283,13 @@ class _Kernels:
                           for _ in range(count)]  # fmt: skip
                 for p in params:
                     p.grad = self._tensor(*shape, dtype=dtype)
-                try:
-                    opt = _make_optimizer(name, params)
-                except ImportError:
-                    break
                 if name == "adamw":  # the loop a CPU runs; a GPU's foreach kernels
                     opt = self.t.optim.AdamW(params, lr=1e-4, foreach=self.device.type == "cuda")
+                else:
+                    try:
+                        opt = _make_optimizer(name, params)
+                    except ImportError:
+                        break
                 curve.append([n, self._median_s(opt.step) / (n * count)])
                 del opt, params
             if curve:
