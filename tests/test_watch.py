@@ -519,7 +519,9 @@ def test_api_thousands_of_tiny_ops_is_host_bound(tmp_path):
             w.step(samples=8)
     s = w.summary()
     assert s.ops_per_step and s.ops_per_step > 1500
-    assert s.dispatch_us is not None and 0 < s.dispatch_us < s.us_per_op
+    # the loop's operators are the probe's kind (a tiny tensor times a number): the two
+    # measurements agree within the host's noise (CI measured 17.4 us probed, 16.8 in the loop)
+    assert s.dispatch_us is not None and s.us_per_op / 3 < s.dispatch_us < 3 * s.us_per_op
     assert w.verdict().bound == "host-bound", (s.us_per_op, s.ops_per_step, s.dispatch_us)
 
 
