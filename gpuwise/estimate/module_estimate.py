@@ -25,7 +25,7 @@ from gpuwise.estimate.plans import TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.results import MemoryEstimate, make_estimate
 from gpuwise.estimate.speed import optimizer_phase
-from gpuwise.estimate.timing import OpTime, PhaseTime, dispatch_cost, phase_time
+from gpuwise.estimate.timing import PhaseTime, dispatch_cost, phase_time, with_faults
 from gpuwise.estimate.training import STATES_PER_PARAM, ParamBytes, _step_temporary
 from gpuwise.workload.ops import Op
 from gpuwise.workload.traced import HeapEvent, TracedModule, TracedOp
@@ -234,11 +234,11 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
     fresh = k.fresh_bytes_per_s if rates.kind == "cpu" and k is not None else 0.0
     faults = heap_faults(traced, optimizer) if fresh else {}
     forward = _phase("forward", traced.phase_ops("forward"), rates, dtype, cost_phase, training)
-    forward = _with_faults(forward, faults.get("forward", 0), fresh)
+    forward = with_faults(forward, faults.get("forward", 0), fresh)
     if not training:
         return ModuleTime(forward, None, None, rates.source)
     backward = _phase("backward", traced.phase_ops("backward"), rates, dtype, cost_phase, True)
-    backward = _with_faults(backward, faults.get("backward", 0), fresh)
+    backward = with_faults(backward, faults.get("backward", 0), fresh)
     counts = traced.optimizer_ops
     # torch.optim dispatches its ops straight from Python: the bare per-op cost applies
     # (where the step was not probed; a probed step includes it).
@@ -246,16 +246,5 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
                      + counts.get("views", 0) * rates.view_overhead_s)  # fmt: skip
     step = optimizer_phase(_plan(traced, optimizer), traced.trainable_count,
                            traced.trainable_tensors, rates, step_overhead)  # fmt: skip
-    step = _with_faults(step, faults.get("optimizer", 0), fresh)
+    step = with_faults(step, faults.get("optimizer", 0), fresh)
     return ModuleTime(forward, backward, step, rates.source)
-
-
-def _with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> PhaseTime:
-    """The phase plus the first touch of the pages the allocator gives it afresh, at the
-    probed first-touch rate (a row of its own in the op table)."""
-    if not nbytes or not fresh_bytes_per_s:
-        return phase
-    seconds = nbytes / fresh_bytes_per_s
-    op = Op("page faults", "faults", 0.0, float(nbytes))
-    return replace(phase, seconds=phase.seconds + seconds, ops_s=phase.ops_s + seconds,
-                   ops=(*phase.ops, OpTime(op, 0.0, seconds, measured=False)))  # fmt: skip

@@ -4,7 +4,7 @@ runtime adds a fixed cost for every operation it dispatches."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from gpuwise.catalog.runtimes import op_counts
@@ -197,3 +197,14 @@ def phase_time(name: str, ops: Sequence[Op], rates: DeviceRates, dtype: str, ove
     flops, moved = scale * flops, scale * moved
     return PhaseTime(name, ops_s + overhead_s + comm_s, ops_s, overhead_s, comm_s, flops, moved,
                      times)  # fmt: skip
+
+
+def with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> PhaseTime:
+    """The phase plus the first touch of the pages the allocator gives it afresh, at the
+    probed first-touch rate (a row of its own in the op table)."""
+    if not nbytes or not fresh_bytes_per_s:
+        return phase
+    seconds = nbytes / fresh_bytes_per_s
+    op = Op("page faults", "faults", 0.0, float(nbytes))
+    return replace(phase, seconds=phase.seconds + seconds, ops_s=phase.ops_s + seconds,
+                   ops=(*phase.ops, OpTime(op, 0.0, seconds, measured=False)))  # fmt: skip

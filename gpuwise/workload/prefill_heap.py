@@ -1,0 +1,214 @@
+"""The tensors a transformers prefill takes from the host allocator and gives back, in order.
+
+A CPU runs each eager op into a fresh output tensor (glibc malloc), and frees its inputs as
+Python drops them. Where glibc gives the heap back between layers, the next layer faults its
+pages in again (`estimate/heap_replay.py`). This is the sequence of one decoder layer as
+transformers' modelling code runs it (per family: RMSNorm's fp32 upcast, rotary's
+rotate_half, repeat_kv, GPT-2's Python GELU, the fused q/k/v projections whose key and
+value views the cache keeps alive), so the replay can count those faults without torch.
+
+Sizes follow the shapes; what is below 64 KiB (norm statistics, masks of a row) is left
+out, as glibc serves it from bins that never go back to the system.
+"""
+
+from __future__ import annotations
+
+from gpuwise.workload.arch import Architecture
+from gpuwise.workload.ops import Shape
+from gpuwise.workload.traced import HeapEvent
+
+SMALL = 64 * 1024  # glibc's fast and small bins: never trimmed, never mapped
+# Families whose q, k and v come out of one projection (views of one tensor).
+FUSED_QKV = frozenset({"gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3"})
+# transformers' NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
+PYTHON_GELU_STEPS = 6  # pow, mul, add, mul, tanh, add: each a fresh tensor, the last kept
+
+
+class _Heap:
+    """Named tensors taken and dropped; each name is one live tensor."""
+
+    def __init__(self) -> None:
+        self.events: list[HeapEvent] = []
+        self.live: dict[str, int] = {}
+        self.serial = 0
+
+    def take(self, name: str, nbytes: float) -> None:
+        if nbytes < SMALL:
+            return
+        self.serial += 1
+        self.live[name] = self.serial
+        self.events.append(HeapEvent(self.serial, int(nbytes), "forward"))
+
+    def drop(self, *names: str) -> None:
+        for name in names:
+            key = self.live.pop(name, None)
+            if key is not None:
+                self.events.append(HeapEvent(key, 0, "forward"))
+
+    def rename(self, old: str, new: str) -> None:
+        if old in self.live:
+            self.live[new] = self.live.pop(old)
+
+
+def _norm(h: _Heap, arch: Architecture, elements: int, c: float, out: str) -> None:
+    if arch.norm == "layer":  # one kernel (its row statistics are small)
+        h.take(out, elements * c)
+        return
+    # RMSNorm: x.to(fp32); x.pow(2).mean(); x * rsqrt(var + eps); weight * x.to(dtype)
+    if c != 4:
+        h.take(out + ".up", elements * 4)
+    h.take(out + ".pow", elements * 4)
+    h.drop(out + ".pow")
+    h.take(out + ".scaled", elements * 4)
+    h.drop(out + ".up")
+    if c != 4:
+        h.take(out + ".down", elements * c)
+    h.take(out, elements * c)
+    h.drop(out + ".down", out + ".scaled")
+
+
+def _rotary(h: _Heap, name: str, elements: float, share: float, c: float) -> None:
+    """apply_rotary_pos_emb on one of q or k: (x * cos) + (rotate_half(x) * sin), where
+    rotate_half is cat(-x2, x1); a partial rotary (`share` < 1) cats the rotated part back
+    onto the rest. The rotated tensor replaces `name`."""
+    rot = elements * share * c
+    h.take(name + ".cos", rot)
+    h.take(name + ".neg", rot / 2)
+    h.take(name + ".cat", rot)
+    h.drop(name + ".neg")
+    h.take(name + ".sin", rot)
+    h.drop(name + ".cat")
+    h.take(name + ".rot", rot)
+    h.drop(name + ".cos", name + ".sin")
+    if share < 1:
+        h.take(name + ".full", elements * c)
+        h.drop(name + ".rot")
+        h.rename(name + ".full", name + ".rot")
+    h.drop(name)
+    h.rename(name + ".rot", name)
+
+
+def _attention(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
+    """Projections, rotary, the cache, attention and its output projection; leaves "o"."""
+    rows, c = s.rows, s.compute_bytes
+    q, kv = rows * arch.q_dim, rows * arch.kv_dim
+    k_name, v_name = f"k{layer}", f"v{layer}"  # the cache keeps them to the end of the pass
+    fused = arch.model_type in FUSED_QKV
+    if fused:  # q, k and v are views of one tensor, kept whole while the cache holds k or v
+        h.take(f"qkv{layer}", (q + 2 * kv) * c)
+    else:
+        h.take("q", q * c)
+        h.take(k_name, kv * c)
+        h.take(v_name, kv * c)
+    if arch.position == "rope" and arch.rotary_dim:  # of a fused projection: its views
+        share = arch.rotary_dim / max(1, arch.head_dim)
+        _rotary(h, "q", q, share, c)
+        _rotary(h, k_name, kv, share, c)
+    if s.attention == "eager":
+        _eager_scores(h, arch, s, fused)
+    else:
+        h.take("attn", q * c)  # the CPU flash kernel: its output only
+    h.drop("q")
+    h.take("attn.t", q * c)  # transpose(1, 2).contiguous()
+    h.drop("attn")
+    h.take("o", rows * arch.hidden_size * c)
+    h.drop("attn.t")
+
+
+def _eager_scores(h: _Heap, arch: Architecture, s: Shape, fused: bool) -> None:
+    """matmul(q, k^T) * scale + mask, softmax in fp32, downcast, @ v: each a fresh tensor;
+    grouped KV heads are repeated first (repeat_kv), views of a fused projection copied."""
+    c = s.compute_bytes
+    scores = s.batch * arch.num_heads * s.tokens * s.context * c
+    repeated = s.batch * arch.num_heads * s.context * arch.head_dim * c
+    if arch.num_kv_heads != arch.num_heads:
+        h.take("k.rep", repeated)
+        h.take("v.rep", repeated)
+    elif fused:  # batched matmul on transposed views: contiguous copies of q and k
+        h.take("q.c", s.rows * arch.q_dim * c)
+        h.take("k.rep", repeated)
+    h.take("s1", scores)
+    h.drop("q.c")
+    h.take("s2", scores)  # * scaling
+    h.drop("s1")
+    h.take("s3", scores)  # + causal mask
+    h.drop("s2")
+    h.take("p32", scores * 4 / c)  # softmax(dtype=float32)
+    h.drop("s3")
+    if c != 4:
+        h.take("p", scores)  # .to(query.dtype)
+        h.drop("p32")
+        h.rename("p", "p32")
+    if fused and "v.rep" not in h.live:
+        h.take("v.rep", repeated)
+    h.take("attn", s.rows * arch.q_dim * c)
+    h.drop("p32", "k.rep", "v.rep")
+
+
+def _mlp(h: _Heap, arch: Architecture, s: Shape, src: str) -> None:
+    """The MLP on the normed `src`; leaves "down"."""
+    c = s.compute_bytes
+    inner = s.rows * arch.intermediate_size * c
+    if arch.gated_mlp:  # down(act(gate(x)) * up(x))
+        h.take("gate", inner)
+        h.take("act", inner)
+        h.drop("gate")
+        h.take("up", inner)
+        h.take("mul", inner)
+        h.drop("act", "up")
+        h.rename("mul", "act")
+    else:
+        h.take("fc", inner)
+        if arch.activation.lower() == "gelu_new":
+            h.take("half", inner)  # 0.5 * x, evaluated first
+            for i in range(PYTHON_GELU_STEPS):
+                h.take(f"g{i}", inner)
+                h.drop(f"g{i - 1}")
+            h.take("act", inner)
+            h.drop("half", f"g{PYTHON_GELU_STEPS - 1}")
+        else:
+            h.take("act", inner)
+        h.drop("fc")
+    h.take("down", s.rows * arch.hidden_size * c)
+    h.drop("act", src)
+
+
+def _layer(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
+    hidden = s.rows * arch.hidden_size
+    c = s.compute_bytes
+    _norm(h, arch, hidden, c, "n1")
+    _attention(h, arch, s, layer)
+    if arch.parallel_residual:  # x + attn(ln1(x)) + mlp(ln2(x)), or one norm for both
+        if arch.norms_per_layer > 1:
+            h.drop("n1")
+            _norm(h, arch, hidden, c, "n2")
+            _mlp(h, arch, s, "n2")
+        else:
+            _mlp(h, arch, s, "n1")
+        h.take("x.o", hidden * c)
+        h.drop("o")
+        h.take("x.next", hidden * c)
+        h.drop("x.o", "down", "x")
+    else:
+        h.take("x.mid", hidden * c)  # residual + attention
+        h.drop("o", "n1", "x")
+        _norm(h, arch, hidden, c, "n2")
+        _mlp(h, arch, s, "n2")
+        h.take("x.next", hidden * c)
+        h.drop("down", "x.mid")
+    h.rename("x.next", "x")
+
+
+def prefill_heap_events(arch: Architecture, s: Shape) -> list[HeapEvent]:
+    """One prefill's tensors of 64 KiB and more, taken and given back, in transformers'
+    order: the embedding, every layer (the cache keeps each layer's keys and values) and
+    the final norm; all given back at the end."""
+    h = _Heap()
+    c = s.compute_bytes
+    h.take("x", s.rows * arch.hidden_size * c)
+    for layer in range(arch.num_layers):
+        _layer(h, arch, s, layer)
+    _norm(h, arch, s.rows * arch.hidden_size, c, "final")
+    h.drop("x")  # the logits, last, are the lm_head op's own (`Op.fresh`)
+    h.drop(*list(h.live))
+    return h.events
