@@ -6,7 +6,6 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from gpuwise.catalog.formats import weight_format
-from gpuwise.estimate.heap_replay import replay
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.timing import OpTime, PhaseTime, dispatch_overhead, phase_time, with_faults
@@ -23,7 +22,6 @@ from gpuwise.workload.ops import (
     loss_ops,
 )
 from gpuwise.workload.params import parameter_tensors
-from gpuwise.workload.prefill_heap import prefill_heap_events
 
 RUNTIME = "Hugging Face transformers (PyTorch eager)"
 
@@ -138,6 +136,9 @@ def prefill_fault_bytes(arch: Architecture, shape: Shape) -> int:
     """Bytes a CPU prefill under transformers faults in afresh: its tensors replayed
     through glibc's allocator (`heap_replay`), in steady state. A decode step's tensors are
     a few rows each and fault nothing (measured: 0 within +-20 MB)."""
+    from gpuwise.estimate.heap_replay import replay  # only a probed CPU needs it (cold start)
+    from gpuwise.workload.prefill_heap import prefill_heap_events
+
     return replay(prefill_heap_events(arch, shape)).get("forward", 0)
 
 
