@@ -98,9 +98,14 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
             backward = k.conv_s(op.m, op.k, op.n, dtype, "backward")
             return backward / 2 if backward else None
         return k.conv_s(op.m, op.k, op.n, dtype, "forward")
-    if op.kind == "matmul":
-        seconds = k.linear_s(op.m, op.k, op.n, dtype, direction, op.layout)
-        return _narrower_than_grid(seconds, op, rates, dtype) if seconds else seconds
+    if op.kind == "matmul":  # each GEMM the runtime runs (q, k and v apart), at its shape
+        total = 0.0
+        for part in [replace(op, n=n, splits=()) for n in op.splits] or [op]:
+            seconds = k.linear_s(part.m, part.k, part.n, dtype, direction, part.layout)
+            if not seconds:
+                return None
+            total += _narrower_than_grid(seconds, part, rates, dtype)
+        return total
     if op.kernel == "sdpa" and op.heads:
         queries = max(1, op.m // op.heads)
         return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, direction == "backward",

@@ -59,7 +59,7 @@ SDPA_HEADS = 16  # batch x heads per timed call; the time per head is what is st
 class KernelPlan:
     dtypes: tuple[str, ...] = ("fp32", "bf16")
     rows: tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
-    widths: tuple[int, ...] = (512, 1024, 2048, 4096)
+    widths: tuple[int, ...] = (128, 512, 1024, 2048, 4096)  # 128: grouped k/v projections
     backward_rows: tuple[int, ...] = (128, 512, 1024)
     nn_rows: tuple[int, ...] = (1, 2, 4, 16, 64, 256)  # Conv1D layout; beyond: as F.linear
     nn_widths: tuple[int, ...] = (1024, 4096)

@@ -42,6 +42,9 @@ class Op:
     # forward and backward: a host allocator maps large ones in anew and faults every page.
     fresh: tuple[tuple[float, float], ...] = ()
     fresh_backward: tuple[tuple[float, float], ...] = ()
+    # A matmul the runtime runs as several GEMMs on the same input (q, k and v; gate and
+    # up): their output widths (summing to n). Probed kernels time each; () is one GEMM.
+    splits: tuple[int, ...] = ()
 
     @property
     def intensity(self) -> float:
@@ -67,13 +70,25 @@ class Shape:
         return self.batch * self.tokens
 
 
+# Families whose q, k and v come out of one projection (views of one output), and those whose
+# gated MLP runs gate and up as one; the others run a GEMM each (transformers' modelling).
+FUSED_QKV = frozenset({"gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3"})
+FUSED_GATE_UP = frozenset({"phi3"})
+
+
 def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = None,
-            layout: str = "") -> Op:  # fmt: skip
+            layout: str = "", splits: tuple[int, ...] = ()) -> Op:  # fmt: skip
     m = s.rows if rows is None else rows
     c = s.compute_bytes
     weights = n * k * s.weight_bytes
     return Op(name, "matmul", 2.0 * m * n * k, weights + m * k * c + m * n * c, count, m, n, k,
-              weights, layout=layout)  # fmt: skip
+              weights, layout=layout, splits=splits)  # fmt: skip
+
+
+def _qkv_splits(arch: Architecture) -> tuple[int, ...]:
+    if arch.model_type in FUSED_QKV or arch.mla:
+        return ()
+    return (arch.q_dim, arch.kv_dim, arch.kv_dim)
 
 
 def _elementwise(name: str, elements: float, passes: float, c: float, count: int,
@@ -138,12 +153,14 @@ def _mlp(arch: Architecture, s: Shape) -> list[Op]:
         )
         if moe.shared_experts:
             widths.append((moe.shared_intermediate, moe.layers, s.rows, True))
-    for inner, layers, rows, gated in widths:
+    for i, (inner, layers, rows, gated) in enumerate(widths):
         if not layers:
             continue
         n_in = 2 * inner if gated else inner
         layout = "nn" if arch.conv1d else ""
-        ops.append(_matmul("mlp_in", s, n_in, d, layers, rows, layout))
+        apart = gated and not i and arch.model_type not in FUSED_GATE_UP  # dense: gate, up
+        ops.append(_matmul("mlp_in", s, n_in, d, layers, rows, layout,
+                           (inner, inner) if apart else ()))  # fmt: skip
         ops.append(_matmul("mlp_out", s, d, inner, layers, rows, layout))
         ops += _activation(arch, rows * inner, gated, c, layers)
     return ops
@@ -174,7 +191,8 @@ def forward_ops(arch: Architecture, s: Shape) -> list[Op]:
     norms = arch.norms_per_layer
     ops.append(_norm(arch, s, L * norms))
     layout = "nn" if arch.conv1d else ""
-    ops.append(_matmul("qkv", s, arch.q_dim + 2 * arch.kv_dim, d, L, layout=layout))
+    ops.append(_matmul("qkv", s, arch.q_dim + 2 * arch.kv_dim, d, L, layout=layout,
+                       splits=_qkv_splits(arch)))  # fmt: skip
     ops += _attention(arch, s)
     ops.append(_matmul("attn_out", s, d, arch.q_dim, L, layout=layout))
     ops += _mlp(arch, s)

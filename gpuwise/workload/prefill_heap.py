@@ -14,12 +14,10 @@ out, as glibc serves it from bins that never go back to the system.
 from __future__ import annotations
 
 from gpuwise.workload.arch import Architecture
-from gpuwise.workload.ops import Shape
+from gpuwise.workload.ops import FUSED_QKV, Shape
 from gpuwise.workload.traced import HeapEvent
 
 SMALL = 64 * 1024  # glibc's fast and small bins: never trimmed, never mapped
-# Families whose q, k and v come out of one projection (views of one tensor).
-FUSED_QKV = frozenset({"gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3"})
 # transformers' NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
 PYTHON_GELU_STEPS = 6  # pow, mul, add, mul, tanh, add: each a fresh tensor, the last kept
 
