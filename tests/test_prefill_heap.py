@@ -127,3 +127,13 @@ def test_the_sequence_faults_as_the_traced_model_does(name, batch, tokens, dtype
     c = 4 if dtype == "fp32" else 2
     written = prefill_fault_bytes(from_config(config, name), _shape(batch, tokens, c, attention))
     assert written == pytest.approx(heap_faults(traced)["forward"], rel=0.15)
+
+
+@pytest.mark.parametrize(("name", "tokens", "c"), [("qwen2.5-0.5b", 512, 2),
+                                                   ("smollm2-135m", 256, 4),
+                                                   ("llama-3.1-8b", 128, 2)])  # fmt: skip
+def test_a_deep_model_is_replayed_from_a_few_layers_within_five_percent(name, tokens, c):
+    a = arch(name)
+    s = _shape(1, tokens, c)
+    whole = replay(prefill_heap_events(a, s), passes=2)["forward"]
+    assert a.num_layers > 8 and prefill_fault_bytes(a, s) == pytest.approx(whole, rel=0.05)
