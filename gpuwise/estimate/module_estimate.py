@@ -25,7 +25,13 @@ from gpuwise.estimate.plans import TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.results import MemoryEstimate, make_estimate
 from gpuwise.estimate.speed import optimizer_phase
-from gpuwise.estimate.timing import PhaseTime, dispatch_cost, phase_time, with_faults
+from gpuwise.estimate.timing import (
+    PhaseTime,
+    dispatch_cost,
+    fresh_bytes_per_s,
+    phase_time,
+    with_faults,
+)
 from gpuwise.estimate.training import STATES_PER_PARAM, ParamBytes, _step_temporary
 from gpuwise.workload.ops import Op
 from gpuwise.workload.traced import HeapEvent, TracedModule, TracedOp
@@ -230,8 +236,7 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
     dtype = traced.dtype
     cost_phase = "training" if traced.training else "inference"
     training = traced.training
-    k = rates.kernels
-    fresh = k.fresh_bytes_per_s if rates.kind == "cpu" and k is not None else 0.0
+    fresh = fresh_bytes_per_s(rates)
     faults = heap_faults(traced, optimizer) if fresh else {}
     forward = _phase("forward", traced.phase_ops("forward"), rates, dtype, cost_phase, training)
     forward = with_faults(forward, faults.get("forward", 0), fresh)

@@ -8,7 +8,14 @@ from functools import lru_cache
 from gpuwise.catalog.formats import weight_format
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
-from gpuwise.estimate.timing import OpTime, PhaseTime, dispatch_overhead, phase_time, with_faults
+from gpuwise.estimate.timing import (
+    OpTime,
+    PhaseTime,
+    dispatch_overhead,
+    fresh_bytes_per_s,
+    phase_time,
+    with_faults,
+)
 from gpuwise.estimate.training import lora_params
 from gpuwise.estimate.weights import weight_bytes
 from gpuwise.helpers import GpuwiseError
@@ -125,12 +132,6 @@ def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> t
     return tuple(_split(op, tp) for op in ops)
 
 
-def _fresh_bytes_per_s(rates: DeviceRates) -> float:
-    """The probed first-touch rate of a CPU's fresh pages (0: not probed, or not a CPU)."""
-    k = rates.kernels
-    return k.fresh_bytes_per_s if rates.kind == "cpu" and k is not None else 0.0
-
-
 # The replay runs a prefill of 4 and of 8 layers and extends the difference to the model's
 # depth (layers repeat: within 4% of the whole model's replay on every time-suite case, at
 # 3 ms against 10-15 ms for 24-32 layers).
@@ -186,7 +187,7 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
         overhead = dispatch_overhead(arch, mode, plan.attention, count_key, rates) if eager else 0
         phase = phase_time(name, _inference_ops(arch, shape, runtime, tp), rates, dtype,
                            overhead, _tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
-        fresh = _fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
+        fresh = fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
         phases.append(with_faults(phase, prefill_fault_bytes(arch, shape), fresh) if fresh
                       else phase)  # fmt: skip
     return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,

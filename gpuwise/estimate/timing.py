@@ -204,6 +204,12 @@ def phase_time(name: str, ops: Sequence[Op], rates: DeviceRates, dtype: str, ove
                      times)  # fmt: skip
 
 
+def fresh_bytes_per_s(rates: DeviceRates) -> float:
+    """The probed first-touch rate of a CPU's fresh pages (0: not probed, or not a CPU)."""
+    k = rates.kernels
+    return k.fresh_bytes_per_s if rates.kind == "cpu" and k is not None else 0.0
+
+
 def with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> PhaseTime:
     """The phase plus the first touch of the pages the allocator gives it afresh, at the
     probed first-touch rate (a row of its own in the op table)."""
