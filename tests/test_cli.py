@@ -109,6 +109,11 @@ def test_main_job_json(capsys):
     )
 
 
+def test_root_json_before_a_command_is_the_commands_json(capsys):
+    code, out, _ = run(["--json", "infer", "gpt2", "--on", "h100", "--new-tokens", "4"], capsys)
+    assert code == 0 and json.loads(out)["model"]["name"] == "gpt2"
+
+
 @pytest.mark.parametrize(
     "args,needle",
     [

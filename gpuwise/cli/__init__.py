@@ -29,7 +29,8 @@ __all__ = ["app", "main"]
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors are one line on stderr and exit code 2, never a traceback."""
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=_json_after_command(sys.argv[1:] if argv is None else argv),
+            standalone_mode=False)  # fmt: skip
     except GpuwiseError as exc:
         _fail(exc.message, exc.hint)
     except click_errors.NoSuchOption as exc:
@@ -42,6 +43,14 @@ def main(argv: list[str] | None = None) -> None:
         _fail("aborted", "")
     except RuntimeError as exc:  # a real run that could not run (no torch, child failed)
         _fail(str(exc).splitlines()[0] if str(exc) else "run failed", "see the message above")
+
+
+def _json_after_command(args: list[str]) -> list[str]:
+    """`gpuwise --json infer ...` means `gpuwise infer --json ...`: the root's --json would
+    otherwise apply only to the command-less main job and be dropped."""
+    if len(args) > 1 and args[0] == "--json" and not args[1].startswith("-"):
+        return [args[1], "--json", *args[2:]]
+    return args
 
 
 def _fail(message: str, hint: str) -> None:
