@@ -257,3 +257,29 @@ def test_unsupported_is_a_reason() -> None:
     missing: dict[str, str] = {}
     assert measurements.attempt(missing, "x", lambda: (_ for _ in ()).throw(Unsupported("why"))) is None
     assert missing == {"x": "why"}
+
+
+@pytest.mark.torch
+def test_decode_caches_are_read_cold_and_grown_in_place_of_the_old() -> None:
+    torch = pytest.importorskip("torch")
+    from gpuwise.measure.kernel_probe import KernelPlan, _Cycle, _Kernels
+
+    plan = KernelPlan(cold_set_bytes=8 * 2**20)
+    kernels = _Kernels(torch, torch.device("cpu"), plan, None)
+    keys = torch.zeros(16, 256, 64)  # 1 MiB
+    copies = kernels._cold_copies(keys)
+    assert len(copies) == 8 and sum(c.numel() * 4 for c in copies) == plan.cold_set_bytes
+    assert len(kernels._cold_copies(keys, 2)) == 4  # keys and values per call
+    caches = _Cycle(copies)
+    grown = kernels._append(torch.ones(16, 1, 64), caches)
+    assert grown.shape == (16, 257, 64) and caches.items[caches.i] is grown
+    assert torch.equal(grown[:, -1], torch.ones(16, 64))
+
+
+@pytest.mark.torch
+def test_the_logits_step_costs_a_plausible_time_per_vocabulary_entry() -> None:
+    pytest.importorskip("transformers")
+    from gpuwise.measure.runtime_probe import measure_logits_step
+
+    per_entry = measure_logits_step(repeats=3)
+    assert 0 <= per_entry < 1e-6  # 1 us per entry would be 50 ms a step at GPT-2's vocabulary

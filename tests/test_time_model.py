@@ -124,6 +124,24 @@ def test_measured_rates_replace_the_datasheet():
     assert estimate_inference_time(ARCH["llama-3.1-8b"], InferencePlan(), H100).source == "spec"
 
 
+def test_generate_pays_its_logits_step_per_vocabulary_entry_and_sequence():
+    hw = find_hardware("h100-sxm")
+    curve = {"bf16": ((1e6, 1e12), (1e9, 5e14), (1e12, 6e14))}
+    runtime = {"decode_op_s": 2e-5, "decode_vocab_s": 30e-9}
+    with_step = rates_from_measurements(hw, 2.5e12, curve, 5e-6, 2e-6, runtime=runtime)
+    without = replace(with_step, runtime_vocab_s=0.0)
+    gpt2 = ARCH["gpt2"]
+    for batch in (1, 4):
+        plan = InferencePlan(batch=batch, prompt_tokens=64, new_tokens=8)
+        step = estimate_inference_time(gpt2, plan, with_step).decode
+        bare = estimate_inference_time(gpt2, plan, without).decode
+        assert step.seconds - bare.seconds == pytest.approx(30e-9 * gpt2.vocab_size * batch)
+        assert [t.op.name for t in step.ops][-1] == "logits step"
+        assert "logits step" not in [t.op.name for t in bare.ops]
+    compiled = estimate_inference_time(gpt2, InferencePlan(), with_step, runtime="compiled")
+    assert "logits step" not in [t.op.name for t in compiled.decode.ops]  # generate() only
+
+
 @pytest.mark.skipif(not PUBLISHED.exists(), reason="published measurements not beside the repo")
 def test_published_gpt_fast_decode_within_25_percent():
     data = json.loads(PUBLISHED.read_text())

@@ -54,6 +54,8 @@ class DeviceRates:
     # The eager runtime's measured cost per dispatched op and fixed cost per step, by phase.
     runtime_op_s: dict[str, float] = field(default_factory=dict)
     runtime_step_s: dict[str, float] = field(default_factory=dict)
+    # generate()'s own work on each decode step's logits, per vocabulary entry per sequence.
+    runtime_vocab_s: float = 0.0
     # Kernels timed at model shapes (linear grid, SDPA, elementwise), where probed.
     kernels: KernelRates | None = None
 
@@ -172,5 +174,6 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         gemv_curves={k: tuple((b, r) for b, r in v) for k, v in rt.get("gemv", {}).items()},
         runtime_op_s={p: rt[f"{p}_op_s"] for p in PHASES if f"{p}_op_s" in rt},
         runtime_step_s={p: rt[f"{p}_step_s"] for p in PHASES if f"{p}_step_s" in rt},
+        runtime_vocab_s=float(rt.get("decode_vocab_s", 0.0)),
         kernels=KernelRates.from_record(kernels) if kernels else None,
     )  # fmt: skip

@@ -15,6 +15,7 @@ from gpuwise.estimate.timing import (
     fresh_bytes_per_s,
     phase_time,
     with_faults,
+    with_logits_step,
 )
 from gpuwise.estimate.training import lora_params
 from gpuwise.estimate.weights import weight_bytes
@@ -188,8 +189,11 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
         phase = phase_time(name, _inference_ops(arch, shape, runtime, tp), rates, dtype,
                            overhead, _tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
         fresh = fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
-        phases.append(with_faults(phase, prefill_fault_bytes(arch, shape), fresh) if fresh
-                      else phase)  # fmt: skip
+        if fresh:
+            phase = with_faults(phase, prefill_fault_bytes(arch, shape), fresh)
+        if eager and name == "decode":
+            phase = with_logits_step(phase, arch, plan.batch, rates)
+        phases.append(phase)
     return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,
                          RUNTIMES[runtime])  # fmt: skip
 

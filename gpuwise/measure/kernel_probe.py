@@ -186,6 +186,12 @@ class _Kernels:
         # Values in [-1, 1): no denormals or overflow to slow or break a kernel.
         return self.t.rand(*shape, device=self.device).sub_(0.5).to(self.types[dtype])
 
+    def _cold_copies(self, first: Any, per_item: int = 1) -> list[Any]:
+        """`first` and its copies, enough that cycling through them (`per_item` tensors of its
+        size read per call) reads past the last-level cache on every call."""
+        size = first.numel() * first.element_size() * per_item
+        return [first] + [first.clone() for _ in range(self.plan.cold_set_bytes // size - 1)]
+
     def _weights(self, k: int, n: int, dtype: str) -> list[Any]:
         size = k * n * self.t.empty((), dtype=self.types[dtype]).element_size()
         copies = max(1, min(64, self.plan.cold_set_bytes // size))
@@ -236,8 +242,10 @@ class _Kernels:
         decode, prefill = [], []
         for kv in plan.sdpa_decode_kv:
             self._step(f"sdpa {dtype} decode kv {kv}")
-            qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for n in (1, kv, kv)]
-            decode.append([kv, self._median_s(partial(self._attend, qkv, False)) / heads])
+            query = self._tensor(1, heads, 1, HEAD_DIM, dtype=dtype)
+            keys = self._tensor(1, heads, kv, HEAD_DIM, dtype=dtype)
+            caches = _Cycle([(k, k.clone()) for k in self._cold_copies(keys, 2)])
+            decode.append([kv, self._median_s(partial(self._attend_cold, query, caches)) / heads])
         for n in plan.sdpa_prefill_q:
             self._step(f"sdpa {dtype} prefill {n}")
             qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for _ in range(3)]
@@ -257,6 +265,12 @@ class _Kernels:
             step = partial(self.t.autograd.grad, out, qkv, grad, retain_graph=True)
             backward.append([n, self._median_s(step) / heads])
         return {"decode": decode, "prefill": prefill, "full": full, "backward": backward}
+
+    def _attend_cold(self, query: Any, caches: _Cycle) -> object:
+        """A decode step's attention: its layer's keys and values are not in cache (the step
+        streamed every other layer's weights since it last read them)."""
+        keys, values = caches.next()
+        return self.t.nn.functional.scaled_dot_product_attention(query, keys, values)
 
     def _attend(self, qkv: list[Any], causal: bool) -> object:
         return self.t.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
@@ -316,6 +330,13 @@ class _Kernels:
             bwd.append([*shape, self._median_s(step)])
         return {"forward": fwd, "backward": bwd}
 
+    def _append(self, row: Any, caches: _Cycle) -> object:
+        """DynamicCache's append: the layer's cache is replaced by a new, longer tensor, so
+        the copy reads the old one cold and writes where another layer's old cache was."""
+        grown = self.t.cat([caches.next(), row], dim=1)
+        caches.items[caches.i] = grown
+        return grown
+
     def _image_ops(self, a: Any) -> dict[str, float]:
         """A CNN's max-pool (3x3, stride 2, with indices) and inference batch norm over 32 px
         planes, in bytes/s of what a trace counts (input, output, int64 indices)."""
@@ -354,8 +375,6 @@ class _Kernels:
         a, b = self._tensor(n, dtype=dtype), self._tensor(n, dtype=dtype)
         out, positive = t.empty_like(a), a.abs()
         size = n * a.element_size()
-        cache = a.view(SDPA_HEADS, -1, HEAD_DIM)  # a layer's keys: (heads, positions, dim)
-        row = self._tensor(SDPA_HEADS, 1, HEAD_DIM, dtype=dtype)
         gelu, gelu_backward = t.nn.functional.gelu, t.ops.aten.gelu_backward
         return {
             "binary": 3 * size / self._median_s(lambda: t.mul(a, b, out=out)),
@@ -369,5 +388,15 @@ class _Kernels:
             "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),
             "bernoulli": size / self._median_s(lambda: out.bernoulli_(0.9)),  # dropout masks
             **self._image_ops(a),
-            "cat": 2 * size / self._median_s(lambda: t.cat([cache, row], dim=1)),
+            "cat": self._append_rate(a, dtype),
         }
+
+    def _append_rate(self, a: Any, dtype: str) -> float:
+        """Bytes/s of a decode step's cache append: each call grows another layer's keys
+        (heads, positions, dim), read cold, as DynamicCache's torch.cat does."""
+        caches = _Cycle(self._cold_copies(a.view(SDPA_HEADS, -1, HEAD_DIM)))
+        row = self._tensor(SDPA_HEADS, 1, HEAD_DIM, dtype=dtype)
+        for _ in caches.items:  # once round, untimed: the heap then holds the old caches' space
+            self._append(row, caches)
+        size = a.numel() * a.element_size()
+        return 2 * size / self._median_s(partial(self._append, row, caches))

@@ -17,20 +17,23 @@ from gpuwise.helpers import median_call_s
 LAYERS = (1, 5)
 
 
-def _tiny_llama(layers: int) -> Any:
+VOCABS = (256, 65536)  # the logits step's cost per vocabulary entry: between these
+
+
+def _tiny_llama(layers: int, vocab: int = VOCABS[0]) -> Any:
     import transformers
 
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                                    num_key_value_heads=2, num_hidden_layers=layers,
-                                   vocab_size=256, max_position_embeddings=512)  # fmt: skip
+                                   vocab_size=vocab, max_position_embeddings=512)  # fmt: skip
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
 
 
-def _per_phase(layers: int, repeats: int) -> dict[str, float]:
+def _generate_steps(model: Any, ids: Any, repeats: int) -> tuple[float, float]:
+    """(seconds of generate() with one new token, seconds per further token): greedy, with
+    min_new_tokens, as `gpuwise validate` runs it."""
     import torch
 
-    model = _tiny_llama(layers).eval()
-    ids = torch.randint(0, 256, (1, 8))
     mask = torch.ones_like(ids)
 
     def generate(n: int) -> Any:
@@ -38,7 +41,45 @@ def _per_phase(layers: int, repeats: int) -> dict[str, float]:
                                       min_new_tokens=n, do_sample=False, pad_token_id=0)  # fmt: skip
 
     one = median_call_s(generate(1), repeats)
-    many = median_call_s(generate(17), repeats)
+    return one, (median_call_s(generate(17), repeats) - one) / 16
+
+
+def _forward_step_s(model: Any, ids: Any, repeats: int) -> float:
+    """Seconds of the model's own decode forward (one token, the cache growing), without
+    generate()'s loop around it."""
+    import torch
+
+    with torch.no_grad():
+        out = model(ids, use_cache=True)
+        # transformers 5 names the cache `cache` (`past_key_values` before).
+        name = "cache" if "cache" in out else "past_key_values"
+        step = {name: out[name], "use_cache": True}
+        token = ids[:, -1:]
+        return median_call_s(lambda: model(token, **step), repeats)
+
+
+def measure_logits_step(repeats: int = 25) -> float:
+    """Seconds per vocabulary entry (per sequence) of generate()'s own work on each step's
+    logits: the fp32 copy, the logits processors, the argmax. It is what generate() adds to
+    the model's forward, grown with the vocabulary (lm_head's own work is in both)."""
+    import torch
+
+    torch.manual_seed(0)
+    extra = []
+    for vocab in VOCABS:
+        model = _tiny_llama(1, vocab).eval()
+        ids = torch.randint(0, vocab, (1, 8))
+        step = _generate_steps(model, ids, repeats)[1]
+        extra.append(step - _forward_step_s(model, ids, repeats * 4))
+    return max(0.0, (extra[1] - extra[0]) / (VOCABS[1] - VOCABS[0]))
+
+
+def _per_phase(layers: int, repeats: int) -> dict[str, float]:
+    import torch
+
+    model = _tiny_llama(layers).eval()
+    ids = torch.randint(0, VOCABS[0], (1, 8))
+    one, decode = _generate_steps(model, ids, repeats)
     model.train()
     opt = torch.optim.AdamW(model.parameters())
 
@@ -47,7 +88,7 @@ def _per_phase(layers: int, repeats: int) -> dict[str, float]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return {"prefill": one, "decode": (many - one) / 16, "training": median_call_s(step, repeats)}
+    return {"prefill": one, "decode": decode, "training": median_call_s(step, repeats)}
 
 
 def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:

@@ -53,6 +53,9 @@ def format_profile(profile: Any, path: str) -> Group:
         if key in rt:
             table.add_row(f"transformers cost per op ({key.split('_')[0]})",
                           f"{rt[key] * 1e6:.1f} us", "")  # fmt: skip
+    if "decode_vocab_s" in rt:
+        table.add_row("generate() logits step (per 1k vocab)",
+                      f"{rt['decode_vocab_s'] * 1e9:.1f} us", "")  # fmt: skip
     for dtype, points in (rt.get("gemv") or {}).items():
         gbs = ", ".join(f"{b / 2**20:.0f} MiB: {r / 1e9:.1f}" for b, r in points)
         table.add_row(f"cold GEMV {dtype} (GB/s)", gbs, "")

@@ -83,9 +83,14 @@ def _with_steadiness(profile: Profile) -> Profile:
 def _with_runtime(profile: Profile) -> Profile:
     """Add the transformers runtime's measured costs when torch and transformers are here."""
     try:
-        from gpuwise.measure.runtime_probe import measure_gemv, measure_runtime_overhead
+        from gpuwise.measure.runtime_probe import (
+            measure_gemv,
+            measure_logits_step,
+            measure_runtime_overhead,
+        )
 
         runtime: dict[str, Any] = dict(measure_runtime_overhead())
+        runtime["decode_vocab_s"] = measure_logits_step()
         runtime["gemv"] = measure_gemv()
     except ImportError as exc:
         return _missing(profile, "runtime", f"needs transformers ({exc})")
