@@ -283,3 +283,24 @@ def test_the_logits_step_costs_a_plausible_time_per_vocabulary_entry() -> None:
 
     per_entry = measure_logits_step(repeats=3)
     assert 0 <= per_entry < 1e-6  # 1 us per entry would be 50 ms a step at GPT-2's vocabulary
+
+
+def test_runtime_calls_take_turns_so_a_drifting_machine_moves_them_together() -> None:
+    from gpuwise.measure.runtime_probe import _over_rounds, _rounds
+
+    order: list[str] = []
+    rounds = _rounds({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "b"] * 4  # a warm-up round, then three
+    assert len(rounds) == 3 and all(set(r) == {"a", "b"} for r in rounds)
+    drifting = [{"a": 1.0 * k, "b": 1.0 * k + 0.5} for k in (1, 2, 10)]
+    assert _over_rounds(drifting, lambda r: r["b"] - r["a"]) == 0.5
+
+
+@pytest.mark.torch
+def test_the_runtime_costs_are_plausible() -> None:
+    pytest.importorskip("transformers")
+    from gpuwise.measure.runtime_probe import measure_runtime_overhead
+
+    costs = measure_runtime_overhead(repeats=5)
+    for phase in ("inference", "decode", "training"):
+        assert 0 < costs[f"{phase}_op_s"] < 1e-3 and 0 <= costs[f"{phase}_step_s"] < 1.0

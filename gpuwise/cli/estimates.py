@@ -115,12 +115,17 @@ def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: s
 @app.command()
 def probe(
     quick: Annotated[bool, typer.Option("--quick", help="fewer sizes: under 15 s")] = False,
+    repeat: Annotated[int, typer.Option(help="probes to take; each reading is their median "
+                                        "(a machine whose speed moves: 3)")] = 1,  # fmt: skip
     as_json: Json = False,
 ) -> None:
     """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead) and save it."""
     from gpuwise.report.probe_view import probe_view
 
-    emit(probe_view(quick, quiet=as_json), as_json)
+    if not 1 <= repeat <= 10:
+        raise GpuwiseError(f"--repeat {repeat}: takes 1 to 10 probes", "3 is enough for a "
+                           "machine whose speed moves; 1 (the default) for a steady one")  # fmt: skip
+    emit(probe_view(quick, quiet=as_json, repeat=repeat), as_json)
 
 
 @app.command()

@@ -2,14 +2,18 @@
 PyTorch spend per dispatched operation (Python modules, hooks, dispatcher) and per generated
 token (generate()'s loop: logits processing, stopping criteria, cache bookkeeping).
 
-A tiny Llama (hidden 64: the arithmetic is negligible) runs with 1 and with 5 layers; the
-difference per layer, divided by the ops a Llama layer dispatches (measured op counts), is
-the cost per op; what remains at zero layers is the fixed cost per step. The time model
+A tiny Llama (hidden 64: the arithmetic is negligible) runs with 1 and with 5 layers, the
+two taking turns call by call; the difference per layer, divided by the ops a Llama layer
+dispatches (measured op counts), is the cost per op; what remains at zero layers is the
+fixed cost per step. The time model
 uses these in place of the bare tiny-op time for `--on local` once `gpuwise probe` ran.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections.abc import Callable
 from typing import Any
 
 from gpuwise.helpers import median_call_s
@@ -29,33 +33,63 @@ def _tiny_llama(layers: int, vocab: int = VOCABS[0]) -> Any:
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
 
 
-def _generate_steps(model: Any, ids: Any, repeats: int) -> tuple[float, float]:
-    """(seconds of generate() with one new token, seconds per further token): greedy, with
-    min_new_tokens, as `gpuwise validate` runs it."""
+def _rounds(calls: dict[str, Callable[[], object]], repeats: int) -> list[dict[str, float]]:
+    """Seconds of each call, round by round: the calls take turns (one each per round, after
+    a warm-up round), so a machine that changes speed moves them together and the
+    differences between them, which are what is measured, keep."""
+    for fn in calls.values():
+        fn()
+    rounds = []
+    for _ in range(repeats):
+        times = {}
+        for name, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            times[name] = time.perf_counter() - start
+        rounds.append(times)
+    return rounds
+
+
+def _over_rounds(rounds: list[dict[str, float]], value: Callable[[dict[str, float]], float]) -> float:
+    return statistics.median(value(r) for r in rounds)
+
+
+def _generate(model: Any, ids: Any, n: int) -> Callable[[], object]:
+    """generate() greedy with `n` new tokens and min_new_tokens, as `gpuwise validate` runs it."""
     import torch
 
     mask = torch.ones_like(ids)
 
-    def generate(n: int) -> Any:
-        return lambda: model.generate(ids, attention_mask=mask, max_new_tokens=n,
-                                      min_new_tokens=n, do_sample=False, pad_token_id=0)  # fmt: skip
+    def run() -> object:
+        model.eval()
+        return model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, pad_token_id=0)  # fmt: skip
 
-    one = median_call_s(generate(1), repeats)
-    return one, (median_call_s(generate(17), repeats) - one) / 16
+    return run
 
 
-def _forward_step_s(model: Any, ids: Any, repeats: int) -> float:
-    """Seconds of the model's own decode forward (one token, the cache growing), without
-    generate()'s loop around it."""
+def _decode_s(r: dict[str, float], tag: object) -> float:
+    """A round's seconds per generated token after the first: (17 tokens - 1) / 16."""
+    return (r[f"generate17 {tag}"] - r[f"generate1 {tag}"]) / 16
+
+
+def _forward_steps(model: Any, ids: Any, steps: int = 4) -> Callable[[], object]:
+    """The model's own decode forward (one token, the cache growing), `steps` at a time,
+    without generate()'s loop around it."""
     import torch
 
     with torch.no_grad():
         out = model(ids, use_cache=True)
-        # transformers 5 names the cache `cache` (`past_key_values` before).
-        name = "cache" if "cache" in out else "past_key_values"
-        step = {name: out[name], "use_cache": True}
-        token = ids[:, -1:]
-        return median_call_s(lambda: model(token, **step), repeats)
+    # transformers 5 names the cache `cache` (`past_key_values` before).
+    name = "cache" if "cache" in out else "past_key_values"
+    kwargs, token = {name: out[name], "use_cache": True}, ids[:, -1:]
+
+    def run() -> None:
+        with torch.no_grad():
+            for _ in range(steps):
+                model(token, **kwargs)
+
+    return run
 
 
 def measure_logits_step(repeats: int = 25) -> float:
@@ -65,30 +99,35 @@ def measure_logits_step(repeats: int = 25) -> float:
     import torch
 
     torch.manual_seed(0)
-    extra = []
+    calls: dict[str, Callable[[], object]] = {}
     for vocab in VOCABS:
         model = _tiny_llama(1, vocab).eval()
         ids = torch.randint(0, vocab, (1, 8))
-        step = _generate_steps(model, ids, repeats)[1]
-        extra.append(step - _forward_step_s(model, ids, repeats * 4))
-    return max(0.0, (extra[1] - extra[0]) / (VOCABS[1] - VOCABS[0]))
+        calls |= {f"generate1 {vocab}": _generate(model, ids, 1),
+                  f"generate17 {vocab}": _generate(model, ids, 17),
+                  f"forward {vocab}": _forward_steps(model, ids)}  # fmt: skip
+
+    def extra(r: dict[str, float], vocab: int) -> float:
+        return _decode_s(r, vocab) - r[f"forward {vocab}"] / 4
+
+    rounds = _rounds(calls, repeats)
+    small, big = VOCABS
+    per_entry = _over_rounds(rounds, lambda r: (extra(r, big) - extra(r, small)) / (big - small))
+    return max(0.0, per_entry)
 
 
-def _per_phase(layers: int, repeats: int) -> dict[str, float]:
+def _training_step(model: Any, ids: Any) -> Callable[[], None]:
     import torch
 
-    model = _tiny_llama(layers).eval()
-    ids = torch.randint(0, VOCABS[0], (1, 8))
-    one, decode = _generate_steps(model, ids, repeats)
-    model.train()
     opt = torch.optim.AdamW(model.parameters())
 
     def step() -> None:
+        model.train()
         model(input_ids=ids, labels=ids).loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return {"prefill": one, "decode": decode, "training": median_call_s(step, repeats)}
+    return step
 
 
 def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
@@ -99,14 +138,27 @@ def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
     from gpuwise.catalog.runtimes import op_counts
 
     torch.manual_seed(0)
-    small, big = (_per_phase(n, repeats) for n in LAYERS)
+    ids = torch.randint(0, VOCABS[0], (1, 8))
+    calls: dict[str, Callable[[], object]] = {}
+    for layers in LAYERS:
+        model = _tiny_llama(layers)
+        calls |= {f"generate1 {layers}": _generate(model, ids, 1),
+                  f"generate17 {layers}": _generate(model, ids, 17),
+                  f"training {layers}": _training_step(model, ids)}  # fmt: skip
+    rounds = _rounds(calls, repeats)
+    phases: dict[str, Callable[[dict[str, float], int], float]] = {
+        "inference": lambda r, n: r[f"generate1 {n}"], "decode": _decode_s,
+        "training": lambda r, n: r[f"training {n}"]}  # fmt: skip
     out: dict[str, float] = {}
-    for phase, key in (("prefill", "inference"), ("decode", "decode"), ("training", "training")):
+    few, many = LAYERS
+    for key, seconds in phases.items():
         counts = op_counts("llama", "fp32", "sdpa")[key]
-        per_layer = max(0.0, (big[phase] - small[phase]) / (LAYERS[1] - LAYERS[0]))
+        at_few = [seconds(r, few) for r in rounds]
+        per_layer = max(0.0, statistics.median(
+            (seconds(r, many) - s) / (many - few) for r, s in zip(rounds, at_few, strict=True)))  # fmt: skip
         ops = counts["kernels_per_layer"] + counts["views_per_layer"] / 3
         out[f"{key}_op_s"] = per_layer / ops
-        fixed = small[phase] - per_layer * LAYERS[0]
+        fixed = statistics.median(at_few) - per_layer * few
         model_ops = counts["kernels_model"] + counts["views_model"] / 3
         out[f"{key}_step_s"] = max(0.0, fixed - model_ops * out[f"{key}_op_s"])
     return out

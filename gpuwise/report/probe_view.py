@@ -14,22 +14,30 @@ from rich.text import Text
 from gpuwise.measure.probe.profile import describe_ratios
 
 
-def probe_view(quick: bool, quiet: bool) -> tuple[Any, Any]:
+def probe_view(quick: bool, quiet: bool, repeat: int = 1) -> tuple[Any, Any]:
     from gpuwise.measure.probe.machine import probe_machine
+    from gpuwise.measure.probe.merge import median_profile
     from gpuwise.measure.profile_store import save_profile
 
     if quiet or not sys.stderr.isatty():
-        profile = probe_machine(quick)
+        profiles = [probe_machine(quick) for _ in range(repeat)]
     else:
         columns = (TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn())
         with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
             task = bar.add_task("probing", total=1.0)
-            profile = probe_machine(quick, lambda what, done: bar.update(
-                task, description=what[:40], completed=done))  # fmt: skip
+            profiles = [probe_machine(quick, _one_of(bar, task, i, repeat)) for i in range(repeat)]
+    profile = median_profile(profiles)
     path = save_profile(profile)
     record = json.loads(profile.to_json())
     record["saved_to"] = str(path)
     return record, format_profile(profile, str(path))
+
+
+def _one_of(bar: Progress, task: Any, i: int, repeat: int) -> Any:
+    """Progress of probe i of `repeat` on the one bar."""
+    prefix = f"probe {i + 1}/{repeat}: " if repeat > 1 else ""
+    return lambda what, done: bar.update(task, description=(prefix + what)[:40],
+                                         completed=(i + done) / repeat)  # fmt: skip
 
 
 def format_profile(profile: Any, path: str) -> Group:

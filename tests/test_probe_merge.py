@@ -1,0 +1,73 @@
+"""`gpuwise probe --repeat N`: several probes made into one profile, each reading the median
+of its readings, matched by what it measures (shape, dtype, kind), not by position."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from test_steadiness import PLAN, _Slowing
+
+from gpuwise.cli import main
+from gpuwise.measure.probe import BandwidthReading, MatmulPoint, Profile, probe_with
+from gpuwise.measure.probe.merge import median_profile, probe_spread
+
+
+def _profile(speed: float, skip_big: bool = False) -> Profile:
+    """A profile of a machine running at `speed` (1.0, 2.0, ...): every rate x speed."""
+    base = probe_with(_Slowing(), PLAN, fingerprint="x")
+    shapes = [(64, 64, 64)] + ([] if skip_big else [(1024, 1024, 1024)])
+    points = tuple(MatmulPoint(m, n, k, "fp32", 1.0 / speed, 1.1 / speed, 2 * m * n * k * speed,
+                               int(10 * speed)) for m, n, k in shapes)  # fmt: skip
+    return replace(
+        base,
+        bandwidth=(BandwidthReading("read", 10.0 * speed, 2**26, 2**26, 0.1 / speed),),
+        matmul_points=points,
+        matmul_best={"fp32": points[-1]},
+        runtime={"decode_op_s": 1e-5 / speed, "gemv": {"fp32": [[1e6, 1e10 * speed]]}},
+        kernels={"linear": {"fp32": {"forward": [[1, 512, 512, 1e-4 / speed]]
+                                     + ([] if skip_big else [[1024, 512, 512, 1e-2 / speed]])}},
+                 "elementwise": {"fp32": {"cat": 1e10 * speed}}},  # fmt: skip
+        steadiness={"read": speed / 2},
+        notes=(f"note {speed}",),
+        created_at=f"t{speed}",
+    )
+
+
+def test_each_reading_is_the_median_of_its_readings() -> None:
+    merged = median_profile([_profile(1.0), _profile(3.0), _profile(2.0)])
+    assert merged.bandwidth_gbs("read") == 20.0
+    assert merged.runtime["decode_op_s"] == 1e-5 / 2
+    assert merged.runtime["gemv"]["fp32"] == [[1e6, 2e10]]
+    assert merged.kernels["linear"]["fp32"]["forward"] == [[1, 512, 512, 1e-4 / 2],
+                                                          [1024, 512, 512, 1e-2 / 2]]  # fmt: skip
+    assert merged.kernels["elementwise"]["fp32"]["cat"] == 2e10
+    assert merged.steadiness == {"read": 1.0}
+    assert merged.created_at == "t2.0"  # the last probe's
+    assert merged.matmul_best["fp32"].m == 1024
+    assert merged.matmul_best["fp32"].flops_per_s == 2 * 1024**3 * 2.0
+    assert {"note 1.0", "note 3.0", "note 2.0"} <= set(merged.notes)
+    assert "the median of 3 probes" in merged.notes[-1] and "up to 200%" in merged.notes[-1]
+    assert Profile.from_json(merged.to_json()) == merged
+
+
+def test_a_reading_only_some_probes_have_is_the_median_of_those() -> None:
+    merged = median_profile([_profile(1.0, skip_big=True), _profile(2.0), _profile(4.0)])
+    big = [p for p in merged.matmul_points if p.m == 1024]
+    assert len(merged.matmul_points) == 2 and big[0].flops_per_s == 2 * 1024**3 * 3.0
+    assert merged.kernels["linear"]["fp32"]["forward"][1] == [1024, 512, 512, 1e-2 * 0.375]
+
+
+def test_one_probe_is_itself_and_a_steady_machine_has_no_spread() -> None:
+    one = _profile(1.0)
+    assert median_profile([one]) is one
+    assert probe_spread([one, _profile(1.0)]) == 0.0
+    assert probe_spread([_profile(1.0), _profile(1.5)]) == 0.5
+
+
+def test_repeat_out_of_range_is_one_line_and_exit_2(capsys) -> None:
+    try:
+        main(["probe", "--repeat", "0"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --repeat 0") and "hint:" in err
