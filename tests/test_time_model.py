@@ -142,6 +142,18 @@ def test_generate_pays_its_logits_step_per_vocabulary_entry_and_sequence():
     assert "logits step" not in [t.op.name for t in compiled.decode.ops]  # generate() only
 
 
+def test_the_runtime_cost_per_op_is_taken_with_the_caches_cold():
+    hw = find_hardware("h100-sxm")
+    curve = {"bf16": ((1e6, 1e12), (1e9, 5e14), (1e12, 6e14))}
+    hot = {"decode_op_s": 1e-5, "training_op_s": 2e-5, "decode_step_s": 1e-3}
+    cold = rates_from_measurements(hw, 2.5e12, curve, 5e-6, 2e-6,
+                                   runtime={**hot, "cold_op_factor": 1.5})  # fmt: skip
+    assert cold.op_cost("decode") == pytest.approx((1.5e-5, 1e-3))  # the step's own: as measured
+    assert cold.op_cost("training")[0] == pytest.approx(3e-5)
+    as_hot = rates_from_measurements(hw, 2.5e12, curve, 5e-6, 2e-6, runtime=hot)
+    assert as_hot.op_cost("decode") == pytest.approx((1e-5, 1e-3))  # older profiles: no factor
+
+
 @pytest.mark.skipif(not PUBLISHED.exists(), reason="published measurements not beside the repo")
 def test_published_gpt_fast_decode_within_25_percent():
     data = json.loads(PUBLISHED.read_text())

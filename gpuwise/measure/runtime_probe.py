@@ -164,6 +164,46 @@ def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
     return out
 
 
+COLD_LAYERS = 4
+FLUSH_BYTES = 32 * 2**20  # read between layers: past the L2, a third of this LLC
+
+
+def measure_cold_factor(repeats: int = 40) -> float:
+    """How much more the runtime's per-op cost is when the caches are cold, as in a real
+    model, whose every matmul streams megabytes of weights through them between two ops:
+    a tiny Llama's decode step with `FLUSH_BYTES` read before each layer (less the reads'
+    own time, timed in the same round) over the same step without, median over rounds."""
+    import torch
+
+    model = _tiny_llama(COLD_LAYERS).eval()
+    flush = torch.ones(FLUSH_BYTES // 4)
+    cold = {"on": False}
+
+    def read_before(*_: object) -> None:
+        if cold["on"]:
+            flush.sum()
+
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(read_before)
+    step = _forward_steps(model, torch.randint(0, VOCABS[0], (1, 8)), steps=1)
+
+    def run(on: bool) -> Callable[[], object]:
+        def timed() -> None:
+            cold["on"] = on
+            step()
+
+        return timed
+
+    def reads() -> None:
+        for _ in range(COLD_LAYERS):
+            flush.sum()
+
+    rounds = _rounds({"hot": run(False), "cold": run(True), "reads": reads}, repeats)
+    extra = _over_rounds(rounds, lambda r: r["cold"] - r["reads"] - r["hot"])
+    hot = _over_rounds(rounds, lambda r: r["hot"])
+    return min(3.0, max(1.0, 1.0 + extra / hot))
+
+
 GEMV_SHAPES = ((576, 1536), (1536, 576), (2048, 8192), (4096, 4096))  # (in, out)
 GEMV_SET_BYTES = 384 * 2**20  # cycle through more weights than any cache holds
 

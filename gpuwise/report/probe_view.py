@@ -61,6 +61,8 @@ def format_profile(profile: Any, path: str) -> Group:
         if key in rt:
             table.add_row(f"transformers cost per op ({key.split('_')[0]})",
                           f"{rt[key] * 1e6:.1f} us", "")  # fmt: skip
+    if "cold_op_factor" in rt:
+        table.add_row("  x with the caches cold (as in a model)", f"x{rt['cold_op_factor']:.2f}", "")
     if "decode_vocab_s" in rt:
         table.add_row("generate() logits step (per 1k vocab)",
                       f"{rt['decode_vocab_s'] * 1e9:.1f} us", "")  # fmt: skip

@@ -84,12 +84,14 @@ def _with_runtime(profile: Profile) -> Profile:
     """Add the transformers runtime's measured costs when torch and transformers are here."""
     try:
         from gpuwise.measure.runtime_probe import (
+            measure_cold_factor,
             measure_gemv,
             measure_logits_step,
             measure_runtime_overhead,
         )
 
         runtime: dict[str, Any] = dict(measure_runtime_overhead())
+        runtime["cold_op_factor"] = measure_cold_factor()
         runtime["decode_vocab_s"] = measure_logits_step()
         runtime["gemv"] = measure_gemv()
     except ImportError as exc:
