@@ -10,7 +10,10 @@ faults" rows is compared with that run, and the fault rows with what the faults 
 default run less the fault-free one), so the two kinds of error are seen apart.
 
 Run: .venv/bin/python benchmarks/validate_modules.py [--repeats 7] [--only resnet] [--json]
-     [--no-memory] [--allocator-split]
+     [--no-memory] [--allocator-split] [--passes 3]
+
+With `--passes N` the time runs are made N times over, and each case's median is compared
+with its estimate (every pass's own summary is printed too).
 """
 
 from __future__ import annotations
@@ -201,6 +204,35 @@ def _summary(rows: list[dict], key: str) -> str:
     return f"median |error| {100 * statistics.median(errors):.1f}%, worst {100 * max(errors):.1f}%"
 
 
+def _one_pass(args: argparse.Namespace, memory: bool) -> list[dict]:
+    rows = []
+    for case in CASES:
+        if args.only and args.only not in case[0]:
+            continue
+        r = run_case(*case, repeats=args.repeats, memory=memory, timing=not args.no_time,
+                     tries=args.tries, max_others=args.max_others,
+                     split=args.allocator_split)  # fmt: skip
+        rows.append(r)
+        if not args.json:
+            print(_row(r), flush=True)
+    return rows
+
+
+def _over_passes(runs: list[list[dict]]) -> list[dict]:
+    """Each case's median time over the passes against its estimate (memory: the first
+    pass's), with every pass's measurement kept."""
+    rows = []
+    for same in zip(*runs, strict=True):
+        first = same[0]
+        measured = statistics.median(r["time_measured"] for r in same)
+        est, faults = first["time_estimated"], first["fault_s_estimated"]
+        rows.append({**first, "time_measured": measured, "time_error": est / measured - 1,
+                     "time_error_without_faults": (est - faults) / measured - 1,
+                     "time_measured_passes": [r["time_measured"] for r in same],
+                     "machine_vs_probe_passes": [r["machine_vs_probe"] for r in same]})  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
@@ -219,23 +251,25 @@ def main() -> None:
         default=0.05,
         help="the share of the CPUs others may use during a time run",
     )
+    parser.add_argument("--passes", type=int, default=1,
+                        help="time the cases N times over; each case's median against its estimate")  # fmt: skip
     args = parser.parse_args()
-    rows = []
-    if not args.json:
-        print(f"{'case':36} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
-              f"{'measured':>9} {'err':>7}  others  faulted: est measured   machine vs probe")  # fmt: skip
-    for case in CASES:
-        if args.only and args.only not in case[0]:
-            continue
-        r = run_case(*case, repeats=args.repeats, memory=not args.no_memory,
-                     timing=not args.no_time, tries=args.tries,
-                     max_others=args.max_others, split=args.allocator_split)  # fmt: skip
-        rows.append(r)
+    runs = []
+    for n in range(1 if args.no_time else max(1, args.passes)):
         if not args.json:
-            print(_row(r), flush=True)
+            if args.passes > 1:
+                print(f"pass {n + 1} of {args.passes}")
+            print(f"{'case':36} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
+                  f"{'measured':>9} {'err':>7}  others  faulted: est measured   machine vs probe")  # fmt: skip
+        runs.append(_one_pass(args, memory=not args.no_memory and n == 0))
+    rows = runs[0] if len(runs) == 1 else _over_passes(runs)
     if args.json:
         print(json.dumps(rows, indent=1))
         return
+    if len(runs) > 1:
+        for n, run in enumerate(runs, 1):
+            print(f"pass {n}: time {_summary(run, 'time_error')}")
+        print(f"each case's median over the {len(runs)} passes against its estimate:")
     print(f"memory: {_summary(rows, 'memory_error')} over {len(rows)} cases")
     print(f"time:   {_summary(rows, 'time_error')} ({rows[0]['time_rates'] if rows else ''})")
     print(f"time without the allocator's page faults: {_summary(rows, 'time_error_without_faults')}")
