@@ -186,17 +186,16 @@ class _Kernels:
         # Values in [-1, 1): no denormals or overflow to slow or break a kernel.
         return self.t.rand(*shape, device=self.device).sub_(0.5).to(self.types[dtype])
 
-    def _cold_copies(self, first: Any, per_item: int = 1) -> list[Any]:
+    def _cold_copies(self, first: Any, per_item: int = 1, limit: int | None = None) -> list[Any]:
         """`first` and its copies, enough that cycling through them (`per_item` tensors of its
-        size read per call) reads past the last-level cache on every call."""
+        size read per call) reads past the last-level cache on every call (at most `limit`)."""
         size = first.numel() * first.element_size() * per_item
-        return [first] + [first.clone() for _ in range(self.plan.cold_set_bytes // size - 1)]
+        copies = self.plan.cold_set_bytes // size
+        copies = copies if limit is None else min(limit, copies)
+        return [first] + [first.clone() for _ in range(copies - 1)]
 
     def _weights(self, k: int, n: int, dtype: str) -> list[Any]:
-        size = k * n * self.t.empty((), dtype=self.types[dtype]).element_size()
-        copies = max(1, min(64, self.plan.cold_set_bytes // size))
-        first = self._tensor(n, k, dtype=dtype)
-        return [first] + [first.clone() for _ in range(copies - 1)]
+        return self._cold_copies(self._tensor(n, k, dtype=dtype), limit=64)
 
     def linear(self, dtype: str) -> dict[str, list[list[float]]]:
         plan = self.plan

@@ -73,7 +73,10 @@ def _decode_s(r: dict[str, float], tag: object) -> float:
     return (r[f"generate17 {tag}"] - r[f"generate1 {tag}"]) / 16
 
 
-def _forward_steps(model: Any, ids: Any, steps: int = 4) -> Callable[[], object]:
+FORWARD_STEPS = 4  # decode forwards per timed call of `_forward_steps`
+
+
+def _forward_steps(model: Any, ids: Any, steps: int = FORWARD_STEPS) -> Callable[[], object]:
     """The model's own decode forward (one token, the cache growing), `steps` at a time,
     without generate()'s loop around it."""
     import torch
@@ -108,7 +111,7 @@ def measure_logits_step(repeats: int = 25) -> float:
                   f"forward {vocab}": _forward_steps(model, ids)}  # fmt: skip
 
     def extra(r: dict[str, float], vocab: int) -> float:
-        return _decode_s(r, vocab) - r[f"forward {vocab}"] / 4
+        return _decode_s(r, vocab) - r[f"forward {vocab}"] / FORWARD_STEPS
 
     rounds = _rounds(calls, repeats)
     small, big = VOCABS
@@ -128,6 +131,16 @@ def _training_step(model: Any, ids: Any) -> Callable[[], None]:
         opt.zero_grad(set_to_none=True)
 
     return step
+
+
+def _per_layer_and_fixed(rounds: list[dict[str, float]],
+                         seconds: Callable[[dict[str, float], int], float]) -> tuple[float, float]:  # fmt: skip
+    """(seconds per layer, seconds at zero layers) of a phase, from each round's 1- and
+    5-layer times (the median of the rounds' differences)."""
+    few, many = LAYERS
+    per_layer = max(0.0, _over_rounds(rounds, lambda r: (seconds(r, many) - seconds(r, few))
+                                      / (many - few)))  # fmt: skip
+    return per_layer, _over_rounds(rounds, lambda r: seconds(r, few)) - per_layer * few
 
 
 def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
@@ -150,15 +163,11 @@ def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
         "inference": lambda r, n: r[f"generate1 {n}"], "decode": _decode_s,
         "training": lambda r, n: r[f"training {n}"]}  # fmt: skip
     out: dict[str, float] = {}
-    few, many = LAYERS
     for key, seconds in phases.items():
         counts = op_counts("llama", "fp32", "sdpa")[key]
-        at_few = [seconds(r, few) for r in rounds]
-        per_layer = max(0.0, statistics.median(
-            (seconds(r, many) - s) / (many - few) for r, s in zip(rounds, at_few, strict=True)))  # fmt: skip
+        per_layer, fixed = _per_layer_and_fixed(rounds, seconds)
         ops = counts["kernels_per_layer"] + counts["views_per_layer"] / 3
         out[f"{key}_op_s"] = per_layer / ops
-        fixed = statistics.median(at_few) - per_layer * few
         model_ops = counts["kernels_model"] + counts["views_model"] / 3
         out[f"{key}_step_s"] = max(0.0, fixed - model_ops * out[f"{key}_op_s"])
     return out
