@@ -140,6 +140,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
                       sdpa_full_q=(32,), elementwise_elements=4096, optimizer_elements=(1024, 4096),
                       nn_rows=(1, 2), nn_widths=(64,), fresh_bytes=2**20,
                       conv_shapes=((8, 8),), conv_batch=1,
+                      conv_variants=(("1x1/s2", 4, 8, 8), ("7x7/s2", 3, 8, 16)),
                       cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
     seen = []
     out = measure_kernels(plan, lambda label, done: seen.append(done))
@@ -149,11 +150,17 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     )
     assert all(s > 0 for *_, s in out["linear"]["fp32"]["forward"])
     assert len(out["linear"]["fp32"]["forward_nn"]) == 2
-    assert [p[:3] for p in out["conv"]["fp32"]["backward"]] == [[64, 72, 8]]
+    conv = out["conv"]["fp32"]
+    assert [p[:3] for p in conv["backward"]] == [[64, 72, 8]] and conv["backward"][0][3] == 2
+    assert [p[:3] for p in conv["forward:1x1/s2"]] == [[16, 4, 8]]  # 4 x 4 positions
+    # the stem's input is the network's own: its backward is the weight gradient alone
+    assert [p[:3] for p in conv["backward:7x7/s2"]] == [[64, 147, 8]]
+    assert conv["backward:7x7/s2"][0][3] == 1
     assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "gelu_erf",
                                                "gelu_backward", "gelu_erf_backward", "div",
                                                "sqrt", "bernoulli", "cat", "pool",
-                                               "batch_norm"}  # fmt: skip
+                                               "pool_backward", "batch_norm",
+                                               "batch_norm_train", "batch_norm_backward"}  # fmt: skip
     assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
     assert [n for n, _ in out["optimizer"]["fp32"]["adamw"]] == [1024, 4096]
     assert [n for n, _ in out["optimizer"]["fp32"]["sgd"]] == [1024, 4096]
@@ -320,3 +327,23 @@ def test_convolutions_take_the_rate_of_the_nearest_probed_shape():
     # a traced backward is one Op per GEMM (two per call): half the probed backward each
     bwd = replace(fwd, name="convolution_backward", count=2)
     assert time_op(bwd, rates, "fp32").seconds == pytest.approx(3e-3)
+
+
+def test_convolutions_of_another_window_take_their_own_curve():
+    record = _record() | {"conv": {"fp32": {
+        "forward": [[100, 576, 64, 1e-3]], "backward": [[100, 576, 64, 2, 3e-3]],
+        "forward:1x1/s2": [[100, 64, 128, 0.5e-3]],
+        "backward:7x7/s2": [[100, 147, 64, 1, 2e-3]]}}}  # fmt: skip
+    kernels = KernelRates.from_record(record)
+    assert kernels.conv_s(100, 64, 128, "fp32", "forward", "1x1/s2") == pytest.approx(0.5e-3)
+    # a window not probed: the 3x3 stride-1 curve's rate (its FLOPs are 2/9 of the point's)
+    at_3x3 = kernels.conv_s(100, 64, 128, "fp32", "forward", "5x5/s1")
+    assert at_3x3 == kernels.conv_s(100, 64, 128, "fp32") == pytest.approx(1e-3 * 2 / 9)
+    backward = kernels.conv_s(100, 64, 128, "fp32", "backward", "1x1/s2")
+    assert backward == pytest.approx(1.5e-3 * 2 / 9)  # one of the point's two GEMMs
+    # a point that ran one GEMM (the stem's weight gradient) is that GEMM's time
+    assert kernels.conv_s(100, 147, 64, "fp32", "backward", "7x7/s2") == pytest.approx(2e-3)
+    rates = replace(CPU, kernels=kernels)
+    stem = Op("convolution_backward", "conv", 2 * 100 * 147 * 64, 1.0, m=100, n=64, k=147,
+              kernel="7x7/s2")  # fmt: skip
+    assert time_op(stem, rates, "fp32").seconds == pytest.approx(2e-3)

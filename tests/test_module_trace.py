@@ -245,7 +245,18 @@ def test_a_cnn_pools_and_normalises_at_the_probed_rates():
     t = trace_module(module_zoo.resnet18(), (2, 3, 64, 64))
     kernels = {op.name: op.kernel for op in to_ops(t.phase_ops("forward"))}
     assert kernels["max_pool2d_with_indices"] == "pool"
-    assert "batch_norm" in {k for name, k in kernels.items() if "batch_norm" in name}
+    assert kernels["native_batch_norm"] == "batch_norm"  # inference: scale and shift
+    t = trace_module(module_zoo.resnet18(), (2, 3, 64, 64), training=True, optimizer="sgd")
+    ops = [op for phase in ("forward", "backward") for op in to_ops(t.phase_ops(phase))]
+    kernels = {op.name: op.kernel for op in ops if op.kind != "conv"}
+    assert kernels["native_batch_norm"] == "batch_norm_train"
+    assert kernels["native_batch_norm_backward"] == "batch_norm_backward"
+    assert kernels["max_pool2d_with_indices_backward"] == "pool_backward"
+    # convolutions by window and stride, forward and backward: the stem, ResNet's
+    # downsampling 3x3 and 1x1 ones, and the rest
+    windows = {(op.name, op.kernel): op.count for op in ops if op.kind == "conv"}
+    assert {w for _, w in windows} == {"7x7/s2", "3x3/s2", "1x1/s2", "3x3/s1"}
+    assert windows["convolution_backward", "7x7/s2"] == 1  # no input gradient: one GEMM
 
 
 def test_dropout_masks_count_the_mask_written_as_the_probe_does():
@@ -271,7 +282,9 @@ def test_the_optimizer_step_takes_the_probed_curve_over_the_traced_tensors():
     assert t.trainable_tensors == ((W, DEPTH), (W * W, DEPTH))  # biases, weights
     spec = rates_from_spec(find_hardware("h100"))
     curve = [[64, 4e-8], [4096, 2e-9]]  # seconds per element: the small one's fixed cost
-    probed = replace(spec, kernels=KernelRates.from_record({"optimizer": {"fp32": {"adamw": curve}}}))
+    probed = replace(
+        spec, kernels=KernelRates.from_record({"optimizer": {"fp32": {"adamw": curve}}})
+    )
     step = estimate_module_time(t, probed).optimizer
     assert step is not None and step.seconds == pytest.approx(
         DEPTH * (W * 4e-8 + W * W * 2e-9))  # fmt: skip

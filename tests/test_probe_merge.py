@@ -26,7 +26,8 @@ def _profile(speed: float, skip_big: bool = False) -> Profile:
         runtime={"decode_op_s": 1e-5 / speed, "gemv": {"fp32": [[1e6, 1e10 * speed]]}},
         kernels={"linear": {"fp32": {"forward": [[1, 512, 512, 1e-4 / speed]]
                                      + ([] if skip_big else [[1024, 512, 512, 1e-2 / speed]])}},
-                 "elementwise": {"fp32": {"cat": 1e10 * speed}}},  # fmt: skip
+                 "elementwise": {"fp32": {"cat": 1e10 * speed}},
+                 "conv": {"fp32": {"backward:7x7/s2": [[100, 147, 64, 1, 1e-3 / speed]]}}},  # fmt: skip
         steadiness={"read": speed / 2},
         notes=(f"note {speed}",),
         created_at=f"t{speed}",
@@ -41,6 +42,8 @@ def test_each_reading_is_the_median_of_its_readings() -> None:
     assert merged.kernels["linear"]["fp32"]["forward"] == [[1, 512, 512, 1e-4 / 2],
                                                           [1024, 512, 512, 1e-2 / 2]]  # fmt: skip
     assert merged.kernels["elementwise"]["fp32"]["cat"] == 2e10
+    # a convolution's GEMM count is part of what the point is, its seconds the reading
+    assert merged.kernels["conv"]["fp32"]["backward:7x7/s2"] == [[100, 147, 64, 1, 1e-3 / 2]]
     assert merged.steadiness == {"read": 1.0}
     assert merged.created_at == "t2.0"  # the last probe's
     assert merged.matmul_best["fp32"].m == 1024

@@ -37,11 +37,13 @@ class KernelRates:
     elementwise: dict[str, dict[str, float]] = field(default_factory=dict)
     # optimizer[dtype][name]: (tensor elements, seconds per element of one step)
     optimizer: dict[str, dict[str, tuple[tuple[float, float], ...]]] = field(default_factory=dict)
+    # conv[dtype][direction]: (m, k, n[, gemms], seconds) of convolutions as implicit GEMMs;
+    # "forward"/"backward" hold 3x3 stride-1 ones, "forward:1x1/s2" (and so on) other
+    # windows and strides. gemms: the GEMMs one call runs (a backward: 2, both gradients,
+    # unless the input needed none; 2 where a point does not say).
+    conv: dict[str, dict[str, tuple[tuple[float, ...], ...]]] = field(default_factory=dict)
     # Bytes/s at which fresh memory is faulted in (first touch of a newly mapped tensor), and
     # the size from which the host allocator maps tensors afresh rather than reusing its heap.
-    # conv[dtype][direction]: (m, k, n, seconds) of 3x3 convolutions as implicit GEMMs
-    # (backward: both gradients)
-    conv: dict[str, dict[str, tuple[tuple[float, ...], ...]]] = field(default_factory=dict)
     fresh_bytes_per_s: float = 0.0
     fresh_threshold: float = GLIBC_MMAP_THRESHOLD_MAX
 
@@ -105,17 +107,21 @@ class KernelRates:
         return None if rate is None else 2.0 * m * k * n / rate
 
     def conv_s(self, m: int, k: int, n: int, dtype: str, direction: str = "forward",
-               ) -> float | None:  # fmt: skip
-        """Seconds of a convolution that is an (m x k) @ (k x n) implicit GEMM (its backward:
-        both gradients), at the FLOP/s of the probed convolution nearest in log(m), log(k),
-        log(n): equal FLOPs run 2x apart at different channel counts. None: not probed."""
-        points = self.conv.get(dtype, {}).get(direction)
+               variant: str = "") -> float | None:  # fmt: skip
+        """Seconds of one GEMM of a convolution that is an (m x k) @ (k x n) implicit GEMM:
+        its forward, or one gradient of its backward, at the FLOP/s per GEMM of the probed
+        convolution of its window and stride (`variant`, "1x1/s2"; 3x3 stride 1 where that
+        one was not probed) nearest in log(m), log(k), log(n): equal FLOPs run 2x apart at
+        different channel counts, and 1.5-3x apart between windows. None: not probed."""
+        by_direction = self.conv.get(dtype, {})
+        points = by_direction.get(f"{direction}:{variant}") or by_direction.get(direction)
         if not points or min(m, k, n) <= 0:
             return None
         here = [math.log(v) for v in (m, k, n)]
         near = min(points, key=lambda p: sum((math.log(v) - h) ** 2
                                              for v, h in zip(p[:3], here, strict=True)))  # fmt: skip
-        rate = 2.0 * near[0] * near[1] * near[2] / near[3]
+        gemms = near[3] if len(near) > 4 else (2.0 if direction == "backward" else 1.0)
+        rate = gemms * 2.0 * near[0] * near[1] * near[2] / near[-1]
         return 2.0 * m * k * n / rate
 
     def linear_min_width(self, dtype: str) -> int:
@@ -146,9 +152,15 @@ class KernelRates:
     def elementwise_rate(self, kind: str, dtype: str) -> float | None:
         """Bytes/s of an elementwise kernel of this kind (binary, silu, gelu)."""
         rates = self.elementwise.get(dtype) or {}
-        if kind in ("bernoulli", "pool", "batch_norm"):  # no product: unprobed, the roofline
+        if kind in UNLIKE_PRODUCTS:  # unprobed: the roofline, not the product's rate
             return rates.get(kind)
         return rates.get(kind) or rates.get("binary")
+
+
+# Probed kernels that are not an elementwise product: where a profile lacks one, the op moves
+# its bytes at the memory bandwidth rather than at the product's rate.
+UNLIKE_PRODUCTS = frozenset({"bernoulli", "pool", "pool_backward", "batch_norm",
+                             "batch_norm_train", "batch_norm_backward"})  # fmt: skip
 
 
 def _loglog(curve: tuple[tuple[float, float], ...], x: float, power: float) -> float:

@@ -110,17 +110,20 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
 
 
 # Traced aten elementwise ops the probe timed a kernel for, by aten name.
-# GELU: the exact (erf) one, F.gelu's default, and its tanh approximation are two kernels.
+# GELU: the exact (erf) one, F.gelu's default, and its tanh approximation are two kernels;
+# batch norm in training (statistics first) and in inference are two, and each backward is
+# its own. A kernel an older profile lacks is timed at the memory bandwidth.
 ELEMENTWISE_KERNELS = {"gelu": "gelu_erf", "gelu:tanh": "gelu",
                        "gelu_backward": "gelu_erf_backward", "gelu_backward:tanh": "gelu_backward",
                        "silu": "silu", "mul": "binary", "add": "binary",
                        "sub": "binary", "div": "div", "sqrt": "sqrt", "cat": "cat",
                        "bernoulli": "bernoulli", "native_dropout": "bernoulli",
                        "max_pool2d_with_indices": "pool",
-                       "max_pool2d_with_indices_backward": "pool",
+                       "max_pool2d_with_indices_backward": "pool_backward",
                        "native_batch_norm": "batch_norm",
+                       "native_batch_norm:train": "batch_norm_train",
                        "_native_batch_norm_legit_no_training": "batch_norm",
-                       "native_batch_norm_backward": "batch_norm"}  # fmt: skip
+                       "native_batch_norm_backward": "batch_norm_backward"}  # fmt: skip
 
 
 def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
@@ -147,11 +150,13 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     if t.name == "convolution_backward" and t.m and t.n and t.k:
         # One op, up to two GEMMs (input and weight gradients) of the forward's size.
         gemms = max(1, round(t.flops / (2.0 * t.m * t.n * t.k)))
-    # Convolutions take the probe's convolution curve (by FLOPs) where it ran, else the
-    # roofline on the matmul size curve: the linear grid does not cover oneDNN's kernels.
+    # Convolutions take the probe's convolution curve of their window and stride (by FLOPs)
+    # where it ran, else the roofline on the matmul size curve: the linear grid does not
+    # cover oneDNN's kernels.
     kind = "conv" if t.name.startswith("convolution") else t.kind
     key = t.name.rstrip("_") + (f":{t.variant}" if t.variant else "")
     kernel = ELEMENTWISE_KERNELS.get(key, "") if kind == "elementwise" else ""
+    kernel = t.variant if kind == "conv" else kernel
     return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
               t.weight_bytes / gemms, kernel, t.dtype,
               streamed=streamed and kind == "elementwise")  # fmt: skip

@@ -93,11 +93,9 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
     k = rates.kernels
     if k is None:
         return None
-    if op.kind == "conv":  # a traced convolution_backward: one Op per GEMM, two per call
-        if op.name == "convolution_backward":
-            backward = k.conv_s(op.m, op.k, op.n, dtype, "backward")
-            return backward / 2 if backward else None
-        return k.conv_s(op.m, op.k, op.n, dtype, "forward")
+    if op.kind == "conv":  # one Op per GEMM: a backward runs one per gradient it computes
+        direction = "backward" if op.name == "convolution_backward" else "forward"
+        return k.conv_s(op.m, op.k, op.n, dtype, direction, op.kernel)
     if op.kind == "matmul":  # each GEMM the runtime runs (q, k and v apart), at its shape
         total = 0.0
         for part in [replace(op, n=n, splits=()) for n in op.splits] or [op]:

@@ -21,10 +21,11 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   the exact erf one, forward and backward: four times apart on a CPU), division and square
   root (the optimizer's), a Bernoulli draw (dropout masks) and a torch.cat that appends a
   row to a cache (transformers' DynamicCache each decode step), on an activation-sized
-  tensor;
-- `conv`: a 3x3 convolution (batch 8, NCHW) at ResNet's channel and size pairs, forward and
-  backward (input and weight gradients), as seconds by forward FLOPs: oneDNN's convolutions
-  run far from the square-matmul rate of the same implicit GEMM;
+  tensor; a CNN's max-pool and batch norm (inference, training and their backwards);
+- `conv`: convolutions (batch 8, NCHW) at ResNet's channel and size pairs, 3x3 stride 1 and
+  the other windows and strides a ResNet runs, forward and backward (input and weight
+  gradients), as seconds by forward FLOPs: oneDNN's convolutions run far from the
+  square-matmul rate of the same implicit GEMM, and its kernels differ by window and stride;
 - `fresh` (a CPU): bytes/s at which a newly mapped tensor is faulted in on first touch: a
   fill into a fresh tensor past glibc's mmap threshold against the same fill into an
   existing one (every vocab-sized logits or embedding gradient pays it, every step).
@@ -70,7 +71,17 @@ class KernelPlan:
     elementwise_elements: int = 2**21
     optimizer_elements: tuple[int, ...] = (2**10, 2**14, 2**18, 2**21, 2**24, 2**26)
     conv_shapes: tuple[tuple[int, int], ...] = ((64, 56), (64, 28), (128, 28), (128, 14),
-                                                (256, 14), (256, 7), (512, 7))  # (ch, size)
+                                                (256, 14), (256, 7), (512, 7), (512, 4))  # (ch, size)
+    # Other windows and strides as (variant, in channels, out channels, input size):
+    # ResNet's downsampling 3x3 and 1x1 stride-2 convolutions, 1x1 bottlenecks and the
+    # 7x7 stem over RGB, at 224 and 112 px images' sizes.
+    conv_variants: tuple[tuple[str, int, int, int], ...] = (
+        ("3x3/s2", 64, 128, 56), ("3x3/s2", 64, 128, 28), ("3x3/s2", 128, 256, 14),
+        ("3x3/s2", 256, 512, 7), ("1x1/s2", 64, 128, 56), ("1x1/s2", 64, 128, 28),
+        ("1x1/s2", 128, 256, 14), ("1x1/s2", 256, 512, 7), ("1x1/s1", 64, 256, 56),
+        ("1x1/s1", 256, 64, 56), ("1x1/s1", 512, 128, 28), ("7x7/s2", 3, 64, 224),
+        ("7x7/s2", 3, 64, 112),
+    )  # fmt: skip
     conv_batch: int = 8
     fresh_bytes: int = 64 * 2**20  # past glibc's largest mmap threshold (32 MiB)
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
@@ -84,7 +95,7 @@ class KernelPlan:
         per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
         per_dtype += len(self.sdpa_prefill_q) + len(self.sdpa_full_q) + 1
         per_dtype += len(self.optimizer_elements) * 3  # AdamW, SGD, Adafactor
-        per_dtype += 2 * len(self.conv_shapes)
+        per_dtype += 2 * (len(self.conv_shapes) + len(self.conv_variants))
         return per_dtype * len(self.dtypes) + 1
 
 
@@ -310,24 +321,39 @@ class _Kernels:
         return curves
 
     def conv(self, dtype: str) -> dict[str, list[list[float]]]:
-        """3x3 convolutions, stride 1, padding 1, as implicit GEMMs [rows m (batch x
-        positions), window k (9 x in channels), out channels n, seconds], forward and
-        backward (both gradients)."""
-        conv2d, fwd, bwd = self.t.nn.functional.conv2d, [], []
-        batch = self.plan.conv_batch
+        """Convolutions as implicit GEMMs [rows m (batch x output positions), window k
+        (window x in channels), out channels n, (a backward: the GEMMs it runs,) seconds],
+        forward and backward: 3x3 stride 1 under "forward"/"backward", the plan's other
+        windows and strides under "forward:1x1/s2" and so on."""
+        out: dict[str, list[list[float]]] = {}
         for channels, size in self.plan.conv_shapes:
-            shape = [batch * size * size, 9 * channels, channels]
-            x = self._tensor(batch, channels, size, size, dtype=dtype).requires_grad_()
-            w = self._tensor(channels, channels, 3, 3, dtype=dtype).requires_grad_()
-            self._step(f"conv {dtype} {channels}ch {size}px")
-            with self.t.no_grad():
-                fwd.append([*shape, self._median_s(partial(conv2d, x, w, padding=1))])
-            self._step(f"conv backward {dtype} {channels}ch {size}px")
-            out = conv2d(x, w, padding=1)
-            grad = self.t.ones_like(out)
-            step = partial(self.t.autograd.grad, out, (x, w), grad, retain_graph=True)
-            bwd.append([*shape, self._median_s(step)])
-        return {"forward": fwd, "backward": bwd}
+            self._conv_point(out, dtype, ("3x3/s1", channels, channels, size))
+        for spec in self.plan.conv_variants:
+            self._conv_point(out, dtype, spec)
+        return out
+
+    def _conv_point(self, out: dict[str, list[list[float]]], dtype: str,
+                    spec: tuple[str, int, int, int]) -> None:  # fmt: skip
+        """One convolution, forward and backward. A 3-channel input is a network's own
+        input, which needs no gradient: its backward is the weight gradient alone."""
+        variant, cin, cout, size = spec
+        window, stride = int(variant.split("x")[0]), int(variant.split("/s")[1])
+        conv2d, batch, pad = self.t.nn.functional.conv2d, self.plan.conv_batch, window // 2
+        positions = ((size + 2 * pad - window) // stride + 1) ** 2
+        shape = [batch * positions, window * window * cin, cout]
+        x = self._tensor(batch, cin, size, size, dtype=dtype).requires_grad_(cin > 3)
+        w = self._tensor(cout, cin, window, window, dtype=dtype).requires_grad_()
+        call = partial(conv2d, x, w, stride=stride, padding=pad)
+        suffix = "" if variant == "3x3/s1" else f":{variant}"
+        self._step(f"conv {dtype} {variant} {cin}ch {size}px")
+        with self.t.no_grad():
+            out.setdefault("forward" + suffix, []).append([*shape, self._median_s(call)])
+        self._step(f"conv backward {dtype} {variant} {cin}ch {size}px")
+        result = call()
+        wrt = (x, w) if x.requires_grad else (w,)
+        step = partial(self.t.autograd.grad, result, wrt, self.t.ones_like(result),
+                       retain_graph=True)  # fmt: skip
+        out.setdefault("backward" + suffix, []).append([*shape, len(wrt), self._median_s(step)])
 
     def _append(self, row: Any, caches: _Cycle) -> object:
         """DynamicCache's append: the layer's cache is replaced by a new, longer tensor, so
@@ -337,16 +363,42 @@ class _Kernels:
         return grown
 
     def _image_ops(self, a: Any) -> dict[str, float]:
-        """A CNN's max-pool (3x3, stride 2, with indices) and inference batch norm over 32 px
-        planes, in bytes/s of what a trace counts (input, output, int64 indices)."""
-        f, e = self.t.nn.functional, a.element_size()
+        """A CNN's max-pool (3x3, stride 2, with indices) and batch norm over 32 px planes,
+        forward and backward, in bytes/s of what a trace counts (every tensor argument and
+        result: a pool's backward counts the input whose shape it takes)."""
+        f, e, aten = self.t.nn.functional, a.element_size(), self.t.ops.aten
         images = a.view(-1, 4, 32, 32)
         stats = self.t.zeros(4, dtype=a.dtype), self.t.ones(4, dtype=a.dtype)
-        pool_bytes = a.numel() * e + a.numel() // 4 * (e + 8)
+        pooled, indices = f.max_pool2d(images, 3, 2, 1, return_indices=True)
+        pool_bytes = a.numel() * e + pooled.numel() * (e + 8)
         pool = partial(f.max_pool2d, images, 3, 2, 1, return_indices=True)
+        pool_back = partial(aten.max_pool2d_with_indices_backward, pooled, images, [3, 3],
+                            [2, 2], [1, 1], [1, 1], False, indices)  # fmt: skip
         norm = partial(f.batch_norm, images, *stats, training=False)
-        return {"pool": pool_bytes / self._median_s(pool),
-                "batch_norm": 2 * a.numel() * e / self._median_s(norm)}
+        return {
+            "pool": pool_bytes / self._median_s(pool),
+            "pool_backward": (pool_bytes + a.numel() * e) / self._median_s(pool_back),
+            "batch_norm": 2 * a.numel() * e / self._median_s(norm),
+            **self._norm_training(a.view(-1, min(64, a.numel() // 1024), 32, 32)),
+        }
+
+    def _norm_training(self, images: Any) -> dict[str, float]:
+        """Batch norm in training over a CNN's channels (64): statistics, then the scale and
+        shift (input and output counted), and its backward (output gradient and input read,
+        input gradient written)."""
+        aten, size = self.t.ops.aten, images.numel() * images.element_size()
+        channels = images.shape[1]
+        weight, bias = self._tensor(channels, dtype="fp32"), self._tensor(channels, dtype="fp32")
+        weight, bias = weight.to(images.dtype), bias.to(images.dtype)
+        mean, var = self.t.zeros_like(weight), self.t.ones_like(weight)
+        train = partial(aten.native_batch_norm, images, weight, bias, mean, var, True, 0.1, 1e-5)
+        _, saved_mean, saved_invstd = train()
+        back = partial(aten.native_batch_norm_backward, images, images, weight, mean, var,
+                       saved_mean, saved_invstd, True, 1e-5, [True, True, True])  # fmt: skip
+        return {
+            "batch_norm_train": 2 * size / self._median_s(train),
+            "batch_norm_backward": 3 * size / self._median_s(back),
+        }
 
     def fresh(self) -> dict[str, float]:
         """First-touch rate of newly mapped memory: fill a fresh tensor past the mmap
@@ -380,8 +432,9 @@ class _Kernels:
             "silu": 2 * size / self._median_s(lambda: t.nn.functional.silu(a)),
             "gelu": 2 * size / self._median_s(lambda: gelu(a, approximate="tanh")),
             "gelu_erf": 2 * size / self._median_s(lambda: gelu(a)),
-            "gelu_backward": 3 * size / self._median_s(
-                lambda: gelu_backward(b, a, approximate="tanh")),
+            "gelu_backward": 3
+            * size
+            / self._median_s(lambda: gelu_backward(b, a, approximate="tanh")),
             "gelu_erf_backward": 3 * size / self._median_s(lambda: gelu_backward(b, a)),
             "div": 3 * size / self._median_s(lambda: t.div(a, b, out=out)),
             "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),

@@ -94,14 +94,31 @@ def op_record(torch: Any, func: Any, name: str, args: Any, kwargs: dict, out: An
         weights = float(sum(tensor_bytes(t) for t in inputs
                             if t.untyped_storage()._cdata in params))  # fmt: skip
         heads, causal = _attention_heads(name, args)
-        return TracedOp(name, phase, kind, flops, moved, dtype, m, n, k, weights, heads, causal)
+        return TracedOp(name, phase, kind, flops, moved, dtype, m, n, k, weights, heads, causal,
+                        _conv_variant(name, args))  # fmt: skip
     return TracedOp(name, phase, "elementwise", flops, moved, dtype,
-                    variant=_variant(name, kwargs))
+                    variant=_variant(name, args, kwargs))
 
 
-def _variant(name: str, kwargs: dict) -> str:
+def _variant(name: str, args: Any, kwargs: dict) -> str:
     """GELU's tanh approximation runs a kernel four times slower than the exact (erf) one
-    on this CPU (fp32: 3.9 against 19.7 GB/s forward)."""
+    on this CPU (fp32: 3.9 against 19.7 GB/s forward); batch norm in training computes its
+    statistics first (a reduction over batch and positions per channel), about five times
+    the time of inference's per-channel scale and shift."""
     if name in ("gelu", "gelu_", "gelu_backward") and kwargs.get("approximate") == "tanh":
         return "tanh"
+    if name == "native_batch_norm" and len(args) > 5 and args[5]:
+        return "train"
     return ""
+
+
+def _conv_variant(name: str, args: Any) -> str:
+    """A convolution's window and stride ("3x3/s1", "1x1/s2"; "/g" grouped): oneDNN runs
+    different kernels for them, 1.5-3x apart per FLOP at equal GEMM sizes on this CPU."""
+    if name not in ("convolution", "convolution_backward"):
+        return ""
+    weight, at = (args[1], 3) if name == "convolution" else (args[2], 4)
+    stride, groups = list(args[at]), args[at + 5]
+    window = "x".join(str(v) for v in weight.shape[2:])
+    strides = "s" + "x".join(str(v) for v in sorted(set(stride)))
+    return f"{window}/{strides}" + ("/g" if groups > 1 else "")

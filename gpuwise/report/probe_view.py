@@ -90,9 +90,10 @@ def _kernel_rows(table: Table, kernels: dict[str, Any]) -> None:
             table.add_row(f"linear {dtype} (model shapes)",
                           f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")  # fmt: skip
     for dtype, by_direction in kernels.get("conv", {}).items():
-        rates = [2 * m * k * n / s for m, k, n, s in by_direction.get("forward", [])]
+        rates = [2 * p[0] * p[1] * p[2] / p[-1] for key, points in by_direction.items()
+                 if key.startswith("forward") for p in points]  # fmt: skip
         if rates:
-            table.add_row(f"conv 3x3 {dtype} (ResNet shapes)",
+            table.add_row(f"conv {dtype} (ResNet's windows and shapes)",
                           f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")  # fmt: skip
     for dtype, modes in kernels.get("sdpa", {}).items():
         prefill = modes.get("prefill") or []

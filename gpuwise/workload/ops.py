@@ -27,8 +27,9 @@ class Op:
     n: int = 0
     k: int = 0
     weight_bytes: float = 0.0  # of `bytes`, what the weight matrix contributes
-    # Which probed kernel times it where measured (binary, silu, gelu, sdpa), in which dtype
-    # (empty: the phase's compute dtype); `heads` is batch x heads for sdpa.
+    # Which probed kernel times it where measured (binary, silu, gelu, sdpa; a convolution's
+    # window and stride, "3x3/s1"), in which dtype (empty: the phase's compute dtype);
+    # `heads` is batch x heads for sdpa.
     kernel: str = ""
     dtype: str = ""
     heads: int = 0
