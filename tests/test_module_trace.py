@@ -257,6 +257,9 @@ def test_a_cnn_pools_and_normalises_at_the_probed_rates():
     windows = {(op.name, op.kernel): op.count for op in ops if op.kind == "conv"}
     assert {w for _, w in windows} == {"7x7/s2", "3x3/s2", "1x1/s2", "3x3/s1"}
     assert windows["convolution_backward", "7x7/s2"] == 1  # no input gradient: one GEMM
+    depthwise = torch.nn.Conv2d(8, 8, 5, stride=2, padding=2, groups=8)
+    t = trace_module(depthwise, (1, 8, 16, 16))
+    assert [op.variant for op in t.ops if op.name == "convolution"] == ["5x5/s2/g"]
 
 
 def test_dropout_masks_count_the_mask_written_as_the_probe_does():
