@@ -97,9 +97,23 @@ def test_non_causal_attention_reads_its_own_curve_and_never_the_causal_one():
     assert full.sdpa_s(4, 128, 128, 64, "fp32", causal=False) == pytest.approx(4 * 5e-5)
     assert full.sdpa_s(1, 256, 256, 64, "fp32", causal=False) == pytest.approx(2e-4)  # q x kv
     assert full.sdpa_s(4, 128, 128, 64, "fp32") == pytest.approx(4 * 1e-5)  # causal: prefill
+    # a profile without the non-causal backward: None (the matmul rate), never the causal one
     assert full.sdpa_s(4, 128, 128, 64, "fp32", backward=True, causal=False) is None
     assert KERNELS.sdpa_s(4, 128, 128, 64, "fp32", causal=False) is None  # not probed
     assert KERNELS.sdpa_s(4, 1, 128, 64, "fp32", causal=False) == pytest.approx(4 * 1e-5)
+    both = KernelRates.from_record({"sdpa": {"fp32": {"full": [[128, 5e-5]],
+                                                      "full_backward": [[128, 1.5e-4]],
+                                                      "backward": [[128, 9e-5]]}}})  # fmt: skip
+    assert both.sdpa_s(4, 128, 128, 64, "fp32", backward=True, causal=False) == pytest.approx(6e-4)
+    assert both.sdpa_s(4, 128, 128, 64, "fp32", backward=True) == pytest.approx(3.6e-4)
+
+
+def test_a_traced_attention_backward_takes_the_probed_backward():
+    rates = replace(CPU, kernels=KernelRates.from_record(
+        {"sdpa": {"fp32": {"full_backward": [[128, 1.5e-4]]}}}))  # fmt: skip
+    op = Op("_scaled_dot_product_flash_attention_for_cpu_backward", "attention", 1e9, 1e6,
+            m=4 * 128, n=128, k=64, kernel="sdpa", heads=4, causal=False)  # fmt: skip
+    assert time_op(op, rates, "fp32").seconds == pytest.approx(6e-4)
 
 
 def test_time_op_uses_probed_kernels():
@@ -140,7 +154,8 @@ def test_the_kernel_probe_measures_a_tiny_plan():
                       sdpa_full_q=(32,), elementwise_elements=4096, optimizer_elements=(1024, 4096),
                       nn_rows=(1, 2), nn_widths=(64,), fresh_bytes=2**20,
                       conv_shapes=((8, 8),), conv_batch=1,
-                      conv_variants=(("1x1/s2", 4, 8, 8), ("7x7/s2", 3, 8, 16)),
+                      conv_variants=(("1x1/s2", 4, 8, 8), ("7x7/s2", 3, 8, 16),
+                                     ("4x4/s4", 3, 8, 16)),
                       cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
     seen = []
     out = measure_kernels(plan, lambda label, done: seen.append(done))
@@ -156,6 +171,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     # the stem's input is the network's own: its backward is the weight gradient alone
     assert [p[:3] for p in conv["backward:7x7/s2"]] == [[64, 147, 8]]
     assert conv["backward:7x7/s2"][0][3] == 1
+    assert [p[:3] for p in conv["forward:4x4/s4"]] == [[16, 48, 8]]  # patches: no padding
     assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "gelu_erf",
                                                "gelu_backward", "gelu_erf_backward", "div",
                                                "sqrt", "bernoulli", "cat", "pool",
@@ -171,6 +187,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     assert rates.linear_s(4, 100, 100, "fp32") > 0 and rates.sdpa_s(4, 1, 64, 64, "fp32") > 0
     assert rates.sdpa_s(4, 64, 64, 64, "fp32", backward=True) > 0
     assert rates.sdpa_s(4, 64, 64, 64, "fp32", causal=False) > 0
+    assert rates.sdpa_s(4, 64, 64, 64, "fp32", backward=True, causal=False) > 0
 
 
 def test_a_kernel_probe_that_fails_is_missing_with_its_reason(monkeypatch):

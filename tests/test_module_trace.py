@@ -321,15 +321,15 @@ def test_the_allocators_page_faults_are_replayed_and_charged_at_the_first_touch_
     assert timed.seconds == pytest.approx(without.seconds + sum(faults.values()) / 2e9)
 
 
-def test_attention_forward_takes_the_probed_curve_of_its_kind_and_backward_the_roofline():
+def test_attention_takes_the_probed_curve_of_its_kind_both_ways():
     from gpuwise.estimate.module_estimate import to_ops
 
     t = trace_module(module_zoo.vit_small(), (1, 3, 224, 224), training=True, optimizer="sgd")
     forward = [op for op in to_ops(t.phase_ops("forward")) if op.kind == "attention"]
     backward = [op for op in to_ops(t.phase_ops("backward")) if op.kind == "attention"]
-    assert forward and all(op.kernel == "sdpa" and not op.causal and op.heads == 6
-                           for op in forward)  # fmt: skip
-    assert backward and all(op.kernel == "" for op in backward)
+    for ops in (forward, backward):  # non-causal, batch 1 x 6 heads, 197 positions
+        assert ops and all(op.kernel == "sdpa" and not op.causal and op.heads == 6
+                           and op.m == 6 * 197 and op.n == 197 for op in ops)  # fmt: skip
 
 
 def test_a_cpu_addmm_writes_its_output_once_more_for_the_bias():

@@ -132,14 +132,15 @@ class KernelRates:
     def sdpa_s(self, heads: int, queries: int, keys: int, head_dim: int, dtype: str,
                backward: bool = False, causal: bool = True) -> float | None:  # fmt: skip
         """Seconds of SDPA over `heads` (batch x heads) rows: a decode step (one query), a
-        causal prefill (queries == keys) or its backward, or a non-causal forward; None
-        where not measured (a non-causal backward never is)."""
+        causal prefill (queries == keys) or its backward, or a non-causal forward or
+        backward (q = kv); None where not measured (a profile older than 2026-12-03 18:00
+        has no non-causal backward)."""
         modes = self.sdpa.get(dtype, {})
         mode, length = ("decode", keys) if queries == 1 else ("prefill", queries)
         if backward:
             mode = "backward"
         if not causal and queries > 1:
-            mode = "" if backward else "full"
+            mode = "full_backward" if backward else "full"
         curve = modes.get(mode)
         if not curve:
             return None

@@ -134,18 +134,18 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     on activation-sized tensors; `streamed` (a training step, whose saved tensors are read
     back from memory) caps them at the memory bandwidth; the rest move their bytes at the
     memory bandwidth.
-    Attention's forward takes the probe's SDPA curve of its kind (causal, or the non-causal
-    one: the causal curve at ViT's non-causal shape, 24 x 197 x 197 x 64, predicted 6.0 ms
-    for a kernel measured at 2.5 ms); its backward, and a forward the probe did not time,
-    take its FLOPs at the matmul rate. On a CPU both read fp32's figures: the flash kernel
-    accumulates in fp32, and bf16 ran no faster here.
+    Attention takes the probe's SDPA curve of its kind and direction (causal, or the
+    non-causal one: the causal curve at ViT's non-causal shape, 24 x 197 x 197 x 64,
+    predicted 6.0 ms for a kernel measured at 2.5 ms; a non-causal backward, unprobed
+    before 2026-12-03 18:00, was timed at the matmul rate: ViT's six at 11.5 ms against
+    17.4 in `torch.profiler`); a shape or direction the probe did not time takes its FLOPs
+    at the matmul rate. On a CPU all read fp32's figures: the flash kernel accumulates in
+    fp32, and bf16 ran no faster here.
     """
     if t.kind == "attention":
         dtype = "fp32" if cpu else t.dtype
-        forward = not t.name.endswith("_backward")
-        return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes,
-                  "sdpa" if forward else "", dtype, t.heads if forward else 0,
-                  causal=t.causal)  # fmt: skip
+        return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes, "sdpa",
+                  dtype, t.heads, causal=t.causal)  # fmt: skip
     gemms = 1
     if t.name == "convolution_backward" and t.m and t.n and t.k:
         # One op, up to two GEMMs (input and weight gradients) of the forward's size.

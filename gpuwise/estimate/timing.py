@@ -104,10 +104,10 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
                 return None
             total += _narrower_than_grid(seconds, part, rates, dtype)
         return total
-    if op.kernel == "sdpa" and op.heads:
+    if op.kernel == "sdpa" and op.heads:  # a traced backward op is timed as itself
         queries = max(1, op.m // op.heads)
-        return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, direction == "backward",
-                        op.causal)  # fmt: skip
+        backward = direction == "backward" or op.name.endswith("_backward")
+        return k.sdpa_s(op.heads, queries, op.n, op.k, dtype, backward, op.causal)
     if op.kernel and op.kind != "embedding":
         rate = k.elementwise_rate(op.kernel, dtype)
         if rate and op.streamed:

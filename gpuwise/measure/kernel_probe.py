@@ -74,13 +74,13 @@ class KernelPlan:
                                                 (256, 14), (256, 7), (512, 7), (512, 4))  # (ch, size)
     # Other windows and strides as (variant, in channels, out channels, input size):
     # ResNet's downsampling 3x3 and 1x1 stride-2 convolutions, 1x1 bottlenecks and the
-    # 7x7 stem over RGB, at 224 and 112 px images' sizes.
+    # 7x7 stem over RGB, at 224 and 112 px images' sizes; a ViT-S/16's patch embedding.
     conv_variants: tuple[tuple[str, int, int, int], ...] = (
         ("3x3/s2", 64, 128, 56), ("3x3/s2", 64, 128, 28), ("3x3/s2", 128, 256, 14),
         ("3x3/s2", 256, 512, 7), ("1x1/s2", 64, 128, 56), ("1x1/s2", 64, 128, 28),
         ("1x1/s2", 128, 256, 14), ("1x1/s2", 256, 512, 7), ("1x1/s1", 64, 256, 56),
         ("1x1/s1", 256, 64, 56), ("1x1/s1", 512, 128, 28), ("7x7/s2", 3, 64, 224),
-        ("7x7/s2", 3, 64, 112),
+        ("7x7/s2", 3, 64, 112), ("16x16/s16", 3, 384, 224),
     )  # fmt: skip
     conv_batch: int = 8
     fresh_bytes: int = 64 * 2**20  # past glibc's largest mmap threshold (32 MiB)
@@ -93,7 +93,7 @@ class KernelPlan:
         per_dtype += len(self.backward_rows) * len(self.widths) ** 2
         per_dtype += len(self.nn_rows) * len(self.nn_widths) ** 2
         per_dtype += len(self.sdpa_decode_kv) + 2 * len(self.sdpa_backward_q)
-        per_dtype += len(self.sdpa_prefill_q) + len(self.sdpa_full_q) + 1
+        per_dtype += len(self.sdpa_prefill_q) + 2 * len(self.sdpa_full_q) + 1
         per_dtype += len(self.optimizer_elements) * 3  # AdamW, SGD, Adafactor
         per_dtype += 2 * (len(self.conv_shapes) + len(self.conv_variants))
         return per_dtype * len(self.dtypes) + 1
@@ -274,7 +274,22 @@ class _Kernels:
             grad = self.t.ones_like(out)
             step = partial(self.t.autograd.grad, out, qkv, grad, retain_graph=True)
             backward.append([n, self._median_s(step) / heads])
-        return {"decode": decode, "prefill": prefill, "full": full, "backward": backward}
+        return {"decode": decode, "prefill": prefill, "full": full, "backward": backward,
+                "full_backward": self._sdpa_full_backward(dtype)}
+
+    def _sdpa_full_backward(self, dtype: str) -> list[list[float]]:
+        """The non-causal backward (q = kv, as `sdpa_full_q`), per (batch x head): an
+        encoder's or a ViT's training step, twice the causal one's work at equal length."""
+        points = []
+        for n in self.plan.sdpa_full_q:
+            self._step(f"sdpa {dtype} non-causal backward {n}")
+            qkv = [self._tensor(1, SDPA_HEADS, n, HEAD_DIM, dtype=dtype).requires_grad_()
+                   for _ in range(3)]  # fmt: skip
+            out = self._attend(qkv, False)
+            step = partial(self.t.autograd.grad, out, qkv, self.t.ones_like(out),
+                           retain_graph=True)  # fmt: skip
+            points.append([n, self._median_s(step) / SDPA_HEADS])
+        return points
 
     def _attend_cold(self, query: Any, caches: _Cycle) -> object:
         """A decode step's attention: its layer's keys and values are not in cache (the step
@@ -335,10 +350,12 @@ class _Kernels:
     def _conv_point(self, out: dict[str, list[list[float]]], dtype: str,
                     spec: tuple[str, int, int, int]) -> None:  # fmt: skip
         """One convolution, forward and backward. A 3-channel input is a network's own
-        input, which needs no gradient: its backward is the weight gradient alone."""
+        input, which needs no gradient: its backward is the weight gradient alone. An odd
+        window pads to keep the size ("same"), an even one (a ViT's patches) does not."""
         variant, cin, cout, size = spec
         window, stride = int(variant.split("x")[0]), int(variant.split("/s")[1])
-        conv2d, batch, pad = self.t.nn.functional.conv2d, self.plan.conv_batch, window // 2
+        pad = window // 2 if window % 2 else 0
+        conv2d, batch = self.t.nn.functional.conv2d, self.plan.conv_batch
         positions = ((size + 2 * pad - window) // stride + 1) ** 2
         shape = [batch * positions, window * window * cin, cout]
         x = self._tensor(batch, cin, size, size, dtype=dtype).requires_grad_(cin > 3)
