@@ -265,31 +265,20 @@ class _Kernels:
             self._step(f"sdpa {dtype} non-causal {n}")
             qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype) for _ in range(3)]
             full.append([n, self._median_s(partial(self._attend, qkv, False)) / heads])
-        backward = []
-        for n in plan.sdpa_backward_q:
-            self._step(f"sdpa {dtype} backward {n}")
-            qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype).requires_grad_()
-                   for _ in range(3)]  # fmt: skip
-            out = self._attend(qkv, True)
-            grad = self.t.ones_like(out)
-            step = partial(self.t.autograd.grad, out, qkv, grad, retain_graph=True)
-            backward.append([n, self._median_s(step) / heads])
+        backward = [[n, self._sdpa_backward_s(n, dtype, True)] for n in plan.sdpa_backward_q]
+        full_backward = [[n, self._sdpa_backward_s(n, dtype, False)] for n in plan.sdpa_full_q]
         return {"decode": decode, "prefill": prefill, "full": full, "backward": backward,
-                "full_backward": self._sdpa_full_backward(dtype)}
+                "full_backward": full_backward}
 
-    def _sdpa_full_backward(self, dtype: str) -> list[list[float]]:
-        """The non-causal backward (q = kv, as `sdpa_full_q`), per (batch x head): an
-        encoder's or a ViT's training step, twice the causal one's work at equal length."""
-        points = []
-        for n in self.plan.sdpa_full_q:
-            self._step(f"sdpa {dtype} non-causal backward {n}")
-            qkv = [self._tensor(1, SDPA_HEADS, n, HEAD_DIM, dtype=dtype).requires_grad_()
-                   for _ in range(3)]  # fmt: skip
-            out = self._attend(qkv, False)
-            step = partial(self.t.autograd.grad, out, qkv, self.t.ones_like(out),
-                           retain_graph=True)  # fmt: skip
-            points.append([n, self._median_s(step) / SDPA_HEADS])
-        return points
+    def _sdpa_backward_s(self, n: int, dtype: str, causal: bool) -> float:
+        """Seconds per (batch x head) of SDPA's backward at q = kv = n: causal (a decoder's
+        training step) or not (an encoder's or a ViT's, twice the work at equal length)."""
+        self._step(f"sdpa {dtype} {'' if causal else 'non-causal '}backward {n}")
+        qkv = [self._tensor(1, SDPA_HEADS, n, HEAD_DIM, dtype=dtype).requires_grad_()
+               for _ in range(3)]  # fmt: skip
+        out = self._attend(qkv, causal)
+        step = partial(self.t.autograd.grad, out, qkv, self.t.ones_like(out), retain_graph=True)
+        return self._median_s(step) / SDPA_HEADS
 
     def _attend_cold(self, query: Any, caches: _Cycle) -> object:
         """A decode step's attention: its layer's keys and values are not in cache (the step
@@ -379,7 +368,7 @@ class _Kernels:
         caches.items[caches.i] = grown
         return grown
 
-    def _image_ops(self, a: Any) -> dict[str, float]:
+    def _image_ops(self, a: Any, dtype: str) -> dict[str, float]:
         """A CNN's max-pool (3x3, stride 2, with indices) and batch norm over 32 px planes,
         forward and backward, in bytes/s of what a trace counts (every tensor argument and
         result: a pool's backward counts the input whose shape it takes)."""
@@ -396,17 +385,16 @@ class _Kernels:
             "pool": pool_bytes / self._median_s(pool),
             "pool_backward": (pool_bytes + a.numel() * e) / self._median_s(pool_back),
             "batch_norm": 2 * a.numel() * e / self._median_s(norm),
-            **self._norm_training(a.view(-1, min(64, a.numel() // 1024), 32, 32)),
+            **self._norm_training(a.view(-1, min(64, a.numel() // 1024), 32, 32), dtype),
         }
 
-    def _norm_training(self, images: Any) -> dict[str, float]:
+    def _norm_training(self, images: Any, dtype: str) -> dict[str, float]:
         """Batch norm in training over a CNN's channels (64): statistics, then the scale and
         shift (input and output counted), and its backward (output gradient and input read,
         input gradient written)."""
         aten, size = self.t.ops.aten, images.numel() * images.element_size()
         channels = images.shape[1]
-        weight, bias = self._tensor(channels, dtype="fp32"), self._tensor(channels, dtype="fp32")
-        weight, bias = weight.to(images.dtype), bias.to(images.dtype)
+        weight, bias = self._tensor(channels, dtype=dtype), self._tensor(channels, dtype=dtype)
         mean, var = self.t.zeros_like(weight), self.t.ones_like(weight)
         train = partial(aten.native_batch_norm, images, weight, bias, mean, var, True, 0.1, 1e-5)
         _, saved_mean, saved_invstd = train()
@@ -449,14 +437,13 @@ class _Kernels:
             "silu": 2 * size / self._median_s(lambda: t.nn.functional.silu(a)),
             "gelu": 2 * size / self._median_s(lambda: gelu(a, approximate="tanh")),
             "gelu_erf": 2 * size / self._median_s(lambda: gelu(a)),
-            "gelu_backward": 3
-            * size
-            / self._median_s(lambda: gelu_backward(b, a, approximate="tanh")),
+            "gelu_backward": 3 * size / self._median_s(
+                lambda: gelu_backward(b, a, approximate="tanh")),
             "gelu_erf_backward": 3 * size / self._median_s(lambda: gelu_backward(b, a)),
             "div": 3 * size / self._median_s(lambda: t.div(a, b, out=out)),
             "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),
             "bernoulli": size / self._median_s(lambda: out.bernoulli_(0.9)),  # dropout masks
-            **self._image_ops(a),
+            **self._image_ops(a, dtype),
             "cat": self._append_rate(a, dtype),
         }
 
