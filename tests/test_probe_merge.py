@@ -9,7 +9,7 @@ from test_steadiness import PLAN, _Slowing
 
 from gpuwise.cli import main
 from gpuwise.measure.probe import BandwidthReading, MatmulPoint, Profile, probe_with
-from gpuwise.measure.probe.merge import median_profile, probe_spread
+from gpuwise.measure.probe.merge import keep_full_parts, median_profile, probe_spread
 
 
 def _profile(speed: float, skip_big: bool = False) -> Profile:
@@ -74,3 +74,44 @@ def test_repeat_out_of_range_is_one_line_and_exit_2(capsys) -> None:
         assert exc.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --repeat 0") and "hint:" in err
+
+
+def _quick(speed: float) -> Profile:
+    """A quick probe's profile: headline rates only, kernels and runtime missing."""
+    missing = {"kernels": "quick probe", "runtime": "quick probe"}
+    return replace(_profile(speed), quick=True, kernels=None, runtime=None, missing=missing)
+
+
+def test_a_quick_probe_keeps_the_full_probes_kernels_and_runtime() -> None:
+    full = replace(_profile(1.0), missing={"kernels.sdpa": "no bf16 here", "h2d": "CPU"})
+    kept = keep_full_parts(_quick(2.0), full)
+    assert kept.bandwidth_gbs("read") == 20.0  # the quick probe's own headline rates
+    assert kept.kernels == full.kernels and kept.runtime == full.runtime
+    assert kept.missing == {"kernels.sdpa": "no bf16 here"}
+    assert any("kept from the full probe of t1.0" in n for n in kept.notes)
+
+
+def test_a_quick_probe_keeps_nothing_from_another_machine_or_quick_probe() -> None:
+    quick = _quick(2.0)
+    assert keep_full_parts(quick, None) is quick
+    assert keep_full_parts(quick, replace(_profile(1.0), fingerprint="other")) is quick
+    assert keep_full_parts(quick, _quick(1.0)) is quick
+    full = _profile(2.0)
+    assert keep_full_parts(full, _profile(1.0)) is full  # a full probe replaces everything
+
+
+def test_probe_quick_saves_over_a_full_profile_without_losing_its_kernels(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    import gpuwise.measure.probe.machine as machine
+    from gpuwise.measure.profile_store import load_profile, save_profile
+
+    monkeypatch.setenv("GPUWISE_CACHE_DIR", str(tmp_path))
+    full = _profile(1.0)
+    save_profile(full)
+    monkeypatch.setattr(machine, "probe_machine", lambda quick, progress=None: _quick(2.0))
+    main(["probe", "--quick", "--json"])
+    saved = load_profile(full.backend, full.fingerprint)
+    assert saved is not None and saved.kernels == full.kernels and saved.quick
+    assert saved.bandwidth_gbs("read") == 20.0
+    assert "kept from the full probe" in capsys.readouterr().out

@@ -16,8 +16,8 @@ from gpuwise.measure.probe.profile import describe_ratios
 
 def probe_view(quick: bool, quiet: bool, repeat: int = 1) -> tuple[Any, Any]:
     from gpuwise.measure.probe.machine import probe_machine
-    from gpuwise.measure.probe.merge import median_profile
-    from gpuwise.measure.profile_store import save_profile
+    from gpuwise.measure.probe.merge import keep_full_parts, median_profile
+    from gpuwise.measure.profile_store import load_profile, save_profile
 
     if quiet or not sys.stderr.isatty():
         profiles = [probe_machine(quick) for _ in range(repeat)]
@@ -27,6 +27,8 @@ def probe_view(quick: bool, quiet: bool, repeat: int = 1) -> tuple[Any, Any]:
             task = bar.add_task("probing", total=1.0)
             profiles = [probe_machine(quick, _one_of(bar, task, i, repeat)) for i in range(repeat)]
     profile = median_profile(profiles)
+    if quick:
+        profile = keep_full_parts(profile, load_profile(profile.backend, profile.fingerprint))
     path = save_profile(profile)
     record = json.loads(profile.to_json())
     record["saved_to"] = str(path)

@@ -5,6 +5,7 @@ of three reads it at its typical speed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from collections.abc import Sequence
@@ -104,3 +105,27 @@ def _is_number(v: Any) -> bool:
 
 def _is_point(v: Any) -> bool:
     return isinstance(v, list) and len(v) >= 2 and all(_is_number(x) for x in v)
+
+
+# What only a full probe measures: a quick probe saved over a full one keeps these from it.
+FULL_ONLY = ("kernels", "runtime")
+
+
+def keep_full_parts(quick: Profile, previous: Profile | None) -> Profile:
+    """A quick probe's profile with the kernels and runtime costs of the full probe it
+    replaces (same machine and backend), so `--quick` refreshes the headline rates without
+    throwing away what only a full probe measures. Anything else: `quick` unchanged."""
+    if (not quick.quick or previous is None or previous.quick
+            or (previous.fingerprint, previous.backend) != (quick.fingerprint, quick.backend)):  # fmt: skip
+        return quick
+    kept = {k: getattr(previous, k) for k in FULL_ONLY
+            if getattr(quick, k) is None and getattr(previous, k) is not None}  # fmt: skip
+    if not kept:
+        return quick
+    missing = {k: v for k, v in quick.missing.items()
+               if k not in kept and not any(k.startswith(f"{p}.") for p in kept)}  # fmt: skip
+    missing |= {k: v for k, v in previous.missing.items()
+                if any(k.startswith(f"{p}.") for p in kept)}  # fmt: skip
+    note = (f"{' and '.join(kept)} kept from the full probe of {previous.created_at} "
+            "(a quick probe does not measure them)")
+    return dataclasses.replace(quick, **kept, missing=missing, notes=(*quick.notes, note))
