@@ -115,3 +115,10 @@ def test_probe_quick_saves_over_a_full_profile_without_losing_its_kernels(
     assert saved is not None and saved.kernels == full.kernels and saved.quick
     assert saved.bandwidth_gbs("read") == 20.0
     assert "kept from the full probe" in capsys.readouterr().out
+
+
+def test_a_second_quick_probe_keeps_what_the_first_kept() -> None:
+    first = keep_full_parts(_quick(2.0), _profile(1.0))
+    second = keep_full_parts(replace(_quick(3.0), created_at="t3.0"), first)
+    assert second.kernels == first.kernels and second.runtime == first.runtime
+    assert [n for n in second.notes if "kept from the full probe of t1.0" in n]

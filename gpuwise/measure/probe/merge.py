@@ -109,23 +109,29 @@ def _is_point(v: Any) -> bool:
 
 # What only a full probe measures: a quick probe saved over a full one keeps these from it.
 FULL_ONLY = ("kernels", "runtime")
+KEPT_NOTE = "kept from the full probe"
 
 
 def keep_full_parts(quick: Profile, previous: Profile | None) -> Profile:
-    """A quick probe's profile with the kernels and runtime costs of the full probe it
-    replaces (same machine and backend), so `--quick` refreshes the headline rates without
-    throwing away what only a full probe measures. Anything else: `quick` unchanged."""
-    if (not quick.quick or previous is None or previous.quick
+    """A quick probe's profile with the kernels and runtime costs of the profile it replaces
+    (same machine and backend: a full probe, or a quick one that kept them in turn), so
+    `--quick` refreshes the headline rates without throwing away what only a full probe
+    measures. Anything else: `quick` unchanged."""
+    if (not quick.quick or previous is None
             or (previous.fingerprint, previous.backend) != (quick.fingerprint, quick.backend)):  # fmt: skip
         return quick
     kept = {k: getattr(previous, k) for k in FULL_ONLY
             if getattr(quick, k) is None and getattr(previous, k) is not None}  # fmt: skip
     if not kept:
         return quick
-    missing = {k: v for k, v in quick.missing.items()
-               if k not in kept and not any(k.startswith(f"{p}.") for p in kept)}  # fmt: skip
-    missing |= {k: v for k, v in previous.missing.items()
-                if any(k.startswith(f"{p}.") for p in kept)}  # fmt: skip
-    note = (f"{' and '.join(kept)} kept from the full probe of {previous.created_at} "
-            "(a quick probe does not measure them)")
+
+    def part_of_kept(key: str) -> bool:
+        return any(key.startswith(f"{p}.") for p in kept)
+
+    missing = {k: v for k, v in quick.missing.items() if k not in kept and not part_of_kept(k)}
+    missing |= {k: v for k, v in previous.missing.items() if part_of_kept(k)}
+    # A quick profile that kept them says from which full probe: that note carries over.
+    earlier = [n for n in previous.notes if n.startswith(KEPT_NOTE)] if previous.quick else []
+    note = earlier[0] if earlier else (f"{KEPT_NOTE} of {previous.created_at}: "
+                                       f"{' and '.join(kept)} (a quick probe does not measure them)")  # fmt: skip
     return dataclasses.replace(quick, **kept, missing=missing, notes=(*quick.notes, note))
