@@ -29,19 +29,25 @@ class _Heap:
         self.events: list[HeapEvent] = []
         self.live: dict[str, int] = {}
         self.serial = 0
+        self.phase = "forward"
 
     def take(self, name: str, nbytes: float) -> None:
         if nbytes < SMALL:
             return
         self.serial += 1
         self.live[name] = self.serial
-        self.events.append(HeapEvent(self.serial, int(nbytes), "forward"))
+        self.events.append(HeapEvent(self.serial, int(nbytes), self.phase))
+
+    def linear(self, name: str, nbytes: float, inputs: float, weight: int) -> None:
+        """A projection's output; `inputs` (bytes of its input) and `weight` (its weight's
+        elements) matter to a training step (`training_heap`), not to a prefill."""
+        self.take(name, nbytes)
 
     def drop(self, *names: str) -> None:
         for name in names:
             key = self.live.pop(name, None)
             if key is not None:
-                self.events.append(HeapEvent(key, 0, "forward"))
+                self.events.append(HeapEvent(key, 0, self.phase))
 
     def rename(self, old: str, new: str) -> None:
         if old in self.live:
@@ -88,16 +94,16 @@ def _rotary(h: _Heap, name: str, elements: float, share: float, c: float) -> Non
 
 def _attention(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
     """Projections, rotary, the cache, attention and its output projection; leaves "o"."""
-    rows, c = s.rows, s.compute_bytes
+    rows, c, d = s.rows, s.compute_bytes, arch.hidden_size
     q, kv = rows * arch.q_dim, rows * arch.kv_dim
     k_name, v_name = f"k{layer}", f"v{layer}"  # the cache keeps them to the end of the pass
     fused = arch.model_type in FUSED_QKV
     if fused:  # q, k and v are views of one tensor, kept whole while the cache holds k or v
-        h.take(f"qkv{layer}", (q + 2 * kv) * c)
+        h.linear(f"qkv{layer}", (q + 2 * kv) * c, rows * d * c, d * (arch.q_dim + 2 * arch.kv_dim))
     else:
-        h.take("q", q * c)
-        h.take(k_name, kv * c)
-        h.take(v_name, kv * c)
+        h.linear("q", q * c, rows * d * c, d * arch.q_dim)
+        h.linear(k_name, kv * c, rows * d * c, d * arch.kv_dim)
+        h.linear(v_name, kv * c, rows * d * c, d * arch.kv_dim)
     if arch.position == "rope" and arch.rotary_dim:  # of a fused projection: its views
         share = arch.rotary_dim / max(1, arch.head_dim)
         _rotary(h, "q", q, share, c)
@@ -109,7 +115,7 @@ def _attention(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
     h.drop("q")
     h.take("attn.t", q * c)  # transpose(1, 2).contiguous()
     h.drop("attn")
-    h.take("o", rows * arch.hidden_size * c)
+    h.linear("o", rows * d * c, q * c, arch.q_dim * d)
     h.drop("attn.t")
 
 
@@ -145,18 +151,18 @@ def _eager_scores(h: _Heap, arch: Architecture, s: Shape, fused: bool) -> None:
 
 def _mlp(h: _Heap, arch: Architecture, s: Shape, src: str) -> None:
     """The MLP on the normed `src`; leaves "down"."""
-    c = s.compute_bytes
-    inner = s.rows * arch.intermediate_size * c
+    c, d, i = s.compute_bytes, arch.hidden_size, arch.intermediate_size
+    inner, hidden = s.rows * i * c, s.rows * d * c
     if arch.gated_mlp:  # down(act(gate(x)) * up(x))
-        h.take("gate", inner)
+        h.linear("gate", inner, hidden, d * i)
         h.take("act", inner)
         h.drop("gate")
-        h.take("up", inner)
+        h.linear("up", inner, hidden, d * i)
         h.take("mul", inner)
         h.drop("act", "up")
         h.rename("mul", "act")
     else:
-        h.take("fc", inner)
+        h.linear("fc", inner, hidden, d * i)
         if arch.activation.lower() == "gelu_new":
             h.take("half", inner)  # 0.5 * x, evaluated first
             for i in range(PYTHON_GELU_STEPS):
@@ -167,7 +173,7 @@ def _mlp(h: _Heap, arch: Architecture, s: Shape, src: str) -> None:
         else:
             h.take("act", inner)
         h.drop("fc")
-    h.take("down", s.rows * arch.hidden_size * c)
+    h.linear("down", hidden, inner, d * i)
     h.drop("act", src)
 
 

@@ -1,0 +1,187 @@
+"""The tensors one training step under transformers takes from the host allocator and gives
+back, in order: the forward (`prefill_heap`'s layers, with what autograd saves kept), the
+backward, and the optimizer's step, so `heap_replay` can count the pages the step faults.
+
+- Forward: a layer's tensors stay until its backward (autograd saves nearly every
+  intermediate of a layer: projections' inputs, norms' upcasts, attention's q, k, v and
+  output). Under activation checkpointing only each layer's input stays, and the backward
+  runs the layer's forward again first.
+- Backward, operation by operation in reverse: the gradient of the operation's input is
+  taken and its output's given back, then what the operation saved; each projection takes
+  its weight's gradient, kept to the end of the step (`zero_grad` sets it to None). Under
+  autocast the projection saved its weight's cast, and its gradient is taken in the compute
+  dtype, then copied to the fp32 parameter's.
+- Optimizer (torch.optim's single-tensor loop a CPU runs): the states the first step
+  creates and keeps; AdamW's `denom = (exp_avg_sq.sqrt() / c).add_(eps)` takes the square
+  root and the quotient, gives the root back, and keeps the quotient until the next
+  parameter's replaces it. SGD with momentum and Adafactor's factored update take nothing
+  large.
+
+Vocabulary-sized tensors (logits, the embedding's and head's gradients and their optimizer
+temporaries) are left out: 32 MiB and larger, glibc maps them apart from the heap, and the
+operations that make them charge their faults (`Op.fresh`). So are tensors below 64 KiB.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX
+from gpuwise.workload.arch import Architecture
+from gpuwise.workload.ops import Shape
+from gpuwise.workload.prefill_heap import SMALL, _Heap, _layer, _norm
+from gpuwise.workload.traced import HeapEvent
+
+# Parameter-sized states the first step creates (kept), and whether each parameter's update
+# takes AdamW's two temporaries.
+OPTIMIZER_STATES = {"adamw": 2, "sgd": 1, "adafactor": 0, "adamw8bit": 0}
+
+
+@dataclass
+class _Record:
+    """An operation's output as the backward meets it: its key (None: too small to track),
+    the bytes of its input's gradient, and, for a projection, its weight's elements and the
+    key of the weight's autocast copy."""
+
+    key: int | None
+    grad_bytes: float
+    weight: int = 0
+    cast: int | None = None
+
+
+class _StepHeap(_Heap):
+    """A training step's tensors: drops in a saving forward are deferred to the backward."""
+
+    def __init__(self, param_bytes: float, compute_bytes: float) -> None:
+        super().__init__()
+        self.param_bytes, self.compute_bytes = param_bytes, compute_bytes
+        self.saving = True
+        self.records: list[_Record] = []
+        self.grads = 0
+
+    def take(self, name: str, nbytes: float) -> None:
+        super().take(name, nbytes)
+        tracked = nbytes >= SMALL and self.live.get(name) == self.serial
+        self.records.append(_Record(self.serial if tracked else None, nbytes))
+
+    def linear(self, name: str, nbytes: float, inputs: float, weight: int) -> None:
+        cast = None
+        if self.param_bytes != self.compute_bytes:  # autocast's copy of the weight
+            before = self.serial
+            super().take(name + ".weight", weight * self.compute_bytes)
+            cast = self.serial if self.serial != before else None
+            self.live.pop(name + ".weight", None)  # saved by the projection
+        self.take(name, nbytes)
+        record = self.records[-1]
+        record.grad_bytes, record.weight, record.cast = inputs, weight, cast
+
+    def drop(self, *names: str) -> None:
+        if not self.saving:
+            super().drop(*names)
+            return
+        for name in names:  # saved: given back in the backward
+            self.live.pop(name, None)
+
+    def free(self, key: int | None) -> None:
+        if key is not None:
+            self.events.append(HeapEvent(key, 0, self.phase))
+
+    def take_key(self, nbytes: float) -> int | None:
+        """An unnamed tensor (a gradient); its key, None when too small to track."""
+        self.grads += 1
+        name = f"grad{self.grads}"
+        self.take(name, nbytes)
+        self.records.pop()
+        return self.live.pop(name, None)
+
+    def backward(self, records: list[_Record], grad: int | None) -> int | None:
+        """Each operation in reverse: its weight's gradient (kept), its input's gradient,
+        the output's gradient and what it saved given back. Returns the last gradient."""
+        for r in reversed(records):
+            if r.weight:
+                if self.param_bytes != self.compute_bytes:
+                    self.free(self.take_key(r.weight * self.compute_bytes))
+                self.take_key(r.weight * self.param_bytes)  # .grad, to zero_grad
+            new = self.take_key(r.grad_bytes)
+            self.free(grad)
+            self.free(r.key)
+            self.free(r.cast)
+            grad = new
+        return grad
+
+
+def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
+                         optimizer: str = "adamw", checkpointing: bool = False,
+                         ) -> list[HeapEvent]:  # fmt: skip
+    """One training step's tensors of 64 KiB and more below 32 MiB, in order, by phase
+    (forward, backward, optimizer); what the step leaves (gradients) is given back by the
+    replay at its end."""
+    h = _StepHeap(param_bytes, s.compute_bytes)
+    hidden = s.rows * arch.hidden_size * s.compute_bytes
+    h.take("x", hidden)
+    stem, h.records = h.records, []
+    inputs, layers = [], []
+    for layer in range(arch.num_layers):
+        inputs.append(h.live["x"])
+        if checkpointing:  # kept by the checkpoint, not the layer
+            h.saving = False
+            h.live.pop("x")
+        _layer(h, arch, s, layer)
+        layers.append(h.records)
+        h.records = []
+    h.saving = True
+    inputs.append(h.live["x"])
+    _norm(h, arch, s.rows * arch.hidden_size, s.compute_bytes, "final")
+    head, h.records = h.records, []
+    h.live.clear()
+    h.phase = "backward"
+    grad = h.backward(head, None)
+    for layer in reversed(range(arch.num_layers)):
+        if checkpointing:  # the layer's forward again, from its saved input
+            h.free(inputs[layer + 1])
+            _layer(h, arch, s, layer)
+            layers[layer], h.records = h.records, []
+            h.live.clear()
+        grad = h.backward(layers[layer], grad)
+    h.free(h.backward(stem, grad))
+    h.events += optimizer_events(arch, optimizer, param_bytes, h.serial + 1)
+    return h.events
+
+
+def layer_weights(arch: Architecture) -> list[int]:
+    """Elements of one layer's projection weights, in the order torch.optim steps them."""
+    d, i = arch.hidden_size, arch.intermediate_size
+    if arch.model_type in ("gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3"):
+        attention = [d * (arch.q_dim + 2 * arch.kv_dim), arch.q_dim * d]
+    else:
+        attention = [d * arch.q_dim, d * arch.kv_dim, d * arch.kv_dim, arch.q_dim * d]
+    return attention + [d * i] * (3 if arch.gated_mlp else 2)
+
+
+def optimizer_events(arch: Architecture, optimizer: str, state_bytes: float,
+                     first_key: int) -> list[HeapEvent]:  # fmt: skip
+    """The optimizer step's states (created on the first step, kept) and temporaries."""
+    sizes = [int(n * state_bytes) for n in layer_weights(arch) * arch.num_layers]
+    if arch.position == "learned":
+        sizes.insert(0, int(arch.max_position * arch.hidden_size * state_bytes))
+    sizes = [n for n in sizes if SMALL <= n < GLIBC_MMAP_THRESHOLD_MAX]
+    key = first_key
+    events = []
+    for n in sizes:
+        for _ in range(OPTIMIZER_STATES.get(optimizer, 0)):
+            events.append(HeapEvent(key, n, "optimizer", kept=True))
+            key += 1
+    if optimizer != "adamw":
+        return events
+    denom = None
+    for n in sizes:  # sqrt, the quotient (denom), the root given back, the old denom too
+        root, quotient = key, key + 1
+        key += 2
+        events += [HeapEvent(root, n, "optimizer"), HeapEvent(quotient, n, "optimizer"),
+                   HeapEvent(root, 0, "optimizer")]  # fmt: skip
+        if denom is not None:
+            events.append(HeapEvent(denom, 0, "optimizer"))
+        denom = quotient
+    if denom is not None:
+        events.append(HeapEvent(denom, 0, "optimizer"))
+    return events
