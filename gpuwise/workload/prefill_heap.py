@@ -151,18 +151,18 @@ def _eager_scores(h: _Heap, arch: Architecture, s: Shape, fused: bool) -> None:
 
 def _mlp(h: _Heap, arch: Architecture, s: Shape, src: str) -> None:
     """The MLP on the normed `src`; leaves "down"."""
-    c, d, i = s.compute_bytes, arch.hidden_size, arch.intermediate_size
-    inner, hidden = s.rows * i * c, s.rows * d * c
+    c, d, width = s.compute_bytes, arch.hidden_size, arch.intermediate_size
+    inner, hidden = s.rows * width * c, s.rows * d * c
     if arch.gated_mlp:  # down(act(gate(x)) * up(x))
-        h.linear("gate", inner, hidden, d * i)
+        h.linear("gate", inner, hidden, d * width)
         h.take("act", inner)
         h.drop("gate")
-        h.linear("up", inner, hidden, d * i)
+        h.linear("up", inner, hidden, d * width)
         h.take("mul", inner)
         h.drop("act", "up")
         h.rename("mul", "act")
     else:
-        h.linear("fc", inner, hidden, d * i)
+        h.linear("fc", inner, hidden, d * width)
         if arch.activation.lower() == "gelu_new":
             h.take("half", inner)  # 0.5 * x, evaluated first
             for i in range(PYTHON_GELU_STEPS):
@@ -173,7 +173,7 @@ def _mlp(h: _Heap, arch: Architecture, s: Shape, src: str) -> None:
         else:
             h.take("act", inner)
         h.drop("fc")
-    h.linear("down", hidden, inner, d * i)
+    h.linear("down", hidden, inner, d * width)
     h.drop("act", src)
 
 

@@ -98,10 +98,10 @@ class _StepHeap(_Heap):
         """Each operation in reverse: its weight's gradient (kept), its input's gradient,
         the output's gradient and what it saved given back. Returns the last gradient."""
         for r in reversed(records):
-            if r.weight:
-                if self.param_bytes != self.compute_bytes:
-                    self.free(self.take_key(r.weight * self.compute_bytes))
-                self.take_key(r.weight * self.param_bytes)  # .grad, to zero_grad
+            if r.weight:  # .grad, kept to zero_grad; under autocast copied from bf16
+                cast = self.take_key(r.weight * self.compute_bytes) if r.cast else None
+                self.take_key(r.weight * self.param_bytes)
+                self.free(cast)
             new = self.take_key(r.grad_bytes)
             self.free(grad)
             self.free(r.key)
@@ -127,6 +127,8 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
             h.saving = False
             h.live.pop("x")
         _layer(h, arch, s, layer)
+        if checkpointing:  # no cache under checkpointing: the layer's keys and values go
+            h.drop(*[name for name in h.live if name != "x"])
         layers.append(h.records)
         h.records = []
     h.saving = True
