@@ -371,8 +371,7 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     whole = plan.finetune == "full" and plan.tp == 1  # the probe stepped whole tensors
     optimizer = optimizer_phase(plan, trainable / plan.tp,
                                 parameter_tensors(arch) if whole else None, rates)  # fmt: skip
-    if rates.kind == "cpu":
-        bwd, optimizer = _with_step_faults(arch, plan, shape, bwd, optimizer, rates)
+    bwd, optimizer = _with_step_faults(arch, plan, shape, bwd, optimizer, rates)
     grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
     comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
     tokens = plan.batch * plan.seq * plan.data_parallel

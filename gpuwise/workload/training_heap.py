@@ -27,14 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX
+from gpuwise.estimate.training import STATES_PER_PARAM
 from gpuwise.workload.arch import Architecture
-from gpuwise.workload.ops import Shape
+from gpuwise.workload.ops import FUSED_QKV, Shape
 from gpuwise.workload.prefill_heap import SMALL, _Heap, _layer, _norm
 from gpuwise.workload.traced import HeapEvent
-
-# Parameter-sized states the first step creates (kept), and whether each parameter's update
-# takes AdamW's two temporaries.
-OPTIMIZER_STATES = {"adamw": 2, "sgd": 1, "adafactor": 0, "adamw8bit": 0}
 
 
 @dataclass
@@ -61,16 +58,14 @@ class _StepHeap(_Heap):
 
     def take(self, name: str, nbytes: float) -> None:
         super().take(name, nbytes)
-        tracked = nbytes >= SMALL and self.live.get(name) == self.serial
-        self.records.append(_Record(self.serial if tracked else None, nbytes))
+        self.records.append(_Record(self.serial if nbytes >= SMALL else None, nbytes))
 
     def linear(self, name: str, nbytes: float, inputs: float, weight: int) -> None:
         cast = None
-        if self.param_bytes != self.compute_bytes:  # autocast's copy of the weight
-            before = self.serial
-            super().take(name + ".weight", weight * self.compute_bytes)
-            cast = self.serial if self.serial != before else None
-            self.live.pop(name + ".weight", None)  # saved by the projection
+        copy = weight * self.compute_bytes
+        if self.param_bytes != self.compute_bytes and copy >= SMALL:  # autocast's copy
+            super().take(name + ".weight", copy)
+            cast = self.live.pop(name + ".weight")  # saved by the projection
         self.take(name, nbytes)
         record = self.records[-1]
         record.grad_bytes, record.weight, record.cast = inputs, weight, cast
@@ -153,7 +148,7 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
 def layer_weights(arch: Architecture) -> list[int]:
     """Elements of one layer's projection weights, in the order torch.optim steps them."""
     d, i = arch.hidden_size, arch.intermediate_size
-    if arch.model_type in ("gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3"):
+    if arch.model_type in FUSED_QKV:
         attention = [d * (arch.q_dim + 2 * arch.kv_dim), arch.q_dim * d]
     else:
         attention = [d * arch.q_dim, d * arch.kv_dim, d * arch.kv_dim, arch.q_dim * d]
@@ -170,7 +165,7 @@ def optimizer_events(arch: Architecture, optimizer: str, state_bytes: float,
     key = first_key
     events = []
     for n in sizes:
-        for _ in range(OPTIMIZER_STATES.get(optimizer, 0)):
+        for _ in range(STATES_PER_PARAM.get(optimizer, 0)):
             events.append(HeapEvent(key, n, "optimizer", kept=True))
             key += 1
     if optimizer != "adamw":
