@@ -8,7 +8,12 @@ or training steps) in a fresh process, and compares:
 - time (`--time`, after `gpuwise probe`): prefill, decode seconds per token and training step
   time, medians after a warm-up. Targets (issue 3): median |error| <= 10%, worst <= 25%.
 
-Run:  .venv/bin/python benchmarks/validate_cpu.py [--time [--passes N]] [--quick] [--out FILE]
+Run:  .venv/bin/python benchmarks/validate_cpu.py [--time [--passes N] [--allocator-split]]
+      [--quick] [--out FILE]
+
+With `--allocator-split` each case is timed again under an allocator that faults nothing in
+after the warm-up (`module_run.NO_FAULTS_ENV`): the estimate less its page faults is checked
+against that run, and the faults' charged cost against their measured one.
 
 With `--passes N` the time suite runs N times over; each row is then the median of its N
 measurements against the estimate, and every pass's own median and worst are printed too
@@ -23,14 +28,20 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.measure import timerun
+from gpuwise.measure.device import detect_local
+from gpuwise.measure.module_run import NO_FAULTS_ENV
 from gpuwise.measure.probe.profile import STEADY
 from gpuwise.measure.probe.run import others_cpu_s
-from gpuwise.measure.validation import validate
-from gpuwise.workload import from_config
+from gpuwise.measure.rates_source import rates_for
+from gpuwise.measure.validation import plan_kwargs, validate
+from gpuwise.workload import Architecture, from_config
 
 CASES = [
     ("smollm2-135m", InferencePlan(batch=1, prompt_tokens=512, new_tokens=16, weights="fp32")),
@@ -107,21 +118,54 @@ def ran_as_probed(drift: dict[str, float], plan: str) -> bool:
     return all(k in drift and abs(drift[k] - 1.0) <= STEADY for k in keys)
 
 
-def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPlan) -> list[dict]:
-    """One real run of a case (in a fresh process), its rows: one per timed quantity."""
+def _without_faults(config: dict, arch: Architecture,
+                    plan: InferencePlan | TrainingPlan) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Each quantity's estimate with no page fault charged, and its time measured under an
+    allocator that faults nothing in after the warm-up (`NO_FAULTS_ENV`): the model less its
+    faults against runs without them, and what the faults cost against what is charged."""
+    rates, _ = rates_for(detect_local(use_torch=True).best_device())
+    if rates is None or rates.kernels is None:
+        return {}
+    quiet = replace(rates, kernels=replace(rates.kernels, fresh_bytes_per_s=0.0))
+    kwargs = plan_kwargs(plan, "cpu")
+    if isinstance(plan, InferencePlan):
+        m = timerun.time_inference(config, malloc_env=NO_FAULTS_ENV, **kwargs)
+        t = estimate_inference_time(arch, plan, quiet)
+        pairs = {"prefill_s": (t.prefill_s, m.prefill_s),
+                 "decode_s_per_token": (t.decode_s_per_token, m.decode_s_per_token)}  # fmt: skip
+    else:
+        m = timerun.time_training(config, malloc_env=NO_FAULTS_ENV, **kwargs)
+        pairs = {"step_s": (estimate_training_time(arch, plan, quiet).step_s, m.step_s)}
+    return {key: {"estimated_without_faults": est, "measured_without_faults": meas}
+            for key, (est, meas) in pairs.items() if meas}  # fmt: skip
+
+
+def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
+    est, meas = quiet["estimated_without_faults"], quiet["measured_without_faults"]
+    print(f"      without page faults: est {est * 1e3:9.2f} ms  meas {meas * 1e3:9.2f} ms  "
+          f"err {100 * (est / meas - 1):+6.1f}%;  the faults: charged "
+          f"{1e3 * (row['estimated'] - est):7.1f} ms, cost {1e3 * (row['measured'] - meas):7.1f} ms",
+          flush=True)  # fmt: skip
+
+
+def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPlan,
+               split: bool = False) -> list[dict]:  # fmt: skip
+    """One real run of a case (in a fresh process), its rows: one per timed quantity; with
+    `split`, a second run under an allocator that faults nothing in."""
     model = resolve_model(name)
     arch = from_config(model.config, name)
     started, before = time.perf_counter(), others_cpu_s()
     result = validate(model.config, arch, plan, quiet=True, memory=False, timing=True)
     busy = _others_share(before, started)
     drift = result.get("time_machine_vs_probe") or {}
+    quiet = _without_faults(model.config, arch, plan) if split else {}
     rows = []
     for key, r in result["time"].items():
         if r["error"] is None:
             continue
         rows.append({"model": name, "plan": describe(plan), "quantity": key, **r,
                      "source": result["time_source"], "others_cpu_share": busy,
-                     "machine_vs_probe": drift})  # fmt: skip
+                     "machine_vs_probe": drift, **quiet.get(key, {})})  # fmt: skip
         print(
             f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
             f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
@@ -131,6 +175,8 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
             f"bf16 x{drift.get('matmul_bf16', 0):.2f})",
             flush=True,
         )
+        if key in quiet:
+            _print_without_faults(r, quiet[key])
     return rows
 
 
@@ -141,20 +187,43 @@ def _over_passes(passes: list[list[dict]]) -> list[dict]:
     for same in zip(*passes, strict=True):
         measured = statistics.median(r["measured"] for r in same)
         estimated = same[0]["estimated"]
-        merged.append({**same[0], "measured": measured, "error": estimated / measured - 1,
-                       "measured_passes": [r["measured"] for r in same],
-                       "error_passes": [r["error"] for r in same],
-                       "machine_vs_probe_passes": [r["machine_vs_probe"] for r in same]})  # fmt: skip
+        row = {**same[0], "measured": measured, "error": estimated / measured - 1,
+               "measured_passes": [r["measured"] for r in same],
+               "error_passes": [r["error"] for r in same],
+               "machine_vs_probe_passes": [r["machine_vs_probe"] for r in same]}  # fmt: skip
+        if all("measured_without_faults" in r for r in same):
+            row["measured_without_faults"] = statistics.median(
+                r["measured_without_faults"] for r in same)
+        merged.append(row)
     return merged
 
 
-def time_suite(cases: list, out: str, passes: int = 1) -> None:
+def _split_summary(rows: list[dict]) -> dict[str, float]:
+    """The model less its faults against fault-free runs, and the faults' cost: charged
+    against measured (the default allocator's time less the fault-free one), summed."""
+    split = [r for r in rows if r.get("measured_without_faults")]
+    if not split:
+        return {}
+    errors = [abs(r["estimated_without_faults"] / r["measured_without_faults"] - 1) for r in split]
+    out = {"median_abs_error_without_faults": statistics.median(errors),
+           "worst_abs_error_without_faults": max(errors),
+           "fault_s_estimated": sum(r["estimated"] - r["estimated_without_faults"] for r in split),
+           "fault_s_measured": sum(r["measured"] - r["measured_without_faults"] for r in split)}  # fmt: skip
+    print(f"without page faults (estimate less its faults, runs that fault nothing in): median "
+          f"|error| {100 * out['median_abs_error_without_faults']:.1f}%  worst "
+          f"{100 * out['worst_abs_error_without_faults']:.1f}% over {len(split)} times; the "
+          f"faults cost {out['fault_s_measured']:.2f} s measured, {out['fault_s_estimated']:.2f} s "
+          f"charged")  # fmt: skip
+    return out
+
+
+def time_suite(cases: list, out: str, passes: int = 1, split: bool = False) -> None:
     runs = []
     for n in range(passes):
         if passes > 1:
             print(f"pass {n + 1} of {passes}", flush=True)
         runs.append([row for i, (name, plan) in enumerate(cases, 1)
-                     for row in _time_case(i, cases, name, plan)])  # fmt: skip
+                     for row in _time_case(i, cases, name, plan, split)])  # fmt: skip
     rows = runs[0] if passes == 1 else _over_passes(runs)
     errors = [abs(r["error"]) for r in rows]
     steady = [abs(r["error"]) for r in rows if ran_as_probed(r["machine_vs_probe"], r["plan"])]
@@ -178,6 +247,7 @@ def time_suite(cases: list, out: str, passes: int = 1) -> None:
         print(f"where the machine ran within {STEADY:.0%} of the probe: median |error| "
               f"{100 * statistics.median(steady):.1f}%, worst {100 * max(steady):.1f}% over "
               f"{len(steady)} times")  # fmt: skip
+    summary.update(_split_summary(rows))
     Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 
 
@@ -189,12 +259,15 @@ def main() -> None:
     parser.add_argument("--train-only", action="store_true", help="time: training cases only")
     parser.add_argument("--passes", type=int, default=1,
                         help="time: run the suite N times; each row's median against its estimate")  # fmt: skip
+    parser.add_argument("--allocator-split", action="store_true",
+                        help="time: each case again under an allocator that faults nothing in")  # fmt: skip
     args = parser.parse_args()
     if args.time:
         cases = TIME_CASES[:3] if args.quick else TIME_CASES
         if args.train_only:
             cases = [c for c in cases if isinstance(c[1], TrainingPlan)]
-        time_suite(cases, args.out or "benchmarks/results/time.json", max(1, args.passes))
+        time_suite(cases, args.out or "benchmarks/results/time.json", max(1, args.passes),
+                   args.allocator_split)  # fmt: skip
         return
     args.out = args.out or "benchmarks/results/memory.json"
     cases = CASES[:3] if args.quick else CASES

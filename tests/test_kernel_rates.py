@@ -152,7 +152,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     plan = KernelPlan(dtypes=("fp32",), rows=(1, 8), widths=(64, 128), backward_rows=(16,),
                       sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), sdpa_backward_q=(32,),
                       sdpa_full_q=(32,), elementwise_elements=4096, optimizer_elements=(1024, 4096),
-                      nn_rows=(1, 2), nn_widths=(64,), fresh_bytes=2**20,
+                      nn_rows=(1, 2), nn_widths=(64,), fresh_bytes=2**20, fresh_held=(2**24,),
                       conv_shapes=((8, 8),), conv_batch=1,
                       conv_variants=(("1x1/s2", 4, 8, 8), ("7x7/s2", 3, 8, 16),
                                      ("4x4/s4", 3, 8, 16)),
@@ -178,6 +178,8 @@ def test_the_kernel_probe_measures_a_tiny_plan():
                                                "pool_backward", "batch_norm",
                                                "batch_norm_train", "batch_norm_backward"}  # fmt: skip
     assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
+    assert [n for n, _ in out["fresh"]["by_held"]] == [0, 2**24]  # in a small process, then held
+    assert all(rate > 0 for _, rate in out["fresh"]["by_held"])
     assert [n for n, _ in out["optimizer"]["fp32"]["adamw"]] == [1024, 4096]
     assert [n for n, _ in out["optimizer"]["fp32"]["sgd"]] == [1024, 4096]
     if importlib.util.find_spec("transformers"):  # Adafactor is transformers'
@@ -291,6 +293,17 @@ def test_fresh_tensors_past_the_mmap_threshold_pay_first_touch():
     # without a probed first-touch rate (a GPU, an old profile) nothing is added
     assert time_op(op, replace(CPU, kernels=KERNELS), "fp32").seconds == time_op(
         plain, replace(CPU, kernels=KERNELS), "fp32").seconds
+
+
+def test_the_probe_warns_when_first_touch_slows_with_memory_in_use():
+    from gpuwise.measure.kernel_probe import first_touch_note
+
+    gib = 2**30
+    slow = {"bytes_per_s": 5.0e9, "by_held": [[0, 5.0e9], [gib, 0.75e9], [6 * gib, 4.5e9]]}
+    (note,) = first_touch_note(slow)
+    assert "0.75 GB/s with 1 GiB in use, against 5.0 in a small process" in note
+    flat = {"bytes_per_s": 5.0e9, "by_held": [[0, 5.0e9], [gib, 4.0e9]]}
+    assert first_touch_note(flat) == () and first_touch_note({"bytes_per_s": 5e9}) == ()
 
 
 def test_transformers_decode_copies_its_cache_and_training_builds_the_embedding_gradient():

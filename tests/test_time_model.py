@@ -66,6 +66,8 @@ def test_training_time_is_sane(name, batch, seq, dtype, ckpt):
     plan = TrainingPlan(batch=batch, seq=seq, dtype=dtype, checkpointing=ckpt)
     t = estimate_training_time(ARCH[name], plan, H100)
     assert 0 < t.mfu < 1
+    # MFU counts useful FLOPs: never more than the step's own matmuls and attention do.
+    assert t.model_flops <= (t.forward.flops + t.backward.flops) * 1.001
     assert t.step_s == pytest.approx(
         t.forward.seconds + t.backward.seconds + t.optimizer.seconds + t.comm_s
     )

@@ -28,7 +28,9 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   square-matmul rate of the same implicit GEMM, and its kernels differ by window and stride;
 - `fresh` (a CPU): bytes/s at which a newly mapped tensor is faulted in on first touch: a
   fill into a fresh tensor past glibc's mmap threshold against the same fill into an
-  existing one (every vocab-sized logits or embedding gradient pays it, every step).
+  existing one (every vocab-sized logits or embedding gradient pays it, every step), in a
+  small process and again with 1-6 GiB in use (`by_held`): on a VM whose host backs guest
+  memory lazily, pages from beyond the memory recently in use fault 8x slower.
 
 The linear grid also runs x @ W with W stored (in, out), as GPT-2's Conv1D does (addmm), at
 few rows: there the BLAS takes another path, up to 2.5x slower at two rows on this CPU.
@@ -87,6 +89,10 @@ class KernelPlan:
     )  # fmt: skip
     conv_batch: int = 8
     fresh_bytes: int = 64 * 2**20  # past glibc's largest mmap threshold (32 MiB)
+    # The fresh fill again with this much memory in use (at most half of what is free): on a
+    # VM whose host backs guest memory lazily, first touch runs 8x slower once the pages
+    # come from beyond the memory recently in use (6.5 GB/s up to 2-4 GiB here, then 0.78).
+    fresh_held: tuple[int, ...] = (2**30, 2 * 2**30, 3 * 2**30, 4 * 2**30, 6 * 2**30)
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
     target_s: float = 0.04  # timed seconds per point
     repeats: tuple[int, int] = (3, 30)
@@ -141,6 +147,34 @@ def _matrix(n: int) -> tuple[int, int]:
     return rows, max(1, n // rows)
 
 
+def slow_first_touch(fresh: dict[str, Any]) -> str:
+    """What the probe's `fresh` record says where first touch ran at under half its small
+    process's rate with memory in use ("" where it did not, or was not measured so)."""
+    base = fresh.get("bytes_per_s") or 0.0
+    slow = min(fresh.get("by_held") or (), key=lambda p: p[1], default=None)
+    if not base or slow is None or slow[1] >= base / 2:
+        return ""
+    return (f"fresh memory faulted in at {slow[1] / 1e9:.2f} GB/s with {slow[0] / 2**30:.0f} GiB "
+            f"in use, against {base / 1e9:.1f} in a small process")  # fmt: skip
+
+
+def first_touch_note(fresh: dict[str, Any]) -> tuple[str, ...]:
+    """A warning where first touch slows by more than half with memory in use: estimates take
+    the small process's rate, and a step that faults many pages can then run slower."""
+    slow = slow_first_touch(fresh)
+    if not slow:
+        return ()
+    return (f"{slow} (a VM whose host backs its memory lazily does this, from an amount in use "
+            "that moves): estimates take the small process's rate, and a step that faults "
+            "many pages (training on a CPU) can run slower",)  # fmt: skip
+
+
+def _available_bytes() -> int:
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
 def _with_cold_set(plan: KernelPlan, cache_bytes: int) -> KernelPlan:
     from dataclasses import replace
 
@@ -155,7 +189,12 @@ existing = torch.empty({n})
 existing.fill_(1.0)
 fresh = median_call_s(lambda: torch.empty({n}).fill_(1.0), 9)
 into = median_call_s(lambda: existing.fill_(1.0), 9)
-print(json.dumps([fresh, into]))
+held, by_held = [], []
+for target in {held}:  # memory in use, touched, then the fresh fill again
+    while sum(h.numel() * 4 for h in held) < target:
+        held.append(torch.ones(2**25))
+    by_held.append([target, median_call_s(lambda: torch.empty({n}).fill_(1.0), 5)])
+print(json.dumps([fresh, into, by_held]))
 """
 
 
@@ -419,14 +458,16 @@ class _Kernels:
         from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX
 
         self._step("fresh tensors")
-        code = _FRESH_CHILD.format(n=self.plan.fresh_bytes // 4, threads=self.t.get_num_threads())
+        held = [n for n in self.plan.fresh_held if n <= _available_bytes() / 2]
+        code = _FRESH_CHILD.format(n=self.plan.fresh_bytes // 4, threads=self.t.get_num_threads(),
+                                   held=held)  # fmt: skip
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=120, check=True)  # fmt: skip
-        new, into = json.loads(done.stdout.strip().splitlines()[-1])
-        faults = max(new - into, 1e-9)
-        return {"bytes_per_s": self.plan.fresh_bytes / faults,
-                "threshold": GLIBC_MMAP_THRESHOLD_MAX, "fill_fresh_s": new,
-                "fill_existing_s": into}  # fmt: skip
+                              timeout=300, check=True)  # fmt: skip
+        new, into, by_held = json.loads(done.stdout.strip().splitlines()[-1])
+        rate = lambda seconds: self.plan.fresh_bytes / max(seconds - into, 1e-9)  # noqa: E731
+        return {"bytes_per_s": rate(new), "threshold": GLIBC_MMAP_THRESHOLD_MAX,
+                "fill_fresh_s": new, "fill_existing_s": into,
+                "by_held": [[0, rate(new)]] + [[n, rate(s)] for n, s in by_held]}  # fmt: skip
 
     def elementwise(self, dtype: str) -> dict[str, float]:
         t, n = self.t, self.plan.elementwise_elements

@@ -14,11 +14,13 @@ from gpuwise.measure.probe.profile import STEADY, largest_move
 def rates_for(hw: Hardware) -> tuple[DeviceRates | None, str]:
     """(rates, how they were chosen); rates is None with the reason when none are known."""
     if hw.source == "detected":
-        measured, moved = _measured(hw)
+        measured, moved, slow_touch = _measured(hw)
         if measured is not None:
             said = "measured by `gpuwise probe` on this machine"
             if moved > STEADY:
                 said += f", which changed speed by {moved:.0%} while it was probed"
+            if slow_touch:  # what the charged page faults may miss
+                said += f"; {slow_touch}: page faults are charged at the faster rate"
             return measured, said
     try:
         return rates_from_spec(hw), "datasheet values with default efficiencies"
@@ -26,16 +28,20 @@ def rates_for(hw: Hardware) -> tuple[DeviceRates | None, str]:
         return None, f"{exc.message}: {exc.hint}"
 
 
-def _measured(hw: Hardware) -> tuple[DeviceRates | None, float]:
-    """The profile's rates, and how far its headline rates moved while it was probed."""
+def _measured(hw: Hardware) -> tuple[DeviceRates | None, float, str]:
+    """The profile's rates, how far its headline rates moved while it was probed, and
+    whether first touch slowed with memory in use."""
     try:
+        from gpuwise.measure.kernel_probe import slow_first_touch
         from gpuwise.measure.profile_store import load_profile
     except ImportError:
-        return None, 0.0
+        return None, 0.0, ""
     profile = load_profile()
     if profile is None:
-        return None, 0.0
-    return profile_rates(profile, hw), largest_move(getattr(profile, "steadiness", None) or {})
+        return None, 0.0, ""
+    fresh = (getattr(profile, "kernels", None) or {}).get("fresh") or {}
+    return (profile_rates(profile, hw), largest_move(getattr(profile, "steadiness", None) or {}),
+            slow_first_touch(fresh))  # fmt: skip
 
 
 def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:

@@ -34,18 +34,21 @@ class MeasuredTime:
 
 
 def time_inference(config: dict, *, repeats: int = 5, timeout_s: float = 900,
-                   **plan: Any) -> MeasuredTime:  # fmt: skip
-    """Time generate() for the plan (keywords as `realrun.inference_job`)."""
+                   malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:  # fmt: skip
+    """Time generate() for the plan (keywords as `realrun.inference_job`); `malloc_env`:
+    glibc's settings for the run (`NO_FAULTS_ENV`: an allocator that faults nothing in)."""
     job = {**realrun.inference_job(config, **plan), "measure": "time", "repeats": repeats}
-    return MeasuredTime(**realrun._run_child(job, timeout_s, allocator_env=False))
+    return MeasuredTime(**realrun._run_child(job, timeout_s, allocator_env=False,
+                                             malloc_env=malloc_env))  # fmt: skip
 
 
 def time_training(config: dict, *, repeats: int = 5, timeout_s: float = 900,
-                  **plan: Any) -> MeasuredTime:  # fmt: skip
+                  malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:  # fmt: skip
     """Time training steps for the plan (keywords as `realrun.training_job`)."""
     job = {**realrun.training_job(config, **plan), "measure": "time", "repeats": repeats,
            "steps": 1}  # fmt: skip
-    return MeasuredTime(**realrun._run_child(job, timeout_s, allocator_env=False))
+    return MeasuredTime(**realrun._run_child(job, timeout_s, allocator_env=False,
+                                             malloc_env=malloc_env))  # fmt: skip
 
 
 # ---------------------------------------------------------------- child side

@@ -26,7 +26,7 @@ def validate(config: dict[str, Any], arch: Architecture, plan: InferencePlan | T
     return result
 
 
-def _plan_kwargs(plan: InferencePlan | TrainingPlan, device: str) -> dict[str, Any]:
+def plan_kwargs(plan: InferencePlan | TrainingPlan, device: str) -> dict[str, Any]:
     if isinstance(plan, InferencePlan):
         return dict(batch=plan.batch, prompt_tokens=plan.prompt_tokens,
                     new_tokens=plan.new_tokens, dtype=plan.weights, attention=plan.attention,
@@ -42,7 +42,7 @@ def _memory(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
     from gpuwise.estimate.training import estimate_training
     from gpuwise.measure import realrun
 
-    kwargs = _plan_kwargs(plan, device)
+    kwargs = plan_kwargs(plan, device)
     if isinstance(plan, InferencePlan):
         est = estimate_inference(arch, plan, hw)
         measured = realrun.measure_inference(config, **kwargs)
@@ -69,7 +69,7 @@ def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
     from gpuwise.measure import timerun
 
     rates, how = rates_for(hw)
-    kwargs = _plan_kwargs(plan, device)
+    kwargs = plan_kwargs(plan, device)
     drift = machine_vs_probe() if rates is not None and rates.source == "measured" else {}
     if isinstance(plan, InferencePlan):
         measured = timerun.time_inference(config, repeats=repeats, **kwargs)
