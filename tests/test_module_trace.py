@@ -321,6 +321,29 @@ def test_the_allocators_page_faults_are_replayed_and_charged_at_the_first_touch_
     assert timed.seconds == pytest.approx(without.seconds + sum(faults.values()) / 2e9)
 
 
+def test_the_optimizer_steps_the_tensors_in_model_order_with_each_temporarys_lifetime():
+    """torch.optim's loop keeps AdamW's `denom` (and Adafactor's squared gradient and update)
+    in a local until the next tensor's replaces it. Measured on the module suite's 4-layer
+    BERT with AdamW: 16.4 MB faulted per optimizer step, 16.4 MB replayed (8.2 before)."""
+    from gpuwise.estimate.module_estimate import _step_events
+
+    t = trace_module(module_zoo.linear_stack(512, 4), (64, 512), training=True)
+    assert t.trainable_order == (512 * 512, 512) * 4  # weight, bias per layer, as listed
+
+    def most_live(optimizer: str) -> int:
+        live, most = set(), 0
+        for e in _step_events(t, optimizer):
+            if not e.kept:
+                live.add(e.key) if e.nbytes else live.remove(e.key)
+                most = max(most, len(live))
+        assert not live
+        return most
+
+    assert most_live("adamw") == 3  # the last denom, this root and denom
+    assert most_live("adafactor") == 4  # the last grad_sqr and update, this grad_sqr, its square
+    assert most_live("sgd") == 0
+
+
 def test_attention_takes_the_probed_curve_of_its_kind_both_ways():
     from gpuwise.estimate.module_estimate import to_ops
 

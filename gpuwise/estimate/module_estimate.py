@@ -15,6 +15,7 @@ backward ops (not a multiple of forward); the optimizer step its memory traffic
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -35,6 +36,7 @@ from gpuwise.estimate.timing import (
 from gpuwise.estimate.training import STATES_PER_PARAM, ParamBytes, _step_temporary
 from gpuwise.workload.ops import Op
 from gpuwise.workload.traced import HeapEvent, TracedModule, TracedOp
+from gpuwise.workload.training_heap import step_events
 
 RUNTIME = "PyTorch eager (traced module)"
 
@@ -188,13 +190,6 @@ def _bias_fill(t: TracedOp) -> Op:
     return Op("addmm bias fill", "elementwise", 0.0, float(out), dtype=t.dtype)
 
 
-# Parameter-sized temporaries one optimizer step holds at once per tensor on a CPU
-# (torch.optim's single-tensor loop): AdamW's square root and quotient of the second moment,
-# Adafactor's squared gradient and update; SGD works in place. The states the first step
-# creates and keeps are STATES_PER_PARAM (Adafactor's factored ones are small).
-STEP_TEMPORARIES = {"adamw": 2, "sgd": 0, "adafactor": 2}
-
-
 def heap_faults(traced: TracedModule, optimizer: str = "adamw") -> dict[str, int]:
     """Bytes the host allocator faults in per pass, by phase, in steady state: the traced
     pass, and a training step's optimizer states and temporaries, replayed through glibc's
@@ -204,23 +199,15 @@ def heap_faults(traced: TracedModule, optimizer: str = "adamw") -> dict[str, int
 
 
 def _step_events(traced: TracedModule, optimizer: str) -> list[HeapEvent]:
+    """The optimizer step's states and temporaries, over the trainable tensors in the order
+    the model lists them (by size where the trace predates that order)."""
     if not traced.training:
         return []
     per = traced.param_bytes / max(1, traced.param_count)
-    sizes = [int(n * per) for n, count in traced.trainable_tensors for _ in range(count)]
-    states = STATES_PER_PARAM.get(optimizer, 0)
-    temps = STEP_TEMPORARIES.get(optimizer, 0)
-    key = -1 - 2**40  # below the trace's keys
-    events = []
-    for size in sizes:  # every state is created before the first update
-        events += [HeapEvent(key - i, size, "optimizer", kept=True) for i in range(states)]
-        key -= states
-    for size in sizes:
-        keys = range(key, key - temps, -1)
-        key -= temps
-        events += [HeapEvent(k, size, "optimizer") for k in keys]
-        events += [HeapEvent(k, 0, "optimizer") for k in keys]
-    return events
+    order = traced.trainable_order or tuple(
+        n for n, count in traced.trainable_tensors for _ in range(count))  # fmt: skip
+    return step_events([int(n * per) for n in order], optimizer,
+                       itertools.count(-1 - 2**40, -1))  # below the trace's keys  # fmt: skip
 
 
 def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,

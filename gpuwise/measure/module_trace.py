@@ -350,6 +350,7 @@ def trace_module(model: Any, example_inputs: Any, *, training: bool = False,
         output_bytes=output_bytes,
         optimizer_ops=count_optimizer_ops(trainable, optimizer) if training else {},
         trainable_tensors=tuple(sorted(Counter(p.numel() for p in trainable).items())),
+        trainable_order=tuple(p.numel() for p in trainable),
         notes=tuple(notes),
     )  # fmt: skip
 

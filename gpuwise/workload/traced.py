@@ -81,6 +81,8 @@ class TracedModule:
     optimizer_ops: dict[str, int] = field(default_factory=dict)  # aten ops of one step
     # The trainable parameter tensors as (elements, how many): what an optimizer loops over.
     trainable_tensors: tuple[tuple[int, int], ...] = ()
+    # Their elements one by one, in the order the model lists them (and an optimizer steps).
+    trainable_order: tuple[int, ...] = ()
     # The tensors the pass takes and gives back, in order (for the allocator's page faults).
     heap: tuple[HeapEvent, ...] = field(default=(), repr=False)
     cast_bytes: int = 0  # the largest tensor a cast to `dtype` replaced (freed before the pass)

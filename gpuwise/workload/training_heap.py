@@ -14,8 +14,8 @@ backward, and the optimizer's step, so `heap_replay` can count the pages the ste
 - Optimizer (torch.optim's single-tensor loop a CPU runs): the states the first step
   creates and keeps; AdamW's `denom = (exp_avg_sq.sqrt() / c).add_(eps)` takes the square
   root and the quotient, gives the root back, and keeps the quotient until the next
-  parameter's replaces it. SGD with momentum and Adafactor's factored update take nothing
-  large.
+  parameter's replaces it; Adafactor's squared gradient and update stay the same way.
+  SGD with momentum takes nothing.
 
 Vocabulary-sized tensors (logits, the embedding's and head's gradients and their optimizer
 temporaries) are left out: 32 MiB and larger, glibc maps them apart from the heap, and the
@@ -24,6 +24,8 @@ operations that make them charge their faults (`Op.fresh`). So are tensors below
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX
@@ -162,23 +164,40 @@ def optimizer_events(arch: Architecture, optimizer: str, state_bytes: float,
     if arch.position == "learned":
         sizes.insert(0, int(arch.max_position * arch.hidden_size * state_bytes))
     sizes = [n for n in sizes if SMALL <= n < GLIBC_MMAP_THRESHOLD_MAX]
-    key = first_key
-    events = []
+    return step_events(sizes, optimizer, itertools.count(first_key))
+
+
+# What torch.optim's single-tensor loop (AdamW) and transformers' Adafactor take per
+# parameter, in order: ("take", name) a parameter-sized tensor; ("give", name) it back;
+# ("give", "last " + name) the one the previous parameter's step left in a Python local,
+# which lives until this step's assignment replaces it. AdamW: `denom = (exp_avg_sq.sqrt()
+# / c).add_(eps)`. Adafactor: `grad_sqr = grad**2 + eps`, `update = row x column factors`
+# (or `exp_avg_sq.rsqrt()`), then `p.add_(-update)`. SGD with momentum works in place.
+STEP_TEMPORARIES: dict[str, tuple[tuple[str, str], ...]] = {
+    "adamw": (("take", "root"), ("take", "denom"), ("give", "root"), ("give", "last denom")),
+    "adafactor": (("take", "square"), ("take", "grad_sqr"), ("give", "square"),
+                  ("give", "last grad_sqr"), ("take", "update"), ("give", "last update"),
+                  ("take", "negated"), ("give", "negated")),
+}  # fmt: skip
+
+
+def step_events(sizes: list[int], optimizer: str, keys: Iterator[int]) -> list[HeapEvent]:
+    """The optimizer step over parameter tensors of `sizes` bytes, in the order it steps
+    them: the states (created on the first step, kept), then each tensor's temporaries
+    (`STEP_TEMPORARIES`); what the last tensor left is given back at the end."""
+    states = STATES_PER_PARAM.get(optimizer, 0)
+    events = [HeapEvent(next(keys), n, "optimizer", kept=True) for n in sizes for _ in range(states)]
+    left: dict[str, int] = {}  # what the previous parameter's step left in its locals
     for n in sizes:
-        for _ in range(STATES_PER_PARAM.get(optimizer, 0)):
-            events.append(HeapEvent(key, n, "optimizer", kept=True))
-            key += 1
-    if optimizer != "adamw":
-        return events
-    denom = None
-    for n in sizes:  # sqrt, the quotient (denom), the root given back, the old denom too
-        root, quotient = key, key + 1
-        key += 2
-        events += [HeapEvent(root, n, "optimizer"), HeapEvent(quotient, n, "optimizer"),
-                   HeapEvent(root, 0, "optimizer")]  # fmt: skip
-        if denom is not None:
-            events.append(HeapEvent(denom, 0, "optimizer"))
-        denom = quotient
-    if denom is not None:
-        events.append(HeapEvent(denom, 0, "optimizer"))
-    return events
+        now: dict[str, int] = {}
+        for action, name in STEP_TEMPORARIES.get(optimizer, ()):
+            if action == "take":
+                now[name] = next(keys)
+                events.append(HeapEvent(now[name], n, "optimizer"))
+            elif name.startswith("last "):
+                if name[5:] in left:
+                    events.append(HeapEvent(left.pop(name[5:]), 0, "optimizer"))
+            else:
+                events.append(HeapEvent(now.pop(name), 0, "optimizer"))
+        left = now
+    return events + [HeapEvent(k, 0, "optimizer") for k in left.values()]
