@@ -195,8 +195,8 @@ def step_events(sizes: list[int], optimizer: str, keys: Iterator[int]) -> list[H
                 now[name] = next(keys)
                 events.append(HeapEvent(now[name], n, "optimizer"))
             elif name.startswith("last "):
-                if name[5:] in left:
-                    events.append(HeapEvent(left.pop(name[5:]), 0, "optimizer"))
+                if name.removeprefix("last ") in left:
+                    events.append(HeapEvent(left.pop(name.removeprefix("last ")), 0, "optimizer"))
             else:
                 events.append(HeapEvent(now.pop(name), 0, "optimizer"))
         left = now
