@@ -28,12 +28,12 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.timing import without_faults
 from gpuwise.measure import timerun
 from gpuwise.measure.device import detect_local
 from gpuwise.measure.module_run import NO_FAULTS_ENV
@@ -126,7 +126,7 @@ def _without_faults(config: dict, arch: Architecture,
     rates, _ = rates_for(detect_local(use_torch=True).best_device())
     if rates is None or rates.kernels is None:
         return {}
-    quiet = replace(rates, kernels=replace(rates.kernels, fresh_bytes_per_s=0.0))
+    quiet = without_faults(rates)
     kwargs = plan_kwargs(plan, "cpu")
     if isinstance(plan, InferencePlan):
         m = timerun.time_inference(config, malloc_env=NO_FAULTS_ENV, **kwargs)

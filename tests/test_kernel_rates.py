@@ -306,6 +306,32 @@ def test_the_probe_warns_when_first_touch_slows_with_memory_in_use():
     assert first_touch_note(flat) == () and first_touch_note({"bytes_per_s": 5e9}) == ()
 
 
+def test_train_says_what_the_steps_page_faults_cost_and_how_to_keep_the_memory(monkeypatch):
+    from rich.console import Console
+
+    from gpuwise.catalog import resolve_model
+    from gpuwise.measure.module_run import NO_FAULTS_ENV
+    from gpuwise.report import views
+
+    record = _record() | {"fresh": {"bytes_per_s": 1e9, "threshold": 32 * 2**20}}
+    probed = replace(CPU, kernels=KernelRates.from_record(record))
+    plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")
+    model = resolve_model("gpt2")
+    for rates, tipped in ((probed, True), (replace(CPU, kernels=KERNELS), False)):
+        monkeypatch.setattr(views, "rates_for", lambda hw, r=rates: (r, "test rates"))
+        obj, view = views.train_view(model, arch("gpt2"), find_hardware("h100"), plan)
+        faults = obj["time"]["page_faults_s"]
+        assert (faults > 0.05 * obj["time"]["step_s"]) is tipped
+        if tipped:
+            console = Console(width=400, record=True)
+            console.print(view)
+            text = console.export_text()
+            assert f"{faults:.2f} s of the step" in text
+            assert all(f"{k}={v}" in text for k, v in NO_FAULTS_ENV.items())
+        else:
+            assert faults == 0.0
+
+
 def test_transformers_decode_copies_its_cache_and_training_builds_the_embedding_gradient():
     rates = replace(CPU, kernels=KERNELS)
     a = arch("smollm2-135m")

@@ -16,6 +16,7 @@ from gpuwise.estimate.timing import (
     phase_time,
     with_faults,
     with_logits_step,
+    without_faults,
 )
 from gpuwise.estimate.training import lora_params
 from gpuwise.estimate.weights import weight_bytes
@@ -407,3 +408,11 @@ def _split(op: Op, tp: int) -> Op:
                        heads=op.heads // tp)  # fmt: skip
     return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, n=max(1, op.n // tp),
                    weight_bytes=op.weight_bytes / tp)  # fmt: skip
+
+
+def step_fault_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
+                 step: TrainingTime | None = None) -> float:  # fmt: skip
+    """Seconds of the training step that are page faults at the probed first-touch rate:
+    memory the host allocator gives back and maps again every step (0 off a probed CPU)."""
+    step = step or estimate_training_time(arch, plan, rates)
+    return step.step_s - estimate_training_time(arch, plan, without_faults(rates)).step_s

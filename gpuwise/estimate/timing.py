@@ -208,6 +208,12 @@ def fresh_bytes_per_s(rates: DeviceRates) -> float:
     return k.fresh_bytes_per_s if rates.kind == "cpu" and k is not None else 0.0
 
 
+def without_faults(rates: DeviceRates) -> DeviceRates:
+    """The rates with no first-touch rate: estimates from them charge no page fault."""
+    k = rates.kernels
+    return rates if k is None else replace(rates, kernels=replace(k, fresh_bytes_per_s=0.0))
+
+
 def with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> PhaseTime:
     """The phase plus the first touch of the pages the allocator gives it afresh, at the
     probed first-touch rate (a row of its own in the op table)."""

@@ -15,10 +15,15 @@ from gpuwise.estimate import answers
 from gpuwise.estimate.inference import estimate_inference
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
 from gpuwise.estimate.rates import DeviceRates
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed import (
+    estimate_inference_time,
+    estimate_training_time,
+    step_fault_s,
+)
 from gpuwise.estimate.summary import catalogue_rows, check_rows, precision_row
 from gpuwise.estimate.training import estimate_training
 from gpuwise.helpers import format_bytes, format_tokens
+from gpuwise.measure.module_run import NO_FAULTS_ENV
 from gpuwise.measure.probe.profile import STEADY, describe_ratios, largest_move
 from gpuwise.measure.rates_source import rates_for
 from gpuwise.report import terminal
@@ -170,12 +175,28 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inf
     return obj, view
 
 
+# The share of a step in page faults from which `gpuwise train` says how to avoid them.
+FAULTS_WORTH_A_TIP = 0.05
+
+
+def _faults_tip(fault_s: float, step_s: float) -> str:
+    """glibc gives back memory and maps it again every step; told not to, it faults nothing
+    in after the first steps (run AD: training steps 11-49% faster; GPT-2's and Qwen2.5's
+    peak 7% and 10% higher, docs/speed.md)."""
+    env = " ".join(f"{k}={v}" for k, v in NO_FAULTS_ENV.items())
+    return (f"{fault_s:.2f} s of the step ({fault_s / step_s:.0%}) at the probed first-touch "
+            f"rate, for memory glibc gives back and maps again every step; `{env}` keeps it "
+            "mapped, for a peak about 10% higher")  # fmt: skip
+
+
 def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
                plan: TrainingPlan, show_ops: bool = False, train_tokens: float = 0) -> View:  # fmt: skip
     est = estimate_training(arch, plan, hw)
     rates, how = rates_for(hw)
     timing = estimate_training_time(arch, plan, rates) if rates else None
-    time_rec = training_time_record(timing, how, train_tokens) if timing else {"unavailable": how}
+    faults = step_fault_s(arch, plan, rates, timing) if rates and timing else 0.0
+    time_rec = (training_time_record(timing, how, train_tokens, faults) if timing
+                else {"unavailable": how})  # fmt: skip
     found = {
         "max_batch": answers.max_training_batch(arch, plan, hw),
         "devices_needed_zero3": answers.devices_for_training(arch, plan, hw),
@@ -195,6 +216,8 @@ def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
         extra["tip"] = (f"with --checkpointing: "
                         f"{format_bytes(found['with_checkpointing_bytes'])}")  # fmt: skip
     extra.update(_time_lines(time_rec))
+    if timing and faults >= FAULTS_WORTH_A_TIP * timing.step_s:
+        extra["page faults"] = _faults_tip(faults, timing.step_s)
     title = (f"{model.name} training: batch {plan.batch} x seq {plan.seq}, {plan.dtype}, "
              f"{plan.optimizer}, {plan.finetune}")  # fmt: skip
     view = terminal.format_memory(title, est, hw, extra)

@@ -147,11 +147,10 @@ def _mlp(arch: Architecture, s: Shape) -> list[Op]:
     if moe:
         routed = s.rows * moe.experts_per_token
         ops.append(_matmul("router", s, moe.num_experts, d, moe.layers))
-        # Each active expert reads its weights once; tokens are split among them.
+        # Each active expert reads its weights once; tokens are split among them, rounded up
+        # (rounded down, 333 tokens' top-2 routes lost 2 of 666 to the split).
         active = min(moe.num_experts, routed)
-        widths.append(
-            (moe.expert_intermediate * active, moe.layers, max(1, routed // active), True)
-        )
+        widths.append((moe.expert_intermediate * active, moe.layers, -(-routed // active), True))
         if moe.shared_experts:
             widths.append((moe.shared_intermediate, moe.layers, s.rows, True))
     for i, (inner, layers, rows, gated) in enumerate(widths):
