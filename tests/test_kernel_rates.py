@@ -174,7 +174,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     assert [p[:3] for p in conv["forward:4x4/s4"]] == [[16, 48, 8]]  # patches: no padding
     assert set(out["elementwise"]["fp32"]) == {"binary", "silu", "gelu", "gelu_erf",
                                                "gelu_backward", "gelu_erf_backward", "div",
-                                               "sqrt", "bernoulli", "cat", "pool",
+                                               "sqrt", "tanh", "bernoulli", "cat", "pool",
                                                "pool_backward", "batch_norm",
                                                "batch_norm_train", "batch_norm_backward"}  # fmt: skip
     assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
@@ -293,6 +293,14 @@ def test_fresh_tensors_past_the_mmap_threshold_pay_first_touch():
     # without a probed first-touch rate (a GPU, an old profile) nothing is added
     assert time_op(op, replace(CPU, kernels=KERNELS), "fp32").seconds == time_op(
         plain, replace(CPU, kernels=KERNELS), "fp32").seconds
+
+
+def test_a_profile_without_tanh_times_it_as_the_tanh_gelu():
+    k = KernelRates.from_record(_record())
+    assert k.elementwise_rate("tanh", "fp32") == 10e9  # the record's "gelu", not its 40e9 mul
+    probed = _record()
+    probed["elementwise"]["fp32"]["tanh"] = 7e9
+    assert KernelRates.from_record(probed).elementwise_rate("tanh", "fp32") == 7e9
 
 
 def test_the_probe_warns_when_first_touch_slows_with_memory_in_use():

@@ -117,6 +117,14 @@ def test_the_mlp_activation_takes_the_kernel_transformers_runs(name, kernel):
     assert ops["activation"].kernel == kernel
 
 
+def test_gpt2s_python_gelu_is_products_and_a_tanh():
+    """NewGELUActivation runs eight kernels; its tanh, not its products, takes most of it."""
+    ops = {op.name: op for op in forward_ops(ARCH["gpt2"], Shape(2, 256, 256, 4, 4, 4))}
+    products, tanh = ops["activation"], ops["activation tanh"]
+    assert products.kernel == "binary" and tanh.kernel == "tanh"
+    assert tanh.bytes == 2 * 2 * 256 * 3072 * 4 and products.bytes == 8 * tanh.bytes
+
+
 def test_measured_rates_replace_the_datasheet():
     hw = find_hardware("h100-sxm")
     curve = {"bf16": ((1e6, 1e12), (1e9, 5e14), (1e12, 6e14))}

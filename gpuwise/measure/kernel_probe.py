@@ -18,8 +18,9 @@ and a bf16 SiLU at a seventh of the memory bandwidth. So this measures, per dtyp
   are larger than the allocator's mmap threshold, and Adafactor's per-tensor Python is most
   of its step on small tensors;
 - `elementwise`: bytes/s of a binary op (mul), of SiLU, GELU (the tanh approximation and
-  the exact erf one, forward and backward: four times apart on a CPU), division and square
-  root (the optimizer's), a Bernoulli draw (dropout masks) and a torch.cat that appends a
+  the exact erf one, forward and backward: four times apart on a CPU), tanh (in GPT-2's
+  Python GELU: 25x slower than a mul on a Zen 5 core), division and square root (the
+  optimizer's), a Bernoulli draw (dropout masks) and a torch.cat that appends a
   row to a cache (transformers' DynamicCache each decode step), on an activation-sized
   tensor; a CNN's max-pool and batch norm (inference, training and their backwards);
 - `conv`: convolutions (batch 8, NCHW) at ResNet's channel and size pairs, 3x3 stride 1 and
@@ -486,6 +487,7 @@ class _Kernels:
             "gelu_erf_backward": 3 * size / self._median_s(lambda: gelu_backward(b, a)),
             "div": 3 * size / self._median_s(lambda: t.div(a, b, out=out)),
             "sqrt": 2 * size / self._median_s(lambda: t.sqrt(positive, out=out)),
+            "tanh": 2 * size / self._median_s(lambda: t.tanh(a, out=out)),  # GPT-2's GELU
             "bernoulli": size / self._median_s(lambda: out.bernoulli_(0.9)),  # dropout masks
             **self._image_ops(a, dtype),
             "cat": self._append_rate(a, dtype),
