@@ -122,3 +122,17 @@ def test_a_second_quick_probe_keeps_what_the_first_kept() -> None:
     second = keep_full_parts(replace(_quick(3.0), created_at="t3.0"), first)
     assert second.kernels == first.kernels and second.runtime == first.runtime
     assert [n for n in second.notes if "kept from the full probe of t1.0" in n]
+
+
+def test_the_first_touch_note_is_the_merged_readings_not_one_per_probe() -> None:
+    from gpuwise.measure.kernel_probe import first_touch_note
+
+    def slow_touch(speed: float) -> Profile:
+        p = _profile(speed)
+        fresh = {"bytes_per_s": 5e9, "by_held": [[0, 5e9], [2**30, 0.7e9 * speed]]}
+        return replace(p, kernels={**p.kernels, "fresh": fresh},
+                       notes=(*p.notes, *first_touch_note(fresh)))  # fmt: skip
+
+    merged = median_profile([slow_touch(1.0), slow_touch(1.05), slow_touch(1.1)])
+    touch = [n for n in merged.notes if n.startswith("fresh memory")]
+    assert len(touch) == 1 and "0.73 GB/s with 1 GiB in use" in touch[0]  # the median's

@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from gpuwise.measure.kernel_probe import first_touch_note
 from gpuwise.measure.probe.profile import Profile, largest_move
 
 # The fields that say which reading a record is (the rest are its values).
@@ -28,11 +29,18 @@ def median_profile(profiles: Sequence[Profile]) -> Profile:
     merged["created_at"] = raw[-1]["created_at"]
     merged["missing"] = {k: v for r in raw for k, v in r["missing"].items()}
     spread = probe_spread(profiles)
-    notes = [n for r in raw for n in r["notes"]]
+    # Each probe's first-touch note gives way to the merged readings' own.
+    touch = {n for r in raw for n in first_touch_note(_fresh(r))}
+    notes = [n for r in raw for n in r["notes"] if n not in touch]
+    notes += first_touch_note(_fresh(merged))
     notes.append(f"the median of {len(profiles)} probes taken one after another"
                  + (f"; their headline rates differed by up to {spread:.0%}" if spread else ""))  # fmt: skip
     merged["notes"] = list(dict.fromkeys(notes))
     return Profile.from_json(json.dumps(merged))
+
+
+def _fresh(record: dict[str, Any]) -> dict[str, Any]:
+    return (record.get("kernels") or {}).get("fresh") or {}
 
 
 def probe_spread(profiles: Sequence[Profile]) -> float:
