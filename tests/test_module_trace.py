@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 import module_zoo  # noqa: E402  (tests/ is on sys.path under pytest)
+from heap_walk import held_at_end, most_held  # noqa: E402
 from test_cli import run  # noqa: E402  (the CLI runner: exit code, stdout, stderr)
 
 from gpuwise.catalog.hardware import find_hardware  # noqa: E402
@@ -331,13 +332,9 @@ def test_the_optimizer_steps_the_tensors_in_model_order_with_each_temporarys_lif
     assert t.trainable_order == (512 * 512, 512) * 4  # weight, bias per layer, as listed
 
     def most_live(optimizer: str) -> int:
-        live, most = set(), 0
-        for e in _step_events(t, optimizer):
-            if not e.kept:
-                live.add(e.key) if e.nbytes else live.remove(e.key)
-                most = max(most, len(live))
-        assert not live
-        return most
+        temporaries = [e for e in _step_events(t, optimizer) if not e.kept]
+        assert not held_at_end(temporaries)
+        return most_held(temporaries)
 
     assert most_live("adamw") == 3  # the last denom, this root and denom
     assert most_live("adafactor") == 4  # the last grad_sqr and update, this grad_sqr, its square

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 from catalogue_archs import arch
+from heap_walk import held_at_end, peak_bytes
 
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import InferencePlan
@@ -33,23 +34,14 @@ def test_every_tensor_taken_is_given_back_once_and_none_is_small(name):
     given = [e.key for e in events if not e.nbytes]
     assert sorted(taken) == sorted(given) and len(set(taken)) == len(taken)
     assert all(e.nbytes >= SMALL for e in events if e.nbytes)
-    live: set[int] = set()
-    for e in events:  # given back only while it is held
-        if e.nbytes:
-            live.add(e.key)
-        else:
-            live.remove(e.key)
+    held_at_end(events)  # given back only while it is held
 
 
 def test_the_cache_keeps_every_layer_keys_and_values_to_the_end():
     a = arch("smollm2-135m")
     s = _shape(1, 512)
     events = prefill_heap_events(a, s)
-    live = peak = 0
-    sizes = {e.key: e.nbytes for e in events if e.nbytes}
-    for e in events:
-        live += e.nbytes or -sizes[e.key]
-        peak = max(peak, live)
+    peak = peak_bytes(events)
     kv = a.num_layers * 2 * s.rows * a.kv_dim * s.compute_bytes
     assert peak >= kv  # the cache's keys and values, all of them live at the end
     assert peak < kv + 12 * s.rows * a.intermediate_size * 4  # plus one layer's temporaries

@@ -4,10 +4,12 @@ training estimate charges them."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
 from catalogue_archs import arch
+from heap_walk import held_at_end, most_held, peak_bytes
 
 from gpuwise.catalog import find_hardware
 from gpuwise.estimate import TrainingPlan
@@ -45,12 +47,7 @@ def test_every_tensor_is_taken_once_and_given_back_at_most_once(name, checkpoint
     taken = [e.key for e in events if e.nbytes]
     assert len(set(taken)) == len(taken)
     assert all(e.nbytes >= SMALL for e in events if e.nbytes)
-    live: set[int] = set()
-    for e in events:  # given back only while it is held
-        if e.nbytes:
-            live.add(e.key)
-        else:
-            live.remove(e.key)
+    live = held_at_end(events)  # given back only while it is held
     # What is left at the end: the gradients (to zero_grad) and the optimizer's states.
     kept = {e.key for e in events if e.kept}
     grads = [e for e in events if e.key in live - kept]
@@ -64,14 +61,7 @@ def test_the_backward_gives_back_all_the_forward_saved_and_checkpointing_saves_l
 
     def forward_peak(checkpointing: bool) -> int:
         events = training_heap_events(a, s, 4, "adamw", checkpointing)
-        sizes = {e.key: e.nbytes for e in events if e.nbytes}
-        live = peak = 0
-        for e in events:
-            if e.phase != "forward":
-                break
-            live += e.nbytes or -sizes[e.key]
-            peak = max(peak, live)
-        return peak
+        return peak_bytes(itertools.takewhile(lambda e: e.phase == "forward", events))
 
     saved, checkpointed = forward_peak(False), forward_peak(True)
     layer_inputs = a.num_layers * s.rows * a.hidden_size * 4
@@ -105,11 +95,8 @@ def test_adamw_keeps_each_quotient_until_the_next_parameter_replaces_it():
     temporaries = [e for e in events if not e.kept]
     weights = [n for n in layer_weights(arch("smollm2-135m")) * 30 if n * 4 >= SMALL]
     assert len(states) == 2 * len(weights)
-    live, most = set(), 0
-    for e in temporaries:
-        live.add(e.key) if e.nbytes else live.remove(e.key)
-        most = max(most, len(live))
-    assert not live and most == 3  # the old quotient, the new root and quotient
+    assert not held_at_end(temporaries)
+    assert most_held(temporaries) == 3  # the old quotient, the new root and quotient
     assert not any(e.nbytes >= GLIBC_MMAP_THRESHOLD_MAX for e in events)
     assert [e for e in optimizer_events(arch("smollm2-135m"), "sgd", 4, 0) if not e.kept] == []
 
