@@ -32,7 +32,11 @@ from pathlib import Path
 
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed import (
+    estimate_inference_time,
+    estimate_training_time,
+    slow_faults_step_s,
+)
 from gpuwise.estimate.timing import without_faults
 from gpuwise.measure import timerun
 from gpuwise.measure.device import detect_local
@@ -140,6 +144,15 @@ def _without_faults(config: dict, arch: Architecture,
             for key, (est, meas) in pairs.items() if meas}  # fmt: skip
 
 
+def _slow_faults(arch: Architecture, plan: InferencePlan | TrainingPlan) -> dict[str, float]:
+    """A training step's estimate with its page faults at the slowest first touch the probe
+    saw with memory in use: the top of the range `gpuwise train` gives on such a VM."""
+    rates, _ = rates_for(detect_local(use_torch=True).best_device())
+    slow = (slow_faults_step_s(arch, plan, rates)
+            if rates is not None and isinstance(plan, TrainingPlan) else None)  # fmt: skip
+    return {"step_s": slow} if slow else {}
+
+
 def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
     est, meas = quiet["estimated_without_faults"], quiet["measured_without_faults"]
     print(f"      without page faults: est {est * 1e3:9.2f} ms  meas {meas * 1e3:9.2f} ms  "
@@ -159,6 +172,7 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
     busy = _others_share(before, started)
     drift = result.get("time_machine_vs_probe") or {}
     quiet = _without_faults(model.config, arch, plan) if split else {}
+    slow = _slow_faults(arch, plan)
     rows = []
     for key, r in result["time"].items():
         if r["error"] is None:
@@ -166,6 +180,8 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
         rows.append({"model": name, "plan": describe(plan), "quantity": key, **r,
                      "source": result["time_source"], "others_cpu_share": busy,
                      "machine_vs_probe": drift, **quiet.get(key, {})})  # fmt: skip
+        if key in slow:
+            rows[-1]["estimated_slow_faults"] = slow[key]
         print(
             f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
             f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
@@ -175,6 +191,10 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
             f"bf16 x{drift.get('matmul_bf16', 0):.2f})",
             flush=True,
         )
+        if key in slow:
+            print(f"      page faults at the probe's slow first touch: est {slow[key] * 1e3:9.2f} "
+                  f"ms; measured {'within' if r['measured'] <= slow[key] else 'past'} the range",
+                  flush=True)  # fmt: skip
         if key in quiet:
             _print_without_faults(r, quiet[key])
     return rows
@@ -196,6 +216,19 @@ def _over_passes(passes: list[list[dict]]) -> list[dict]:
                 r["measured_without_faults"] for r in same)
         merged.append(row)
     return merged
+
+
+def _range_summary(rows: list[dict]) -> dict[str, int]:
+    """How many training steps ran between their estimate's two first-touch rates."""
+    ranged = [r for r in rows if r.get("estimated_slow_faults")]
+    if not ranged:
+        return {}
+    inside = sum(r["estimated"] <= r["measured"] <= r["estimated_slow_faults"] for r in ranged)
+    below = sum(r["measured"] < r["estimated"] for r in ranged)
+    print(f"training steps between the estimate and its faults at the probe's slow first "
+          f"touch: {inside} of {len(ranged)} ({below} faster than the estimate)")  # fmt: skip
+    return {"steps_in_fault_range": inside, "steps_below_estimate": below,
+            "steps_with_fault_range": len(ranged)}  # fmt: skip
 
 
 def _split_summary(rows: list[dict]) -> dict[str, float]:
@@ -247,6 +280,7 @@ def time_suite(cases: list, out: str, passes: int = 1, split: bool = False) -> N
         print(f"where the machine ran within {STEADY:.0%} of the probe: median |error| "
               f"{100 * statistics.median(steady):.1f}%, worst {100 * max(steady):.1f}% over "
               f"{len(steady)} times")  # fmt: skip
+    summary.update(_range_summary(rows))
     summary.update(_split_summary(rows))
     Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 

@@ -338,6 +338,33 @@ def test_train_says_what_the_steps_page_faults_cost_and_how_to_keep_the_memory(m
             assert all(f"{k}={v}" in text for k, v in NO_FAULTS_ENV.items())
         else:
             assert faults == 0.0
+        assert obj["time"]["step_s_slow_page_faults"] is None  # the probe saw no slowing
+
+
+def test_train_gives_the_step_at_the_slow_first_touch_the_probe_saw(monkeypatch):
+    from rich.console import Console
+
+    from gpuwise.catalog import resolve_model
+    from gpuwise.estimate.kernel_rates import slow_first_touch_reading
+    from gpuwise.report import views
+
+    gib = 2**30
+    fresh = {"bytes_per_s": 1e9, "threshold": 32 * 2**20,
+             "by_held": [[0, 1e9], [gib, 0.8e9], [2 * gib, 0.1e9], [6 * gib, 0.16e9]]}  # fmt: skip
+    assert slow_first_touch_reading(fresh) == (2 * gib, 0.1e9)
+    assert slow_first_touch_reading(fresh | {"by_held": [[0, 1e9], [gib, 0.52e9]]}) == (0, 0.0)
+    probed = replace(CPU, kernels=KernelRates.from_record(_record() | {"fresh": fresh}))
+    monkeypatch.setattr(views, "rates_for", lambda hw: (probed, "test rates"))
+    plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")
+    obj, view = views.train_view(resolve_model("gpt2"), arch("gpt2"), find_hardware("h100"), plan)
+    t = obj["time"]
+    # Every fault charged scales with the first-touch rate: 10x slower, 10x the seconds.
+    assert t["step_s_slow_page_faults"] - t["step_s"] == pytest.approx(9 * t["page_faults_s"])
+    console = Console(width=400, record=True)
+    console.print(view)
+    text = " ".join(console.export_text().split())  # the line wraps in the panel
+    assert (f"0.10 GB/s the probe also saw with memory in use, the step takes up to "
+            f"{t['step_s_slow_page_faults']:.2f} s") in text  # fmt: skip
 
 
 def test_transformers_decode_copies_its_cache_and_training_builds_the_embedding_gradient():

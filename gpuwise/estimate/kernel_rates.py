@@ -27,6 +27,18 @@ class Grid:
 GLIBC_MMAP_THRESHOLD_MAX = 32 * 2**20
 
 
+def slow_first_touch_reading(fresh: dict[str, Any]) -> tuple[int, float]:
+    """(bytes in use, bytes/s) of the slowest first touch in the probe's `fresh` record
+    (`by_held`), where it ran at under half the small process's rate; (0, 0.0) where none
+    did, or it was not measured so. On a VM whose host backs guest memory lazily a step's
+    page faults land between the two rates, moving with the host (docs/speed.md)."""
+    base = fresh.get("bytes_per_s") or 0.0
+    held, rate = min(fresh.get("by_held") or (), key=lambda p: p[1], default=(0, 0.0))
+    if not base or not rate or rate >= base / 2:
+        return 0, 0.0
+    return int(held), float(rate)
+
+
 @dataclass(frozen=True)
 class KernelRates:
     """`linear[dtype][direction]`: seconds of F.linear by (rows, in, out); `sdpa[dtype][mode]`:
@@ -46,6 +58,9 @@ class KernelRates:
     # the size from which the host allocator maps tensors afresh rather than reusing its heap.
     fresh_bytes_per_s: float = 0.0
     fresh_threshold: float = GLIBC_MMAP_THRESHOLD_MAX
+    # The slowest first touch the probe saw with memory in use, where under half the above
+    # (0 where it did not): the bound of `gpuwise train`'s page faults on such a machine.
+    slow_fresh_bytes_per_s: float = 0.0
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> KernelRates:
@@ -75,7 +90,8 @@ class KernelRates:
         fresh = record.get("fresh") or {}
         return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer, conv,
                    float(fresh.get("bytes_per_s") or 0.0),
-                   float(fresh.get("threshold") or GLIBC_MMAP_THRESHOLD_MAX))  # fmt: skip
+                   float(fresh.get("threshold") or GLIBC_MMAP_THRESHOLD_MAX),
+                   slow_first_touch_reading(fresh)[1])  # fmt: skip
 
     def optimizer_s(self, name: str, tensors: tuple[tuple[int, int], ...], dtype: str,
                     ) -> float | None:  # fmt: skip

@@ -16,6 +16,7 @@ from gpuwise.estimate.timing import (
     phase_time,
     with_faults,
     with_logits_step,
+    with_slow_faults,
     without_faults,
 )
 from gpuwise.estimate.training import lora_params
@@ -408,6 +409,15 @@ def _split(op: Op, tp: int) -> Op:
                        heads=op.heads // tp)  # fmt: skip
     return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, n=max(1, op.n // tp),
                    weight_bytes=op.weight_bytes / tp)  # fmt: skip
+
+
+def slow_faults_step_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates) -> float | None:
+    """The step with its page faults at the slowest first touch the probe saw with memory
+    in use (a VM whose host backs its memory lazily): the top of the range a step runs in
+    there, as the host moves (docs/speed.md, run AF). None where the probe saw no such
+    slowing, or off a CPU."""
+    slow = with_slow_faults(rates)
+    return None if slow is None else estimate_training_time(arch, plan, slow).step_s
 
 
 def step_fault_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,

@@ -214,6 +214,15 @@ def without_faults(rates: DeviceRates) -> DeviceRates:
     return rates if k is None else replace(rates, kernels=replace(k, fresh_bytes_per_s=0.0))
 
 
+def with_slow_faults(rates: DeviceRates) -> DeviceRates | None:
+    """The rates with first touch at the slowest the probe saw with memory in use; None
+    where it saw none under half its small process's rate."""
+    k = rates.kernels
+    if rates.kind != "cpu" or k is None or not k.slow_fresh_bytes_per_s:
+        return None
+    return replace(rates, kernels=replace(k, fresh_bytes_per_s=k.slow_fresh_bytes_per_s))
+
+
 def with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> PhaseTime:
     """The phase plus the first touch of the pages the allocator gives it afresh, at the
     probed first-touch rate (a row of its own in the op table)."""

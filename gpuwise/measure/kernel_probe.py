@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from gpuwise.estimate.kernel_rates import slow_first_touch_reading
 from gpuwise.helpers import median_call_s
 
 Progress = Callable[[str, float], None]
@@ -151,12 +152,11 @@ def _matrix(n: int) -> tuple[int, int]:
 def slow_first_touch(fresh: dict[str, Any]) -> str:
     """What the probe's `fresh` record says where first touch ran at under half its small
     process's rate with memory in use ("" where it did not, or was not measured so)."""
-    base = fresh.get("bytes_per_s") or 0.0
-    slow = min(fresh.get("by_held") or (), key=lambda p: p[1], default=None)
-    if not base or slow is None or slow[1] >= base / 2:
+    held, rate = slow_first_touch_reading(fresh)
+    if not rate:
         return ""
-    return (f"fresh memory faulted in at {slow[1] / 1e9:.2f} GB/s with {slow[0] / 2**30:.0f} GiB "
-            f"in use, against {base / 1e9:.1f} in a small process")  # fmt: skip
+    return (f"fresh memory faulted in at {rate / 1e9:.2f} GB/s with {held / 2**30:.0f} GiB "
+            f"in use, against {fresh['bytes_per_s'] / 1e9:.1f} in a small process")  # fmt: skip
 
 
 def first_touch_note(fresh: dict[str, Any]) -> tuple[str, ...]:

@@ -52,12 +52,12 @@ def inference_time_record(t: Any, how: str, curve: list[dict[str, float]]) -> di
     }  # fmt: skip
 
 
-def training_time_record(t: Any, how: str, train_tokens: float = 0,
-                         fault_s: float = 0.0) -> dict[str, Any]:  # fmt: skip
+def training_time_record(t: Any, how: str, train_tokens: float = 0, fault_s: float = 0.0,
+                         slow_faults_step_s: float | None = None) -> dict[str, Any]:  # fmt: skip
     extra = {"train_tokens": train_tokens, "time_to_train_s": t.seconds_for(train_tokens)}
     return ({} if not train_tokens else extra) | {
         "step_s": t.step_s, "tokens_per_s": t.tokens_per_s, "mfu": t.mfu,
-        "page_faults_s": fault_s,
+        "page_faults_s": fault_s, "step_s_slow_page_faults": slow_faults_step_s,
         "forward_s": t.forward.seconds, "backward_s": t.backward.seconds,
         "optimizer_s": t.optimizer.seconds, "communication_s": t.comm_s,
         "bound": {"forward": t.forward.bound, "backward": t.backward.bound,

@@ -18,6 +18,7 @@ from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.speed import (
     estimate_inference_time,
     estimate_training_time,
+    slow_faults_step_s,
     step_fault_s,
 )
 from gpuwise.estimate.summary import catalogue_rows, check_rows, precision_row
@@ -179,14 +180,20 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inf
 FAULTS_WORTH_A_TIP = 0.05
 
 
-def _faults_tip(fault_s: float, step_s: float) -> str:
+def _faults_tip(fault_s: float, step_s: float, slow_step_s: float | None,
+                slow_rate: float) -> str:  # fmt: skip
     """glibc gives back memory and maps it again every step; told not to, it faults nothing
     in after the first steps (run AD: training steps 11-49% faster; GPT-2's and Qwen2.5's
-    peak 7% and 10% higher, docs/speed.md)."""
+    peak 7% and 10% higher, docs/speed.md). Where the probe saw first touch slow down with
+    memory in use, the step at that rate too: such a host's steps run in between."""
     env = " ".join(f"{k}={v}" for k, v in NO_FAULTS_ENV.items())
+    slow = ""
+    if slow_step_s and slow_rate:
+        slow = (f"; at the {slow_rate / 1e9:.2f} GB/s the probe also "
+                f"saw with memory in use, the step takes up to {slow_step_s:.2f} s")  # fmt: skip
     return (f"{fault_s:.2f} s of the step ({fault_s / step_s:.0%}) at the probed first-touch "
-            f"rate, for memory glibc gives back and maps again every step; `{env}` keeps it "
-            "mapped, for a peak about 10% higher")  # fmt: skip
+            f"rate, for memory glibc gives back and maps again every step{slow}; `{env}` "
+            "keeps it mapped, for a peak about 10% higher")  # fmt: skip
 
 
 def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
@@ -195,7 +202,8 @@ def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
     rates, how = rates_for(hw)
     timing = estimate_training_time(arch, plan, rates) if rates else None
     faults = step_fault_s(arch, plan, rates, timing) if rates and timing else 0.0
-    time_rec = (training_time_record(timing, how, train_tokens, faults) if timing
+    slow = slow_faults_step_s(arch, plan, rates) if rates and faults else None
+    time_rec = (training_time_record(timing, how, train_tokens, faults, slow) if timing
                 else {"unavailable": how})  # fmt: skip
     found = {
         "max_batch": answers.max_training_batch(arch, plan, hw),
@@ -217,7 +225,8 @@ def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
                         f"{format_bytes(found['with_checkpointing_bytes'])}")  # fmt: skip
     extra.update(_time_lines(time_rec))
     if timing and faults >= FAULTS_WORTH_A_TIP * timing.step_s:
-        extra["page faults"] = _faults_tip(faults, timing.step_s)
+        slow_rate = rates.kernels.slow_fresh_bytes_per_s if rates and rates.kernels else 0.0
+        extra["page faults"] = _faults_tip(faults, timing.step_s, slow, slow_rate)
     title = (f"{model.name} training: batch {plan.batch} x seq {plan.seq}, {plan.dtype}, "
              f"{plan.optimizer}, {plan.finetune}")  # fmt: skip
     view = terminal.format_memory(title, est, hw, extra)
