@@ -136,3 +136,18 @@ def test_the_first_touch_note_is_the_merged_readings_not_one_per_probe() -> None
     merged = median_profile([slow_touch(1.0), slow_touch(1.05), slow_touch(1.1)])
     touch = [n for n in merged.notes if n.startswith("fresh memory")]
     assert len(touch) == 1 and "0.73 GB/s with 1 GiB in use" in touch[0]  # the median's
+
+
+def test_the_steadiness_note_is_one_for_the_merged_probes() -> None:
+    from gpuwise.measure.probe.steadiness import steadiness_note
+
+    def moved(speed: float, read: float) -> Profile:
+        p = _profile(speed)
+        return replace(p, steadiness={"read": read}, notes=(*p.notes, *steadiness_note({"read": read})))
+
+    merged = median_profile([moved(1.0, 0.58), moved(1.05, 1.02), moved(1.1, 1.38)])
+    steady = [n for n in merged.notes if "changed speed" in n]
+    assert len(steady) == 1
+    assert steady[0].startswith("2 of the 3 probes changed speed") and "read x0.58" in steady[0]
+    calm = median_profile([moved(1.0, 1.01), moved(1.05, 0.99)])
+    assert not [n for n in calm.notes if "changed speed" in n]

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuwise.measure.kernel_probe import first_touch_note
 from gpuwise.measure.probe.profile import Profile, largest_move
+from gpuwise.measure.probe.steadiness import merged_steadiness_note, steadiness_note
 
 # The fields that say which reading a record is (the rest are its values).
 IDENTITY = ("kind", "dtype", "m", "n", "k", "array_bytes")
@@ -29,10 +30,12 @@ def median_profile(profiles: Sequence[Profile]) -> Profile:
     merged["created_at"] = raw[-1]["created_at"]
     merged["missing"] = {k: v for r in raw for k, v in r["missing"].items()}
     spread = probe_spread(profiles)
-    # Each probe's first-touch note gives way to the merged readings' own.
-    touch = {n for r in raw for n in first_touch_note(_fresh(r))}
-    notes = [n for r in raw for n in r["notes"] if n not in touch]
+    # Each probe's first-touch and steadiness notes give way to one of each for them all.
+    own = {n for r in raw for n in first_touch_note(_fresh(r))}
+    own |= {n for p in profiles for n in steadiness_note(p.steadiness or {})}
+    notes = [n for r in raw for n in r["notes"] if n not in own]
     notes += first_touch_note(_fresh(merged))
+    notes += merged_steadiness_note([p.steadiness for p in profiles])
     notes.append(f"the median of {len(profiles)} probes taken one after another"
                  + (f"; their headline rates differed by up to {spread:.0%}" if spread else ""))  # fmt: skip
     merged["notes"] = list(dict.fromkeys(notes))

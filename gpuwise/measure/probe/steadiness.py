@@ -78,3 +78,14 @@ def steadiness_note(ratios: dict[str, float]) -> tuple[str, ...]:
             f"the end against the probe's readings): time estimates from this profile may be "
             f"off by {largest_move(moved):.0%} or more; probe again just before a time "
             "check",)  # fmt: skip
+
+
+def merged_steadiness_note(each: list[dict[str, float] | None]) -> tuple[str, ...]:
+    """One warning for several probes: how many changed speed, with the note of the one that
+    moved most (each probe's own note says the same thing at another size)."""
+    moved = [r for r in each if r and steadiness_note(r)]
+    if not moved:
+        return ()
+    (note,) = steadiness_note(max(moved, key=lambda r: largest_move(r)))
+    return (f"{len(moved)} of the {len(each)} probes changed speed while they ran; the most: "
+            f"{note}",)  # fmt: skip
