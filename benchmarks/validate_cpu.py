@@ -32,11 +32,7 @@ from pathlib import Path
 
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.speed import (
-    estimate_inference_time,
-    estimate_training_time,
-    slow_faults_step_s,
-)
+from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
 from gpuwise.estimate.timing import without_faults
 from gpuwise.measure import timerun
 from gpuwise.measure.device import detect_local
@@ -144,15 +140,6 @@ def _without_faults(config: dict, arch: Architecture,
             for key, (est, meas) in pairs.items() if meas}  # fmt: skip
 
 
-def _slow_faults(arch: Architecture, plan: InferencePlan | TrainingPlan) -> dict[str, float]:
-    """A training step's estimate with its page faults at the slowest first touch the probe
-    saw with memory in use: the top of the range `gpuwise train` gives on such a VM."""
-    rates, _ = rates_for(detect_local(use_torch=True).best_device())
-    slow = (slow_faults_step_s(arch, plan, rates)
-            if rates is not None and isinstance(plan, TrainingPlan) else None)  # fmt: skip
-    return {"step_s": slow} if slow else {}
-
-
 def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
     est, meas = quiet["estimated_without_faults"], quiet["measured_without_faults"]
     print(f"      without page faults: est {est * 1e3:9.2f} ms  meas {meas * 1e3:9.2f} ms  "
@@ -172,7 +159,6 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
     busy = _others_share(before, started)
     drift = result.get("time_machine_vs_probe") or {}
     quiet = _without_faults(model.config, arch, plan) if split else {}
-    slow = _slow_faults(arch, plan)
     rows = []
     for key, r in result["time"].items():
         if r["error"] is None:
@@ -180,8 +166,6 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
         rows.append({"model": name, "plan": describe(plan), "quantity": key, **r,
                      "source": result["time_source"], "others_cpu_share": busy,
                      "machine_vs_probe": drift, **quiet.get(key, {})})  # fmt: skip
-        if key in slow:
-            rows[-1]["estimated_slow_faults"] = slow[key]
         print(
             f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
             f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
@@ -191,9 +175,10 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
             f"bf16 x{drift.get('matmul_bf16', 0):.2f})",
             flush=True,
         )
-        if key in slow:
-            print(f"      page faults at the probe's slow first touch: est {slow[key] * 1e3:9.2f} "
-                  f"ms; measured {'within' if r['measured'] <= slow[key] else 'past'} the range",
+        slow = r.get("estimated_slow_faults")
+        if slow:
+            print(f"      page faults at the probe's slow first touch: est {slow * 1e3:9.2f} "
+                  f"ms; measured {'within' if r['measured'] <= slow else 'past'} the range",
                   flush=True)  # fmt: skip
         if key in quiet:
             _print_without_faults(r, quiet[key])

@@ -438,3 +438,30 @@ def test_convolutions_of_another_window_take_their_own_curve():
     stem = Op("convolution_backward", "conv", 2 * 100 * 147 * 64, 1.0, m=100, n=64, k=147,
               kernel="7x7/s2")  # fmt: skip
     assert time_op(stem, rates, "fp32").seconds == pytest.approx(2e-3)
+
+
+def test_validate_sets_a_training_step_against_both_ends_of_its_range(monkeypatch):
+    from rich.console import Console
+
+    from gpuwise.catalog import resolve_model
+    from gpuwise.measure import timerun, validation
+    from gpuwise.report import views
+
+    gib = 2**30
+    fresh = {"bytes_per_s": 1e9, "threshold": 32 * 2**20, "by_held": [[0, 1e9], [gib, 0.1e9]]}
+    probed = replace(CPU, kernels=KernelRates.from_record(_record() | {"fresh": fresh}))
+    monkeypatch.setattr(validation, "rates_for", lambda hw: (probed, "test rates"))
+    monkeypatch.setattr(validation, "machine_vs_probe", lambda: {})
+    ran = timerun.MeasuredTime(None, None, 5.0, 5, "cpu", 2, "2.13.0", "test")
+    monkeypatch.setattr(timerun, "time_training", lambda config, **kw: ran)
+    plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")
+    model = resolve_model("gpt2")
+    obj, view = views.validate_view(model, arch("gpt2"), plan, quiet=True, memory=False)
+    step = obj["time"]["step_s"]
+    assert step["estimated"] < step["estimated_slow_faults"]
+    assert step["error"] == pytest.approx(step["estimated"] / 5.0 - 1)
+    console = Console(width=400, record=True)
+    console.print(view)
+    text = console.export_text()
+    assert "step s, faults at the probe's slow first touch" in text
+    assert f"{100 * (step['estimated_slow_faults'] / 5.0 - 1):+.1f}%" in text

@@ -6,7 +6,11 @@ from typing import Any
 
 from gpuwise.estimate.inference import estimate_inference
 from gpuwise.estimate.plans import InferencePlan, TrainingPlan
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed import (
+    estimate_inference_time,
+    estimate_training_time,
+    slow_faults_step_s,
+)
 from gpuwise.measure.device import detect_local
 from gpuwise.measure.rates_source import rates_for
 from gpuwise.workload import Architecture
@@ -87,6 +91,10 @@ def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
         guess = est[key] if rates is not None else None
         error = None if guess is None or not value else guess / value - 1
         rows[key] = {"estimated": guess, "measured": value, "error": error}
+    slow = (slow_faults_step_s(arch, plan, rates)
+            if rates is not None and isinstance(plan, TrainingPlan) else None)  # fmt: skip
+    if slow is not None:  # the top of the range on a VM whose first touch slows
+        rows["step_s"]["estimated_slow_faults"] = slow
     return {"time": rows, "time_rates": how, "time_machine_vs_probe": drift,
             "time_source": rates.source if rates is not None else None,
             "time_repeats": measured.repeats, "time_threads": measured.threads}  # fmt: skip

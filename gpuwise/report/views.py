@@ -266,6 +266,12 @@ def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan 
         ]  # fmt: skip
     for key, row in result.get("time", {}).items():
         rows.append({"quantity": key.replace("_", " "), "unit": "seconds", **row})
+        if row.get("estimated_slow_faults"):  # the range's top, where first touch slows
+            rows.append({"quantity": key.replace("_", " ") + ", faults at the probe's slow "
+                         "first touch", "unit": "seconds", "measured": row["measured"],
+                         "estimated": row["estimated_slow_faults"],
+                         "error": row["estimated_slow_faults"] / row["measured"] - 1
+                         if row["measured"] else None})  # fmt: skip
     obj = {"model": model_record(model, arch), "plan": asdict(plan), **result}
     note = (f"time estimates: {result['time_source'] or 'none'} ({result['time_rates']})"
             if timing else "")  # fmt: skip
