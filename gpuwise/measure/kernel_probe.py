@@ -72,7 +72,9 @@ class KernelPlan:
     nn_rows: tuple[int, ...] = (1, 2, 4, 16, 64, 256)  # Conv1D layout; beyond: as F.linear
     nn_widths: tuple[int, ...] = (1024, 4096)
     sdpa_decode_kv: tuple[int, ...] = (128, 512, 2048, 8192)
-    sdpa_prefill_q: tuple[int, ...] = (64, 256, 1024, 2048)
+    # Causal attention bends between powers of two (the flash kernel's blocks): from 256 and
+    # 1024 alone, 512 came out 17-20% fast on a Zen 5 core (0.34 ms a head against 0.42).
+    sdpa_prefill_q: tuple[int, ...] = (64, 128, 256, 384, 512, 768, 1024, 2048)
     sdpa_backward_q: tuple[int, ...] = (128, 256, 512, 1024)
     sdpa_full_q: tuple[int, ...] = (64, 128, 256, 512)  # non-causal (encoders, ViTs)
     elementwise_elements: int = 2**21
