@@ -208,10 +208,14 @@ def fresh_bytes_per_s(rates: DeviceRates) -> float:
     return k.fresh_bytes_per_s if rates.kind == "cpu" and k is not None else 0.0
 
 
+def _first_touch_at(rates: DeviceRates, bytes_per_s: float) -> DeviceRates:
+    k = rates.kernels
+    return rates if k is None else replace(rates, kernels=replace(k, fresh_bytes_per_s=bytes_per_s))
+
+
 def without_faults(rates: DeviceRates) -> DeviceRates:
     """The rates with no first-touch rate: estimates from them charge no page fault."""
-    k = rates.kernels
-    return rates if k is None else replace(rates, kernels=replace(k, fresh_bytes_per_s=0.0))
+    return _first_touch_at(rates, 0.0)
 
 
 def with_slow_faults(rates: DeviceRates) -> DeviceRates | None:
@@ -220,7 +224,7 @@ def with_slow_faults(rates: DeviceRates) -> DeviceRates | None:
     k = rates.kernels
     if rates.kind != "cpu" or k is None or not k.slow_fresh_bytes_per_s:
         return None
-    return replace(rates, kernels=replace(k, fresh_bytes_per_s=k.slow_fresh_bytes_per_s))
+    return _first_touch_at(rates, k.slow_fresh_bytes_per_s)
 
 
 def with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> PhaseTime:

@@ -86,6 +86,6 @@ def merged_steadiness_note(each: list[dict[str, float] | None]) -> tuple[str, ..
     moved = [r for r in each if r and steadiness_note(r)]
     if not moved:
         return ()
-    (note,) = steadiness_note(max(moved, key=lambda r: largest_move(r)))
+    (note,) = steadiness_note(max(moved, key=largest_move))
     return (f"{len(moved)} of the {len(each)} probes changed speed while they ran; the most: "
             f"{note}",)  # fmt: skip
