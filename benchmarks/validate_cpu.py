@@ -15,6 +15,10 @@ With `--allocator-split` each case is timed again under an allocator that faults
 after the warm-up (`module_run.NO_FAULTS_ENV`): the estimate less its page faults is checked
 against that run, and the faults' charged cost against their measured one.
 
+A time case whose run the estimate puts over `--case-budget-s` (a warm-up and five repeats)
+is not run: it is listed as skipped, with its estimate (on a CPU without bf16 instructions,
+one bf16 training step of Qwen2.5-0.5B is estimated at minutes).
+
 With `--passes N` the time suite runs N times over; each row is then the median of its N
 measurements against the estimate, and every pass's own median and worst are printed too
 (a host whose speed moves within minutes is measured at its typical speed).
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -99,6 +104,10 @@ TIME_CASES = [
         TrainingPlan(batch=1, seq=512, dtype="fp32", optimizer="adamw", checkpointing=True),
     ),
     ("qwen2.5-0.5b", TrainingPlan(batch=1, seq=128, dtype="bf16", optimizer="adamw")),
+    # fp32 twins of the two bf16 steps: a CPU without bf16 instructions skips those (minutes
+    # a step), and still runs 12 cases
+    ("qwen2.5-0.5b", TrainingPlan(batch=1, seq=128, dtype="fp32", optimizer="adamw")),
+    ("pythia-160m", TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")),
 ]
 
 
@@ -146,6 +155,34 @@ def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
           f"err {100 * (est / meas - 1):+6.1f}%;  the faults: charged "
           f"{1e3 * (row['estimated'] - est):7.1f} ms, cost {1e3 * (row['measured'] - meas):7.1f} ms",
           flush=True)  # fmt: skip
+
+
+def estimated_run_s(arch: Architecture, plan: InferencePlan | TrainingPlan,
+                    repeats: int = 5) -> float | None:  # fmt: skip
+    """Seconds the estimate gives a timed run of the case: a warm-up and `repeats` calls
+    (inference: a one-token and a full generate() each); None where nothing is probed."""
+    rates, _ = rates_for(detect_local(use_torch=True).best_device())
+    if rates is None:
+        return None
+    if isinstance(plan, TrainingPlan):
+        return (1 + repeats) * estimate_training_time(arch, plan, rates).step_s
+    t = estimate_inference_time(arch, plan, rates)
+    full = t.prefill_s + (plan.new_tokens - 1) * t.decode_s_per_token
+    return (1 + repeats) * (t.prefill_s + full)
+
+
+def _within_budget(cases: list, budget_s: float) -> tuple[list, list[dict]]:
+    """The cases whose run the estimate puts within `budget_s`, and the others (printed)."""
+    kept, skipped = [], []
+    for name, plan in cases:
+        run_s = estimated_run_s(from_config(resolve_model(name).config, name), plan)
+        if run_s is None or run_s <= budget_s:
+            kept.append((name, plan))
+            continue
+        print(f"skipped: {name} {describe(plan)}: its run is estimated at {run_s:.0f} s, over "
+              f"the {budget_s:.0f} s a case may take (--case-budget-s)", flush=True)  # fmt: skip
+        skipped.append({"model": name, "plan": describe(plan), "estimated_run_s": run_s})
+    return kept, skipped
 
 
 def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPlan,
@@ -235,7 +272,9 @@ def _split_summary(rows: list[dict]) -> dict[str, float]:
     return out
 
 
-def time_suite(cases: list, out: str, passes: int = 1, split: bool = False) -> None:
+def time_suite(cases: list, out: str, passes: int = 1, split: bool = False,
+               budget_s: float = math.inf) -> None:  # fmt: skip
+    cases, skipped = _within_budget(cases, budget_s)
     runs = []
     for n in range(passes):
         if passes > 1:
@@ -248,7 +287,7 @@ def time_suite(cases: list, out: str, passes: int = 1, split: bool = False) -> N
     summary = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
                "quantities": len(rows), "cases": len(cases), "steady_quantities": len(steady),
                "steady_median_abs_error": statistics.median(steady) if steady else None,
-               "passes": passes}  # fmt: skip
+               "passes": passes, "skipped_cases": skipped}  # fmt: skip
     if passes > 1:
         each = [[abs(r["error"]) for r in run] for run in runs]
         summary["per_pass"] = [{"median_abs_error": statistics.median(e),
@@ -278,6 +317,8 @@ def main() -> None:
     parser.add_argument("--train-only", action="store_true", help="time: training cases only")
     parser.add_argument("--passes", type=int, default=1,
                         help="time: run the suite N times; each row's median against its estimate")  # fmt: skip
+    parser.add_argument("--case-budget-s", type=float, default=300.0,
+                        help="time: skip a case whose run the estimate puts over this")  # fmt: skip
     parser.add_argument("--allocator-split", action="store_true",
                         help="time: each case again under an allocator that faults nothing in")  # fmt: skip
     args = parser.parse_args()
@@ -286,7 +327,7 @@ def main() -> None:
         if args.train_only:
             cases = [c for c in cases if isinstance(c[1], TrainingPlan)]
         time_suite(cases, args.out or "benchmarks/results/time.json", max(1, args.passes),
-                   args.allocator_split)  # fmt: skip
+                   args.allocator_split, args.case_budget_s)  # fmt: skip
         return
     args.out = args.out or "benchmarks/results/memory.json"
     cases = CASES[:3] if args.quick else CASES

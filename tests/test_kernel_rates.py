@@ -75,10 +75,20 @@ def test_backward_reads_its_own_grid_and_a_missing_dtype_gives_none():
     assert KERNELS.linear_s(256, 512, 2048, "bf16") is None
 
 
-def test_a_hole_in_the_grid_falls_back():
+def test_a_hole_in_the_grid_takes_the_nearest_measured_rate():
+    """The probe leaves out points too slow to time: their corner takes the rate of the
+    measured point nearest in log space (here the same rows and input width, output 2048)."""
     record = _record()
-    record["linear"]["fp32"]["forward"] = record["linear"]["fp32"]["forward"][1:]
-    assert KernelRates.from_record(record).linear_s(1, 512, 600, "fp32") is None
+    record["linear"]["fp32"]["forward"] = [p for p in record["linear"]["fp32"]["forward"]
+                                           if p[:3] != [256, 2048, 512]]  # fmt: skip
+    holed = KernelRates.from_record(record)
+    assert holed.linear_s(256, 2048, 512, "fp32") == pytest.approx(2 * 256 * 2048 * 512 / _rate(256))
+    record["linear"]["fp32"]["forward"] = [[1, 512, 512, 2 * 512 * 512 / 1e9],
+                                           [1, 2048, 2048, 2 * 2048 * 2048 / 4e9]]  # fmt: skip
+    nearest = KernelRates.from_record(record)
+    assert nearest.linear_s(1, 2048, 512, "fp32") in (pytest.approx(2 * 2048 * 512 / 1e9),
+                                                      pytest.approx(2 * 2048 * 512 / 4e9))
+    assert nearest.linear_s(1, 4096, 4096, "fp32") == pytest.approx(2 * 4096 * 4096 / 4e9)
 
 
 def test_sdpa_decode_is_linear_in_keys_and_prefill_quadratic_beyond_the_grid():
@@ -190,6 +200,32 @@ def test_the_kernel_probe_measures_a_tiny_plan():
     assert rates.sdpa_s(4, 64, 64, 64, "fp32", backward=True) > 0
     assert rates.sdpa_s(4, 64, 64, 64, "fp32", causal=False) > 0
     assert rates.sdpa_s(4, 64, 64, 64, "fp32", backward=True, causal=False) > 0
+
+
+@pytest.mark.torch
+def test_the_kernel_probe_leaves_out_points_too_slow_to_time():
+    """A point predicted (at the rate of the one before) to take over `slow_call_s` is not
+    timed: the grid's count and the slowest prediction are kept, the probe notes them, and
+    estimates read the nearest measured point (bf16 x @ W on an AVX2-only CPU ran at
+    0.15 GFLOP/s: 57 s a call at 256 x 4096 x 4096)."""
+    torch = pytest.importorskip("torch")
+    from gpuwise.measure.kernel_probe import KernelPlan, _Kernels, kernel_notes
+
+    plan = KernelPlan(rows=(1, 64), widths=(64, 256), backward_rows=(16,), nn_rows=(1,),
+                      nn_widths=(64,), cold_set_bytes=2**20, slow_call_s=1e-9)  # fmt: skip
+    probe = _Kernels(torch, torch.device("cpu"), plan, None)
+    out = probe.linear("fp32")
+    assert [p[:3] for p in out["forward"]] == [[1, 64, 64]]  # only the first: nothing before it
+    assert [p[:3] for p in out["backward"]] == [[16, 64, 64]]
+    assert probe.skipped["linear.fp32.forward"][0] == 7 and probe.skipped["linear.fp32.backward"][0] == 3
+    record = {"linear": {"fp32": out}, "skipped": {
+        grid: {"points": n, "predicted_s": s, "limit_s": plan.slow_call_s}
+        for grid, (n, s) in probe.skipped.items()}}  # fmt: skip
+    notes = kernel_notes(record)
+    assert len(notes) == 2 and notes[0].startswith("fp32 linear forward: 7 points not measured")
+    rates = KernelRates.from_record(record)
+    (m, k, n, seconds), = out["forward"]
+    assert rates.linear_s(64, 256, 256, "fp32") == pytest.approx(seconds * 64 * 16)
 
 
 def test_a_kernel_probe_that_fails_is_missing_with_its_reason(monkeypatch):

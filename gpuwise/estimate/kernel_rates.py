@@ -212,12 +212,21 @@ def _grid_rate(grid: Grid, point: tuple[int, int, int]) -> float | None:
                 w = wm * wk * wn
                 if not w:
                     continue
-                seconds = grid.seconds.get((m, k, n))
-                if not seconds:
-                    return None  # a hole in the grid: fall back to the other curves
-                log_rate += w * math.log(2.0 * m * k * n / seconds)
+                log_rate += w * math.log(_point_rate(grid, (m, k, n)))
                 total += w
     return math.exp(log_rate / total) if total else None
+
+
+def _point_rate(grid: Grid, point: tuple[int, int, int]) -> float:
+    """FLOP/s measured at a grid point; at a hole (a point the probe found too slow to time),
+    the rate of the measured point nearest in log(m), log(k), log(n)."""
+    seconds = grid.seconds.get(point)
+    if not seconds:
+        here = [math.log(v) for v in point]
+        point = min(grid.seconds, key=lambda p: sum((math.log(v) - h) ** 2
+                                                    for v, h in zip(p, here, strict=True)))  # fmt: skip
+        seconds = grid.seconds[point]
+    return 2.0 * point[0] * point[1] * point[2] / seconds
 
 
 def _bracket(axis: tuple[int, ...], value: int) -> list[tuple[int, float]]:

@@ -100,6 +100,12 @@ class KernelPlan:
     cold_set_bytes: int = 128 * 2**20  # weight copies cycled through: beyond the LLC
     target_s: float = 0.04  # timed seconds per point
     repeats: tuple[int, int] = (3, 30)
+    # A linear point whose call is predicted to take longer (from the rate of the point
+    # measured before it) is not measured: estimates take the nearest measured point's
+    # rate. On a CPU without bf16 instructions (AVX2 only), torch's bf16 x @ W (both
+    # contiguous: a linear's input gradient) runs at 0.15-0.6 GFLOP/s, 150x below fp32,
+    # and the full grid would take hours.
+    slow_call_s: float = 1.0
 
     def steps(self) -> int:
         per_dtype = len(self.rows) * len(self.widths) ** 2
@@ -132,6 +138,10 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
                 out[part][dtype] = fn(dtype)
             except Exception as exc:  # a kernel the backend lacks: NA with the reason
                 out["missing"][f"{part}.{dtype}"] = f"{type(exc).__name__}: {exc}"
+    if k.skipped:
+        out["skipped"] = {grid: {"points": count, "predicted_s": slowest,
+                                 "limit_s": plan.slow_call_s}
+                          for grid, (count, slowest) in k.skipped.items()}  # fmt: skip
     if k.device.type == "cpu":  # a GPU's caching allocator reuses its blocks
         try:
             out["fresh"] = k.fresh()
@@ -170,6 +180,22 @@ def first_touch_note(fresh: dict[str, Any]) -> tuple[str, ...]:
     return (f"{slow} (a VM whose host backs its memory lazily does this, from an amount in use "
             "that moves): estimates take the small process's rate, and a step that faults "
             "many pages (training on a CPU) can run slower",)  # fmt: skip
+
+
+def skipped_note(kernels: dict[str, Any]) -> tuple[str, ...]:
+    """One note per linear grid the probe did not finish: points too slow to time."""
+    return tuple(
+        f"{grid.removeprefix('linear.').replace('.', ' linear ')}: {int(s['points'])} points "
+        f"not measured, up to about {s['predicted_s']:.0f} s a call at the rate of the one "
+        f"before (over the probe's {s.get('limit_s', 1.0):g} s a call): estimates take the "
+        "nearest measured point's rate"
+        for grid, s in (kernels.get("skipped") or {}).items()
+    )
+
+
+def kernel_notes(kernels: dict[str, Any]) -> tuple[str, ...]:
+    """What the probe's kernel record warns of: slow first touch, grids left unfinished."""
+    return (*first_touch_note(kernels.get("fresh") or {}), *skipped_note(kernels))
 
 
 def _available_bytes() -> int:
@@ -216,6 +242,7 @@ class _Kernels:
     def __init__(self, torch: Any, device: Any, plan: KernelPlan, progress: Progress | None):
         self.t, self.device, self.plan, self.progress = torch, device, plan, progress
         self.done, self.total = 0, plan.steps()
+        self.skipped: dict[str, tuple[int, float]] = {}  # grid: (points, slowest predicted s)
         self.types = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
     def _step(self, label: str) -> None:
@@ -227,14 +254,19 @@ class _Kernels:
         if self.device.type == "cuda":
             self.t.cuda.synchronize()
 
-    def _median_s(self, op: Callable[[], object]) -> float:
-        """Median seconds of one call after warm-up, repeated to about `target_s`."""
-        op()
+    def _call_s(self, op: Callable[[], object]) -> float:
         self._sync()
         start = time.perf_counter()
         op()
         self._sync()
-        warm = max(time.perf_counter() - start, 1e-7)
+        return max(time.perf_counter() - start, 1e-7)
+
+    def _median_s(self, op: Callable[[], object]) -> float:
+        """Median seconds of one call after warm-up, repeated to about `target_s`."""
+        op()
+        warm = self._call_s(op)
+        if warm >= self.plan.slow_call_s / 4:  # a slow call varies little: one more is enough
+            return (warm + self._call_s(op)) / 2
         lo, hi = self.plan.repeats
         return median_call_s(op, max(lo, min(hi, int(self.plan.target_s / warm))), self._sync)
 
@@ -262,13 +294,30 @@ class _Kernels:
                 weights = _Cycle(self._weights(k, n, dtype))
                 for m in plan.rows:
                     self._step(f"linear {dtype} {m}x{k}->{n}")
+                    if self._too_slow(fwd, (m, k, n), f"linear.{dtype}.forward"):
+                        continue
                     x = self._tensor(m, k, dtype=dtype)
                     fwd.append([m, k, n, self._median_s(partial(self._forward, x, weights))])
                 for m in plan.backward_rows:
                     self._step(f"linear backward {dtype} {m}x{k}->{n}")
+                    if self._too_slow(bwd, (m, k, n), f"linear.{dtype}.backward"):
+                        continue
                     x, grad = self._tensor(m, k, dtype=dtype), self._tensor(m, n, dtype=dtype)
                     bwd.append([m, k, n, self._median_s(partial(self._backward, x, grad, weights))])
         return {"forward": fwd, "backward": bwd, "forward_nn": self._linear_nn(dtype)}
+
+    def _too_slow(self, done: list[list[float]], shape: tuple[int, int, int], grid: str) -> bool:
+        """Whether a point's call would take over `slow_call_s` at the rate of the point
+        measured before it in its grid (then it is counted in `skipped`, not measured)."""
+        if not done:
+            return False
+        m, k, n, seconds = done[-1]
+        predicted = seconds * (shape[0] * shape[1] * shape[2]) / (m * k * n)
+        if predicted <= self.plan.slow_call_s:
+            return False
+        count, slowest = self.skipped.get(grid, (0, 0.0))
+        self.skipped[grid] = (count + 1, max(slowest, predicted))
+        return True
 
     def _linear_nn(self, dtype: str) -> list[list[float]]:
         """x @ W with W stored (in, out): GPT-2's Conv1D (addmm), at the rows where it differs."""
@@ -278,6 +327,8 @@ class _Kernels:
                 weights = _Cycle([w.t().contiguous() for w in self._weights(k, n, dtype)])
                 for m in self.plan.nn_rows:
                     self._step(f"linear x@W {dtype} {m}x{k}->{n}")
+                    if self._too_slow(points, (m, k, n), f"linear.{dtype}.forward_nn"):
+                        continue
                     x = self._tensor(m, k, dtype=dtype)
                     points.append([m, k, n, self._median_s(partial(self._forward_nn, x, weights))])
         return points

@@ -29,6 +29,7 @@ from gpuwise.measure.probe.profile import STEADY, describe_ratios, largest_move
 from gpuwise.measure.rates_source import rates_for
 from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
+from gpuwise.report.precision_lines import inference_fp32, training_fp32
 from gpuwise.report.records import (
     hardware_record,
     inference_time_record,
@@ -165,6 +166,9 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inf
                      f"; devices needed (tensor parallel): {found['devices_needed'] or 'too many'}",
     }  # fmt: skip
     extra.update(_time_lines(time_rec))
+    rates = rates_for(hw)[0] if timing is not None else None
+    if rates is not None and timing is not None:
+        extra.update(inference_fp32(arch, plan, hw, rates, timing, time_rec))
     if plan.runtime != "transformers" and "time" in extra:  # memory follows the runtime; time not
         extra["time"] += f" [time model of transformers, not {plan.runtime}]"
     stored = plan.stored_weights.label if plan.stored_weights else plan.weights
@@ -224,6 +228,8 @@ def train_view(model: ResolvedModel, arch: Architecture, hw: Hardware,
         extra["tip"] = (f"with --checkpointing: "
                         f"{format_bytes(found['with_checkpointing_bytes'])}")  # fmt: skip
     extra.update(_time_lines(time_rec))
+    if rates is not None and timing is not None:
+        extra.update(training_fp32(arch, plan, hw, rates, timing, time_rec))
     if timing and faults >= FAULTS_WORTH_A_TIP * timing.step_s:
         slow_rate = rates.kernels.slow_fresh_bytes_per_s if rates and rates.kernels else 0.0
         extra["page faults"] = _faults_tip(faults, timing.step_s, slow, slow_rate)

@@ -56,14 +56,14 @@ def _missing(profile: Profile, key: str, why: str) -> Profile:
 
 def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
     try:
-        from gpuwise.measure.kernel_probe import first_touch_note, measure_kernels
+        from gpuwise.measure.kernel_probe import kernel_notes, measure_kernels
 
         device = "cuda" if profile.backend == "torch-cuda" else "cpu"
         kernels = measure_kernels(None, progress, device, profile.cache_bytes)
     except Exception as exc:  # a reading that fails is NA with its reason, never a crash
         return _missing(profile, "kernels", f"{type(exc).__name__}: {exc}")
     missing = {f"kernels.{k}": v for k, v in kernels.pop("missing", {}).items()}
-    notes = (*profile.notes, *first_touch_note(kernels.get("fresh") or {}))
+    notes = (*profile.notes, *kernel_notes(kernels))
     return dataclasses.replace(profile, kernels=kernels, missing={**profile.missing, **missing},
                                notes=notes)  # fmt: skip
 

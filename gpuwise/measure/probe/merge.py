@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from gpuwise.measure.kernel_probe import first_touch_note
+from gpuwise.measure.kernel_probe import kernel_notes
 from gpuwise.measure.probe.profile import Profile, largest_move
 from gpuwise.measure.probe.steadiness import merged_steadiness_note, steadiness_note
 
@@ -30,20 +30,16 @@ def median_profile(profiles: Sequence[Profile]) -> Profile:
     merged["created_at"] = raw[-1]["created_at"]
     merged["missing"] = {k: v for r in raw for k, v in r["missing"].items()}
     spread = probe_spread(profiles)
-    # Each probe's first-touch and steadiness notes give way to one of each for them all.
-    own = {n for r in raw for n in first_touch_note(_fresh(r))}
+    # Each probe's kernel and steadiness notes give way to one of each for them all.
+    own = {n for r in raw for n in kernel_notes(r.get("kernels") or {})}
     own |= {n for p in profiles for n in steadiness_note(p.steadiness or {})}
     notes = [n for r in raw for n in r["notes"] if n not in own]
-    notes += first_touch_note(_fresh(merged))
+    notes += kernel_notes(merged.get("kernels") or {})
     notes += merged_steadiness_note([p.steadiness for p in profiles])
     notes.append(f"the median of {len(profiles)} probes taken one after another"
                  + (f"; their headline rates differed by up to {spread:.0%}" if spread else ""))  # fmt: skip
     merged["notes"] = list(dict.fromkeys(notes))
     return Profile.from_json(json.dumps(merged))
-
-
-def _fresh(record: dict[str, Any]) -> dict[str, Any]:
-    return (record.get("kernels") or {}).get("fresh") or {}
 
 
 def probe_spread(profiles: Sequence[Profile]) -> float:
