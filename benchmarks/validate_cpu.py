@@ -104,8 +104,9 @@ TIME_CASES = [
         TrainingPlan(batch=1, seq=512, dtype="fp32", optimizer="adamw", checkpointing=True),
     ),
     ("qwen2.5-0.5b", TrainingPlan(batch=1, seq=128, dtype="bf16", optimizer="adamw")),
-    # fp32 twins of the two bf16 steps: a CPU without bf16 instructions skips those (minutes
-    # a step), and still runs 12 cases
+    # fp32 twins of bf16 cases: a CPU without bf16 instructions skips those (half a minute a
+    # 512-token prefill, minutes a step), and still runs 12 cases
+    ("qwen2.5-0.5b", InferencePlan(batch=1, prompt_tokens=512, new_tokens=8, weights="fp32")),
     ("qwen2.5-0.5b", TrainingPlan(batch=1, seq=128, dtype="fp32", optimizer="adamw")),
     ("pythia-160m", TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")),
 ]
