@@ -37,6 +37,7 @@ from pathlib import Path
 
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
 from gpuwise.estimate.timing import without_faults
 from gpuwise.measure import timerun
@@ -159,12 +160,9 @@ def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
 
 
 def estimated_run_s(arch: Architecture, plan: InferencePlan | TrainingPlan,
-                    repeats: int = 5) -> float | None:  # fmt: skip
+                    rates: DeviceRates, repeats: int = 5) -> float:  # fmt: skip
     """Seconds the estimate gives a timed run of the case: a warm-up and `repeats` calls
-    (inference: a one-token and a full generate() each); None where nothing is probed."""
-    rates, _ = rates_for(detect_local(use_torch=True).best_device())
-    if rates is None:
-        return None
+    (inference: a one-token and a full generate() each)."""
     if isinstance(plan, TrainingPlan):
         return (1 + repeats) * estimate_training_time(arch, plan, rates).step_s
     t = estimate_inference_time(arch, plan, rates)
@@ -174,10 +172,13 @@ def estimated_run_s(arch: Architecture, plan: InferencePlan | TrainingPlan,
 
 def _within_budget(cases: list, budget_s: float) -> tuple[list, list[dict]]:
     """The cases whose run the estimate puts within `budget_s`, and the others (printed)."""
+    rates, _ = rates_for(detect_local(use_torch=True).best_device())
+    if rates is None or budget_s == math.inf:
+        return cases, []
     kept, skipped = [], []
     for name, plan in cases:
-        run_s = estimated_run_s(from_config(resolve_model(name).config, name), plan)
-        if run_s is None or run_s <= budget_s:
+        run_s = estimated_run_s(from_config(resolve_model(name).config, name), plan, rates)
+        if run_s <= budget_s:
             kept.append((name, plan))
             continue
         print(f"skipped: {name} {describe(plan)}: its run is estimated at {run_s:.0f} s, over "

@@ -106,12 +106,13 @@ def _throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
     return curve
 
 
-def _inference_time(arch: Architecture, plan: InferencePlan, hw: Hardware) -> tuple[Any, Any]:
+def _inference_time(arch: Architecture, plan: InferencePlan, hw: Hardware,
+                    ) -> tuple[Any, Any, DeviceRates | None]:  # fmt: skip
     rates, how = rates_for(hw)
     if rates is None:
-        return None, {"unavailable": how}
+        return None, {"unavailable": how}, None
     t = estimate_inference_time(arch, plan, rates)
-    return t, inference_time_record(t, how, _throughput_curve(arch, plan, hw, rates))
+    return t, inference_time_record(t, how, _throughput_curve(arch, plan, hw, rates)), rates
 
 
 def _time_lines(rec: dict[str, Any]) -> dict[str, str]:
@@ -140,7 +141,7 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inf
                show_ops: bool = False, weights_source: str = "") -> View:  # fmt: skip
     est = estimate_inference(arch, plan, hw)
     weights_source = weights_source or f"estimated ({plan.weights})"
-    timing, time_rec = _inference_time(arch, plan, hw)
+    timing, time_rec, rates = _inference_time(arch, plan, hw)
     found: dict[str, Any] = {
         "max_batch": answers.max_inference_batch(arch, plan, hw),
         "max_context_batch1": answers.max_context(arch, plan, hw),
@@ -166,7 +167,6 @@ def infer_view(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inf
                      f"; devices needed (tensor parallel): {found['devices_needed'] or 'too many'}",
     }  # fmt: skip
     extra.update(_time_lines(time_rec))
-    rates = rates_for(hw)[0] if timing is not None else None
     if rates is not None and timing is not None:
         extra.update(inference_fp32(arch, plan, hw, rates, timing, time_rec))
     if plan.runtime != "transformers" and "time" in extra:  # memory follows the runtime; time not
