@@ -45,9 +45,11 @@ inside.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import replace as _replace
 from functools import partial
 from typing import Any
 
@@ -58,6 +60,8 @@ Progress = Callable[[str, float], None]
 
 HEAD_DIM = 64
 SDPA_HEADS = 16  # batch x heads per timed call; the time per head is what is stored
+CUDA_BATCH = 200  # most calls queued back to back per timed batch on a GPU
+CUDA_ELEMENTWISE = 2**25  # elements of the elementwise kernels' tensors on a GPU
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,9 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
     plan = plan or KernelPlan()
     if cache_bytes:
         plan = _with_cold_set(plan, cache_bytes)
+    if device.startswith("cuda"):  # past a GPU's L2 (50-60 MB), and well past its launch cost
+        plan = _replace(plan, elementwise_elements=max(plan.elementwise_elements,
+                                                       CUDA_ELEMENTWISE))  # fmt: skip
     k = _Kernels(torch, torch.device(device), plan, progress)
     parts = {"linear": k.linear, "sdpa": k.sdpa, "elementwise": k.elementwise,
              "optimizer": k.optimizer, "conv": k.conv}  # fmt: skip
@@ -205,9 +212,7 @@ def _available_bytes() -> int:
 
 
 def _with_cold_set(plan: KernelPlan, cache_bytes: int) -> KernelPlan:
-    from dataclasses import replace
-
-    return replace(plan, cold_set_bytes=max(plan.cold_set_bytes, 4 * cache_bytes))
+    return _replace(plan, cold_set_bytes=max(plan.cold_set_bytes, 4 * cache_bytes))
 
 
 _FRESH_CHILD = """
@@ -268,7 +273,25 @@ class _Kernels:
         if warm >= self.plan.slow_call_s / 4:  # a slow call varies little: one more is enough
             return (warm + self._call_s(op)) / 2
         lo, hi = self.plan.repeats
+        if self.device.type == "cuda":
+            return self._batched_s(op, warm)
         return median_call_s(op, max(lo, min(hi, int(self.plan.target_s / warm))), self._sync)
+
+    def _batched_s(self, op: Callable[[], object], warm: float) -> float:
+        """On a GPU: the median over three batches of back-to-back calls, per call. One
+        synchronised call adds the launch and the wait (tens of microseconds) to a kernel
+        that may take a few; queued back to back, a call costs the longer of the kernel and
+        the host's dispatch of it, as in a model's eager run."""
+        calls = max(1, min(CUDA_BATCH, int(self.plan.target_s / 3 / warm)))
+        batches = []
+        for _ in range(3):
+            self._sync()
+            start = time.perf_counter()
+            for _ in range(calls):
+                op()
+            self._sync()
+            batches.append((time.perf_counter() - start) / calls)
+        return statistics.median(batches)
 
     def _tensor(self, *shape: int, dtype: str) -> Any:
         # Values in [-1, 1): no denormals or overflow to slow or break a kernel.
@@ -470,7 +493,8 @@ class _Kernels:
         result: a pool's backward counts the input whose shape it takes)."""
         f, e, aten = self.t.nn.functional, a.element_size(), self.t.ops.aten
         images = a.view(-1, 4, 32, 32)
-        stats = self.t.zeros(4, dtype=a.dtype), self.t.ones(4, dtype=a.dtype)
+        stats = (self.t.zeros(4, dtype=a.dtype, device=a.device),
+                 self.t.ones(4, dtype=a.dtype, device=a.device))
         pooled, indices = f.max_pool2d(images, 3, 2, 1, return_indices=True)
         pool_bytes = a.numel() * e + pooled.numel() * (e + 8)
         pool = partial(f.max_pool2d, images, 3, 2, 1, return_indices=True)

@@ -7,6 +7,11 @@ two taking turns call by call; the difference per layer, divided by the ops a Ll
 dispatches (measured op counts), is the cost per op; what remains at zero layers is the
 fixed cost per step. The time model
 uses these in place of the bare tiny-op time for `--on local` once `gpuwise probe` ran.
+
+`device` "cuda" runs the same on GPU 0, each call synchronised at its end: the tiny model's
+kernels take microseconds, so what is timed is the host's dispatch, which is what an eager
+decode on a GPU waits for. The cold-cache factor is a CPU's (weights streamed through the
+caches the dispatcher also uses); a GPU streams them through its own memory.
 """
 
 from __future__ import annotations
@@ -24,13 +29,28 @@ LAYERS = (1, 5)
 VOCABS = (256, 65536)  # the logits step's cost per vocabulary entry: between these
 
 
-def _tiny_llama(layers: int, vocab: int = VOCABS[0]) -> Any:
+def _tiny_llama(layers: int, vocab: int = VOCABS[0], device: str = "cpu") -> Any:
     import transformers
 
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                                    num_key_value_heads=2, num_hidden_layers=layers,
                                    vocab_size=vocab, max_position_embeddings=512)  # fmt: skip
-    return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    return model.to(device)
+
+
+def _synced(fn: Callable[[], object], device: str) -> Callable[[], object]:
+    """`fn`, waiting at its end for the device's queued work (a CPU has none)."""
+    if not device.startswith("cuda"):
+        return fn
+    import torch
+
+    def run() -> object:
+        out = fn()
+        torch.cuda.synchronize()
+        return out
+
+    return run
 
 
 def _rounds(calls: dict[str, Callable[[], object]], repeats: int) -> list[dict[str, float]]:
@@ -54,7 +74,7 @@ def _over_rounds(rounds: list[dict[str, float]], value: Callable[[dict[str, floa
     return statistics.median(value(r) for r in rounds)
 
 
-def _generate(model: Any, ids: Any, n: int) -> Callable[[], object]:
+def _generate(model: Any, ids: Any, n: int, device: str = "cpu") -> Callable[[], object]:
     """generate() greedy with `n` new tokens and min_new_tokens, as `gpuwise validate` runs it."""
     import torch
 
@@ -65,7 +85,7 @@ def _generate(model: Any, ids: Any, n: int) -> Callable[[], object]:
         return model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
                               do_sample=False, pad_token_id=0)  # fmt: skip
 
-    return run
+    return _synced(run, device)
 
 
 def _decode_s(r: dict[str, float], tag: object) -> float:
@@ -76,7 +96,8 @@ def _decode_s(r: dict[str, float], tag: object) -> float:
 FORWARD_STEPS = 4  # decode forwards per timed call of `_forward_steps`
 
 
-def _forward_steps(model: Any, ids: Any, steps: int = FORWARD_STEPS) -> Callable[[], object]:
+def _forward_steps(model: Any, ids: Any, steps: int = FORWARD_STEPS,
+                   device: str = "cpu") -> Callable[[], object]:  # fmt: skip
     """The model's own decode forward (one token, the cache growing), `steps` at a time,
     without generate()'s loop around it."""
     import torch
@@ -92,10 +113,10 @@ def _forward_steps(model: Any, ids: Any, steps: int = FORWARD_STEPS) -> Callable
             for _ in range(steps):
                 model(token, **kwargs)
 
-    return run
+    return _synced(run, device)
 
 
-def measure_logits_step(repeats: int = 25) -> float:
+def measure_logits_step(repeats: int = 25, device: str = "cpu") -> float:
     """Seconds per vocabulary entry (per sequence) of generate()'s own work on each step's
     logits: the fp32 copy, the logits processors, the argmax. It is what generate() adds to
     the model's forward, grown with the vocabulary (lm_head's own work is in both)."""
@@ -104,11 +125,11 @@ def measure_logits_step(repeats: int = 25) -> float:
     torch.manual_seed(0)
     calls: dict[str, Callable[[], object]] = {}
     for vocab in VOCABS:
-        model = _tiny_llama(1, vocab).eval()
-        ids = torch.randint(0, vocab, (1, 8))
-        calls |= {f"generate1 {vocab}": _generate(model, ids, 1),
-                  f"generate17 {vocab}": _generate(model, ids, 17),
-                  f"forward {vocab}": _forward_steps(model, ids)}  # fmt: skip
+        model = _tiny_llama(1, vocab, device).eval()
+        ids = torch.randint(0, vocab, (1, 8), device=device)
+        calls |= {f"generate1 {vocab}": _generate(model, ids, 1, device),
+                  f"generate17 {vocab}": _generate(model, ids, 17, device),
+                  f"forward {vocab}": _forward_steps(model, ids, device=device)}  # fmt: skip
 
     def extra(r: dict[str, float], vocab: int) -> float:
         return _decode_s(r, vocab) - r[f"forward {vocab}"] / FORWARD_STEPS
@@ -119,7 +140,7 @@ def measure_logits_step(repeats: int = 25) -> float:
     return max(0.0, per_entry)
 
 
-def _training_step(model: Any, ids: Any) -> Callable[[], None]:
+def _training_step(model: Any, ids: Any, device: str = "cpu") -> Callable[[], object]:
     import torch
 
     opt = torch.optim.AdamW(model.parameters())
@@ -130,7 +151,7 @@ def _training_step(model: Any, ids: Any) -> Callable[[], None]:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return step
+    return _synced(step, device)
 
 
 def _per_layer_and_fixed(rounds: list[dict[str, float]],
@@ -143,7 +164,7 @@ def _per_layer_and_fixed(rounds: list[dict[str, float]],
     return per_layer, _over_rounds(rounds, lambda r: seconds(r, few)) - per_layer * few
 
 
-def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
+def measure_runtime_overhead(repeats: int = 15, device: str = "cpu") -> dict[str, float]:
     """Seconds per dispatched op and fixed seconds per step, by phase ('inference' =
     prefill, 'decode', 'training'). Raises ImportError without torch/transformers."""
     import torch
@@ -151,13 +172,13 @@ def measure_runtime_overhead(repeats: int = 15) -> dict[str, float]:
     from gpuwise.catalog.runtimes import op_counts
 
     torch.manual_seed(0)
-    ids = torch.randint(0, VOCABS[0], (1, 8))
+    ids = torch.randint(0, VOCABS[0], (1, 8), device=device)
     calls: dict[str, Callable[[], object]] = {}
     for layers in LAYERS:
-        model = _tiny_llama(layers)
-        calls |= {f"generate1 {layers}": _generate(model, ids, 1),
-                  f"generate17 {layers}": _generate(model, ids, 17),
-                  f"training {layers}": _training_step(model, ids)}  # fmt: skip
+        model = _tiny_llama(layers, device=device)
+        calls |= {f"generate1 {layers}": _generate(model, ids, 1, device),
+                  f"generate17 {layers}": _generate(model, ids, 17, device),
+                  f"training {layers}": _training_step(model, ids, device)}  # fmt: skip
     rounds = _rounds(calls, repeats)
     phases: dict[str, Callable[[dict[str, float], int], float]] = {
         "inference": lambda r, n: r[f"generate1 {n}"], "decode": _decode_s,
@@ -217,7 +238,8 @@ GEMV_SHAPES = ((576, 1536), (1536, 576), (2048, 8192), (4096, 4096))  # (in, out
 GEMV_SET_BYTES = 384 * 2**20  # cycle through more weights than any cache holds
 
 
-def measure_gemv(dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict[str, list[list[float]]]:
+def measure_gemv(dtypes: tuple[str, ...] = ("fp32", "bf16"),
+                 device: str = "cpu") -> dict[str, list[list[float]]]:  # fmt: skip
     """Bytes/s of a one-row matmul (a decode step's GEMV) against weights that are not in the
     cache, by weight-matrix size: [[matrix_bytes, bytes_per_s], ...] per dtype. A decode step
     touches each weight once, so the repeated-weight benchmark of a GEMV flatters it."""
@@ -230,14 +252,15 @@ def measure_gemv(dtypes: tuple[str, ...] = ("fp32", "bf16")) -> dict[str, list[l
         for k, n in GEMV_SHAPES:
             item = torch.empty((), dtype=torch_dtypes[dtype]).element_size()
             count = max(2, int(GEMV_SET_BYTES // (k * n * item)))
-            weights = [torch.randn(n, k, dtype=torch_dtypes[dtype]) for _ in range(count)]
-            x = torch.randn(1, k, dtype=torch_dtypes[dtype])
+            weights = [torch.randn(n, k, dtype=torch_dtypes[dtype], device=device)
+                       for _ in range(count)]  # fmt: skip
+            x = torch.randn(1, k, dtype=torch_dtypes[dtype], device=device)
 
             def sweep(ws: list = weights, x: Any = x) -> None:
                 for w in ws:
                     torch.nn.functional.linear(x, w)
 
-            seconds = median_call_s(sweep, 3)
+            seconds = median_call_s(_synced(sweep, device), 3)
             points.append([float(k * n * item), count * k * n * item / seconds])
             del weights
         out[dtype] = sorted(points)

@@ -83,7 +83,8 @@ def _with_steadiness(profile: Profile) -> Profile:
 
 
 def _with_runtime(profile: Profile) -> Profile:
-    """Add the transformers runtime's measured costs when torch and transformers are here."""
+    """Add the transformers runtime's measured costs when torch and transformers are here,
+    on the device the profile is for (a GPU's eager runtime is its host's dispatch)."""
     try:
         from gpuwise.measure.runtime_probe import (
             measure_cold_factor,
@@ -92,10 +93,12 @@ def _with_runtime(profile: Profile) -> Profile:
             measure_runtime_overhead,
         )
 
-        runtime: dict[str, Any] = dict(measure_runtime_overhead())
-        runtime["cold_op_factor"] = measure_cold_factor()
-        runtime["decode_vocab_s"] = measure_logits_step()
-        runtime["gemv"] = measure_gemv()
+        device = "cuda" if profile.backend == "torch-cuda" else "cpu"
+        runtime: dict[str, Any] = dict(measure_runtime_overhead(device=device))
+        runtime["cold_op_factor"] = measure_cold_factor() if device == "cpu" else 1.0
+        runtime["decode_vocab_s"] = measure_logits_step(device=device)
+        runtime["gemv"] = measure_gemv(device=device)
+        runtime["device"] = device
     except ImportError as exc:
         return _missing(profile, "runtime", f"needs transformers ({exc})")
     except Exception as exc:  # a reading that fails is NA with its reason, never a crash
