@@ -62,5 +62,10 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
     if arch.sliding_layers and plan.context_tokens > (arch.sliding_window or 0):
         notes.append(f"{arch.sliding_layers} sliding-window layers keep {arch.sliding_window} "
                      "positions")  # fmt: skip
+    if arch.max_position and plan.context_tokens > arch.max_position:
+        notes.append(f"prompt + new tokens ({plan.context_tokens:,}) pass the model's "
+                     f"{arch.max_position:,} positions: transformers fails or degrades past "
+                     "them (GPT-2's learned positions stop a CUDA run on a device-side "
+                     "assert); shorten the prompt or generate fewer tokens")  # fmt: skip
     total_phases = {k: v + overhead for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes))

@@ -148,6 +148,8 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
         collective_latency_s=d["collective_latency_s"],
         kernel_latency_s=d["kernel_latency_s"], source="spec",
+        runtime_op_s=dict(d.get("runtime_op_s", {})),
+        runtime_step_s=dict(d.get("runtime_step_s", {})),
     )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from gpuwise.estimate.rates import DeviceRates
 from gpuwise.estimate.timing import (
     OpTime,
     PhaseTime,
+    dispatch_cost,
     dispatch_overhead,
     fresh_bytes_per_s,
     phase_time,
@@ -19,10 +20,11 @@ from gpuwise.estimate.timing import (
     with_slow_faults,
     without_faults,
 )
-from gpuwise.estimate.training import lora_params
+from gpuwise.estimate.training import lora_dims, lora_params
 from gpuwise.estimate.weights import weight_bytes
 from gpuwise.helpers import GpuwiseError
 from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.lora_ops import lora_ops
 from gpuwise.workload.ops import (
     Op,
     Shape,
@@ -378,6 +380,8 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
                          direction=direction)  # fmt: skip
     if embedding_grad:
         bwd = _plus(bwd, phase_time("backward", embedding_grad, rates, dtype, 0.0))
+    if plan.finetune in ("lora", "qlora"):
+        fwd, bwd = _with_adapters(arch, plan, fwd, bwd, rates)
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     whole = plan.finetune == "full" and plan.tp == 1  # the probe stepped whole tensors
@@ -391,6 +395,25 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     model_flops = tokens * (6 * matmul_params(arch) + attn)
     peak = rates.peak(dtype) * plan.gpus
     return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source)
+
+
+def _with_adapters(arch: Architecture, plan: TrainingPlan, fwd: PhaseTime, bwd: PhaseTime,
+                   rates: DeviceRates) -> tuple[PhaseTime, PhaseTime]:  # fmt: skip
+    """The forward and backward with peft's LoRA branches (fp32 adapters on a 16-bit base:
+    casts too), their kernels dispatched at the runtime's cost; a checkpointed step runs
+    the branches' forward again in its backward."""
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    forward, backward = lora_ops(lora_dims(arch, plan), plan.lora_rank, plan.batch * plan.seq,
+                                 arch.num_layers, c, max(4.0, c))  # fmt: skip
+    if plan.checkpointing:
+        backward = forward + backward
+
+    def phase(name: str, ops: list[Op]) -> PhaseTime:
+        kernels = sum(op.count for op in ops)
+        overhead = dispatch_cost(kernels, 0, rates, "training", per_step=False)
+        return phase_time(name, ops, rates, plan.compute_dtype, overhead)
+
+    return _plus(fwd, phase("forward", forward)), _plus(bwd, phase("backward", backward))
 
 
 def _plus(phase: PhaseTime, more: PhaseTime) -> PhaseTime:

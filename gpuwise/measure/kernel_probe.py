@@ -59,9 +59,11 @@ from gpuwise.helpers import median_call_s
 Progress = Callable[[str, float], None]
 
 HEAD_DIM = 64
-SDPA_HEADS = 16  # batch x heads per timed call; the time per head is what is stored
+SDPA_HEADS = 16  # batch x heads per timed call on a CPU; the time per head is what is stored
 CUDA_BATCH = 200  # most calls queued back to back per timed batch on a GPU
 CUDA_ELEMENTWISE = 2**25  # elements of the elementwise kernels' tensors on a GPU
+CUDA_SDPA_HEADS = 256  # batch x heads per SDPA call on a GPU
+CUDA_ROWS = (4096, 16384)  # linear rows a GPU's grid adds
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class KernelPlan:
     # contiguous: a linear's input gradient) runs at 0.15-0.6 GFLOP/s, 150x below fp32,
     # and the full grid would take hours.
     slow_call_s: float = 1.0
+    sdpa_heads: int = SDPA_HEADS  # batch x heads per timed SDPA call
 
     def steps(self) -> int:
         per_dtype = len(self.rows) * len(self.widths) ** 2
@@ -132,9 +135,8 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
     plan = plan or KernelPlan()
     if cache_bytes:
         plan = _with_cold_set(plan, cache_bytes)
-    if device.startswith("cuda"):  # past a GPU's L2 (50-60 MB), and well past its launch cost
-        plan = _replace(plan, elementwise_elements=max(plan.elementwise_elements,
-                                                       CUDA_ELEMENTWISE))  # fmt: skip
+    if device.startswith("cuda"):
+        plan = for_gpu(plan)
     k = _Kernels(torch, torch.device(device), plan, progress)
     parts = {"linear": k.linear, "sdpa": k.sdpa, "elementwise": k.elementwise,
              "optimizer": k.optimizer, "conv": k.conv}  # fmt: skip
@@ -209,6 +211,20 @@ def _available_bytes() -> int:
     import psutil
 
     return int(psutil.virtual_memory().available)
+
+
+def for_gpu(plan: KernelPlan) -> KernelPlan:
+    """The plan on a GPU: work large enough to fill it. A call of a few microseconds times
+    the launch, not the kernel: elementwise tensors past the L2 (50-60 MB), SDPA over 256
+    (batch x head) rows a call, and linear rows up to a training step's tokens (a grid
+    that ends at 1024 rows would run a 16k-token step at a 1024-row matmul's rate)."""
+    return _replace(
+        plan,
+        elementwise_elements=max(plan.elementwise_elements, CUDA_ELEMENTWISE),
+        sdpa_heads=max(plan.sdpa_heads, CUDA_SDPA_HEADS),
+        rows=tuple(sorted({*plan.rows, *CUDA_ROWS})),
+        backward_rows=tuple(sorted({*plan.backward_rows, *CUDA_ROWS})),
+    )
 
 
 def _with_cold_set(plan: KernelPlan, cache_bytes: int) -> KernelPlan:
@@ -367,7 +383,7 @@ class _Kernels:
         return self.t.mm(grad, weights.next()), self.t.mm(grad.t(), x)
 
     def sdpa(self, dtype: str) -> dict[str, list[list[float]]]:
-        heads, plan = SDPA_HEADS, self.plan
+        heads, plan = self.plan.sdpa_heads, self.plan
         decode, prefill = [], []
         for kv in plan.sdpa_decode_kv:
             self._step(f"sdpa {dtype} decode kv {kv}")
@@ -393,11 +409,12 @@ class _Kernels:
         """Seconds per (batch x head) of SDPA's backward at q = kv = n: causal (a decoder's
         training step) or not (an encoder's or a ViT's, twice the work at equal length)."""
         self._step(f"sdpa {dtype} {'' if causal else 'non-causal '}backward {n}")
-        qkv = [self._tensor(1, SDPA_HEADS, n, HEAD_DIM, dtype=dtype).requires_grad_()
+        heads = self.plan.sdpa_heads
+        qkv = [self._tensor(1, heads, n, HEAD_DIM, dtype=dtype).requires_grad_()
                for _ in range(3)]  # fmt: skip
         out = self._attend(qkv, causal)
         step = partial(self.t.autograd.grad, out, qkv, self.t.ones_like(out), retain_graph=True)
-        return self._median_s(step) / SDPA_HEADS
+        return self._median_s(step) / heads
 
     def _attend_cold(self, query: Any, caches: _Cycle) -> object:
         """A decode step's attention: its layer's keys and values are not in cache (the step

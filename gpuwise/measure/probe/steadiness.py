@@ -14,6 +14,9 @@ from gpuwise.measure.probe.measurements import attempt
 from gpuwise.measure.probe.profile import STEADY, describe_ratios, largest_move
 
 SQUARE = 1024  # the matmul the check repeats (m = n = k)
+# On a GPU a 1024^3 bf16 matmul takes 3 us: the check would time its launch, and read a
+# launch's jitter as the machine changing speed (x0.66 on an H200 that had not).
+GPU_SQUARE = 8192
 MATMUL_DTYPES = ("fp32", "bf16")
 
 
@@ -24,10 +27,16 @@ def probe_figures(profile: Any) -> dict[str, float]:
     read = profile.bandwidth_gbs("read")
     if read:
         figures["read"] = read
+    size = square(profile)
     for p in profile.matmul_points:
-        if (p.m, p.n, p.k) == (SQUARE,) * 3 and p.dtype in MATMUL_DTYPES and p.median_s:
-            figures[f"matmul_{p.dtype}"] = 2.0 * SQUARE**3 / p.median_s / 1e9
+        if (p.m, p.n, p.k) == (size,) * 3 and p.dtype in MATMUL_DTYPES and p.median_s:
+            figures[f"matmul_{p.dtype}"] = 2.0 * size**3 / p.median_s / 1e9
     return figures
+
+
+def square(profile: Any) -> int:
+    """The side of the square matmul the check repeats: 8192 on a GPU, 1024 on a CPU."""
+    return GPU_SQUARE if profile.backend == "torch-cuda" else SQUARE
 
 
 def figures_now(backend: Backend, profile: Any, wanted: dict[str, float]) -> dict[str, float]:
@@ -41,13 +50,14 @@ def figures_now(backend: Backend, profile: Any, wanted: dict[str, float]) -> dic
             now["read"] = reading.array_bytes / min(times) / 1e9
         del ops
         attempt({}, "release", backend.release)
+    size = square(profile)
     for dtype in MATMUL_DTYPES:
         if f"matmul_{dtype}" not in wanted:
             continue
-        op = attempt({}, "matmul", partial(backend.matmul_op, SQUARE, SQUARE, SQUARE, dtype))
+        op = attempt({}, "matmul", partial(backend.matmul_op, size, size, size, dtype))
         times = attempt({}, "matmul", partial(backend.time_calls, op, 6)) if op else None
         if times:  # the first call warms up
-            now[f"matmul_{dtype}"] = 2.0 * SQUARE**3 / statistics.median(times[1:]) / 1e9
+            now[f"matmul_{dtype}"] = 2.0 * size**3 / statistics.median(times[1:]) / 1e9
     return now
 
 
