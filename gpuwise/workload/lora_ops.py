@@ -56,7 +56,9 @@ def _branch(name: str, k: int, n: int, r: int, m: int, layers: int, c: float,
         *([stream("lora_cast_out", y, a + c)] if cast else []),
     ]
     backward = [
-        *([stream("lora_cast_out_grad", y, c + a)] if cast else []),
+        # the cast back's gradient up to fp32, and the sum's gradient down to the base's dtype
+        *([stream("lora_cast_out_grad", y, c + a), stream("lora_base_grad_cast", y, a + c)]
+          if cast else []),  # fmt: skip
         stream("lora_scale_grad", y, 2 * a, y),
         gemm("lora_b_input_grad", m, n, r, r * n * a),
         gemm("lora_b_weight_grad", n, m, r, 0.0),
