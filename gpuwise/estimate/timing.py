@@ -96,8 +96,6 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
     if op.kind == "conv":  # one Op per GEMM: a backward runs one per gradient it computes
         direction = "backward" if op.name == "convolution_backward" else "forward"
         return k.conv_s(op.m, op.k, op.n, dtype, direction, op.kernel)
-    if op.kind == "matmul" and _swept_gemv(op, rates, direction):
-        return None  # the roofline, with the GEMV sweep's rate for the weight
     if op.kind == "matmul":  # each GEMM the runtime runs (q, k and v apart), at its shape
         total = 0.0
         for part in [replace(op, n=n, splits=()) for n in op.splits] or [op]:
@@ -116,17 +114,6 @@ def _probed_s(op: Op, rates: DeviceRates, dtype: str, direction: str) -> float |
             rate = min(rate, rates.memory_bytes_per_s)
         return op.bytes / rate if rate else None
     return None
-
-
-def _swept_gemv(op: Op, rates: DeviceRates, direction: str) -> bool:
-    """Whether a one-row matmul on a CPU reads its weight at the rate of the runtime probe's
-    GEMV sweep (calls back to back over weights past the cache, as a decode step runs them)
-    rather than the kernel grid's, whose every call is timed alone. SmolLM2's fp32 decode ran
-    its 211 GEMVs in about 46 ms a step under torch.profiler (Zen 2 guest, 2026-12-04): the
-    grid said 59 ms, the sweep 50. Against run AI's measurements the fp32 decodes went from
-    +10-18% to 0-4% (docs/speed.md)."""
-    return (op.m == 1 and direction == "forward" and rates.kind == "cpu"
-            and bool(rates.gemv_curves) and op.weight_bytes > 0)  # fmt: skip
 
 
 def _narrower_than_grid(seconds: float, op: Op, rates: DeviceRates, dtype: str) -> float:
