@@ -83,7 +83,7 @@ def describe(plan: InferencePlan | TrainingPlan) -> str:
         )
     return f"train b{plan.batch} s{plan.seq} {plan.dtype} {plan.optimizer} {plan.attention}" + (
         " ckpt" if plan.checkpointing else ""
-    )
+    ) + (f" {plan.finetune} r{plan.lora_rank}" if plan.finetune != "full" else "")
 
 
 TIME_CASES = [

@@ -71,8 +71,7 @@ MEMORY_CASES = (0, 2, 3, 5, 7, 9, 11)
 
 
 def _case_id(name: str, plan: InferencePlan | TrainingPlan) -> str:
-    extra = f" lora r{plan.lora_rank}" if isinstance(plan, TrainingPlan) and plan.finetune == "lora" else ""
-    return f"{name} {describe(plan)}{extra}"
+    return f"{name} {describe(plan)}"
 
 
 # ---------------------------------------------------------------- measure (on the GPU)

@@ -417,8 +417,9 @@ def _with_adapters(arch: Architecture, plan: TrainingPlan, fwd: PhaseTime, bwd: 
 
 
 def _plus(phase: PhaseTime, more: PhaseTime) -> PhaseTime:
-    """`phase` with the operations of `more` (no dispatch overhead of its own) added."""
+    """`phase` with the operations of `more`, and any dispatch overhead of its own, added."""
     return replace(phase, seconds=phase.seconds + more.seconds, ops_s=phase.ops_s + more.ops_s,
+                   overhead_s=phase.overhead_s + more.overhead_s,
                    flops=phase.flops + more.flops, bytes=phase.bytes + more.bytes,
                    ops=phase.ops + more.ops)  # fmt: skip
 

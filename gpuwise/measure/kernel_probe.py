@@ -288,9 +288,9 @@ class _Kernels:
         warm = self._call_s(op)
         if warm >= self.plan.slow_call_s / 4:  # a slow call varies little: one more is enough
             return (warm + self._call_s(op)) / 2
-        lo, hi = self.plan.repeats
         if self.device.type == "cuda":
             return self._batched_s(op, warm)
+        lo, hi = self.plan.repeats
         return median_call_s(op, max(lo, min(hi, int(self.plan.target_s / warm))), self._sync)
 
     def _batched_s(self, op: Callable[[], object], warm: float) -> float:
