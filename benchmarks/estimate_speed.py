@@ -18,8 +18,8 @@ from pathlib import Path
 
 from gpuwise.catalog import find_hardware, load_hardware, load_models, resolve_model
 from gpuwise.estimate import InferencePlan, estimate_inference
-from gpuwise.estimate.rates import rates_from_spec
-from gpuwise.estimate.speed import _inference_ops, estimate_inference_time
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.estimate.speed.model_time import _inference_ops, estimate_inference_time
 from gpuwise.helpers import GpuwiseError, median_call_s
 from gpuwise.workload import from_config
 

@@ -35,18 +35,18 @@ import sys
 import time
 from pathlib import Path
 
+from gpuwise.app.validate import plan_kwargs, validate
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.rates import DeviceRates
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
-from gpuwise.estimate.timing import without_faults
-from gpuwise.measure import timerun
-from gpuwise.measure.device import detect_local
-from gpuwise.measure.module_run import NO_FAULTS_ENV
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.roofline import without_faults
+from gpuwise.measure.hardware.detect import detect_local
 from gpuwise.measure.probe.profile import STEADY
+from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.measure.probe.run import others_cpu_s
-from gpuwise.measure.rates_source import rates_for
-from gpuwise.measure.validation import plan_kwargs, validate
+from gpuwise.measure.runs import time_run as timerun
+from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
 from gpuwise.workload import Architecture, from_config
 
 CASES = [

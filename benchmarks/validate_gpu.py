@@ -30,14 +30,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from gpuwise.app.validate import plan_kwargs
 from gpuwise.catalog import resolve_model
 from gpuwise.catalog.hardware import find_hardware
 from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.inference import estimate_inference
-from gpuwise.estimate.rates import DeviceRates, rates_from_spec
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
-from gpuwise.estimate.training import estimate_training
-from gpuwise.measure.validation import plan_kwargs
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
+from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
 from gpuwise.workload import from_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -93,7 +93,7 @@ def _environment() -> dict[str, Any]:
 
 def _probe(out: Path) -> None:
     from gpuwise.measure.probe.machine import probe_machine
-    from gpuwise.measure.profile_store import save_profile
+    from gpuwise.measure.probe.store import save_profile
 
     started = last = time.perf_counter()
 
@@ -124,7 +124,8 @@ def _run(what: str, fn: Any) -> dict[str, Any]:
 
 
 def measure(out: Path, probe: bool, runs: bool, quick: bool) -> None:
-    from gpuwise.measure import realrun, timerun
+    from gpuwise.measure.runs import memory_run as realrun
+    from gpuwise.measure.runs import time_run as timerun
 
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {"environment": _environment(), "cases": []}
@@ -178,7 +179,7 @@ def _summary(errors: list[float]) -> dict[str, float | int | None]:
 
 def compare(measured_path: Path, profile_path: Path | None, device: str, out: Path | None) -> dict:
     from gpuwise.measure.probe import Profile
-    from gpuwise.measure.rates_source import profile_rates
+    from gpuwise.measure.probe.rates_source import profile_rates
 
     measured = json.loads(measured_path.read_text())
     hw = find_hardware(device)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from validate_cpu import ran_as_probed  # the same rule as the time suite's
 
+from gpuwise.app.validate import machine_vs_probe
 from gpuwise.measure.probe.profile import STEADY
-from gpuwise.measure.validation import machine_vs_probe
 
 TESTS = str(Path(__file__).resolve().parents[1] / "tests")
 sys.path.insert(0, TESTS)
@@ -106,9 +106,9 @@ def _timed_alone(fn):
 def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
              dtype: str | None, repeats: int, memory: bool = True, timing: bool = True,
              tries: int = 1, max_others: float = 1.0, split: bool = False) -> dict:  # fmt: skip
-    from gpuwise.estimate.module_estimate import heap_faults
-    from gpuwise.measure.from_module import from_module
-    from gpuwise.measure.module_run import measure_module_memory, measure_module_time
+    from gpuwise.app.from_module import from_module
+    from gpuwise.estimate.traced_module import heap_faults
+    from gpuwise.measure.runs.module_run import measure_module_memory, measure_module_time
 
     model, example = _example(factory, specs)
     est = from_module(model, example, training=training, optimizer=optimizer, dtype=dtype,

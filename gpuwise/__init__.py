@@ -12,11 +12,11 @@ _REPRO_API = ("seed_everything", "report_metric", "report_params_hash", "step_ha
 
 def __getattr__(name: str) -> Any:
     if name in _REPRO_API:
-        from gpuwise import repro_api
+        from gpuwise.measure.repro import program_api as repro_api
 
         return getattr(repro_api, name)
     if name == "from_module":  # traces a torch module: torch is imported only when used
-        from gpuwise.measure.from_module import from_module
+        from gpuwise.app.from_module import from_module
 
         return from_module
     if name == "watch":  # `with gpuwise.watch() as w:` times a training loop

@@ -7,14 +7,14 @@ from importlib import resources
 
 import pytest
 
-from gpuwise.estimate.activations import saved_for_backward
+from gpuwise.estimate.memory.activations import saved_for_backward
 from gpuwise.workload import from_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.torch
 
-from gpuwise.measure import activation_profile as ap  # noqa: E402
+from gpuwise.measure.profiles import activations as ap  # noqa: E402
 
 
 def stored():
@@ -36,7 +36,7 @@ def test_stored_profile_matches_a_fresh_measurement(key):
     fresh = ap.profile_one(
         family, mode, attention, ckpt == "ckpt", 0.1 if dropout == "dropout" else 0.0
     )
-    assert fresh == stored()[key], "re-run: python -m gpuwise.measure.activation_profile"
+    assert fresh == stored()[key], "re-run: python -m gpuwise.measure.profiles.activations"
 
 
 CONFIGS = {

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from gpuwise.catalog.hardware import Hardware, load_hardware
-from gpuwise.measure import device
-from gpuwise.measure.device import GpuInfo, detect_gpus, detect_local, match_catalogue
+from gpuwise.measure.hardware import detect as device
+from gpuwise.measure.hardware.detect import GpuInfo, detect_gpus, detect_local, match_catalogue
 
 MIB = 2**20
 GIB = 2**30
@@ -293,7 +293,7 @@ def test_missing_pynvml_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_import_does_not_load_torch() -> None:
     code = (
-        "import sys, gpuwise.measure.device as d; "
+        "import sys, gpuwise.measure.hardware.detect as d; "
         "m = d.detect_local(use_torch=False); m.best_device(); "
         "print('torch' in sys.modules)"
     )

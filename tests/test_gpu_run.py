@@ -13,11 +13,11 @@ import pytest
 
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import TrainingPlan
-from gpuwise.estimate.rates import rates_from_spec
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
-from gpuwise.estimate.training import estimate_training, lora_cast_bytes
-from gpuwise.measure.kernel_probe import KernelPlan, for_gpu
+from gpuwise.estimate.memory.training import estimate_training, lora_cast_bytes
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
 from gpuwise.measure.probe import Profile
+from gpuwise.measure.probe.kernels import KernelPlan, for_gpu
 from gpuwise.measure.probe.steadiness import probe_figures, square
 from gpuwise.workload import from_config
 from gpuwise.workload.lora_ops import lora_ops
@@ -113,7 +113,7 @@ def test_the_gpu_validation_compares_both_rate_sources() -> None:
 
 def test_a_plan_past_the_model_positions_is_named() -> None:
     from gpuwise.estimate import InferencePlan
-    from gpuwise.estimate.inference import estimate_inference
+    from gpuwise.estimate.memory.inference import estimate_inference
 
     gpt2 = from_config(resolve_model("gpt2").config, "gpt2")
     h200 = find_hardware("h200")

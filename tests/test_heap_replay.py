@@ -1,11 +1,11 @@
-"""The allocator replay (gpuwise.estimate.heap_replay) against glibc's rules worked by hand:
+"""The allocator replay (gpuwise.estimate.speed.page_faults) against glibc's rules worked by hand:
 what is mapped, when the thresholds move, when the heap shrinks and must fault again."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpuwise.estimate.heap_replay import (
+from gpuwise.estimate.speed.page_faults import (
     MMAP_THRESHOLD_MAX,
     TOP_PAD,
     GlibcHeap,

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from gpuwise.catalog import find_hardware
 from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.kernel_rates import KernelRates
-from gpuwise.estimate.rates import rates_from_spec
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
-from gpuwise.estimate.timing import time_op
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.probed_kernels import KernelRates
+from gpuwise.estimate.speed.roofline import time_op
 from gpuwise.workload.ops import Op
 from gpuwise.workload.params import count_params, parameter_tensors
 
@@ -157,7 +157,7 @@ def test_estimates_use_the_kernels_and_stay_positive():
 @pytest.mark.torch
 def test_the_kernel_probe_measures_a_tiny_plan():
     pytest.importorskip("torch")
-    from gpuwise.measure.kernel_probe import KernelPlan, measure_kernels
+    from gpuwise.measure.probe.kernels import KernelPlan, measure_kernels
 
     plan = KernelPlan(dtypes=("fp32",), rows=(1, 8), widths=(64, 128), backward_rows=(16,),
                       sdpa_decode_kv=(32,), sdpa_prefill_q=(32,), sdpa_backward_q=(32,),
@@ -209,7 +209,7 @@ def test_the_kernel_probe_leaves_out_points_too_slow_to_time():
     estimates read the nearest measured point (bf16 x @ W on an AVX2-only CPU ran at
     0.15 GFLOP/s: 57 s a call at 256 x 4096 x 4096)."""
     torch = pytest.importorskip("torch")
-    from gpuwise.measure.kernel_probe import KernelPlan, _Kernels, kernel_notes
+    from gpuwise.measure.probe.kernels import KernelPlan, _Kernels, kernel_notes
 
     plan = KernelPlan(rows=(1, 64), widths=(64, 256), backward_rows=(16,), nn_rows=(1,),
                       nn_widths=(64,), cold_set_bytes=2**20, slow_call_s=1e-9)  # fmt: skip
@@ -230,8 +230,8 @@ def test_the_kernel_probe_leaves_out_points_too_slow_to_time():
 
 def test_a_kernel_probe_that_fails_is_missing_with_its_reason(monkeypatch):
     pytest.importorskip("torch")
-    from gpuwise.measure import kernel_probe
     from gpuwise.measure.probe import NullBackend, ProbePlan, probe_with
+    from gpuwise.measure.probe import kernels as kernel_probe
     from gpuwise.measure.probe.machine import _with_kernels
 
     def broken(*args, **kwargs):
@@ -340,7 +340,7 @@ def test_a_profile_without_tanh_times_it_as_the_tanh_gelu():
 
 
 def test_the_probe_warns_when_first_touch_slows_with_memory_in_use():
-    from gpuwise.measure.kernel_probe import first_touch_note
+    from gpuwise.measure.probe.kernels import first_touch_note
 
     gib = 2**30
     slow = {"bytes_per_s": 5.0e9, "by_held": [[0, 5.0e9], [gib, 0.75e9], [6 * gib, 4.5e9]]}
@@ -354,7 +354,7 @@ def test_train_says_what_the_steps_page_faults_cost_and_how_to_keep_the_memory(m
     from rich.console import Console
 
     from gpuwise.catalog import resolve_model
-    from gpuwise.measure.module_run import NO_FAULTS_ENV
+    from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
     from gpuwise.report import views
 
     record = _record() | {"fresh": {"bytes_per_s": 1e9, "threshold": 32 * 2**20}}
@@ -381,7 +381,7 @@ def test_train_gives_the_step_at_the_slow_first_touch_the_probe_saw(monkeypatch)
     from rich.console import Console
 
     from gpuwise.catalog import resolve_model
-    from gpuwise.estimate.kernel_rates import slow_first_touch_reading
+    from gpuwise.estimate.speed.probed_kernels import slow_first_touch_reading
     from gpuwise.report import views
 
     gib = 2**30
@@ -479,8 +479,9 @@ def test_convolutions_of_another_window_take_their_own_curve():
 def test_validate_sets_a_training_step_against_both_ends_of_its_range(monkeypatch):
     from rich.console import Console
 
+    from gpuwise.app import validate as validation
     from gpuwise.catalog import resolve_model
-    from gpuwise.measure import timerun, validation
+    from gpuwise.measure.runs import time_run as timerun
     from gpuwise.report import views
 
     gib = 2**30

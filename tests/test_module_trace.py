@@ -18,9 +18,9 @@ import module_zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 from heap_walk import held_at_end, most_held  # noqa: E402
 from test_cli import run  # noqa: E402  (the CLI runner: exit code, stdout, stderr)
 
+from gpuwise.app.from_module import from_module  # noqa: E402
 from gpuwise.catalog.hardware import find_hardware  # noqa: E402
-from gpuwise.measure.from_module import from_module  # noqa: E402
-from gpuwise.measure.module_trace import trace_module  # noqa: E402
+from gpuwise.measure.module.trace import trace_module  # noqa: E402
 
 B, W, DEPTH = 8, 64, 3  # linear_stack: 3 Linear(64, 64) with ReLU between
 MM_FLOPS = 2 * B * W * W
@@ -197,7 +197,7 @@ def test_cli_bad_input(capsys, args, message):
 
 @pytest.mark.slow
 def test_real_training_memory_matches():
-    from gpuwise.measure.module_run import measure_module_memory
+    from gpuwise.measure.runs.module_run import measure_module_memory
 
     tests = str(Path(__file__).parent)
     spec = [((32, 3, 64, 64), None)]
@@ -209,7 +209,7 @@ def test_real_training_memory_matches():
 
 
 def test_traced_elementwise_ops_take_the_probed_kernels():
-    from gpuwise.estimate.module_estimate import to_ops
+    from gpuwise.estimate.traced_module import to_ops
 
     t = trace_module(module_zoo.vit_small(), (1, 3, 224, 224), training=True, optimizer="sgd")
     forward = {op.name: op for op in to_ops(t.phase_ops("forward"))}
@@ -224,7 +224,7 @@ def test_traced_elementwise_ops_take_the_probed_kernels():
 
 
 def test_a_tanh_gelu_takes_the_tanh_kernel_forward_and_backward():
-    from gpuwise.estimate.module_estimate import to_ops
+    from gpuwise.estimate.traced_module import to_ops
 
     class TanhMlp(torch.nn.Module):
         def __init__(self) -> None:
@@ -241,7 +241,7 @@ def test_a_tanh_gelu_takes_the_tanh_kernel_forward_and_backward():
 
 
 def test_a_cnn_pools_and_normalises_at_the_probed_rates():
-    from gpuwise.estimate.module_estimate import to_ops
+    from gpuwise.estimate.traced_module import to_ops
 
     t = trace_module(module_zoo.resnet18(), (2, 3, 64, 64))
     kernels = {op.name: op.kernel for op in to_ops(t.phase_ops("forward"))}
@@ -264,7 +264,7 @@ def test_a_cnn_pools_and_normalises_at_the_probed_rates():
 
 
 def test_dropout_masks_count_the_mask_written_as_the_probe_does():
-    from gpuwise.estimate.module_estimate import to_ops
+    from gpuwise.estimate.traced_module import to_ops
 
     model, example = module_zoo.bert_small()
     t = trace_module(model, example, training=True, optimizer="sgd")
@@ -278,9 +278,9 @@ def test_dropout_masks_count_the_mask_written_as_the_probe_does():
 def test_the_optimizer_step_takes_the_probed_curve_over_the_traced_tensors():
     from dataclasses import replace
 
-    from gpuwise.estimate.kernel_rates import KernelRates
-    from gpuwise.estimate.module_estimate import estimate_module_time
-    from gpuwise.estimate.rates import rates_from_spec
+    from gpuwise.estimate.speed.device_rates import rates_from_spec
+    from gpuwise.estimate.speed.probed_kernels import KernelRates
+    from gpuwise.estimate.traced_module import estimate_module_time
 
     t = trace_module(module_zoo.linear_stack(W, DEPTH), (B, W), training=True)
     assert t.trainable_tensors == ((W, DEPTH), (W * W, DEPTH))  # biases, weights
@@ -303,9 +303,9 @@ def test_the_optimizer_step_takes_the_probed_curve_over_the_traced_tensors():
 def test_the_allocators_page_faults_are_replayed_and_charged_at_the_first_touch_rate():
     from dataclasses import replace
 
-    from gpuwise.estimate.kernel_rates import KernelRates
-    from gpuwise.estimate.module_estimate import estimate_module_time, heap_faults
-    from gpuwise.estimate.rates import rates_from_spec
+    from gpuwise.estimate.speed.device_rates import rates_from_spec
+    from gpuwise.estimate.speed.probed_kernels import KernelRates
+    from gpuwise.estimate.traced_module import estimate_module_time, heap_faults
 
     t = trace_module(module_zoo.linear_stack(512, 4), (256, 512), training=True)
     faults = heap_faults(t)
@@ -326,7 +326,7 @@ def test_the_optimizer_steps_the_tensors_in_model_order_with_each_temporarys_lif
     """torch.optim's loop keeps AdamW's `denom` (and Adafactor's squared gradient and update)
     in a local until the next tensor's replaces it. Measured on the module suite's 4-layer
     BERT with AdamW: 16.4 MB faulted per optimizer step, 16.4 MB replayed (8.2 before)."""
-    from gpuwise.estimate.module_estimate import _step_events
+    from gpuwise.estimate.traced_module import _step_events
 
     t = trace_module(module_zoo.linear_stack(512, 4), (64, 512), training=True)
     assert t.trainable_order == (512 * 512, 512) * 4  # weight, bias per layer, as listed
@@ -342,7 +342,7 @@ def test_the_optimizer_steps_the_tensors_in_model_order_with_each_temporarys_lif
 
 
 def test_attention_takes_the_probed_curve_of_its_kind_both_ways():
-    from gpuwise.estimate.module_estimate import to_ops
+    from gpuwise.estimate.traced_module import to_ops
 
     t = trace_module(module_zoo.vit_small(), (1, 3, 224, 224), training=True, optimizer="sgd")
     forward = [op for op in to_ops(t.phase_ops("forward")) if op.kind == "attention"]
@@ -353,7 +353,7 @@ def test_attention_takes_the_probed_curve_of_its_kind_both_ways():
 
 
 def test_a_cpu_addmm_writes_its_output_once_more_for_the_bias():
-    from gpuwise.estimate.module_estimate import to_ops
+    from gpuwise.estimate.traced_module import to_ops
 
     t = trace_module(module_zoo.linear_stack(W, DEPTH), (B, W))
     fills = [op for op in to_ops(t.phase_ops("forward")) if op.name == "addmm bias fill"]

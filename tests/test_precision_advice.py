@@ -9,9 +9,9 @@ from test_kernel_rates import CPU, _record
 
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.kernel_rates import KernelRates
-from gpuwise.estimate.precision_advice import FASTER_BY, fp32_inference, fp32_training
-from gpuwise.estimate.speed import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.precision_advice import FASTER_BY, fp32_inference, fp32_training
+from gpuwise.estimate.speed.probed_kernels import KernelRates
 from gpuwise.report import views
 
 

@@ -11,10 +11,10 @@ from heap_walk import held_at_end, peak_bytes
 
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import InferencePlan
-from gpuwise.estimate.heap_replay import replay
-from gpuwise.estimate.kernel_rates import KernelRates
-from gpuwise.estimate.rates import rates_from_spec
-from gpuwise.estimate.speed import estimate_inference_time, prefill_fault_bytes
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.estimate.speed.model_time import estimate_inference_time, prefill_fault_bytes
+from gpuwise.estimate.speed.page_faults import replay
+from gpuwise.estimate.speed.probed_kernels import KernelRates
 from gpuwise.workload import from_config
 from gpuwise.workload.ops import Shape
 from gpuwise.workload.prefill_heap import SMALL, prefill_heap_events
@@ -95,8 +95,8 @@ def test_the_sequence_faults_as_the_traced_model_does(name, batch, tokens, dtype
     left out: two more tensors per layer in the trace, not found)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from gpuwise.estimate.module_estimate import heap_faults
-    from gpuwise.measure.module_trace import trace_module
+    from gpuwise.estimate.traced_module import heap_faults
+    from gpuwise.measure.module.trace import trace_module
 
     config = dict(resolve_model(name).config)
     for key in ("num_hidden_layers", "n_layer"):

@@ -30,7 +30,7 @@ from gpuwise.measure.probe import (
     probe_with,
     run_probe,
 )
-from gpuwise.measure.profile_store import cache_dir, load_profile, profile_path, save_profile
+from gpuwise.measure.probe.store import cache_dir, load_profile, profile_path, save_profile
 
 TINY_PLAN = ProbePlan(
     array_bytes=4 * 2**20,
@@ -247,7 +247,7 @@ def test_cuda_quick_probe() -> None:
 
 
 def test_import_does_not_load_torch_or_numpy() -> None:
-    code = ("import sys, gpuwise.measure.probe, gpuwise.measure.profile_store; "
+    code = ("import sys, gpuwise.measure.probe, gpuwise.measure.probe.store; "
             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -262,7 +262,7 @@ def test_unsupported_is_a_reason() -> None:
 @pytest.mark.torch
 def test_decode_caches_are_read_cold_and_grown_in_place_of_the_old() -> None:
     torch = pytest.importorskip("torch")
-    from gpuwise.measure.kernel_probe import KernelPlan, _Cycle, _Kernels
+    from gpuwise.measure.probe.kernels import KernelPlan, _Cycle, _Kernels
 
     plan = KernelPlan(cold_set_bytes=8 * 2**20)
     kernels = _Kernels(torch, torch.device("cpu"), plan, None)
@@ -279,14 +279,14 @@ def test_decode_caches_are_read_cold_and_grown_in_place_of_the_old() -> None:
 @pytest.mark.torch
 def test_the_logits_step_costs_a_plausible_time_per_vocabulary_entry() -> None:
     pytest.importorskip("transformers")
-    from gpuwise.measure.runtime_probe import measure_logits_step
+    from gpuwise.measure.probe.runtime_costs import measure_logits_step
 
     per_entry = measure_logits_step(repeats=3)
     assert 0 <= per_entry < 1e-6  # 1 us per entry would be 50 ms a step at GPT-2's vocabulary
 
 
 def test_runtime_calls_take_turns_so_a_drifting_machine_moves_them_together() -> None:
-    from gpuwise.measure.runtime_probe import _over_rounds, _rounds
+    from gpuwise.measure.probe.runtime_costs import _over_rounds, _rounds
 
     order: list[str] = []
     rounds = _rounds({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
@@ -299,7 +299,7 @@ def test_runtime_calls_take_turns_so_a_drifting_machine_moves_them_together() ->
 @pytest.mark.torch
 def test_the_runtime_costs_are_plausible() -> None:
     pytest.importorskip("transformers")
-    from gpuwise.measure.runtime_probe import measure_runtime_overhead
+    from gpuwise.measure.probe.runtime_costs import measure_runtime_overhead
 
     costs = measure_runtime_overhead(repeats=5)
     for phase in ("inference", "decode", "training"):
@@ -309,6 +309,6 @@ def test_the_runtime_costs_are_plausible() -> None:
 @pytest.mark.torch
 def test_cold_caches_make_each_op_of_the_runtime_dearer() -> None:
     pytest.importorskip("transformers")
-    from gpuwise.measure.runtime_probe import measure_cold_factor
+    from gpuwise.measure.probe.runtime_costs import measure_cold_factor
 
     assert 1.0 <= measure_cold_factor(repeats=5) <= 3.0  # 1.43-1.48 on the 2-core dev guest

@@ -104,7 +104,7 @@ def test_probe_quick_saves_over_a_full_profile_without_losing_its_kernels(
     tmp_path, monkeypatch, capsys
 ) -> None:
     import gpuwise.measure.probe.machine as machine
-    from gpuwise.measure.profile_store import load_profile, save_profile
+    from gpuwise.measure.probe.store import load_profile, save_profile
 
     monkeypatch.setenv("GPUWISE_CACHE_DIR", str(tmp_path))
     full = _profile(1.0)
@@ -125,7 +125,7 @@ def test_a_second_quick_probe_keeps_what_the_first_kept() -> None:
 
 
 def test_the_first_touch_note_is_the_merged_readings_not_one_per_probe() -> None:
-    from gpuwise.measure.kernel_probe import first_touch_note
+    from gpuwise.measure.probe.kernels import first_touch_note
 
     def slow_touch(speed: float) -> Profile:
         p = _profile(speed)

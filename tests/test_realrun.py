@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from gpuwise.measure import realrun
-from gpuwise.measure.realrun import MeasuredMemory, measure_inference, measure_training
+from gpuwise.measure.runs import memory_run as realrun
+from gpuwise.measure.runs.memory_run import MeasuredMemory, measure_inference, measure_training
 
 TINY_LLAMA = {
     "model_type": "llama",
@@ -134,7 +134,7 @@ def test_adamw8bit_without_bitsandbytes_says_so() -> None:
 
 
 def test_the_module_imports_no_torch() -> None:
-    code = "import sys, gpuwise.measure.realrun; print('torch' in sys.modules)"
+    code = "import sys, gpuwise.measure.runs.memory_run; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

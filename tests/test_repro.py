@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuwise.cli import main
-from gpuwise.estimate.distributions import beta_cdf, f_cdf, f_quantile
-from gpuwise.estimate.repro_analysis import ConditionRuns, analyze
-from gpuwise.estimate.repro_stats import (
+from gpuwise.estimate.repro.analysis import ConditionRuns, analyze
+from gpuwise.estimate.repro.distributions import beta_cdf, f_cdf, f_quantile
+from gpuwise.estimate.repro.stats import (
     all_identical,
     arithmetic_share,
     detectable_difference,
@@ -415,7 +415,7 @@ def test_terminal_view_says_what_is_measured_and_what_is_not(tmp_path: Path) -> 
 def test_statistics_and_api_import_nothing_heavy() -> None:
     import subprocess
 
-    code = ("import sys, gpuwise, gpuwise.repro_api, gpuwise.estimate.repro_analysis\n"
+    code = ("import sys, gpuwise, gpuwise.measure.repro.program_api, gpuwise.estimate.repro.analysis\n"
             "import gpuwise.cli.repro\n"
             "print([m for m in ('torch', 'numpy', 'rich') if m in sys.modules])")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -9,10 +9,10 @@ from test_cli import run  # the CLI runner: exit code, stdout, stderr
 
 from gpuwise.catalog.hardware import find_hardware
 from gpuwise.catalog.models import resolve_model
-from gpuwise.estimate.inference import estimate_inference
-from gpuwise.estimate.plans import InferencePlan, StoredWeights
+from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.helpers import MIB, GpuwiseError
 from gpuwise.workload import from_config
+from gpuwise.workload.plans import InferencePlan, StoredWeights
 
 LLAMA3_8B = from_config(resolve_model("llama-3.1-8b").config, "llama-3.1-8b")
 
@@ -55,7 +55,7 @@ def test_vllm_budget_and_pool():
     room = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192,
                                                        batch=400), hw)  # fmt: skip
     assert room.fits and any("at most 256 at once" in n for n in room.notes)
-    from gpuwise.estimate.answers import max_inference_batch
+    from gpuwise.estimate.memory.fits import max_inference_batch
 
     most = max_inference_batch(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192), hw)
     assert not estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192,
@@ -167,7 +167,7 @@ def test_llama_cpp_against_logged_runs(dims, n_ctx, n_ubatch, flash, kv_mib, com
                                        monkeypatch):  # fmt: skip
     from dataclasses import replace
 
-    from gpuwise.estimate import serving
+    from gpuwise.estimate.memory import serving_runtimes as serving
 
     rt = replace(serving.llama_cpp_runtime(), n_ubatch=n_ubatch)
     monkeypatch.setattr(serving, "llama_cpp_runtime", lambda: rt)

@@ -11,8 +11,7 @@ import pytest
 from test_probe import TINY_PLAN
 
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.measure import rates_source
-from gpuwise.measure.probe import Backend, NullBackend, probe_with
+from gpuwise.measure.probe import Backend, NullBackend, probe_with, rates_source
 from gpuwise.measure.probe.machine import _with_steadiness
 from gpuwise.measure.probe.steadiness import (
     figures_now,
@@ -79,13 +78,13 @@ def test_nothing_to_measure_again_is_missing_with_a_reason() -> None:
 def test_local_estimates_say_their_profile_was_unsteady(monkeypatch: pytest.MonkeyPatch) -> None:
     profile = replace(probe_with(_Slowing(), PLAN, fingerprint="x"),
                       steadiness={"read": 0.98, "matmul_bf16": 0.33})  # fmt: skip
-    monkeypatch.setattr("gpuwise.measure.profile_store.load_profile", lambda: profile)
+    monkeypatch.setattr("gpuwise.measure.probe.store.load_profile", lambda: profile)
     monkeypatch.setattr(rates_source, "profile_rates", lambda p, hw: "rates")
     hw = Hardware("local", "This CPU", "cpu", "x", 2**30, 10.0, source="detected")
     rates, said = rates_source.rates_for(hw)
     assert rates == "rates" and "changed speed by 67% while it was probed" in said
     steady = replace(profile, steadiness={"read": 1.02})
-    monkeypatch.setattr("gpuwise.measure.profile_store.load_profile", lambda: steady)
+    monkeypatch.setattr("gpuwise.measure.probe.store.load_profile", lambda: steady)
     assert rates_source.rates_for(hw)[1] == "measured by `gpuwise probe` on this machine"
 
 

@@ -13,10 +13,10 @@ from heap_walk import held_at_end, most_held, peak_bytes
 
 from gpuwise.catalog import find_hardware
 from gpuwise.estimate import TrainingPlan
-from gpuwise.estimate.heap_replay import replay
-from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX, KernelRates
-from gpuwise.estimate.rates import rates_from_spec
-from gpuwise.estimate.speed import estimate_training_time, training_fault_bytes
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.estimate.speed.model_time import estimate_training_time, training_fault_bytes
+from gpuwise.estimate.speed.page_faults import replay
+from gpuwise.estimate.speed.probed_kernels import GLIBC_MMAP_THRESHOLD_MAX, KernelRates
 from gpuwise.workload.ops import Shape
 from gpuwise.workload.prefill_heap import SMALL
 from gpuwise.workload.training_heap import layer_weights, optimizer_events, training_heap_events

@@ -31,7 +31,7 @@ TINY = dict(
     ids=["infer", "train"],
 )
 def test_validate_tiny_llama_within_target(plan):
-    from gpuwise.measure.validation import validate
+    from gpuwise.app.validate import validate
 
     result = validate(TINY, from_config(TINY, "tiny"), plan, quiet=True)
     assert result["measured_model_bytes"] > 0

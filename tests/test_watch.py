@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuwise.estimate import watch_verdict as wv
-from gpuwise.estimate.watch_energy import cumulative_series, energy_between
-from gpuwise.estimate.watch_records import SampleRecord, StepRecord, WatchLog, parse_records
-from gpuwise.estimate.watch_summary import summarize
-from gpuwise.estimate.watch_verdict import verdict
+from gpuwise.estimate.watch import verdict as wv
+from gpuwise.estimate.watch.energy import cumulative_series, energy_between
+from gpuwise.estimate.watch.log_records import SampleRecord, StepRecord, WatchLog, parse_records
+from gpuwise.estimate.watch.summary import summarize
+from gpuwise.estimate.watch.verdict import verdict
 from gpuwise.helpers import MIB
 from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as recorder
 from gpuwise.measure.watch.log import read_log

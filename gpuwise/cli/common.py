@@ -32,7 +32,7 @@ def emit(view: tuple[Any, Any], as_json: bool) -> None:
 def hardware_named(name: str) -> Any:
     """A catalogue device by name, or this machine's best device for 'local'."""
     if name.strip().lower() in ("local", "here", "this"):
-        from gpuwise.measure.device import detect_local
+        from gpuwise.measure.hardware.detect import detect_local
 
         return detect_local().best_device()
     from gpuwise.catalog.hardware import find_hardware

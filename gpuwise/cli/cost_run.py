@@ -9,13 +9,19 @@ from typing import Any
 
 from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
 from gpuwise.cli.common import hardware_named, model_named
-from gpuwise.estimate.advise import Option, advise, price_options, serving_options, training_options
-from gpuwise.estimate.cost import api_cost, parse_fraction
-from gpuwise.estimate.plans import TrainingPlan
-from gpuwise.estimate.sizing import size_serving, size_training
-from gpuwise.estimate.workloads import ServeLoad, TrainLoad
+from gpuwise.estimate.cost.advise import (
+    Option,
+    advise,
+    price_options,
+    serving_options,
+    training_options,
+)
+from gpuwise.estimate.cost.prices import api_cost, parse_fraction
+from gpuwise.estimate.cost.sizing import size_serving, size_training
 from gpuwise.helpers import GpuwiseError, format_count
 from gpuwise.report.cost_view import View, advice_view, candidate, candidates, cost_view
+from gpuwise.workload.deployments import ServeLoad, TrainLoad
+from gpuwise.workload.plans import TrainingPlan
 
 ASSUMPTION_FLAGS = {
     "electricity": "electricity_usd_per_kwh", "pue": "pue",
@@ -75,7 +81,7 @@ def measured_utilisation(text: str) -> float:
     the job's steps (the share of time a kernel ran, as nvidia-smi reports it)."""
     if not Path(text).is_file():
         return parse_fraction(text, "measured utilisation")
-    from gpuwise.estimate.watch_summary import summarize
+    from gpuwise.estimate.watch.summary import summarize
     from gpuwise.measure.watch.log import read_log
 
     busy = summarize(read_log([text])).gpu_util_percent

@@ -35,8 +35,8 @@ def check(model: str, on: On = "local", prompt: int = 2048, new_tokens: int = 25
           batch: Batch = 1, runtime: Runtime = "transformers", ctx: Ctx = None,
           gpu_memory_utilization: GpuUtil = None, as_json: Json = False) -> None:  # fmt: skip
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
-    from gpuwise.estimate.plans import InferencePlan
     from gpuwise.report.views import check_view
+    from gpuwise.workload.plans import InferencePlan
 
     resolved, arch = model_named(model)
     chosen = plan_weights(resolved, runtime, None)
@@ -62,8 +62,8 @@ def infer(
 ) -> None:  # fmt: skip
     """Memory of generating text with a model, a .gguf or a .safetensors checkpoint, under
     transformers (default), llama.cpp or vLLM."""
-    from gpuwise.estimate.plans import InferencePlan
     from gpuwise.report.views import infer_view
+    from gpuwise.workload.plans import InferencePlan
 
     resolved, arch = model_named(model)
     chosen = plan_weights(resolved, runtime, weights)
@@ -103,7 +103,7 @@ def train(
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,
                    lora_rank: int, lora_targets: str, checkpointing: bool, gpus: int, zero: int,
                    tp: int, attention: str) -> Any:  # fmt: skip
-    from gpuwise.estimate.plans import LORA_TARGETS, TrainingPlan
+    from gpuwise.workload.plans import LORA_TARGETS, TrainingPlan
 
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) or LORA_TARGETS
     return TrainingPlan(batch=batch, seq=seq, dtype=dtype, optimizer=optimizer,
@@ -158,8 +158,8 @@ def validate_infer(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Generate with random weights here; compare peak memory and times with the estimates."""
-    from gpuwise.estimate.plans import InferencePlan
     from gpuwise.report.views import validate_view
+    from gpuwise.workload.plans import InferencePlan
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, attention=attention)  # fmt: skip

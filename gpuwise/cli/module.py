@@ -38,7 +38,7 @@ def _examples(made: Any, inputs: list[str], batch: int | None) -> tuple[Any, Any
     """(module, meta example inputs, their labels) from the factory's result and --input."""
     import torch
 
-    from gpuwise.measure.module_run import make_inputs
+    from gpuwise.measure.runs.module_run import make_inputs
 
     model, example = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
     if inputs:
@@ -90,8 +90,8 @@ def module(
 ) -> None:  # fmt: skip
     """Any PyTorch module: traced on the meta device (no memory, no weights), then memory and
     time estimated like the built-in models."""
-    from gpuwise.measure.from_module import from_module
-    from gpuwise.measure.module_trace import load_factory
+    from gpuwise.app.from_module import from_module
+    from gpuwise.measure.module.trace import load_factory
     from gpuwise.report.module_view import module_view
 
     if batch is not None and batch < 1:

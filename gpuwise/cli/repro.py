@@ -39,7 +39,7 @@ def repro(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run a training command many times per condition: spread, arithmetic share, costs."""
-    from gpuwise.measure.device import detect_gpus
+    from gpuwise.measure.hardware.detect import detect_gpus
     from gpuwise.measure.repro.plan import parse_conditions, thread_choices
     from gpuwise.measure.repro.runner import Study
     from gpuwise.report.repro_view import repro_view

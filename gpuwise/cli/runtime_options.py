@@ -46,7 +46,7 @@ def plan_weights(model: Any, runtime: str, weights: str | None) -> dict[str, Any
     vLLM, and transformers for safetensors. transformers dequantises GGUF weights on load, and
     an explicit --weights asks "what if re-quantised": both are estimated.
     """
-    from gpuwise.estimate.plans import StoredWeights
+    from gpuwise.workload.plans import StoredWeights
 
     ckpt = getattr(model, "checkpoint", None)
     if ckpt is None or weights is not None:

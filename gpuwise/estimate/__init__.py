@@ -1,10 +1,10 @@
 """Pure estimators: (workload, plan, hardware) -> result records. No I/O, no torch."""
 
-from gpuwise.estimate.inference import estimate_inference, kv_cache_bytes
-from gpuwise.estimate.plans import InferencePlan, TrainingPlan
-from gpuwise.estimate.results import MemoryEstimate
-from gpuwise.estimate.training import estimate_training
-from gpuwise.estimate.weights import weight_bytes
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
+from gpuwise.estimate.memory.inference import estimate_inference, kv_cache_bytes
+from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 __all__ = [
     "InferencePlan", "MemoryEstimate", "TrainingPlan", "estimate_inference",

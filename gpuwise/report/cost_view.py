@@ -11,9 +11,9 @@ from rich.text import Text
 
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.catalog.hardware import Hardware, load_hardware
-from gpuwise.estimate.advise import Advice, Option
-from gpuwise.estimate.sizing import Candidate
-from gpuwise.measure.rates_source import rates_for
+from gpuwise.estimate.cost.advise import Advice, Option
+from gpuwise.estimate.cost.sizing import Candidate
+from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.report.terminal import fits_text
 
 View = tuple[Any, Any]

@@ -7,15 +7,15 @@ from dataclasses import replace
 from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.estimate.inference import estimate_inference
-from gpuwise.estimate.plans import InferencePlan, TrainingPlan
-from gpuwise.estimate.precision_advice import fp32_inference, fp32_training, fp32_weights
-from gpuwise.estimate.rates import DeviceRates
-from gpuwise.estimate.speed import InferenceTime, TrainingTime
-from gpuwise.estimate.training import estimate_training
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.model_time import InferenceTime, TrainingTime
+from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_training, fp32_weights
 from gpuwise.helpers import format_bytes
 from gpuwise.report.terminal import format_seconds
 from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 WHY = ("this CPU's probed {dtype} kernels are slower than its fp32 ones: without {dtype} "
        "matrix instructions torch converts every element")  # fmt: skip

@@ -17,7 +17,7 @@ from gpuwise.measure.probe.profile import describe_ratios
 def probe_view(quick: bool, quiet: bool, repeat: int = 1) -> tuple[Any, Any]:
     from gpuwise.measure.probe.machine import probe_machine
     from gpuwise.measure.probe.merge import keep_full_parts, median_profile
-    from gpuwise.measure.profile_store import load_profile, save_profile
+    from gpuwise.measure.probe.store import load_profile, save_profile
 
     if quiet or not sys.stderr.isatty():
         profiles = [probe_machine(quick) for _ in range(repeat)]

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
-from gpuwise.estimate.results import MemoryEstimate
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.workload import Architecture, count_params
 
 

@@ -11,15 +11,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from gpuwise.estimate.repro_analysis import ConditionSummary, StudyAnalysis
-from gpuwise.estimate.repro_stats import Share
+from gpuwise.estimate.repro.analysis import ConditionSummary, StudyAnalysis
+from gpuwise.estimate.repro.stats import Share
 
 
 def repro_view(study: Any, fresh: bool, quiet: bool, has_gpu: bool,
                detect: tuple[dict[str, float], bool], alpha: float,
                power: float) -> tuple[Any, Any]:  # fmt: skip
     """Run (or resume) the study, analyse every run of it, return (JSON record, renderable)."""
-    from gpuwise.estimate.repro_analysis import analyze
+    from gpuwise.estimate.repro.analysis import analyze
     from gpuwise.measure.repro.runner import condition_runs, deterministic_conditions, run_study
 
     if quiet or not sys.stderr.isatty():

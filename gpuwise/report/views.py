@@ -11,22 +11,21 @@ from rich.text import Text
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel, load_models
-from gpuwise.estimate import answers
-from gpuwise.estimate.inference import estimate_inference
-from gpuwise.estimate.plans import InferencePlan, TrainingPlan
-from gpuwise.estimate.rates import DeviceRates
-from gpuwise.estimate.speed import (
+from gpuwise.estimate.memory import fits as answers
+from gpuwise.estimate.memory.check_rows import catalogue_rows, check_rows, precision_row
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.model_time import (
     estimate_inference_time,
     estimate_training_time,
     slow_faults_step_s,
     step_fault_s,
 )
-from gpuwise.estimate.summary import catalogue_rows, check_rows, precision_row
-from gpuwise.estimate.training import estimate_training
 from gpuwise.helpers import format_bytes, format_tokens
-from gpuwise.measure.module_run import NO_FAULTS_ENV
 from gpuwise.measure.probe.profile import STEADY, describe_ratios, largest_move
-from gpuwise.measure.rates_source import rates_for
+from gpuwise.measure.probe.rates_source import rates_for
+from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
 from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
 from gpuwise.report.precision_lines import inference_fp32, training_fp32
@@ -39,6 +38,7 @@ from gpuwise.report.records import (
     training_time_record,
 )
 from gpuwise.workload import Architecture, count_params, from_config
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 View = tuple[Any, Any]  # (JSON-able record, rich renderable)
 LOCAL_PRECISIONS = ("bf16", "int8", "int4")
@@ -50,7 +50,7 @@ def _context_label(plan: InferencePlan) -> str:
 
 
 def local_view() -> View:
-    from gpuwise.measure.device import detect_local
+    from gpuwise.measure.hardware.detect import detect_local
 
     machine = detect_local()
     hw = machine.best_device()
@@ -255,7 +255,7 @@ def models_view() -> View:
 
 def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan | TrainingPlan,
                   quiet: bool, memory: bool = True, timing: bool = True) -> View:  # fmt: skip
-    from gpuwise.measure.validation import validate
+    from gpuwise.app.validate import validate
 
     result = validate(model.config, arch, plan, quiet=quiet, memory=memory, timing=timing)
     rows = []

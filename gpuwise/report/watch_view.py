@@ -9,8 +9,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuwise.estimate.watch_summary import ALL_PHASES, WatchSummary
-from gpuwise.estimate.watch_verdict import Verdict
+from gpuwise.estimate.watch.summary import ALL_PHASES, WatchSummary
+from gpuwise.estimate.watch.verdict import Verdict
 from gpuwise.helpers import format_bytes
 
 PHASE_LABELS = {"data": "waiting for data", "h2d": "host-to-device copy", "forward": "forward",
@@ -153,8 +153,8 @@ def _sources(sources: tuple[str, ...]) -> str:
 
 def watch_view(paths: list[str], meta: dict[str, Any]) -> tuple[dict[str, Any], Group]:
     """Read the logs, summarise, judge: (JSON record, terminal rendering)."""
-    from gpuwise.estimate.watch_summary import summarize
-    from gpuwise.estimate.watch_verdict import verdict
+    from gpuwise.estimate.watch.summary import summarize
+    from gpuwise.estimate.watch.verdict import verdict
     from gpuwise.measure.watch.log import read_log
 
     log = read_log(paths)

@@ -1,5 +1,5 @@
 """A traced PyTorch module: what one forward (and backward) pass did, op by op, and what
-memory it held. Produced by `gpuwise.measure.module_trace` (which needs torch); plain data
+memory it held. Produced by `gpuwise.measure.module.trace` (which needs torch); plain data
 here so that the estimators stay pure.
 """
 

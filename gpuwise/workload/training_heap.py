@@ -28,8 +28,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpuwise.estimate.kernel_rates import GLIBC_MMAP_THRESHOLD_MAX
-from gpuwise.estimate.training import STATES_PER_PARAM
+from gpuwise.estimate.memory.training import STATES_PER_PARAM
+from gpuwise.estimate.speed.probed_kernels import GLIBC_MMAP_THRESHOLD_MAX
 from gpuwise.workload.arch import Architecture
 from gpuwise.workload.ops import FUSED_QKV, Shape
 from gpuwise.workload.prefill_heap import SMALL, _Heap, _layer, _norm

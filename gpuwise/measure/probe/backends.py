@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gpuwise.catalog.hardware import Hardware, load_hardware
 from gpuwise.helpers import normalise_name
-from gpuwise.measure.device import _cpu_model, match_catalogue
+from gpuwise.measure.hardware.detect import _cpu_model, match_catalogue
 from gpuwise.measure.probe.profile import NO_LINK, TRIAD_SCALAR, Op
 
 

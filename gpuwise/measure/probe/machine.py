@@ -56,7 +56,7 @@ def _missing(profile: Profile, key: str, why: str) -> Profile:
 
 def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
     try:
-        from gpuwise.measure.kernel_probe import kernel_notes, measure_kernels
+        from gpuwise.measure.probe.kernels import kernel_notes, measure_kernels
 
         device = "cuda" if profile.backend == "torch-cuda" else "cpu"
         kernels = measure_kernels(None, progress, device, profile.cache_bytes)
@@ -86,7 +86,7 @@ def _with_runtime(profile: Profile) -> Profile:
     """Add the transformers runtime's measured costs when torch and transformers are here,
     on the device the profile is for (a GPU's eager runtime is its host's dispatch)."""
     try:
-        from gpuwise.measure.runtime_probe import (
+        from gpuwise.measure.probe.runtime_costs import (
             measure_cold_factor,
             measure_gemv,
             measure_logits_step,

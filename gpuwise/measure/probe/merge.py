@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from gpuwise.measure.kernel_probe import kernel_notes
+from gpuwise.measure.probe.kernels import kernel_notes
 from gpuwise.measure.probe.profile import Profile, largest_move
 from gpuwise.measure.probe.steadiness import merged_steadiness_note, steadiness_note
 

@@ -127,9 +127,9 @@ class Profile:
     quick: bool = False
     notes: tuple[str, ...] = ()
     schema: int = SCHEMA_VERSION
-    # The eager runtime's own costs (gpuwise.measure.runtime_probe), when transformers is here.
+    # The eager runtime's own costs (gpuwise.measure.probe.runtime_costs), when transformers is here.
     runtime: dict[str, Any] | None = None
-    # Kernels at model shapes (gpuwise.measure.kernel_probe): linear grid, SDPA, elementwise.
+    # Kernels at model shapes (gpuwise.measure.probe.kernels): linear grid, SDPA, elementwise.
     kernels: dict[str, Any] | None = None
     # Headline rates (read, matmul_fp32, matmul_bf16) measured again at the probe's end, as
     # ratios to its own readings (gpuwise.measure.probe.steadiness): 1.0 held still.

@@ -12,7 +12,7 @@ from gpuwise.helpers import GpuwiseError
 
 @dataclass(frozen=True)
 class ApiReport:
-    """The calls a run made to gpuwise's API (gpuwise/repro_api.py)."""
+    """The calls a run made to gpuwise's API (gpuwise/measure/repro/program_api.py)."""
 
     metrics: dict[str, float] = field(default_factory=dict)
     params_hash: str | None = None

@@ -12,9 +12,9 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuwise.estimate.repro_analysis import CONDITIONS
+from gpuwise.estimate.repro.analysis import CONDITIONS
 from gpuwise.helpers import GpuwiseError, did_you_mean
-from gpuwise.repro_api import (
+from gpuwise.measure.repro.program_api import (
     CUBLAS_WORKSPACE,
     DETERMINISTIC_VAR,
     OUT_VAR,

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwise.estimate.repro_analysis import ConditionRuns
+from gpuwise.estimate.repro.analysis import ConditionRuns
 from gpuwise.helpers import GpuwiseError
 from gpuwise.measure.repro.collect import parse_metric_patterns, read_api_report, run_metrics
 from gpuwise.measure.repro.energy import EnergyMeter

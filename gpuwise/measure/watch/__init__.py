@@ -3,7 +3,7 @@
 The pieces: `sensors` and `sampler` (readings every ~0.2 s), `inject/` (the start-up hook
 that times a PyTorch loop with no code change), `api` (`gpuwise.watch()`), `callbacks`
 (Hugging Face Trainer, PyTorch Lightning), `runner` (runs the command), `log` (reads logs).
-The verdict itself is pure: gpuwise.estimate.watch_verdict.
+The verdict itself is pure: gpuwise.estimate.watch.verdict.
 """
 
 from gpuwise.measure.watch.api import watch

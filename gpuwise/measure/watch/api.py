@@ -136,8 +136,8 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
 
     # -- results ------------------------------------------------------------------------------
     def summary(self) -> Any:
-        """The WatchSummary of the log so far (gpuwise.estimate.watch_summary)."""
-        from gpuwise.estimate.watch_summary import summarize
+        """The WatchSummary of the log so far (gpuwise.estimate.watch.summary)."""
+        from gpuwise.estimate.watch.summary import summarize
         from gpuwise.measure.watch.log import read_log
 
         if self._rec is not None:
@@ -145,8 +145,8 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         return summarize(read_log([self.log_path]))
 
     def verdict(self) -> Any:
-        """The Verdict of the log so far (gpuwise.estimate.watch_verdict)."""
-        from gpuwise.estimate.watch_verdict import verdict
+        """The Verdict of the log so far (gpuwise.estimate.watch.verdict)."""
+        from gpuwise.estimate.watch.verdict import verdict
 
         return verdict(self.summary())
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuwise.estimate.watch_records import WatchLog, parse_records
+from gpuwise.estimate.watch.log_records import WatchLog, parse_records
 from gpuwise.helpers import GpuwiseError
 
 

@@ -1,0 +1,111 @@
+"""`gpuwise validate`: run a plan for real on this machine and compare with the estimates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.speed.model_time import (
+    estimate_inference_time,
+    estimate_training_time,
+    slow_faults_step_s,
+)
+from gpuwise.measure.hardware.detect import detect_local
+from gpuwise.measure.probe.rates_source import rates_for
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
+
+
+def validate(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
+             quiet: bool = False, memory: bool = True, timing: bool = True,
+             repeats: int = 5) -> dict[str, Any]:  # fmt: skip
+    """Measure the plan in fresh processes (torch needed); both sides and the errors."""
+    hw = detect_local(use_torch=True).best_device()
+    device = "cuda" if hw.kind == "gpu" else "cpu"
+    result: dict[str, Any] = {"device": device}
+    if memory:
+        result.update(_memory(config, arch, plan, hw, device))
+    if timing:
+        result.update(_timing(config, arch, plan, hw, device, repeats))
+    return result
+
+
+def plan_kwargs(plan: InferencePlan | TrainingPlan, device: str) -> dict[str, Any]:
+    if isinstance(plan, InferencePlan):
+        return dict(batch=plan.batch, prompt_tokens=plan.prompt_tokens,
+                    new_tokens=plan.new_tokens, dtype=plan.weights, attention=plan.attention,
+                    kv_dtype=plan.kv_dtype, device=device)  # fmt: skip
+    return dict(batch=plan.batch, seq=plan.seq, dtype=plan.dtype, optimizer=plan.optimizer,
+                checkpointing=plan.checkpointing, attention=plan.attention,
+                finetune=plan.finetune, lora_rank=plan.lora_rank,
+                lora_targets=plan.lora_targets, device=device)  # fmt: skip
+
+
+def _memory(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
+            hw: Any, device: str) -> dict[str, Any]:  # fmt: skip
+    from gpuwise.estimate.memory.training import estimate_training
+    from gpuwise.measure.runs import memory_run as realrun
+
+    kwargs = plan_kwargs(plan, device)
+    if isinstance(plan, InferencePlan):
+        est = estimate_inference(arch, plan, hw)
+        measured = realrun.measure_inference(config, **kwargs)
+    else:
+        est = estimate_training(arch, plan, hw)
+        measured = realrun.measure_training(config, **kwargs)
+    return {
+        "device": measured.device, "runtime": est.runtime,
+        "estimated_total_bytes": est.total_bytes, "estimated_model_bytes": est.model_bytes,
+        "estimated_overhead_bytes": est.breakdown.get("overhead", 0),
+        "estimated_breakdown": est.breakdown, "estimated_peak_phase": est.peak_phase,
+        "measured_peak_bytes": measured.peak_bytes,
+        "measured_baseline_bytes": measured.baseline_bytes,
+        "measured_model_bytes": measured.model_bytes,
+        "measured_tensors_at_rest": measured.tensors_at_rest,
+        "error": (est.model_bytes - measured.model_bytes) / measured.model_bytes,
+        "versions": {"torch": measured.torch_version,
+                     "transformers": measured.transformers_version},
+    }  # fmt: skip
+
+
+def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
+            hw: Any, device: str, repeats: int) -> dict[str, Any]:  # fmt: skip
+    from gpuwise.measure.runs import time_run as timerun
+
+    rates, how = rates_for(hw)
+    kwargs = plan_kwargs(plan, device)
+    drift = machine_vs_probe() if rates is not None and rates.source == "measured" else {}
+    if isinstance(plan, InferencePlan):
+        measured = timerun.time_inference(config, repeats=repeats, **kwargs)
+        pairs = {"prefill_s": measured.prefill_s, "decode_s_per_token": measured.decode_s_per_token}
+        if rates is not None:
+            t = estimate_inference_time(arch, plan, rates)
+            est = {"prefill_s": t.prefill_s, "decode_s_per_token": t.decode_s_per_token}
+    else:
+        measured = timerun.time_training(config, repeats=repeats, **kwargs)
+        pairs = {"step_s": measured.step_s}
+        if rates is not None:
+            est = {"step_s": estimate_training_time(arch, plan, rates).step_s}
+    rows = {}
+    for key, value in pairs.items():
+        guess = est[key] if rates is not None else None
+        error = None if guess is None or not value else guess / value - 1
+        rows[key] = {"estimated": guess, "measured": value, "error": error}
+    slow = (slow_faults_step_s(arch, plan, rates)
+            if rates is not None and isinstance(plan, TrainingPlan) else None)  # fmt: skip
+    if slow is not None:  # the top of the range on a VM whose first touch slows
+        rows["step_s"]["estimated_slow_faults"] = slow
+    return {"time": rows, "time_rates": how, "time_machine_vs_probe": drift,
+            "time_source": rates.source if rates is not None else None,
+            "time_repeats": measured.repeats, "time_threads": measured.threads}  # fmt: skip
+
+
+def machine_vs_probe() -> dict[str, float]:
+    """This machine's read bandwidth and 1024^3 matmuls just before the real run, as ratios to
+    the saved probe's (1.0: as when probed): an estimate follows its probe, not the machine
+    now, and a shared host drifts by tens of percent within an hour."""
+    from gpuwise.measure.probe.steadiness import machine_vs_profile
+    from gpuwise.measure.probe.store import load_profile
+
+    profile = load_profile()
+    return machine_vs_profile(profile) if profile is not None else {}

@@ -1,0 +1,225 @@
+"""Should I use a GPU at all, and rent or buy? A workload turned into priced options and a
+recommendation with its reasons. Pure: the caller passes the candidates and their rates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuwise.catalog.costs import CostAssumptions
+from gpuwise.estimate.cost.prices import (
+    OptionCost,
+    api_cost,
+    break_even_utilisation,
+    owned_cost,
+    rent_cost,
+)
+from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_serving, size_training
+from gpuwise.workload import Architecture
+from gpuwise.workload.deployments import ServeLoad, TrainLoad
+from gpuwise.workload.plans import TrainingPlan
+
+CPU_WEIGHTS = ("fp32", "int8", "int4")
+# Below this busy share, measured while a job runs, the chip mostly waits for its input.
+PIPELINE_UTIL = 0.6
+TARGET_UTIL = 0.9  # what a well-fed job reaches
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run the workload, priced."""
+
+    sizing: Sizing | None  # None for the hosted API
+    cost: OptionCost
+    break_even: float | None = None  # buy-vs-rent break-even share of hours for this device
+    power_ratio: float = 0.0  # owned: wall kW / the site's limit (0: no limit given)
+
+    @property
+    def meets(self) -> bool:
+        return bool(self.sizing and self.sizing.meets) and self.power_ratio <= 1
+
+    @property
+    def misses(self) -> tuple[str, ...]:
+        over = ("site power",) if self.power_ratio > 1 else ()
+        return (self.sizing.misses if self.sizing else ()) + over
+
+    @property
+    def miss_ratio(self) -> float:
+        """Estimate / target of the worst-missed target (<= 1: every target met)."""
+        return max(self.sizing.miss_ratio if self.sizing else 0.0, self.power_ratio)
+
+    @property
+    def kind(self) -> str:
+        return self.sizing.candidate.hw.kind if self.sizing else "api"
+
+    @property
+    def label(self) -> str:
+        if self.sizing is None:
+            return "hosted API"
+        s = self.sizing
+        return f"{s.devices}x {s.candidate.name} {s.precision} {self.cost.mode}"
+
+
+@dataclass(frozen=True)
+class Advice:
+    options: tuple[Option, ...]  # meeting the target first, then by cost per month
+    choice: Option | None
+    reasons: tuple[str, ...]
+    closest: tuple[Option, ...]  # when nothing meets the target
+    skipped: tuple[tuple[str, str], ...] = ()  # (candidate, why it has no option)
+
+
+def price_options(sizing: Sizing, a: CostAssumptions,
+                  max_wall_kw: float | None = None) -> list[Option]:  # fmt: skip
+    """Owned (when it has a price or is this machine), on demand and reserved (when rented).
+    `max_wall_kw`, the power the user's site can deliver, limits owned hardware only."""
+    cand, hw, usage = sizing.candidate, sizing.candidate.hw, sizing.usage
+    price = hw.list_price_usd if cand.price_usd is None else cand.price_usd
+    rate = hw.cloud_usd_per_hour if cand.rate_usd_per_hour is None else cand.rate_usd_per_hour
+    even = break_even_utilisation(hw, a, price, rate)
+    out = []
+    if price > 0 or hw.source == "detected":
+        owned = owned_cost(hw, usage, a, price)
+        if price <= 0:  # this machine: already bought
+            note = "already owned: purchase price not counted (pass --local-price)"
+            owned = replace(owned, notes=(*owned.notes, note))
+        ratio = (owned.wall_kw or 0.0) / max_wall_kw if max_wall_kw else 0.0
+        out.append(Option(sizing, owned, even, ratio))
+    if rate > 0:
+        out.append(Option(sizing, rent_cost(hw, usage, a, False, rate), even))
+        out.append(Option(sizing, rent_cost(hw, usage, a, True, rate), even))
+    return out
+
+
+Skipped = list[tuple[str, str]]
+
+
+def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candidate],
+                    a: CostAssumptions, weights: str = "bf16", runtime: str = "transformers",
+                    api_usd_per_mtok: tuple[float, float] | None = None,
+                    max_wall_kw: float | None = None,
+                    skipped: Skipped | None = None) -> list[Option]:  # fmt: skip
+    """Every candidate that fits, at `weights` (CPUs: fp32, int8 and int4), priced; the
+    others go to `skipped` with the reason."""
+    options: list[Option] = []
+    for cand in candidates:
+        formats = CPU_WEIGHTS if cand.hw.kind == "cpu" else (weights,)
+        for fmt in formats:
+            sizing = size_serving(arch, load, cand, fmt, runtime)
+            if isinstance(sizing, str) and skipped is not None:
+                skipped.append((f"{cand.name} {fmt}", sizing))
+            elif not isinstance(sizing, str):
+                options += price_options(sizing, a, max_wall_kw)
+    if api_usd_per_mtok is not None:
+        cost = api_cost(load.input_tokens_per_month, load.output_tokens_per_month,
+                        *api_usd_per_mtok, load.requests_per_month)  # fmt: skip
+        options.append(Option(None, cost))
+    return options
+
+
+def training_options(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
+                     candidates: list[Candidate], a: CostAssumptions,
+                     max_wall_kw: float | None = None,
+                     skipped: Skipped | None = None) -> list[Option]:  # fmt: skip
+    """Every candidate the plan fits on, priced; the others go to `skipped` with the reason."""
+    options: list[Option] = []
+    for cand in candidates:
+        sizing = size_training(arch, plan, load, cand)
+        if isinstance(sizing, str) and skipped is not None:
+            skipped.append((cand.name, sizing))
+        elif not isinstance(sizing, str):
+            options += price_options(sizing, a, max_wall_kw)
+    return options
+
+
+def _order(options: list[Option]) -> tuple[Option, ...]:
+    return tuple(sorted(options, key=lambda o: (not o.meets, o.cost.usd_per_month)))
+
+
+def advise(options: list[Option], a: CostAssumptions, measured_util: float | None = None,
+           target: str = "the load", skipped: Skipped | None = None) -> Advice:  # fmt: skip
+    """The cheapest option that meets the target, and why; the closest ones when none does."""
+    ordered = _order(options)
+    meeting = [o for o in ordered if o.meets]
+    reasons: list[str] = []
+    if measured_util is not None and measured_util < PIPELINE_UTIL:
+        reasons.append(_pipeline_reason(measured_util))
+    if not meeting:
+        hardware = [o for o in ordered if o.sizing is not None]
+        closest = sorted(hardware, key=lambda o: (o.miss_ratio, o.cost.usd_per_month))[:3]
+        reasons.insert(0, f"no option meets the target ({target}); the three closest (smallest "
+                          "estimate / target) are listed")  # fmt: skip
+        return Advice(ordered, None, tuple(reasons), tuple(closest), tuple(skipped or ()))
+    best = meeting[0]
+    reasons.insert(0, f"cheapest option that meets the target ({target}): {best.label}, "
+                      f"${best.cost.usd_per_month:,.0f}/month")  # fmt: skip
+    reasons += _smallest_reason(meeting, best) + _cpu_reason(meeting, best)
+    reasons += _rent_or_buy_reasons(best, a) + _api_reason(ordered, best)
+    return Advice(ordered, best, tuple(reasons), (), tuple(skipped or ()))
+
+
+def _pipeline_reason(mu: float) -> str:
+    return (f"your measured utilisation is {mu:.0%} (from `gpuwise watch`): the chip waits for "
+            f"its input {1 - mu:.0%} of the time, so the data pipeline is the problem, not the "
+            f"chip; fed at {TARGET_UTIL:.0%} the same work needs {TARGET_UTIL / mu:.1f}x fewer "
+            "device-hours. Fix the input pipeline (loader workers, prefetching, pinned memory, "
+            "faster storage) before buying more compute")  # fmt: skip
+
+
+def _smallest_reason(meeting: list[Option], best: Option) -> list[str]:
+    def size(o: Option) -> tuple[int, float]:
+        return (o.sizing.devices if o.sizing else 0, o.cost.usd_per_month)
+
+    hardware = [o for o in meeting if o.sizing is not None]
+    if not hardware:
+        return []
+    smallest = min(hardware, key=size)
+    if best.sizing is None or size(smallest)[0] < size(best)[0]:
+        kw = f", {smallest.cost.wall_kw:.2f} kW at the wall" if smallest.cost.wall_kw else ""
+        return [f"smallest deployment that meets it: {smallest.label}{kw}, "
+                f"${smallest.cost.usd_per_month:,.0f}/month"]  # fmt: skip
+    return []
+
+
+def _cpu_reason(meeting: list[Option], best: Option) -> list[str]:
+    cpus = [o for o in meeting if o.kind == "cpu"]
+    if not cpus:
+        return ["no CPU option meets it: use an accelerator"]
+    if best.kind == "cpu":
+        return [f"a CPU suffices ({best.label}): no GPU is needed at this load"]
+    cpu = cpus[0]
+    return [f"a CPU also meets it ({cpu.label}, ${cpu.cost.usd_per_month:,.0f}/month) but "
+            f"costs more than {best.label}"]  # fmt: skip
+
+
+def _rent_or_buy_reasons(best: Option, a: CostAssumptions) -> list[str]:
+    s = best.sizing
+    if s is None or best.break_even is None:
+        return []
+    used = s.usage.held_hours / (8760 / 12)
+    even, name = best.break_even, s.candidate.name
+    if even > 1:
+        rule = f"renting {name} costs less than owning it even if busy every hour"
+    elif used < even:
+        rule = (f"rent: the workload holds each {name} {_share(used)} of the month's hours, below "
+                f"the buy-vs-rent break-even of {even:.0%}")  # fmt: skip
+    else:
+        rule = (f"buy: the workload uses each {name} {_share(used)} of the month's hours, above "
+                f"the buy-vs-rent break-even of {even:.0%}")  # fmt: skip
+    reserved = (f"a reservation beats on-demand above {1 - a.reserved_discount:.0%} of the "
+                f"hours (discount {a.reserved_discount:.0%})")  # fmt: skip
+    return [rule, reserved]
+
+
+def _share(x: float) -> str:
+    return f"{x:.1%}" if x < 0.1 else f"{x:.0%}"
+
+
+def _api_reason(ordered: tuple[Option, ...], best: Option) -> list[str]:
+    api = [o for o in ordered if o.sizing is None]
+    if not api:
+        return []
+    cost = api[0].cost.usd_per_month
+    if cost < best.cost.usd_per_month:
+        return [f"the hosted API at your price costs ${cost:,.0f}/month, less than "
+                f"{best.label}; its latency is the vendor's and is not checked here"]  # fmt: skip
+    return [f"the hosted API at your price costs ${cost:,.0f}/month, more than {best.label}"]

@@ -1,0 +1,76 @@
+"""Answers, not just numbers: the largest batch or context that fits, the precision that
+fits, and how many devices a plan needs. Each is a search over the pure estimators."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import MAX_TOKENS, InferencePlan, TrainingPlan
+
+PRECISIONS = ("bf16", "fp8", "int8", "int4")
+
+
+def _largest(fits, low: int, high: int) -> int:  # type: ignore[no-untyped-def]
+    """The largest n in [low, high] with fits(n), assuming fits is monotone; 0 if none."""
+    if not fits(low):
+        return 0
+    if fits(high):
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def max_inference_batch(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
+    return _largest(lambda b: estimate_inference(arch, replace(plan, batch=b), hw).fits,
+                    1, 1 << 16)  # fmt: skip
+
+
+def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
+    """Largest prompt + generated tokens that fit at batch 1 (not capped by the model)."""
+    new = plan.new_tokens
+
+    def fits(ctx: int) -> bool:
+        p = replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1))
+        return estimate_inference(arch, p, hw).fits
+
+    return _largest(fits, new + 1, MAX_TOKENS)
+
+
+def max_training_batch(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> int:
+    return _largest(lambda b: estimate_training(arch, replace(plan, batch=b), hw).fits,
+                    1, 1 << 16)  # fmt: skip
+
+
+def precision_that_fits(arch: Architecture, plan: InferencePlan, hw: Hardware) -> str | None:
+    """The highest-precision weight format (bf16 down to int4) that fits, or None."""
+    for fmt in PRECISIONS:
+        if estimate_inference(arch, replace(plan, weights=fmt, stored_weights=None), hw).fits:
+            return fmt
+    return None
+
+
+def devices_for_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int | None:
+    """Devices needed with tensor parallelism: weights and cache split, overhead on each."""
+    est = estimate_inference(arch, plan, hw)
+    overhead = est.breakdown["overhead"]
+    room = hw.memory_bytes - overhead
+    if room <= 0:
+        return None
+    n = max(1, math.ceil(est.model_bytes / room))
+    return n if n <= 1024 else None
+
+
+def devices_for_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> int | None:
+    """Smallest data-parallel device count with ZeRO-3 (FSDP) sharding that fits, if any."""
+    for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        zero = plan.zero if n == 1 else 3
+        if estimate_training(arch, replace(plan, gpus=n * plan.tp, zero=zero), hw).fits:
+            return n * plan.tp
+    return None

@@ -1,0 +1,71 @@
+"""Inference memory: weights, KV cache, prefill activations, logits and runtime overhead."""
+
+from __future__ import annotations
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.runtimes import runtime
+from gpuwise.estimate.memory.activations import prefill_transient
+from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
+from gpuwise.estimate.memory.serving_runtimes import estimate_llama_cpp, estimate_vllm
+from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan
+
+
+def kv_cache_bytes(arch: Architecture, batch: int, tokens: int, kv_bytes: float) -> float:
+    """A transformers DynamicCache holding `tokens` positions (sliding layers keep a window)."""
+    per_token = arch.kv_cache_elements_per_token() * kv_bytes * batch
+    full_layers = arch.num_layers - arch.sliding_layers
+    window = min(tokens, arch.sliding_window or tokens)
+    return per_token * (full_layers * tokens + arch.sliding_layers * window)
+
+
+def _logits_bytes(arch: Architecture, plan: InferencePlan, compute: float) -> float:
+    """generate() computes logits for the last position only and copies them to fp32."""
+    positions = plan.prompt_tokens if plan.logits == "all" else 1
+    return plan.batch * arch.vocab_size * (positions * compute + 2 * 4)
+
+
+def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
+    """Peak memory of `generate()` under Hugging Face transformers on `hw` (or the plan's
+    serving runtime: llama.cpp or vLLM)."""
+    if plan.runtime == "llama.cpp":
+        return estimate_llama_cpp(arch, plan, hw)
+    if plan.runtime == "vllm":
+        return estimate_vllm(arch, plan, hw)
+    fmt = weight_format(plan.weights)
+    compute = weight_format(fmt.compute_dtype).bytes_per_element
+    kv_fmt = weight_format(plan.kv_dtype or fmt.compute_dtype)
+    rt = runtime(hw.kind)
+    weights = plan.stored_weights.total_bytes if plan.stored_weights else weight_bytes(arch, fmt)
+    # The last generated token is never fed back, so the cache ends one short of the context.
+    kv_end_tokens = plan.prompt_tokens + max(0, plan.new_tokens - 1)
+    kv_prompt = kv_cache_bytes(arch, plan.batch, plan.prompt_tokens, kv_fmt.bytes_per_element)
+    kv_end = kv_cache_bytes(arch, plan.batch, kv_end_tokens, kv_fmt.bytes_per_element)
+    logits = _logits_bytes(arch, plan, compute)
+    prefill = prefill_transient(arch, plan.batch, plan.prompt_tokens, compute, plan.attention)
+    # Each decode step concatenates one layer's cache into a new tensor: briefly two copies.
+    decode = kv_end / arch.num_layers if plan.new_tokens > 1 else 0.0
+    phases = {"prefill": weights + kv_prompt + prefill + logits,
+              "decode": weights + kv_end + decode + logits}  # fmt: skip
+    phase = max(phases, key=lambda k: phases[k])
+    kv, acts = (kv_prompt, prefill) if phase == "prefill" else (kv_end, decode)
+    dynamic = kv + acts + logits
+    overhead = rt.baseline_bytes + rt.allocator_fraction * dynamic
+    parts = {"weights": weights, "kv_cache": kv, "activations": acts, "logits": logits,
+             "overhead": overhead}  # fmt: skip
+    notes = [f"{arch.attention_kind} attention, KV cache in {kv_fmt.id}"]
+    if fmt.quantised:
+        notes.append(f"{fmt.id} applies to the attention and MLP matrices; embeddings, norms "
+                     f"and the LM head stay in {fmt.compute_dtype}")  # fmt: skip
+    if arch.sliding_layers and plan.context_tokens > (arch.sliding_window or 0):
+        notes.append(f"{arch.sliding_layers} sliding-window layers keep {arch.sliding_window} "
+                     "positions")  # fmt: skip
+    if arch.max_position and plan.context_tokens > arch.max_position:
+        notes.append(f"prompt + new tokens ({plan.context_tokens:,}) pass the model's "
+                     f"{arch.max_position:,} positions: transformers fails or degrades past "
+                     "them (GPT-2's learned positions stop a CUDA run on a device-side "
+                     "assert); shorten the prompt or generate fewer tokens")  # fmt: skip
+    total_phases = {k: v + overhead for k, v in phases.items()}
+    return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes))

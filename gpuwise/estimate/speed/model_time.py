@@ -1,0 +1,452 @@
+"""How fast: prefill, decode and training-step time from the roofline model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.estimate.memory.training import lora_dims, lora_params
+from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.roofline import (
+    OpTime,
+    PhaseTime,
+    dispatch_cost,
+    dispatch_overhead,
+    fresh_bytes_per_s,
+    phase_time,
+    with_faults,
+    with_logits_step,
+    with_slow_faults,
+    without_faults,
+)
+from gpuwise.helpers import GpuwiseError
+from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.lora_ops import lora_ops
+from gpuwise.workload.ops import (
+    Op,
+    Shape,
+    embedding_grad_ops,
+    forward_ops,
+    kv_append_ops,
+    loss_ops,
+)
+from gpuwise.workload.params import parameter_tensors
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
+
+RUNTIME = "Hugging Face transformers (PyTorch eager)"
+
+
+@dataclass(frozen=True)
+class InferenceTime:
+    prefill: PhaseTime
+    decode: PhaseTime  # one step at the mid-point of generation
+    batch: int
+    new_tokens: int
+    source: str
+    runtime: str = RUNTIME
+
+    @property
+    def prefill_s(self) -> float:
+        return self.prefill.seconds
+
+    @property
+    def decode_s_per_token(self) -> float:
+        return self.decode.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second across the batch, in the decode phase."""
+        return self.batch / self.decode.seconds
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.new_tokens * self.decode_s_per_token
+
+
+@dataclass(frozen=True)
+class TrainingTime:
+    forward: PhaseTime
+    backward: PhaseTime
+    optimizer: PhaseTime
+    comm_s: float
+    tokens: int  # tokens per step on all devices
+    model_flops: float  # 6 N T + attention, per step on all devices
+    peak_flops: float  # all devices
+    source: str
+    runtime: str = RUNTIME
+
+    @property
+    def step_s(self) -> float:
+        return self.forward.seconds + self.backward.seconds + self.optimizer.seconds + self.comm_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.step_s
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation: useful FLOPs per second over the dense peak."""
+        return self.model_flops / self.step_s / self.peak_flops
+
+    @property
+    def bound(self) -> str:
+        return self.backward.bound
+
+    def seconds_for(self, tokens: float) -> float:
+        return tokens / self.tokens_per_s
+
+
+def _effective_weight_bytes(arch: Architecture, fmt: str) -> float:
+    """Average stored bytes per matrix weight, scales included."""
+    return weight_bytes(arch, fmt) / count_params(arch).total
+
+
+def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
+           logits: int) -> Shape:  # fmt: skip
+    fmt = weight_format(plan.weights)
+    compute = weight_format(fmt.compute_dtype).bytes_per_element
+    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
+    per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
+                  if plan.stored_weights else _effective_weight_bytes(arch, fmt.id))  # fmt: skip
+    return Shape(plan.batch, tokens, context, compute, per_weight, kv, plan.attention, logits)
+
+
+def _mode(dtype: str) -> str:
+    return "fp32" if dtype == "fp32" else ("mixed-bf16" if dtype.startswith("mixed") else "bf16")
+
+
+RUNTIMES = {
+    "transformers": RUNTIME,
+    "compiled": "PyTorch torch.compile with CUDA graphs (gpt-fast style)",
+}
+
+
+@lru_cache(maxsize=4096)
+def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> tuple[Op, ...]:
+    """The ops of one inference pass; cached, as a sweep asks for the same model and shape
+    on every device."""
+    ops = forward_ops(arch, shape)
+    if runtime == "compiled":
+        # Compiled kernels fuse norms, rotary, activations and residuals into neighbouring
+        # matmuls, into a static cache: what remains is the matmul and attention traffic.
+        ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
+    else:
+        ops += kv_append_ops(arch, shape)
+    return tuple(_split(op, tp) for op in ops)
+
+
+# The replay runs a prefill of 4 and of 8 layers and extends the difference to the model's
+# depth (layers repeat: within 4% of the whole model's replay on every time-suite case, at
+# 3 ms against 10-15 ms for 24-32 layers).
+SAMPLED_LAYERS = (4, 8)
+
+
+@lru_cache(maxsize=256)
+def prefill_fault_bytes(arch: Architecture, shape: Shape) -> int:
+    """Bytes a CPU prefill under transformers faults in afresh: its tensors replayed
+    through glibc's allocator (`heap_replay`), in steady state. A decode step's tensors are
+    a few rows each and fault nothing (measured: 0 within +-20 MB)."""
+    lo, hi = SAMPLED_LAYERS
+    if arch.num_layers <= hi:
+        return _replayed_faults(arch, shape)
+    few, more = (_replayed_faults(replace(arch, num_layers=n), shape) for n in (lo, hi))
+    return max(0, round(more + (arch.num_layers - hi) * (more - few) / (hi - lo)))
+
+
+def _replayed_faults(arch: Architecture, shape: Shape) -> int:
+    from gpuwise.estimate.speed.page_faults import replay  # only a probed CPU needs it (cold start)
+    from gpuwise.workload.prefill_heap import prefill_heap_events
+
+    # Two passes: the thresholds settle in the first (3 and 4 passes gave the same bytes on
+    # every time-suite case).
+    return replay(prefill_heap_events(arch, shape), passes=2).get("forward", 0)
+
+
+@lru_cache(maxsize=64)
+def training_fault_bytes(arch: Architecture, shape: Shape, param_bytes: float, optimizer: str,
+                         checkpointing: bool) -> dict[str, int]:  # fmt: skip
+    """Bytes a CPU training step under transformers faults in afresh, by phase: the whole
+    step's tensors replayed through glibc's allocator (`training_heap`). The whole model:
+    the optimizer's faults depend on where the backward left the heap, and do not grow
+    with depth in step (sampled layers were 20-25% off)."""
+    from gpuwise.estimate.speed.page_faults import replay
+    from gpuwise.workload.training_heap import training_heap_events
+
+    events = training_heap_events(arch, shape, param_bytes, optimizer, checkpointing)
+    return replay(events, passes=2)
+
+
+def _with_step_faults(arch: Architecture, plan: TrainingPlan, shape: Shape, bwd: PhaseTime,
+                      optimizer: PhaseTime, rates: DeviceRates,
+                      ) -> tuple[PhaseTime, PhaseTime]:  # fmt: skip
+    """The backward and the optimizer step on a probed CPU, plus the pages the allocator
+    gives them afresh: gradients and AdamW's temporaries of a layer's weights' size, where
+    the step's largest transient tensors set glibc's thresholds (Qwen2.5-0.5B at batch 1:
+    its 8.7 MB MLP gradients, 650 MB and 834 MB measured per step). The forward's replayed
+    faults are not charged: the replay puts them at 2-5x those measured (Qwen2.5 262 MB
+    against 0-23, GPT-2 1,220 against 0-305), the heap the previous step leaves serving
+    more of them than it models."""
+    fresh = fresh_bytes_per_s(rates) if plan.finetune == "full" and plan.tp == 1 else 0.0
+    if not fresh:
+        return bwd, optimizer
+    faults = training_fault_bytes(arch, shape, shape.weight_bytes, plan.optimizer,
+                                  plan.checkpointing)  # fmt: skip
+    return (with_faults(bwd, faults.get("backward", 0), fresh),
+            with_faults(optimizer, faults.get("optimizer", 0), fresh))  # fmt: skip
+
+
+def _tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int) -> float:
+    """Two all-reduces of the hidden state per layer under tensor parallelism."""
+    if tp <= 1:
+        return 0.0
+    size = shape.rows * arch.hidden_size * shape.compute_bytes * 2 * (tp - 1) / tp
+    bw = rates.interconnect_bytes_per_s or rates.memory_bytes_per_s
+    return 2 * arch.num_layers * (rates.collective_latency_s + size / bw)
+
+
+def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
+                            runtime: str = "transformers", tp: int = 1) -> InferenceTime:  # fmt: skip
+    """Time to first token (prefill) and per output token (decode) with generate()."""
+    if runtime not in RUNTIMES:
+        raise GpuwiseError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
+    fmt = weight_format(plan.weights)
+    dtype = fmt.compute_dtype
+    mode = _mode(dtype)
+    logits = plan.prompt_tokens if plan.logits == "all" else 1
+    eager = runtime == "transformers"
+    phases = []
+    for name, tokens, context, count_key in (
+        ("prefill", plan.prompt_tokens, plan.prompt_tokens, "inference"),
+        ("decode", 1, plan.prompt_tokens + max(0, plan.new_tokens - 1) // 2 + 1, "decode"),
+    ):
+        shape = _shape(plan, arch, tokens, context, logits if name == "prefill" else 1)
+        overhead = dispatch_overhead(arch, mode, plan.attention, count_key, rates) if eager else 0
+        phase = phase_time(name, _inference_ops(arch, shape, runtime, tp), rates, dtype,
+                           overhead, _tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
+        fresh = fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
+        if fresh:
+            phase = with_faults(phase, prefill_fault_bytes(arch, shape), fresh)
+        if eager and name == "decode":
+            phase = with_logits_step(phase, arch, plan.batch, rates)
+        phases.append(phase)
+    return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,
+                         RUNTIMES[runtime])  # fmt: skip
+
+
+# Passes over a parameter-sized tensor per step, by kernel. On an accelerator torch.optim
+# runs fused or foreach kernels (AdamW reads param, grad and two states and writes three:
+# 7). On a CPU it runs the single-tensor loop: for AdamW mul_ (weight decay), lerp_, mul_
+# and addcmul_, sqrt, div, add_ (eps), addcdiv_: 17 passes of cheap kernels and two each of
+# sqrt and div, which in bf16 run at a fraction of the bandwidth.
+OPTIMIZER_PASSES: dict[str, dict[str, dict[str, float]]] = {
+    "fused": {"adamw": {"binary": 7}, "sgd": {"binary": 4}, "adafactor": {"binary": 5},
+              "adamw8bit": {"binary": 4.5}},
+    "loop": {"adamw": {"binary": 17, "sqrt": 2, "div": 2}, "sgd": {"binary": 4},
+             "adafactor": {"binary": 5}, "adamw8bit": {"binary": 4.5}},
+}  # fmt: skip
+
+
+def optimizer_state_dtype(plan: TrainingPlan) -> str:
+    """fp32 master weights and states under mixed precision or adapters, else the compute's."""
+    return "fp32" if plan.mixed or plan.finetune != "full" else plan.compute_dtype
+
+
+def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu") -> list[Op]:
+    """The optimizer's passes over its parameters and states (fp32 under mixed)."""
+    dtype = optimizer_state_dtype(plan)
+    state = weight_format(dtype).bytes_per_element
+    passes = OPTIMIZER_PASSES["loop" if device_kind == "cpu" else "fused"][plan.optimizer]
+    return [Op("optimizer" if kernel == "binary" else f"optimizer_{kernel}", "elementwise",
+               trainable * n / 2, trainable * n * state, kernel=kernel, dtype=dtype,
+               streamed=True)
+            for kernel, n in passes.items()]  # fmt: skip
+
+
+def _dropout_ops(arch: Architecture, shape: Shape) -> tuple[list[Op], list[Op]]:
+    """Dropout in training: hidden states (after the embedding, the attention output and the
+    MLP) and attention probabilities (an eager or math-path attention's scores): (drawing
+    the masks, a Bernoulli RNG kernel; applying them, a product)."""
+    draws, applies = [], []
+    c = shape.compute_bytes
+    scores = shape.batch * arch.num_heads * shape.tokens * shape.context
+    for name, p, elements, count in (
+        ("dropout", arch.hidden_dropout, shape.rows * arch.hidden_size, 2 * arch.num_layers + 1),
+        ("attention_dropout", arch.attention_dropout if shape.attention == "eager" else 0.0,
+         scores, arch.num_layers),
+    ):  # fmt: skip
+        if p <= 0:
+            continue
+        draws.append(Op(f"{name}_mask", "elementwise", elements, elements * c, count,
+                        kernel="bernoulli"))  # fmt: skip
+        applies.append(Op(name, "elementwise", elements, 3 * elements * c, count, kernel="binary"))
+    return draws, applies
+
+
+def _training_attention(arch: Architecture, plan: TrainingPlan, rates: DeviceRates) -> str:
+    """The attention path a training step takes: PyTorch's CPU SDPA has no fused kernel with
+    dropout, so attention dropout sends it down the math path (eager-like matmuls and
+    softmax)."""
+    if plan.attention == "sdpa" and arch.attention_dropout > 0 and rates.kind == "cpu":
+        return "eager"
+    return plan.attention
+
+
+def _activations_streamed(ops: list[Op]) -> list[Op]:
+    """In training, elementwise ops read tensors saved across the whole forward pass: they
+    stream from memory rather than from a cache, so a cache-sized probed rate is capped."""
+    return [replace(op, streamed=True) if op.kind in ("elementwise", "norm", "logits") else op
+            for op in ops]  # fmt: skip
+
+
+def optimizer_phase(plan: TrainingPlan, trainable: float,
+                    tensors: tuple[tuple[int, int], ...] | None, rates: DeviceRates,
+                    overhead_s: float = 0.0) -> PhaseTime:  # fmt: skip
+    """The optimizer step: probed on this machine where it was (this optimizer and state
+    dtype, over `tensors`, the parameter tensors as (elements, how many); the probed step
+    includes its loop's dispatch), else its passes over the states on the roofline plus
+    `overhead_s` of dispatch."""
+    ops = _optimizer_ops(plan, trainable, rates.kind)
+    dtype = optimizer_state_dtype(plan)
+    probed = None
+    if rates.kernels is not None and tensors:
+        probed = rates.kernels.optimizer_s(plan.optimizer, tensors, dtype)
+    if probed is None:
+        return phase_time("optimizer", ops, rates, dtype, overhead_s)
+    op = Op("optimizer", "elementwise", sum(o.flops for o in ops), sum(o.bytes for o in ops))
+    return PhaseTime("optimizer", probed, probed, 0.0, 0.0, op.flops, op.bytes,
+                     (OpTime(op, 0.0, probed, measured=True),))  # fmt: skip
+
+
+def _collectives(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
+                 grad_bytes: float, weight_bytes_total: float) -> float:  # fmt: skip
+    """Ring collectives, not overlapped with compute: TP all-reduces of activations in
+    forward and backward; data-parallel gradient all-reduce (or reduce-scatter + gather)."""
+    bw = rates.interconnect_bytes_per_s
+    if plan.gpus <= 1 or not bw:
+        return 0.0
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    seconds = 0.0
+    if plan.tp > 1:
+        per = plan.batch * plan.seq * arch.hidden_size * c
+        seconds += 4 * arch.num_layers * 2 * (plan.tp - 1) / plan.tp * per / bw
+    dp = plan.data_parallel
+    if dp > 1:
+        seconds += 2 * (dp - 1) / dp * grad_bytes / plan.tp / bw
+        if plan.zero >= 3:  # weights gathered for forward and again for backward
+            seconds += 2 * (dp - 1) / dp * weight_bytes_total / plan.tp / bw
+    return seconds
+
+
+def matmul_params(arch: Architecture) -> int:
+    """The parameters every token multiplies by (MFU's N): the active ones less the input
+    embeddings (a lookup, no FLOPs), with the head counted once where it is tied to them.
+    Counting an untied input embedding put a small model's MFU past 100% (Pythia-70M's is
+    25.8M of its 70.4M parameters)."""
+    counts = count_params(arch)
+    head = arch.vocab_size * arch.hidden_size if arch.tie_embeddings else 0
+    return counts.active - counts.embedding + head
+
+
+def estimate_training_time(arch: Architecture, plan: TrainingPlan,
+                           rates: DeviceRates) -> TrainingTime:  # fmt: skip
+    """One optimizer step: forward, backward (~2x forward), recompute, optimizer, comms."""
+    dtype = plan.compute_dtype
+    mode = _mode(plan.dtype)
+    c = weight_format(dtype).bytes_per_element
+    w = 4.0 if plan.mixed else c
+    if plan.finetune == "qlora":
+        w = _effective_weight_bytes(arch, "nf4")
+    attention = _training_attention(arch, plan, rates)
+    shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, attention, plan.seq)
+    ops = [_split(op, plan.tp) for op in forward_ops(arch, shape) + loss_ops(arch, shape)]
+    masks, applied = _dropout_ops(arch, shape)
+    ops = _activations_streamed(ops + applied)  # masks applied in forward and backward
+    forward_only = masks + kv_append_ops(arch, shape)  # masks drawn, the cache appended
+    overhead = dispatch_overhead(arch, mode, attention, "training", rates)
+    fwd = phase_time("forward", ops + forward_only, rates, dtype, overhead / 3)
+    # Backward computes two matmuls per forward one; frozen LoRA bases skip the weight grad.
+    back_scale = 2.0 if plan.finetune == "full" else 1.1
+    direction = "backward" if plan.finetune == "full" else "forward"
+    embedding_grad = embedding_grad_ops(arch, shape) if plan.finetune == "full" else []
+    if plan.checkpointing:  # the layers' forward again, under the backward's dispatch
+        recompute = phase_time("recompute", ops, rates, dtype, overhead / 3)
+        bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3 + recompute.overhead_s,
+                         scale=back_scale + 1.0, direction=direction)  # fmt: skip
+        bwd = _plus(bwd, phase_time("recompute", masks, rates, dtype, 0.0))  # masks again
+    else:
+        bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3, scale=back_scale,
+                         direction=direction)  # fmt: skip
+    if embedding_grad:
+        bwd = _plus(bwd, phase_time("backward", embedding_grad, rates, dtype, 0.0))
+    if plan.finetune in ("lora", "qlora"):
+        fwd, bwd = _with_adapters(arch, plan, fwd, bwd, rates)
+    counts = count_params(arch)
+    trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
+    whole = plan.finetune == "full" and plan.tp == 1  # the probe stepped whole tensors
+    optimizer = optimizer_phase(plan, trainable / plan.tp,
+                                parameter_tensors(arch) if whole else None, rates)  # fmt: skip
+    bwd, optimizer = _with_step_faults(arch, plan, shape, bwd, optimizer, rates)
+    grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
+    comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
+    tokens = plan.batch * plan.seq * plan.data_parallel
+    attn = 6 * arch.num_layers * plan.seq * arch.q_dim  # causal attention FLOPs per token x 2
+    model_flops = tokens * (6 * matmul_params(arch) + attn)
+    peak = rates.peak(dtype) * plan.gpus
+    return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source)
+
+
+def _with_adapters(arch: Architecture, plan: TrainingPlan, fwd: PhaseTime, bwd: PhaseTime,
+                   rates: DeviceRates) -> tuple[PhaseTime, PhaseTime]:  # fmt: skip
+    """The forward and backward with peft's LoRA branches (fp32 adapters on a 16-bit base:
+    casts too), their kernels dispatched at the runtime's cost; a checkpointed step runs
+    the branches' forward again in its backward."""
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    forward, backward = lora_ops(lora_dims(arch, plan), plan.lora_rank, plan.batch * plan.seq,
+                                 arch.num_layers, c, max(4.0, c))  # fmt: skip
+    if plan.checkpointing:
+        backward = forward + backward
+
+    def phase(name: str, ops: list[Op]) -> PhaseTime:
+        kernels = sum(op.count for op in ops)
+        overhead = dispatch_cost(kernels, 0, rates, "training", per_step=False)
+        return phase_time(name, ops, rates, plan.compute_dtype, overhead)
+
+    return _plus(fwd, phase("forward", forward)), _plus(bwd, phase("backward", backward))
+
+
+def _plus(phase: PhaseTime, more: PhaseTime) -> PhaseTime:
+    """`phase` with the operations of `more`, and any dispatch overhead of its own, added."""
+    return replace(phase, seconds=phase.seconds + more.seconds, ops_s=phase.ops_s + more.ops_s,
+                   overhead_s=phase.overhead_s + more.overhead_s,
+                   flops=phase.flops + more.flops, bytes=phase.bytes + more.bytes,
+                   ops=phase.ops + more.ops)  # fmt: skip
+
+
+def _split(op: Op, tp: int) -> Op:
+    """Tensor parallelism divides each layer's matrices and heads over `tp` devices."""
+    if tp == 1 or op.name in ("embedding", "residual", "layernorm", "rmsnorm"):
+        return op
+    if op.kind == "attention":  # heads are split; each still attends to the whole context
+        return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, m=max(1, op.m // tp),
+                       heads=op.heads // tp)  # fmt: skip
+    return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, n=max(1, op.n // tp),
+                   weight_bytes=op.weight_bytes / tp)  # fmt: skip
+
+
+def slow_faults_step_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates) -> float | None:
+    """The step with its page faults at the slowest first touch the probe saw with memory
+    in use (a VM whose host backs its memory lazily): the top of the range a step runs in
+    there, as the host moves (docs/speed.md, run AF). None where the probe saw no such
+    slowing, or off a CPU."""
+    slow = with_slow_faults(rates)
+    return None if slow is None else estimate_training_time(arch, plan, slow).step_s
+
+
+def step_fault_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
+                 step: TrainingTime | None = None) -> float:  # fmt: skip
+    """Seconds of the training step that are page faults at the probed first-touch rate:
+    memory the host allocator gives back and maps again every step (0 off a probed CPU)."""
+    step = step or estimate_training_time(arch, plan, rates)
+    return step.step_s - estimate_training_time(arch, plan, without_faults(rates)).step_s
