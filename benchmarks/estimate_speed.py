@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 from gpuwise.catalog import find_hardware, load_hardware, load_models, resolve_model
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate import InferencePlan, estimate_inference
 from gpuwise.estimate.speed.device_rates import rates_from_spec
 from gpuwise.estimate.speed.model_time import _inference_ops, estimate_inference_time
-from gpuwise.helpers import GpuwiseError, median_call_s
+from gpuwise.measure.call_timing import median_call_s
 from gpuwise.workload import from_config
 
 PRECISIONS = ("bf16", "fp8", "int8", "int4")

@@ -5,6 +5,7 @@
 # ./gpu_out): probe.json, gpu_measured.json, log.txt, cli.txt, nvidia-smi.txt.
 # Compare afterwards, anywhere:
 #   .venv/bin/python benchmarks/validate_gpu.py compare OUT/gpu_measured.json --profile OUT/probe.json
+# The latest H200 check's files are kept in benchmarks/results/gpu_h200/ (docs/speed.md).
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"

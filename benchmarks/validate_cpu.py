@@ -11,6 +11,9 @@ or training steps) in a fresh process, and compares:
 Run:  .venv/bin/python benchmarks/validate_cpu.py [--time [--passes N] [--allocator-split]]
       [--quick] [--out FILE]
 
+The results go to benchmarks/results/cpu_memory.json (memory) or cpu_time.json (`--time`)
+unless `--out` names another file.
+
 With `--allocator-split` each case is timed again under an allocator that faults nothing in
 after the warm-up (`module_run.NO_FAULTS_ENV`): the estimate less its page faults is checked
 against that run, and the faults' charged cost against their measured one.
@@ -328,10 +331,10 @@ def main() -> None:
         cases = TIME_CASES[:3] if args.quick else TIME_CASES
         if args.train_only:
             cases = [c for c in cases if isinstance(c[1], TrainingPlan)]
-        time_suite(cases, args.out or "benchmarks/results/time.json", max(1, args.passes),
+        time_suite(cases, args.out or "benchmarks/results/cpu_time.json", max(1, args.passes),
                    args.allocator_split, args.case_budget_s)  # fmt: skip
         return
-    args.out = args.out or "benchmarks/results/memory.json"
+    args.out = args.out or "benchmarks/results/cpu_memory.json"
     cases = CASES[:3] if args.quick else CASES
     rows = []
     for i, (name, plan) in enumerate(cases, 1):

@@ -13,7 +13,7 @@ A GPU machine is lent for minutes at a time, so the work is split in two:
 
 Run:  python benchmarks/validate_gpu.py measure --out DIR [--no-probe | --no-runs] [--quick]
       python benchmarks/validate_gpu.py compare DIR/gpu_measured.json --profile DIR/probe.json
-          [--device h200] [--out benchmarks/results/gpu_run_a.json]
+          [--device h200] [--out benchmarks/results/gpu_h200/compare.json]
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ Run: .venv/bin/python benchmarks/validate_modules.py [--repeats 7] [--only resne
 
 With `--passes N` the time runs are made N times over, and each case's median is compared
 with its estimate (every pass's own summary is printed too).
+
+The latest results, as `--json` writes them to stdout: benchmarks/results/modules_memory.json
+(memory) and modules_time.json (`--no-memory --passes 5 --json`).
 """
 
 from __future__ import annotations

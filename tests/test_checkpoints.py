@@ -23,7 +23,7 @@ from checkpoint_files import (  # noqa: E402
 )
 
 from gpuwise.catalog.checkpoints import read_checkpoint  # noqa: E402
-from gpuwise.helpers import GpuwiseError  # noqa: E402
+from gpuwise.errors import GpuwiseError  # noqa: E402
 from gpuwise.workload import from_config  # noqa: E402
 
 DTYPES = {

@@ -12,6 +12,7 @@ from test_cli import run  # the CLI contract's runner: exit code, stdout, stderr
 from gpuwise.catalog.costs import load_costs, with_overrides
 from gpuwise.catalog.hardware import find_hardware
 from gpuwise.cli.common import model_named
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import advise, serving_options
 from gpuwise.estimate.cost.prices import (
     HOURS_PER_MONTH,
@@ -24,7 +25,6 @@ from gpuwise.estimate.cost.prices import (
 )
 from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_serving
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.helpers import GpuwiseError
 from gpuwise.workload.deployments import ServeLoad
 
 # Round numbers so every figure below can be checked by hand.

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuwise.catalog import find_hardware
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate import (
     InferencePlan,
     TrainingPlan,
@@ -16,7 +17,6 @@ from gpuwise.estimate import (
     kv_cache_bytes,
     weight_bytes,
 )
-from gpuwise.helpers import GpuwiseError
 
 MODELS = [
     "gpt2",

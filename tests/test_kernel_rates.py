@@ -355,15 +355,16 @@ def test_train_says_what_the_steps_page_faults_cost_and_how_to_keep_the_memory(m
 
     from gpuwise.catalog import resolve_model
     from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
-    from gpuwise.report import views
+    from gpuwise.app import train as train_app
+    from gpuwise.report.estimate_views import train_view
 
     record = _record() | {"fresh": {"bytes_per_s": 1e9, "threshold": 32 * 2**20}}
     probed = replace(CPU, kernels=KernelRates.from_record(record))
     plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")
     model = resolve_model("gpt2")
     for rates, tipped in ((probed, True), (replace(CPU, kernels=KERNELS), False)):
-        monkeypatch.setattr(views, "rates_for", lambda hw, r=rates: (r, "test rates"))
-        obj, view = views.train_view(model, arch("gpt2"), find_hardware("h100"), plan)
+        monkeypatch.setattr(train_app, "rates_for", lambda hw, r=rates: (r, "test rates"))
+        obj, view = train_view(train_app.train(model, arch("gpt2"), find_hardware("h100"), plan))
         faults = obj["time"]["page_faults_s"]
         assert (faults > 0.05 * obj["time"]["step_s"]) is tipped
         if tipped:
@@ -381,8 +382,9 @@ def test_train_gives_the_step_at_the_slow_first_touch_the_probe_saw(monkeypatch)
     from rich.console import Console
 
     from gpuwise.catalog import resolve_model
+    from gpuwise.app import train as train_app
     from gpuwise.estimate.speed.probed_kernels import slow_first_touch_reading
-    from gpuwise.report import views
+    from gpuwise.report.estimate_views import train_view
 
     gib = 2**30
     fresh = {"bytes_per_s": 1e9, "threshold": 32 * 2**20,
@@ -390,9 +392,10 @@ def test_train_gives_the_step_at_the_slow_first_touch_the_probe_saw(monkeypatch)
     assert slow_first_touch_reading(fresh) == (2 * gib, 0.1e9)
     assert slow_first_touch_reading(fresh | {"by_held": [[0, 1e9], [gib, 0.52e9]]}) == (0, 0.0)
     probed = replace(CPU, kernels=KernelRates.from_record(_record() | {"fresh": fresh}))
-    monkeypatch.setattr(views, "rates_for", lambda hw: (probed, "test rates"))
+    monkeypatch.setattr(train_app, "rates_for", lambda hw: (probed, "test rates"))
     plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")
-    obj, view = views.train_view(resolve_model("gpt2"), arch("gpt2"), find_hardware("h100"), plan)
+    answer = train_app.train(resolve_model("gpt2"), arch("gpt2"), find_hardware("h100"), plan)
+    obj, view = train_view(answer)
     t = obj["time"]
     # Every fault charged scales with the first-touch rate: 10x slower, 10x the seconds.
     assert t["step_s_slow_page_faults"] - t["step_s"] == pytest.approx(9 * t["page_faults_s"])
@@ -482,7 +485,7 @@ def test_validate_sets_a_training_step_against_both_ends_of_its_range(monkeypatc
     from gpuwise.app import validate as validation
     from gpuwise.catalog import resolve_model
     from gpuwise.measure.runs import time_run as timerun
-    from gpuwise.report import views
+    from gpuwise.report.validate_view import validate_view
 
     gib = 2**30
     fresh = {"bytes_per_s": 1e9, "threshold": 32 * 2**20, "by_held": [[0, 1e9], [gib, 0.1e9]]}
@@ -493,7 +496,8 @@ def test_validate_sets_a_training_step_against_both_ends_of_its_range(monkeypatc
     monkeypatch.setattr(timerun, "time_training", lambda config, **kw: ran)
     plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="adamw")
     model = resolve_model("gpt2")
-    obj, view = views.validate_view(model, arch("gpt2"), plan, quiet=True, memory=False)
+    result = validation.validate(model.config, arch("gpt2"), plan, quiet=True, memory=False)
+    obj, view = validate_view(model, arch("gpt2"), plan, result, memory=False, timing=True)
     step = obj["time"]["step_s"]
     assert step["estimated"] < step["estimated_slow_faults"]
     assert step["error"] == pytest.approx(step["estimated"] / 5.0 - 1)

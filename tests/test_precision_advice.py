@@ -12,7 +12,9 @@ from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
 from gpuwise.estimate.speed.precision_advice import FASTER_BY, fp32_inference, fp32_training
 from gpuwise.estimate.speed.probed_kernels import KernelRates
-from gpuwise.report import views
+from gpuwise.app import infer as infer_app
+from gpuwise.app import train as train_app
+from gpuwise.report.estimate_views import infer_view, train_view
 
 
 def _rates(bf16_slower: float):
@@ -52,21 +54,22 @@ def test_fp32_is_named_only_where_the_probe_makes_it_faster():
 
 
 def test_train_and_infer_print_the_fp32_line_and_json(monkeypatch):
-    monkeypatch.setattr(views, "rates_for", lambda hw: (_rates(100.0), "test rates"))
+    for app in (train_app, infer_app):
+        monkeypatch.setattr(app, "rates_for", lambda hw: (_rates(100.0), "test rates"))
     model, hw = resolve_model("smollm2-135m"), find_hardware("h100")
     plan = TrainingPlan(batch=2, seq=256, dtype="mixed-bf16")
-    obj, view = views.train_view(model, arch("smollm2-135m"), hw, plan)
+    obj, view = train_view(train_app.train(model, arch("smollm2-135m"), hw, plan))
     t = obj["time"]
     assert t["fp32_step_s"] is not None and t["fp32_step_s"] * FASTER_BY <= t["step_s"]
     text = _text(view)
     assert "fp32: faster here: step" in text and "in mixed-bf16" in text
     assert "without bf16 matrix instructions" in text
     infer = InferencePlan(batch=1, prompt_tokens=256, new_tokens=8, weights="bf16")
-    obj, view = views.infer_view(model, arch("smollm2-135m"), hw, infer)
+    obj, view = infer_view(infer_app.infer(model, arch("smollm2-135m"), hw, infer))
     assert obj["time"]["fp32_prefill_s"] < obj["time"]["prefill_s"]
     assert "weights in fp32: prefill" in _text(view)
-    monkeypatch.setattr(views, "rates_for", lambda hw: (_rates(0.5), "test rates"))
-    obj, view = views.train_view(model, arch("smollm2-135m"), hw, plan)
+    monkeypatch.setattr(train_app, "rates_for", lambda hw: (_rates(0.5), "test rates"))
+    obj, view = train_view(train_app.train(model, arch("smollm2-135m"), hw, plan))
     assert obj["time"]["fp32_step_s"] is None and "fp32: faster" not in _text(view)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 from gpuwise.measure import probe
 from gpuwise.measure.probe import (
     Backend,

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuwise.cli import main
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.repro.analysis import ConditionRuns, analyze
 from gpuwise.estimate.repro.distributions import beta_cdf, f_cdf, f_quantile
 from gpuwise.estimate.repro.stats import (
@@ -25,7 +26,6 @@ from gpuwise.estimate.repro.stats import (
     spread,
     variance_ratio_interval,
 )
-from gpuwise.helpers import GpuwiseError
 from gpuwise.measure.repro.collect import (
     last_json_metrics,
     parse_metric_patterns,

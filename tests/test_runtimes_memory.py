@@ -9,8 +9,9 @@ from test_cli import run  # the CLI runner: exit code, stdout, stderr
 
 from gpuwise.catalog.hardware import find_hardware
 from gpuwise.catalog.models import resolve_model
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.inference import estimate_inference
-from gpuwise.helpers import MIB, GpuwiseError
+from gpuwise.units import MIB
 from gpuwise.workload import from_config
 from gpuwise.workload.plans import InferencePlan, StoredWeights
 
@@ -185,7 +186,7 @@ def test_vllm_against_a_logged_h100_profile():
     # 54.93GiB". That release captured CUDA graphs outside the budget; gpuwise keeps them in.
     from dataclasses import replace
 
-    from gpuwise.helpers import GIB
+    from gpuwise.units import GIB
 
     hw = replace(find_hardware("h100"), memory_bytes=int(79.14 * GIB))
     est = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192), hw)

@@ -89,7 +89,7 @@ def test_local_estimates_say_their_profile_was_unsteady(monkeypatch: pytest.Monk
 
 
 def test_validate_says_when_the_machine_moved_since_its_probe() -> None:
-    from gpuwise.report.views import _drift_note
+    from gpuwise.report.validate_view import _drift_note
 
     assert _drift_note({}) == ""
     held = _drift_note({"read": 0.97, "matmul_fp32": 1.04})

@@ -20,9 +20,9 @@ from gpuwise.estimate.watch.energy import cumulative_series, energy_between
 from gpuwise.estimate.watch.log_records import SampleRecord, StepRecord, WatchLog, parse_records
 from gpuwise.estimate.watch.summary import summarize
 from gpuwise.estimate.watch.verdict import verdict
-from gpuwise.helpers import MIB
 from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as recorder
 from gpuwise.measure.watch.log import read_log
+from gpuwise.units import MIB
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -312,7 +312,7 @@ def test_import_gpuwise_stays_light_and_exports_watch():
 
 
 def test_lightning_callback_says_what_is_missing():
-    from gpuwise.helpers import GpuwiseError
+    from gpuwise.errors import GpuwiseError
     from gpuwise.measure.watch.callbacks import lightning_callback
 
     try:

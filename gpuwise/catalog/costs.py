@@ -12,7 +12,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 SCALARS = ("electricity_usd_per_kwh", "pue", "depreciation_years", "hosting_usd_per_kw_month",
            "ops_usd_per_device_year", "idle_power_fraction", "busy_power_fraction",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from gpuwise.helpers import normalise_name, unknown_name_error
+from gpuwise.errors import normalise_name, unknown_name_error
 
 
 @dataclass(frozen=True)

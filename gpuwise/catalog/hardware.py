@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from gpuwise.helpers import GIB, normalise_name, unknown_name_error
+from gpuwise.errors import normalise_name, unknown_name_error
+from gpuwise.units import GIB
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwise.catalog.checkpoints import Checkpoint, checkpoint_kind, read_checkpoint
-from gpuwise.helpers import GpuwiseError, normalise_name, unknown_name_error
+from gpuwise.errors import GpuwiseError, normalise_name, unknown_name_error
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -21,7 +21,7 @@ from gpuwise.cli import (
     watch,  # noqa: F401  (registers its commands)
 )
 from gpuwise.cli.common import app
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 __all__ = ["app", "main"]
 

@@ -30,20 +30,14 @@ def emit(view: tuple[Any, Any], as_json: bool) -> None:
 
 
 def hardware_named(name: str) -> Any:
-    """A catalogue device by name, or this machine's best device for 'local'."""
-    if name.strip().lower() in ("local", "here", "this"):
-        from gpuwise.measure.hardware.detect import detect_local
+    """`app.lookup.hardware_named`, imported when a command runs (`--help` stays fast)."""
+    from gpuwise.app.lookup import hardware_named as lookup
 
-        return detect_local().best_device()
-    from gpuwise.catalog.hardware import find_hardware
-
-    return find_hardware(name)
+    return lookup(name)
 
 
 def model_named(name: str) -> tuple[Any, Any]:
-    """A catalogue model (or config path) and its architecture."""
-    from gpuwise.catalog.models import resolve_model
-    from gpuwise.workload import from_config
+    """`app.lookup.model_named`, imported when a command runs."""
+    from gpuwise.app.lookup import model_named as lookup
 
-    model = resolve_model(name)
-    return model, from_config(model.config, model.name)
+    return lookup(name)

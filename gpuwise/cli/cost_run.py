@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
 from gpuwise.cli.common import hardware_named, model_named
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import (
     Option,
     advise,
@@ -18,8 +19,8 @@ from gpuwise.estimate.cost.advise import (
 )
 from gpuwise.estimate.cost.prices import api_cost, parse_fraction
 from gpuwise.estimate.cost.sizing import size_serving, size_training
-from gpuwise.helpers import GpuwiseError, format_count
 from gpuwise.report.cost_view import View, advice_view, candidate, candidates, cost_view
+from gpuwise.units import format_count
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
 from gpuwise.workload.plans import TrainingPlan
 

@@ -16,8 +16,8 @@ from gpuwise.cli.common import (
     hardware_named,
     model_named,
 )
-from gpuwise.cli.runtime_options import Ctx, GpuUtil, Runtime, Weights, plan_weights
-from gpuwise.helpers import GpuwiseError
+from gpuwise.cli.runtime_options import Ctx, GpuUtil, Runtime, Weights
+from gpuwise.errors import GpuwiseError
 
 
 @app.callback()
@@ -25,9 +25,10 @@ def main_job(ctx: typer.Context, as_json: Json = False) -> None:
     """With no command: what of the model catalogue runs on this machine."""
     if ctx.invoked_subcommand is not None:
         return
-    from gpuwise.report.views import local_view
+    from gpuwise.app.local import this_machine
+    from gpuwise.report.estimate_views import local_view
 
-    emit(local_view(), as_json)
+    emit(local_view(this_machine()), as_json)
 
 
 @app.command()
@@ -35,7 +36,9 @@ def check(model: str, on: On = "local", prompt: int = 2048, new_tokens: int = 25
           batch: Batch = 1, runtime: Runtime = "transformers", ctx: Ctx = None,
           gpu_memory_utilization: GpuUtil = None, as_json: Json = False) -> None:  # fmt: skip
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
-    from gpuwise.report.views import check_view
+    from gpuwise.app.check import check as check_model
+    from gpuwise.app.checkpoint_weights import plan_weights
+    from gpuwise.report.estimate_views import check_view
     from gpuwise.workload.plans import InferencePlan
 
     resolved, arch = model_named(model)
@@ -44,7 +47,7 @@ def check(model: str, on: On = "local", prompt: int = 2048, new_tokens: int = 25
                          weights=chosen["weights"], stored_weights=chosen["stored_weights"],
                          runtime=runtime, context_alloc=ctx,
                          gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
-    emit(check_view(resolved, arch, hardware_named(on), batch, prompt, new_tokens, plan), as_json)
+    emit(check_view(check_model(resolved, arch, hardware_named(on), plan)), as_json)
 
 
 @app.command()
@@ -62,7 +65,9 @@ def infer(
 ) -> None:  # fmt: skip
     """Memory of generating text with a model, a .gguf or a .safetensors checkpoint, under
     transformers (default), llama.cpp or vLLM."""
-    from gpuwise.report.views import infer_view
+    from gpuwise.app.checkpoint_weights import plan_weights
+    from gpuwise.app.infer import infer as infer_model
+    from gpuwise.report.estimate_views import infer_view
     from gpuwise.workload.plans import InferencePlan
 
     resolved, arch = model_named(model)
@@ -71,7 +76,8 @@ def infer(
                          weights=chosen["weights"], stored_weights=chosen["stored_weights"],
                          kv_dtype=kv_dtype, attention=attention, logits=logits, runtime=runtime,
                          context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
-    emit(infer_view(resolved, arch, hardware_named(on), plan, ops, chosen["source"]), as_json)
+    answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"])
+    emit(infer_view(answer, ops), as_json)
 
 
 @app.command()
@@ -90,14 +96,16 @@ def train(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of one training step: weights, gradients, optimizer, activations."""
-    from gpuwise.report.views import train_view
+    from gpuwise.app.train import train as train_model
+    from gpuwise.report.estimate_views import train_view
 
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
                           checkpointing, gpus, zero, tp, attention)  # fmt: skip
     if train_tokens < 0:
         raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
                            "give the number of tokens to train on, e.g. 2e9")  # fmt: skip
-    emit(train_view(*model_named(model), hardware_named(on), plan, ops, train_tokens), as_json)
+    answer = train_model(*model_named(model), hardware_named(on), plan, train_tokens)
+    emit(train_view(answer, ops), as_json)
 
 
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,
@@ -120,31 +128,34 @@ def probe(
     as_json: Json = False,
 ) -> None:
     """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead) and save it."""
+    from gpuwise.app.probe import probe as probe_machine
     from gpuwise.report.probe_view import probe_view
+    from gpuwise.report.progress import progress_bar
 
     if not 1 <= repeat <= 10:
         raise GpuwiseError(f"--repeat {repeat}: takes 1 to 10 probes", "3 is enough for a "
                            "machine whose speed moves; 1 (the default) for a steady one")  # fmt: skip
-    emit(probe_view(quick, quiet=as_json, repeat=repeat), as_json)
+    with progress_bar(quiet=as_json) as progress:
+        answer = probe_machine(quick, repeat, progress)
+    emit(probe_view(answer), as_json)
 
 
 @app.command()
 def hardware(as_json: Json = False) -> None:
     """List the hardware catalogue (spec values with their sources)."""
-    from gpuwise.catalog.hardware import load_hardware
-    from gpuwise.report.records import hardware_record
-    from gpuwise.report.terminal import format_hardware_table
+    from gpuwise.app import catalogue
+    from gpuwise.report.estimate_views import hardware_view
 
-    devices = load_hardware()
-    emit(([hardware_record(h) for h in devices], format_hardware_table(devices)), as_json)
+    emit(hardware_view(catalogue.hardware()), as_json)
 
 
 @app.command()
 def models(as_json: Json = False) -> None:
     """List the model catalogue."""
-    from gpuwise.report.views import models_view
+    from gpuwise.app import catalogue
+    from gpuwise.report.estimate_views import models_view
 
-    emit(models_view(), as_json)
+    emit(models_view(catalogue.models()), as_json)
 
 
 validate_app = typer.Typer(help="Run a plan for real (needs torch) and compare with the estimate.")
@@ -158,12 +169,11 @@ def validate_infer(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Generate with random weights here; compare peak memory and times with the estimates."""
-    from gpuwise.report.views import validate_view
     from gpuwise.workload.plans import InferencePlan
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=weights, attention=attention)  # fmt: skip
-    emit(validate_view(*model_named(model), plan, as_json, memory, time), as_json)
+    _validate(model, plan, as_json, memory, time)
 
 
 @validate_app.command("train")
@@ -174,8 +184,15 @@ def validate_train(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run training steps with random weights here; compare memory and step time."""
-    from gpuwise.report.views import validate_view
-
     plan = _training_plan(batch, seq, dtype, optimizer, "full", 16, "", checkpointing, 1, 0, 1,
                           attention)  # fmt: skip
-    emit(validate_view(*model_named(model), plan, as_json, memory, time), as_json)
+    _validate(model, plan, as_json, memory, time)
+
+
+def _validate(model: str, plan: Any, as_json: bool, memory: bool, timing: bool) -> None:
+    from gpuwise.app.validate import validate
+    from gpuwise.report.validate_view import validate_view
+
+    resolved, arch = model_named(model)
+    result = validate(resolved.config, arch, plan, quiet=as_json, memory=memory, timing=timing)
+    emit(validate_view(resolved, arch, plan, result, memory, timing), as_json)

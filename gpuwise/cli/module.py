@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from gpuwise.cli.common import Json, On, app, emit
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 INT_DTYPES = {"int64": "int64", "long": "int64", "int32": "int32", "int": "int64",
               "bool": "bool", "uint8": "uint8"}  # fmt: skip

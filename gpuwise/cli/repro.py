@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpuwise.cli.common import Json, app, emit
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 DEFAULT_RESULTS = "gpuwise-repro.jsonl"
 

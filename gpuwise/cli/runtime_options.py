@@ -3,7 +3,7 @@ checkpoint gives a plan (exact stored bytes, or an estimate where the runtime co
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -30,45 +30,3 @@ Weights = Annotated[
     ),
 ]
 # fmt: skip
-
-# Stored dtype or quantisation scheme -> the gpuwise format whose compute dtype it runs in.
-FORMAT_OF = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8", "F8_E5M2": "fp8",
-             "gptq": "int4", "awq": "int4", "bnb-int8": "int8", "bnb-nf4": "nf4",
-             "bnb-fp4": "nf4"}  # fmt: skip
-EMBEDDING_SUFFIXES = ("token_embd.weight", "embed_tokens.weight", "wte.weight", "embed_in.weight",
-                      "word_embeddings.weight")  # fmt: skip
-
-
-def plan_weights(model: Any, runtime: str, weights: str | None) -> dict[str, Any]:
-    """`weights` and `stored_weights` for an InferencePlan, and a line saying where they are from.
-
-    A checkpoint's exact bytes apply when the runtime keeps them as stored: llama.cpp (GGUF),
-    vLLM, and transformers for safetensors. transformers dequantises GGUF weights on load, and
-    an explicit --weights asks "what if re-quantised": both are estimated.
-    """
-    from gpuwise.workload.plans import StoredWeights
-
-    ckpt = getattr(model, "checkpoint", None)
-    if ckpt is None or weights is not None:
-        fmt = weights or "bf16"
-        why = " (--weights given)" if ckpt is not None else ""
-        return {"weights": fmt, "stored_weights": None, "source": f"estimated ({fmt}){why}"}
-    if ckpt.format == "gguf" and runtime == "transformers":
-        return {
-            "weights": "bf16",
-            "stored_weights": None,
-            "source": "estimated (bf16): transformers dequantises GGUF weights on load",
-        }
-    if ckpt.format == "safetensors" and runtime == "llama.cpp":
-        from gpuwise.helpers import GpuwiseError
-
-        raise GpuwiseError("llama.cpp runs GGUF files, not safetensors",
-                           "convert with llama.cpp's convert_hf_to_gguf.py, or pick "
-                           "--runtime transformers or vllm")  # fmt: skip
-    main = ckpt.main_dtype
-    embedding = sum(t.stored_bytes for t in ckpt.tensors if t.name.endswith(EMBEDDING_SUFFIXES))
-    file_type = str(ckpt.metadata.get("general.file_type_name") or "").removeprefix("MOSTLY_")
-    label = f"{file_type or main} ({ckpt.format})"  # llama.cpp's name (Q4_K_M) where it has one
-    stored = StoredWeights(ckpt.total_bytes, embedding, label)
-    return {"weights": FORMAT_OF.get(main, "fp16" if ckpt.format == "gguf" else "bf16"),
-            "stored_weights": stored, "source": f"checkpoint (exact bytes): {label}"}  # fmt: skip

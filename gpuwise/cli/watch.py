@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from gpuwise.cli.common import Json, app, emit
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 RUN_AFTER_DASHES = {"allow_interspersed_args": False, "ignore_unknown_options": True}
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from rich.console import Group
 
-from gpuwise.helpers import format_count
 from gpuwise.report import terminal
 from gpuwise.report.records import hardware_record, memory_record, ops_record
+from gpuwise.units import format_count
 
 View = tuple[Any, Any]
 

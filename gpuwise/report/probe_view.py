@@ -1,45 +1,22 @@
-"""`gpuwise probe`: run the probe with a progress bar (on a terminal), save it, show it."""
+"""Renders `gpuwise probe`'s answer: the measurements, against the spec where it has one."""
 
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
-from rich.console import Console, Group
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gpuwise.app.probe import ProbeAnswer
 from gpuwise.measure.probe.profile import describe_ratios
 
 
-def probe_view(quick: bool, quiet: bool, repeat: int = 1) -> tuple[Any, Any]:
-    from gpuwise.measure.probe.machine import probe_machine
-    from gpuwise.measure.probe.merge import keep_full_parts, median_profile
-    from gpuwise.measure.probe.store import load_profile, save_profile
-
-    if quiet or not sys.stderr.isatty():
-        profiles = [probe_machine(quick) for _ in range(repeat)]
-    else:
-        columns = (TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task("probing", total=1.0)
-            profiles = [probe_machine(quick, _one_of(bar, task, i, repeat)) for i in range(repeat)]
-    profile = median_profile(profiles)
-    if quick:
-        profile = keep_full_parts(profile, load_profile(profile.backend, profile.fingerprint))
-    path = save_profile(profile)
-    record = json.loads(profile.to_json())
-    record["saved_to"] = str(path)
-    return record, format_profile(profile, str(path))
-
-
-def _one_of(bar: Progress, task: Any, i: int, repeat: int) -> Any:
-    """Progress of probe i of `repeat` on the one bar."""
-    prefix = f"probe {i + 1}/{repeat}: " if repeat > 1 else ""
-    return lambda what, done: bar.update(task, description=(prefix + what)[:40],
-                                         completed=(i + done) / repeat)  # fmt: skip
+def probe_view(answer: ProbeAnswer) -> tuple[Any, Any]:
+    record = json.loads(answer.profile.to_json())
+    record["saved_to"] = str(answer.saved_to)
+    return record, format_profile(answer.profile, str(answer.saved_to))
 
 
 def format_profile(profile: Any, path: str) -> Group:

@@ -11,7 +11,7 @@ from rich.text import Text
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ModelEntry
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
-from gpuwise.helpers import format_bytes, format_count, format_tokens
+from gpuwise.units import format_bytes, format_count, format_tokens
 
 ORDER = ("weights", "gradients", "optimizer", "kv_cache", "activations", "logits", "workspace",
          "overhead")  # fmt: skip

@@ -18,7 +18,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.text import Text
 
-from gpuwise.helpers import format_bytes
+from gpuwise.units import format_bytes
 
 SAVE, RESTORE = "\0337", "\0338"
 

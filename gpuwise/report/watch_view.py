@@ -11,7 +11,7 @@ from rich.text import Text
 
 from gpuwise.estimate.watch.summary import ALL_PHASES, WatchSummary
 from gpuwise.estimate.watch.verdict import Verdict
-from gpuwise.helpers import format_bytes
+from gpuwise.units import format_bytes
 
 PHASE_LABELS = {"data": "waiting for data", "h2d": "host-to-device copy", "forward": "forward",
                 "backward": "backward", "optimizer": "optimizer", "other": "other"}  # fmt: skip

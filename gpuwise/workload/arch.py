@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 # Families whose layout gpuwise knows exactly (parameter count tested against transformers).
 SUPPORTED_TYPES = (

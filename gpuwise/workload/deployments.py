@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.prices import DAYS_PER_MONTH, HOURS_PER_MONTH
-from gpuwise.helpers import GpuwiseError
 
 
 def _positive(name: str, value: float | None, flag: str, high: float = math.inf) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 ATTENTIONS = ("eager", "sdpa", "flash")
 TRAIN_DTYPES = ("fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16")

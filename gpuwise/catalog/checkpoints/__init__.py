@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuwise.catalog.checkpoints.records import Checkpoint, QuantisedWeight, StoredTensor
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 __all__ = ["Checkpoint", "QuantisedWeight", "StoredTensor", "checkpoint_kind", "read_checkpoint"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwise.catalog.checkpoints.records import StoredTensor
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 # GGUF general.architecture -> Hugging Face model_type (llama.cpp writes Mistral as "llama").
 ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma": "gemma",

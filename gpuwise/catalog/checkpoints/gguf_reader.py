@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwise.catalog.checkpoints.records import Checkpoint, QuantisedWeight, StoredTensor
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 INSTALL_HINT = "pip install 'gpuwise[checkpoints]' (or: pip install gguf)"
 MAX_ARRAY = 1 << 24  # elements in one metadata array: real vocabularies hold ~256K

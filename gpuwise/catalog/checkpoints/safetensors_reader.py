@@ -13,7 +13,7 @@ from typing import Any
 
 from gpuwise.catalog.checkpoints.quant_layouts import recognise_quantised
 from gpuwise.catalog.checkpoints.records import Checkpoint, StoredTensor
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 INDEX_NAME = "model.safetensors.index.json"
 INSTALL_HINT = "pip install 'gpuwise[checkpoints]' (or: pip install safetensors)"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 HOURS_PER_MONTH = 8760 / 12  # 730
 DAYS_PER_MONTH = 365 / 12

@@ -14,10 +14,11 @@ import math
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime, vllm_runtime
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.activations import prefill_transient
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
 from gpuwise.estimate.memory.weights import weight_bytes
-from gpuwise.helpers import GpuwiseError, format_tokens
+from gpuwise.units import format_tokens
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 

@@ -12,8 +12,8 @@ from importlib import resources
 from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.speed.probed_kernels import KernelRates
-from gpuwise.helpers import GpuwiseError
 
 PHASES = ("inference", "decode", "training")
 DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "bf16",

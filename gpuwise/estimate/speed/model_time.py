@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from gpuwise.catalog.formats import weight_format
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.training import lora_dims, lora_params
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.estimate.speed.device_rates import DeviceRates
@@ -21,7 +22,6 @@ from gpuwise.estimate.speed.roofline import (
     with_slow_faults,
     without_faults,
 )
-from gpuwise.helpers import GpuwiseError
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.lora_ops import lora_ops
 from gpuwise.workload.ops import (

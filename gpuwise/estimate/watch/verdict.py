@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gpuwise.estimate.watch.ranks import RankSpread
 from gpuwise.estimate.watch.summary import MemoryTrend, WatchSummary
-from gpuwise.helpers import MIB, format_bytes
+from gpuwise.units import MIB, format_bytes
 
 INPUT_BOUND_SHARE = 0.20
 HOST_BOUND_US_PER_OP = 25.0

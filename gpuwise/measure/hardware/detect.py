@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuwise.catalog.hardware import Hardware, load_hardware
-from gpuwise.helpers import GIB
+from gpuwise.units import GIB
 
 NVIDIA_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidia0")
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 from gpuwise.measure.module.ops import op_record, tensor_bytes
 from gpuwise.workload.traced import HeapEvent, MemoryMoment, TracedModule, TracedOp
 

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 from gpuwise.catalog.hardware import Hardware, load_hardware
-from gpuwise.helpers import normalise_name
+from gpuwise.errors import normalise_name
 from gpuwise.measure.hardware.detect import _cpu_model, match_catalogue
 from gpuwise.measure.probe.profile import NO_LINK, TRIAD_SCALAR, Op
 

@@ -54,7 +54,7 @@ from functools import partial
 from typing import Any
 
 from gpuwise.estimate.speed.probed_kernels import slow_first_touch_reading
-from gpuwise.helpers import median_call_s
+from gpuwise.measure.call_timing import median_call_s
 
 Progress = Callable[[str, float], None]
 
@@ -233,7 +233,7 @@ def _with_cold_set(plan: KernelPlan, cache_bytes: int) -> KernelPlan:
 
 _FRESH_CHILD = """
 import json, torch
-from gpuwise.helpers import median_call_s
+from gpuwise.measure.call_timing import median_call_s
 torch.set_num_threads({threads})
 existing = torch.empty({n})
 existing.fill_(1.0)

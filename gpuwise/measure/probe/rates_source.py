@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
-from gpuwise.helpers import GpuwiseError
 from gpuwise.measure.probe.profile import STEADY, largest_move
 
 

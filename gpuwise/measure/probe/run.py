@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime
 
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 from gpuwise.measure.hardware.detect import LocalMachine, detect_local
 from gpuwise.measure.probe.backends import Backend, auto_backend, make_backend
 from gpuwise.measure.probe.measurements import (

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuwise.helpers import median_call_s
+from gpuwise.measure.call_timing import median_call_s
 
 LAYERS = (1, 5)
 

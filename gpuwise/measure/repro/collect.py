@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpuwise.errors import GpuwiseError, did_you_mean
 from gpuwise.estimate.repro.analysis import CONDITIONS
-from gpuwise.helpers import GpuwiseError, did_you_mean
 from gpuwise.measure.repro.program_api import (
     CUBLAS_WORKSPACE,
     DETERMINISTIC_VAR,

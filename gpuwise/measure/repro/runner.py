@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.repro.analysis import ConditionRuns
-from gpuwise.helpers import GpuwiseError
 from gpuwise.measure.repro.collect import parse_metric_patterns, read_api_report, run_metrics
 from gpuwise.measure.repro.energy import EnergyMeter
 from gpuwise.measure.repro.plan import RunSpec, child_command, child_env, plan_runs

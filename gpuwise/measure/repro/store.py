@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 
 # The settings that must match for a resumed study to be the same study.
 IDENTITY = ("command", "seed_flag", "base_seed", "metric_patterns")

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as _own_recorder
 
 PHASE_NAMES = ("data", "h2d", "forward", "backward", "optimizer")

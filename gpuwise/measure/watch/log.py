@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.watch.log_records import WatchLog, parse_records
-from gpuwise.helpers import GpuwiseError
 
 
 def read_log(paths: Sequence[str | Path]) -> WatchLog:

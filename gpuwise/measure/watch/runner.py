@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwise.helpers import GpuwiseError
+from gpuwise.errors import GpuwiseError
 from gpuwise.measure.watch.inject._gpuwise_watch_recorder import LOG_ENV, JsonlLog
 from gpuwise.measure.watch.sampler import Sampler
 

@@ -1,0 +1,95 @@
+"""`gpuwise infer`: memory and time of generating text, and what fits (docs/memory.md,
+docs/speed.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.models import ResolvedModel
+from gpuwise.estimate.memory import fits
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.model_time import InferenceTime, estimate_inference_time
+from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_weights
+from gpuwise.measure.probe.rates_source import rates_for
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan
+
+LARGEST_BATCH_TRIED = 4096
+
+
+@dataclass(frozen=True)
+class InferenceFits:
+    max_batch: int
+    max_context_batch1: int
+    precision_that_fits: str | None
+    devices_needed: int | None
+
+
+@dataclass(frozen=True)
+class ThroughputPoint:
+    batch: int
+    tokens_per_s: float
+    decode_s_per_token: float
+
+
+@dataclass(frozen=True)
+class Fp32Inference:
+    """Generation with fp32 weights, where a CPU's probed kernels make it the faster."""
+
+    time: InferenceTime
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class InferAnswer:
+    model: ResolvedModel
+    arch: Architecture
+    hardware: Hardware
+    plan: InferencePlan
+    weights_source: str
+    memory: MemoryEstimate
+    fits: InferenceFits
+    time: InferenceTime | None
+    rates_source: str  # where the rates came from, or why there are none
+    throughput: list[ThroughputPoint]
+    fp32: Fp32Inference | None
+
+
+def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
+          weights_source: str = "") -> InferAnswer:  # fmt: skip
+    """Memory, what fits, and (where the device has rates) prefill and decode time."""
+    found = InferenceFits(fits.max_inference_batch(arch, plan, hw), fits.max_context(arch, plan, hw),
+                          fits.precision_that_fits(arch, plan, hw),
+                          fits.devices_for_inference(arch, plan, hw))  # fmt: skip
+    rates, how = rates_for(hw)
+    timing = estimate_inference_time(arch, plan, rates) if rates else None
+    curve = throughput_curve(arch, plan, hw, rates) if rates else []
+    fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
+    return InferAnswer(model, arch, hw, plan, weights_source or f"estimated ({plan.weights})",
+                       estimate_inference(arch, plan, hw), found, timing, how, curve, fp32)  # fmt: skip
+
+
+def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
+                     rates: DeviceRates) -> list[ThroughputPoint]:  # fmt: skip
+    """Decode tokens/s as the batch doubles, until memory runs out."""
+    curve = []
+    batch = 1
+    while batch <= LARGEST_BATCH_TRIED:
+        p = replace(plan, batch=batch)
+        if not estimate_inference(arch, p, hw).fits:
+            break
+        t = estimate_inference_time(arch, p, rates)
+        curve.append(ThroughputPoint(batch, t.tokens_per_s, t.decode_s_per_token))
+        batch *= 2
+    return curve
+
+
+def _fp32(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
+          own: InferenceTime) -> Fp32Inference | None:  # fmt: skip
+    fp32 = fp32_inference(arch, plan, rates, own)
+    if fp32 is None:
+        return None
+    return Fp32Inference(fp32, estimate_inference(arch, fp32_weights(plan), hw).total_bytes)

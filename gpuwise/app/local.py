@@ -1,0 +1,32 @@
+"""`gpuwise` with no command: this machine, and what of the model catalogue runs on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.models import load_models
+from gpuwise.estimate.memory.check_rows import catalogue_rows
+from gpuwise.measure.hardware.detect import LocalMachine, detect_local
+from gpuwise.workload import from_config
+from gpuwise.workload.plans import InferencePlan
+
+LOCAL_PRECISIONS = ("bf16", "int8", "int4")
+
+
+@dataclass(frozen=True)
+class LocalAnswer:
+    machine: LocalMachine
+    hardware: Hardware
+    plan: InferencePlan
+    rows: list[dict[str, Any]]
+
+
+def this_machine() -> LocalAnswer:
+    """Detect the machine; each catalogue model's memory on its best device, per precision."""
+    machine = detect_local()
+    hw = machine.best_device()
+    plan = InferencePlan(prompt_tokens=2048, new_tokens=256)
+    models = [(e.id, from_config(e.load_config(), e.id)) for e in load_models()]
+    return LocalAnswer(machine, hw, plan, catalogue_rows(models, plan, hw, LOCAL_PRECISIONS))

@@ -1,0 +1,95 @@
+"""`gpuwise train`: memory and time of one training step, and what fits (docs/memory.md,
+docs/speed.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.models import ResolvedModel
+from gpuwise.estimate.memory import fits
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
+from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.model_time import (
+    TrainingTime,
+    estimate_training_time,
+    slow_faults_step_s,
+    step_fault_s,
+)
+from gpuwise.estimate.speed.precision_advice import fp32_training
+from gpuwise.measure.probe.rates_source import rates_for
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import TrainingPlan
+
+
+@dataclass(frozen=True)
+class TrainingFits:
+    max_batch: int
+    devices_needed_zero3: int | None
+    with_checkpointing_bytes: int
+
+
+@dataclass(frozen=True)
+class PageFaults:
+    """A probed CPU's page faults in the step: seconds at the probed first-touch rate, and
+    the step at the slowest first touch the probe saw with memory in use (if it saw one)."""
+
+    step_fault_s: float
+    slow_step_s: float | None
+    slow_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class Fp32Training:
+    """The step in fp32, where a CPU's probed kernels make it the faster."""
+
+    time: TrainingTime
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class TrainAnswer:
+    model: ResolvedModel
+    arch: Architecture
+    hardware: Hardware
+    plan: TrainingPlan
+    memory: MemoryEstimate
+    fits: TrainingFits
+    time: TrainingTime | None
+    rates_source: str  # where the rates came from, or why there are none
+    faults: PageFaults
+    fp32: Fp32Training | None
+    train_tokens: float
+
+
+def train(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: TrainingPlan,
+          train_tokens: float = 0) -> TrainAnswer:  # fmt: skip
+    """Memory, what fits, and (where the device has rates) the step's time and its faults."""
+    found = TrainingFits(fits.max_training_batch(arch, plan, hw),
+                         fits.devices_for_training(arch, plan, hw),
+                         estimate_training(arch, replace(plan, checkpointing=True), hw).total_bytes)  # fmt: skip
+    rates, how = rates_for(hw)
+    timing = estimate_training_time(arch, plan, rates) if rates else None
+    faults = _faults(arch, plan, rates, timing)
+    fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
+    return TrainAnswer(model, arch, hw, plan, estimate_training(arch, plan, hw), found, timing,
+                       how, faults, fp32, train_tokens)  # fmt: skip
+
+
+def _faults(arch: Architecture, plan: TrainingPlan, rates: DeviceRates | None,
+            timing: TrainingTime | None) -> PageFaults:  # fmt: skip
+    if rates is None or timing is None:
+        return PageFaults(0.0, None, 0.0)
+    fault_s = step_fault_s(arch, plan, rates, timing)
+    slow = slow_faults_step_s(arch, plan, rates) if fault_s else None
+    slow_rate = rates.kernels.slow_fresh_bytes_per_s if rates.kernels else 0.0
+    return PageFaults(fault_s, slow, slow_rate)
+
+
+def _fp32(arch: Architecture, plan: TrainingPlan, hw: Hardware, rates: DeviceRates,
+          own: TrainingTime) -> Fp32Training | None:  # fmt: skip
+    fp32 = fp32_training(arch, plan, rates, own.step_s)
+    if fp32 is None:
+        return None
+    return Fp32Training(fp32, estimate_training(arch, replace(plan, dtype="fp32"), hw).total_bytes)

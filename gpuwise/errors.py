@@ -1,0 +1,39 @@
+"""Bottom layer: the user-facing error and name matching. Imports nothing from gpuwise."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class GpuwiseError(Exception):
+    """A problem with the user's input: shown as one line with a hint, exit code 2."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The closest names to `name` among `choices`, best first."""
+    pool = list(choices)
+    lowered = {c.lower(): c for c in pool}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
+    if not close:
+        close = [c.lower() for c in pool if name.lower() in c.lower()][:n]
+    return [lowered[c] for c in close]
+
+
+def unknown_name_error(kind: str, name: str, choices: Iterable[str], list_cmd: str) -> GpuwiseError:
+    suggestions = did_you_mean(name, choices)
+    if suggestions:
+        hint = f"did you mean {', '.join(repr(s) for s in suggestions)}? (`{list_cmd}` lists them)"
+    else:
+        hint = f"`{list_cmd}` lists the known names"
+    return GpuwiseError(f"unknown {kind} {name!r}", hint)
+
+
+def normalise_name(name: str) -> str:
+    """Lowercase, with spaces and underscores read as dashes."""
+    return name.strip().lower().replace("_", "-").replace(" ", "-")

@@ -1,0 +1,159 @@
+"""Renders the estimate commands' answers (check, infer, train, the main job, the catalogues)
+as (JSON record, terminal renderable). Computes nothing: the numbers come from app/."""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Group
+
+from gpuwise.app.catalogue import ModelRow
+from gpuwise.app.check import CheckAnswer
+from gpuwise.app.infer import InferAnswer
+from gpuwise.app.local import LocalAnswer
+from gpuwise.app.train import TrainAnswer
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.report import terminal
+from gpuwise.report.checkpoint_records import checkpoint_record
+from gpuwise.report.precision_lines import inference_fp32, training_fp32
+from gpuwise.report.records import (
+    hardware_record,
+    inference_time_record,
+    memory_record,
+    model_record,
+    ops_record,
+    training_time_record,
+)
+from gpuwise.report.time_lines import faults_tip, time_lines
+from gpuwise.units import format_bytes, format_tokens
+from gpuwise.workload import count_params
+from gpuwise.workload.plans import InferencePlan
+
+View = tuple[Any, Any]  # (JSON-able record, rich renderable)
+
+
+def _context_label(plan: InferencePlan) -> str:
+    return (f"batch {plan.batch}, prompt {format_tokens(plan.prompt_tokens)} + "
+            f"{plan.new_tokens} new tokens")  # fmt: skip
+
+
+def local_view(a: LocalAnswer) -> View:
+    m = a.machine
+    gpus = ", ".join(f"{g.name} ({format_bytes(g.memory_total_bytes)}, via {g.via})"
+                     for g in m.gpus) or f"none ({m.gpu_unavailable_reason})"  # fmt: skip
+    lines = [
+        f"CPU:  {m.cpu_model}, {m.physical_cores or '?'} cores / "
+        f"{m.logical_cores} threads ({platform.machine()})",
+        f"RAM:  {format_bytes(m.ram_total_bytes)} ({format_bytes(m.ram_available_bytes)} available)",
+        f"GPU:  {gpus}",
+        f"Estimates for: {terminal.format_hardware_line(a.hardware)}",
+    ]
+    obj = {"machine": asdict(m), "hardware": hardware_record(a.hardware),
+           "plan": asdict(a.plan), "models": a.rows}  # fmt: skip
+    return obj, terminal.format_local(lines, a.rows, _context_label(a.plan))
+
+
+def check_view(a: CheckAnswer) -> View:
+    obj = {"model": model_record(a.model, a.arch), "hardware": hardware_record(a.hardware),
+           "plan": asdict(a.plan), "precisions": a.rows, "runtime": a.plan.runtime,
+           "params": count_params(a.arch).total,
+           "precision_that_fits": a.precision_that_fits}  # fmt: skip
+    if a.model.checkpoint is not None:
+        obj["checkpoint"] = checkpoint_record(a.model.checkpoint)
+    label = f"{_context_label(a.plan)}, runtime {a.plan.runtime}"
+    return obj, terminal.format_check(a.model.name, a.hardware, a.rows, label)
+
+
+def _infer_time_record(a: InferAnswer) -> dict[str, Any]:
+    if a.time is None:
+        return {"unavailable": a.rates_source}
+    rec = inference_time_record(a.time, a.rates_source, [asdict(p) for p in a.throughput])
+    rec["fp32_prefill_s"] = a.fp32.time.prefill_s if a.fp32 else None
+    rec["fp32_decode_s_per_token"] = a.fp32.time.decode_s_per_token if a.fp32 else None
+    return rec
+
+
+def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
+    plan, arch, found = a.plan, a.arch, a.fits
+    time_rec = _infer_time_record(a)
+    obj = {"model": model_record(a.model, arch), "hardware": hardware_record(a.hardware),
+           "plan": asdict(plan), "memory": memory_record(a.memory),
+           "params": count_params(arch).total, "answers": asdict(found), "time": time_rec,
+           "runtime": plan.runtime, "weights_source": a.weights_source}  # fmt: skip
+    if a.model.checkpoint is not None:
+        obj["checkpoint"] = checkpoint_record(a.model.checkpoint)
+    if show_ops and a.time is not None:
+        obj["ops"] = {"prefill": ops_record(a.time.prefill), "decode": ops_record(a.time.decode)}
+    ctx = found.max_context_batch1
+    extra = {
+        "weights source": a.weights_source,
+        "answers": f"largest batch {found.max_batch} at this context; largest context at "
+                   f"batch 1: {format_tokens(ctx) if ctx else 'none'}"
+                   + (f" (model limit {format_tokens(arch.max_position)})"
+                      if arch.max_position and ctx > arch.max_position else ""),
+        "precision": f"highest weight precision that fits: {found.precision_that_fits or 'none'}"
+                     f"; devices needed (tensor parallel): {found.devices_needed or 'too many'}",
+    }  # fmt: skip
+    extra.update(time_lines(time_rec))
+    if a.time is not None and a.fp32 is not None:
+        extra.update(inference_fp32(plan, a.time, a.fp32.time, a.fp32.memory_bytes))
+    if plan.runtime != "transformers" and "time" in extra:  # memory follows the runtime; time not
+        extra["time"] += f" [time model of transformers, not {plan.runtime}]"
+    stored = plan.stored_weights.label if plan.stored_weights else plan.weights
+    title = f"{a.model.name} inference ({plan.runtime}): {_context_label(plan)}, weights {stored}"
+    view = terminal.format_memory(title, a.memory, a.hardware, extra)
+    if show_ops and a.time is not None:
+        view = Group(view, terminal.format_ops("prefill operations", a.time.prefill),
+                     terminal.format_ops("decode operations (one step)", a.time.decode))  # fmt: skip
+    return obj, view
+
+
+def _train_time_record(a: TrainAnswer) -> dict[str, Any]:
+    if a.time is None:
+        return {"unavailable": a.rates_source}
+    rec = training_time_record(a.time, a.rates_source, a.train_tokens, a.faults.step_fault_s,
+                               a.faults.slow_step_s)  # fmt: skip
+    rec["fp32_step_s"] = a.fp32.time.step_s if a.fp32 else None
+    return rec
+
+
+def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
+    plan, found = a.plan, a.fits
+    time_rec = _train_time_record(a)
+    obj = {"model": model_record(a.model, a.arch), "hardware": hardware_record(a.hardware),
+           "plan": asdict(plan), "memory": memory_record(a.memory),
+           "params": count_params(a.arch).total, "answers": asdict(found), "time": time_rec}  # fmt: skip
+    if show_ops and a.time is not None:
+        obj["ops"] = {"forward": ops_record(a.time.forward)}
+    extra = {
+        "answers": f"largest batch at seq {plan.seq}: {found.max_batch}; devices needed with "
+        f"ZeRO-3: {found.devices_needed_zero3 or 'more than 1024'}",
+    }
+    if not plan.checkpointing:
+        extra["tip"] = f"with --checkpointing: {format_bytes(found.with_checkpointing_bytes)}"
+    extra.update(time_lines(time_rec))
+    if a.time is not None and a.fp32 is not None:
+        extra.update(training_fp32(plan, a.time, a.fp32.time, a.fp32.memory_bytes))
+    tip = faults_tip(a.faults, a.time.step_s) if a.time else None
+    if tip:
+        extra["page faults"] = tip
+    title = (f"{a.model.name} training: batch {plan.batch} x seq {plan.seq}, {plan.dtype}, "
+             f"{plan.optimizer}, {plan.finetune}")  # fmt: skip
+    view = terminal.format_memory(title, a.memory, a.hardware, extra)
+    if show_ops and a.time is not None:
+        view = Group(view, terminal.format_ops("forward operations (backward ~2x)",
+                                               a.time.forward))  # fmt: skip
+    return obj, view
+
+
+def models_view(rows: list[ModelRow]) -> View:
+    obj = [{**asdict(r.entry), "params": r.params, "active_params": r.active_params,
+            "attention": r.attention} for r in rows]  # fmt: skip
+    entries = [(r.entry, r.params, r.active_params, r.attention) for r in rows]
+    return obj, terminal.format_models_table(entries)
+
+
+def hardware_view(devices: tuple[Hardware, ...]) -> View:
+    return [hardware_record(h) for h in devices], terminal.format_hardware_table(devices)

@@ -1,0 +1,52 @@
+"""The time lines of `gpuwise infer` and `gpuwise train`, written from their JSON records."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwise.app.train import PageFaults
+from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
+from gpuwise.report.terminal import format_seconds
+
+# The share of a step in page faults from which `gpuwise train` says how to avoid them.
+FAULTS_WORTH_A_TIP = 0.05
+
+
+def time_lines(rec: dict[str, Any]) -> dict[str, str]:
+    if "unavailable" in rec:
+        return {"time": f"not estimated: {rec['unavailable']}"}
+    if "step_s" in rec:
+        return {"time": f"step {format_seconds(rec['step_s'])}, "
+                        f"{rec['tokens_per_s']:,.0f} tokens/s, MFU {100 * rec['mfu']:.0f}% "
+                        f"(backward {rec['bound']['backward']}-bound; {rec['source']}: "
+                        f"{rec['rates']})" + _time_to_train(rec)}  # fmt: skip
+    return {"time": f"prefill {format_seconds(rec['prefill_s'])} "
+                    f"({rec['bound']['prefill']}-bound), decode "
+                    f"{format_seconds(rec['decode_s_per_token'])}/token "
+                    f"({rec['bound']['decode']}-bound), {rec['tokens_per_s']:,.1f} tokens/s "
+                    f"({rec['source']}: {rec['rates']})"}  # fmt: skip
+
+
+def _time_to_train(rec: dict[str, Any]) -> str:
+    if not rec.get("train_tokens"):
+        return ""
+    hours = rec["time_to_train_s"] / 3600
+    return f"; {rec['train_tokens']:,.0f} tokens in {hours:,.1f} h ({hours / 24:,.1f} days)"
+
+
+def faults_tip(faults: PageFaults, step_s: float) -> str | None:
+    """glibc gives back memory and maps it again every step; told not to, it faults nothing
+    in after the first steps, for a higher peak (docs/speed.md, "Page faults on a CPU").
+    Where the probe saw first touch slow down with memory in use, the step at that rate too:
+    such a host's steps run in between. None where the faults are too small to mention."""
+    fault_s = faults.step_fault_s
+    if fault_s < FAULTS_WORTH_A_TIP * step_s:
+        return None
+    env = " ".join(f"{k}={v}" for k, v in NO_FAULTS_ENV.items())
+    slow = ""
+    if faults.slow_step_s and faults.slow_bytes_per_s:
+        slow = (f"; at the {faults.slow_bytes_per_s / 1e9:.2f} GB/s the probe also "
+                f"saw with memory in use, the step takes up to {faults.slow_step_s:.2f} s")  # fmt: skip
+    return (f"{fault_s:.2f} s of the step ({fault_s / step_s:.0%}) at the probed first-touch "
+            f"rate, for memory glibc gives back and maps again every step{slow}; `{env}` "
+            "keeps it mapped, for a peak about 10% higher")  # fmt: skip
