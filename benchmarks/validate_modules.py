@@ -109,7 +109,7 @@ def _timed_alone(fn):
 def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
              dtype: str | None, repeats: int, memory: bool = True, timing: bool = True,
              tries: int = 1, max_others: float = 1.0, split: bool = False) -> dict:  # fmt: skip
-    from gpuwise.app.from_module import from_module
+    from gpuwise.app.module import from_module
     from gpuwise.estimate.traced_module import heap_faults
     from gpuwise.measure.runs.module_run import measure_module_memory, measure_module_time
 

@@ -16,7 +16,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(repro_api, name)
     if name == "from_module":  # traces a torch module: torch is imported only when used
-        from gpuwise.app.from_module import from_module
+        from gpuwise.app.module import from_module
 
         return from_module
     if name == "watch":  # `with gpuwise.watch() as w:` times a training loop

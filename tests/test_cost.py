@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import run  # the CLI contract's runner: exit code, stdout, stderr
 
+from gpuwise.app.lookup import model_named
 from gpuwise.catalog.costs import load_costs, with_overrides
 from gpuwise.catalog.hardware import find_hardware
-from gpuwise.cli.common import model_named
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import advise, serving_options
 from gpuwise.estimate.cost.prices import (

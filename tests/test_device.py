@@ -5,15 +5,19 @@ from __future__ import annotations
 import subprocess
 import sys
 from importlib import resources
-from types import SimpleNamespace
-from typing import Any
+from pathlib import Path
 
 import psutil
 import pytest
+from fakes import FakeGpu, fake_nvml
 
 from gpuwise.catalog.hardware import Hardware, load_hardware
-from gpuwise.measure.hardware import detect as device
-from gpuwise.measure.hardware.detect import GpuInfo, detect_gpus, detect_local, match_catalogue
+from gpuwise.measure.hardware import catalogue_match
+from gpuwise.measure.hardware import gpus as gpu_readers
+from gpuwise.measure.hardware.catalogue_match import match_catalogue
+from gpuwise.measure.hardware.detect import detect_gpus, detect_local
+from gpuwise.measure.hardware.gpus import GpuInfo
+from gpuwise.measure.hardware.nvml import Nvml
 
 MIB = 2**20
 GIB = 2**30
@@ -25,15 +29,8 @@ def _catalogue_exists() -> bool:
     return resources.files("gpuwise.catalog").joinpath("data/hardware.toml").is_file()
 
 
-def _gpu(name: str = H100_NVML_NAME, mib: int = H100_MIB, index: int = 0) -> GpuInfo:
-    return GpuInfo(
-        index=index,
-        name=name,
-        memory_total_bytes=mib * MIB,
-        memory_used_bytes=512 * MIB,
-        driver="550.54.15",
-        via="nvidia-ml-py",
-    )
+def _gpu(name: str = H100_NVML_NAME, mib: int = H100_MIB) -> FakeGpu:
+    return FakeGpu(name=name, memory_total_bytes=mib * MIB, memory_used_bytes=512 * MIB)
 
 
 def _hw(
@@ -89,15 +86,21 @@ FAKE_MATCHES = [
 
 @pytest.fixture
 def fake_catalogue(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(device, "load_hardware", lambda: FAKE_CATALOGUE)
+    monkeypatch.setattr(catalogue_match, "load_hardware", lambda: FAKE_CATALOGUE)
 
 
-def _fake_nvml(monkeypatch: pytest.MonkeyPatch, *gpus: GpuInfo) -> None:
-    monkeypatch.setattr(device, "_nvml_gpus", lambda: (list(gpus), None))
+# NVML that fails to start, as without a driver; detect_gpus then says "nvidia-ml-py: <reason>".
+NO_NVML = {"nvmlInit": "fake failure"}
 
 
-def _no_nvml(monkeypatch: pytest.MonkeyPatch, reason: str = "nvidia-ml-py: fake failure") -> None:
-    monkeypatch.setattr(device, "_nvml_gpus", lambda: ([], reason))
+def _driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, present: bool) -> None:
+    """An NVIDIA driver's files present (a folder that exists) or absent."""
+    path = tmp_path if present else tmp_path / "no-driver"
+    monkeypatch.setattr(gpu_readers, "NVIDIA_DRIVER_PATHS", (str(path),))
+
+
+def _torch_finds(monkeypatch: pytest.MonkeyPatch, *gpus: GpuInfo, reason: str | None = None) -> None:
+    monkeypatch.setattr(gpu_readers, "torch_gpus", lambda: (list(gpus), reason))
 
 
 def _torch_must_not_run() -> tuple[list[GpuInfo], str | None]:
@@ -107,7 +110,7 @@ def _torch_must_not_run() -> tuple[list[GpuInfo], str | None]:
 # --- This machine -------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(device._nvidia_driver_present(), reason="this machine has an NVIDIA driver")
+@pytest.mark.skipif(gpu_readers.nvidia_driver_present(), reason="this machine has an NVIDIA driver")
 def test_no_gpu_here_falls_back_to_the_cpu() -> None:
     machine = detect_local()
     assert machine.gpus == ()

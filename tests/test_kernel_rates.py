@@ -353,9 +353,9 @@ def test_the_probe_warns_when_first_touch_slows_with_memory_in_use():
 def test_train_says_what_the_steps_page_faults_cost_and_how_to_keep_the_memory(monkeypatch):
     from rich.console import Console
 
+    from gpuwise.app import train as train_app
     from gpuwise.catalog import resolve_model
     from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
-    from gpuwise.app import train as train_app
     from gpuwise.report.estimate_views import train_view
 
     record = _record() | {"fresh": {"bytes_per_s": 1e9, "threshold": 32 * 2**20}}
@@ -381,8 +381,8 @@ def test_train_says_what_the_steps_page_faults_cost_and_how_to_keep_the_memory(m
 def test_train_gives_the_step_at_the_slow_first_touch_the_probe_saw(monkeypatch):
     from rich.console import Console
 
-    from gpuwise.catalog import resolve_model
     from gpuwise.app import train as train_app
+    from gpuwise.catalog import resolve_model
     from gpuwise.estimate.speed.probed_kernels import slow_first_touch_reading
     from gpuwise.report.estimate_views import train_view
 

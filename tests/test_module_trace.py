@@ -18,7 +18,7 @@ import module_zoo  # noqa: E402  (tests/ is on sys.path under pytest)
 from heap_walk import held_at_end, most_held  # noqa: E402
 from test_cli import run  # noqa: E402  (the CLI runner: exit code, stdout, stderr)
 
-from gpuwise.app.from_module import from_module  # noqa: E402
+from gpuwise.app.module import from_module  # noqa: E402
 from gpuwise.catalog.hardware import find_hardware  # noqa: E402
 from gpuwise.measure.module.trace import trace_module  # noqa: E402
 

@@ -7,13 +7,13 @@ from catalogue_archs import arch
 from rich.console import Console
 from test_kernel_rates import CPU, _record
 
+from gpuwise.app import infer as infer_app
+from gpuwise.app import train as train_app
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
 from gpuwise.estimate.speed.precision_advice import FASTER_BY, fp32_inference, fp32_training
 from gpuwise.estimate.speed.probed_kernels import KernelRates
-from gpuwise.app import infer as infer_app
-from gpuwise.app import train as train_app
 from gpuwise.report.estimate_views import infer_view, train_view
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fakes import FakeGpu, fake_nvml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -244,28 +245,15 @@ def test_energy_meter_rapl_wraps_and_nvml(tmp_path: Path) -> None:
     pkg.mkdir()
     (pkg / "max_energy_range_uj").write_text("1000000\n")
     (pkg / "energy_uj").write_text("900000\n")
-
-    class FakeNvml:
-        mj = 5000
-
-        def nvmlDeviceGetCount(self) -> int:  # noqa: N802 - NVML's names
-            return 1
-
-        def nvmlDeviceGetHandleByIndex(self, i: int) -> int:  # noqa: N802
-            return i
-
-        def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
-            return self.mj
-
-    nvml = FakeNvml()
+    nvml = fake_nvml(FakeGpu(energy_mj=5000))
     meter = EnergyMeter(tmp_path, nvml)
     before = meter.read()
     (pkg / "energy_uj").write_text("100000\n")  # wrapped: +0.2 J
-    nvml.mj = 7500  # +2.5 J
+    nvml.lib.gpus[0].energy_mj = 7500  # +2.5 J
     assert meter.delta(before, meter.read()) == pytest.approx(2.7)
     assert meter.note() == "measured: intel-rapl:0, gpu0"
-    bare = EnergyMeter(tmp_path / "none", None)
-    assert "no RAPL counters" in bare.note() or bare.available
+    bare = EnergyMeter(tmp_path / "none", fake_nvml(fail={"nvmlInit": "Driver Not Loaded"}))
+    assert bare.note() == f"NA: CPU: no RAPL here ({tmp_path / 'none'} absent); GPU: Driver Not Loaded"
 
 
 # --- the runner and the CLI on commands that fail -------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fakes import FakeGpu, fake_nvml
 
 from gpuwise.estimate.watch import verdict as wv
 from gpuwise.estimate.watch.energy import cumulative_series, energy_between
@@ -220,56 +221,29 @@ def test_steps_tile_and_accumulation_is_one_step(tmp_path):
 # --------------------------------------------------------------------- sensors
 
 
-class FakeNvml:
-    """Enough of pynvml for one GPU without GPM (an A100, say)."""
-
-    def __init__(self, fail: str | None = None) -> None:
-        self.fail = fail
-
-    def nvmlInit(self):
-        if self.fail == "init":
-            raise RuntimeError("NVML Shared Library Not Found")
-
-    def nvmlDeviceGetCount(self):
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, i):
-        return i
-
-    def nvmlDeviceGetName(self, h):
-        return b"NVIDIA A100-SXM4-80GB"
-
-    def nvmlDeviceGetUtilizationRates(self, h):
-        return SimpleNamespace(gpu=87)
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(used=40 * 2**30)
-
-    def nvmlDeviceGetPowerUsage(self, h):
-        return 312_000
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, h):
-        if self.fail == "energy":
-            raise RuntimeError("Not Supported")
-        return 5_000_000
-
-    def nvmlGpmQueryDeviceSupport(self, h):
-        return SimpleNamespace(isSupportedDevice=0)
-
-
 def test_gpu_sensor_readings_and_reasons(monkeypatch):
     from gpuwise.measure.watch.sensors import GpuSensor
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    gpu = GpuSensor(FakeNvml())
+    gpu = GpuSensor(fake_nvml())
     assert gpu.names == ["NVIDIA A100-SXM4-80GB"]
     assert gpu.read() == [{"index": 0, "util_percent": 87, "sm_percent": None,
                            "mem_used_bytes": 40 * 2**30, "power_w": 312.0, "energy_j": 5000.0}]  # fmt: skip
     assert "Hopper" in gpu.unavailable["sm_active"]
-    no_energy = GpuSensor(FakeNvml("energy"))
+    no_energy = GpuSensor(fake_nvml(fail={"nvmlDeviceGetTotalEnergyConsumption": "Not Supported"}))
     assert no_energy.read()[0]["energy_j"] is None and no_energy.unavailable["energy"]
-    none = GpuSensor(FakeNvml("init"))
+    none = GpuSensor(fake_nvml(fail={"nvmlInit": "NVML Shared Library Not Found"}))
     assert none.read() == [] and "no NVIDIA driver" in none.unavailable["gpu"]
+
+
+def test_gpu_sensor_reads_sm_activity_between_two_readings(monkeypatch):
+    from gpuwise.measure.watch.sensors import GpuSensor
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    gpu = GpuSensor(fake_nvml(FakeGpu(), FakeGpu("NVIDIA H100 80GB HBM3", gpm=True)))
+    assert gpu.names == ["NVIDIA H100 80GB HBM3"]
+    assert [r["sm_percent"] for r in gpu.read() + gpu.read()] == [64.0, 64.0]
+    assert "sm_active" not in gpu.unavailable
 
 
 def test_rapl_counts_across_a_wrap(tmp_path):

@@ -83,16 +83,18 @@ AS_JSON = _opt("as_json", bool, False, "print one JSON object", "--json")
 
 def advise(**kw: Any) -> None:
     """Should I use a GPU at all, and rent or buy? Every option for a workload, priced."""
-    from gpuwise.cli.cost_run import run_advise
+    from gpuwise.app.cost import advise_options
+    from gpuwise.report.cost_view import advice_view
 
-    emit(run_advise(kw), kw["as_json"])
+    emit(advice_view(advise_options(kw), kw["show_all"]), kw["as_json"])
 
 
 def cost(**kw: Any) -> None:
     """The cost of one option: a named device, owned (default when it has a price) or rented."""
-    from gpuwise.cli.cost_run import run_cost
+    from gpuwise.app.cost import cost_option
+    from gpuwise.report.cost_view import cost_view
 
-    emit(run_cost(kw), kw["as_json"])
+    emit(cost_view(cost_option(kw)), kw["as_json"])
 
 
 advise.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

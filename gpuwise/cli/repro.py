@@ -39,9 +39,8 @@ def repro(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run a training command many times per condition: spread, arithmetic share, costs."""
-    from gpuwise.measure.hardware.detect import detect_gpus
-    from gpuwise.measure.repro.plan import parse_conditions, thread_choices
-    from gpuwise.measure.repro.runner import Study
+    from gpuwise.app import repro as repro_app
+    from gpuwise.report.progress import runs_bar
     from gpuwise.report.repro_view import repro_view
 
     if not command:
@@ -49,18 +48,20 @@ def repro(
     if not (0 < alpha < 1 and 0 < power < 1):
         raise GpuwiseError(f"--alpha {alpha} and --power {power} must be between 0 and 1",
                            "for example --alpha 0.05 --power 0.8")  # fmt: skip
-    has_gpu = bool(detect_gpus(use_torch=False)[0])
-    default = "same-seed,deterministic,seeds" + ("" if has_gpu else ",threads")
-    study = Study(
-        command=tuple(command), conditions=parse_conditions(conditions or default), runs=runs,
+    gpu = repro_app.has_gpu()
+    study = repro_app.new_study(
+        tuple(command), conditions or repro_app.default_conditions(gpu), runs=runs,
         results=results, base_seed=seed, seed_flag=seed_flag, metric_specs=tuple(metric or ()),
         parallel=parallel, devices=tuple(d for d in devices.split(",") if d.strip()),
-        threads=tuple(thread_choices()), timeout_s=timeout)  # fmt: skip
+        timeout_s=timeout)  # fmt: skip
     try:
-        view = repro_view(study, fresh, as_json, has_gpu, parse_detect(detect), alpha, power)
+        with runs_bar(quiet=as_json) as progress:
+            answer = repro_app.repro(study, fresh, gpu, parse_detect(detect), alpha, power,
+                                     progress)  # fmt: skip
     except KeyboardInterrupt:
         raise GpuwiseError(f"interrupted; finished runs are saved in {results}",
                            "run the same command again to resume") from None  # fmt: skip
+    view = repro_view(answer)
     emit(view, as_json)
 
 

@@ -30,12 +30,13 @@ def watch(
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run a command and measure it: data wait, compute, launch overhead, memory, energy."""
+    from gpuwise.app.watch import judge_logs
     from gpuwise.report.watch_view import watch_view
 
     if report:
         if not cmd:
             raise GpuwiseError("--report needs a log file", "gpuwise watch --report run.jsonl")
-        emit(watch_view(list(cmd), {}), as_json)
+        emit(watch_view(judge_logs(list(cmd))), as_json)
         return
     if not 0.05 <= interval <= 10:
         raise GpuwiseError(f"--interval {interval} is out of range", "use 0.05 to 10 seconds")
@@ -44,7 +45,7 @@ def watch(
     code = _run(cmd or [], path, {"interval_s": interval, "inject": not no_inject,
                                   "sync": not no_sync}, live)  # fmt: skip
     try:
-        record, renderable = watch_view([str(path)], {})
+        record, renderable = watch_view(judge_logs([str(path)]))
         if as_json:  # the command owns stdout: the report is its last line
             sys.stdout.write(json.dumps(record, default=str) + "\n")
         else:
@@ -60,17 +61,15 @@ def watch(
 
 
 def _run(cmd: list[str], path: Path, options: dict[str, Any], live: bool) -> int:
-    from gpuwise.measure.watch.log import LogTail
-    from gpuwise.measure.watch.runner import run_watched
+    from gpuwise.app.watch import run_job
 
     if not live:
-        return run_watched(cmd, path, **options).exit_code
+        return run_job(cmd, path, options)
     from gpuwise.report.watch_live import LiveLine
 
-    line, tail = LiveLine(sys.stderr), LogTail(path)
+    line = LiveLine(sys.stderr)
     line.start()
     try:
-        return run_watched(cmd, path, **options,
-                           tick=lambda s: line.update(tail.read_new(), s.latest)).exit_code  # fmt: skip
+        return run_job(cmd, path, options, line.update)
     finally:
         line.stop()

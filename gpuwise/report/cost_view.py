@@ -2,41 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gpuwise.app.cost import AdviceAnswer, CostAnswer
 from gpuwise.catalog.costs import CostAssumptions
-from gpuwise.catalog.hardware import Hardware, load_hardware
-from gpuwise.estimate.cost.advise import Advice, Option
-from gpuwise.estimate.cost.sizing import Candidate
-from gpuwise.measure.probe.rates_source import rates_for
+from gpuwise.estimate.cost.advise import Option
 from gpuwise.report.terminal import fits_text
 
 View = tuple[Any, Any]
 SHOWN = 15  # rows of the options table unless --all
-
-
-def candidate(hw: Hardware, price: float | None = None, rate: float | None = None,
-              power_w: float | None = None) -> Candidate:  # fmt: skip
-    """A device with the rates the time model uses on it (probe for this machine, else spec)."""
-    if power_w is not None:
-        hw = replace(hw, tdp_w=power_w)
-    rates, how = rates_for(hw)
-    label = f"this machine ({hw.name})" if hw.source == "detected" else ""
-    return Candidate(hw, rates, how, price, rate, label, 1 if hw.source == "detected" else None)
-
-
-def candidates(local: Hardware | None, local_price: float | None,
-               local_power_w: float | None) -> list[Candidate]:  # fmt: skip
-    """Every catalogue device with a price, and this machine."""
-    out = [candidate(hw) for hw in load_hardware() if hw.list_price_usd or hw.cloud_usd_per_hour]
-    if local is not None:
-        out.insert(0, candidate(local, local_price, None, local_power_w))
-    return out
 
 
 def _num(value: float | None, fmt: str = ",.0f", none: str = "NA") -> str:
@@ -155,9 +134,9 @@ def _assumptions_table(a: CostAssumptions) -> Table:
     return table
 
 
-def advice_view(header: dict[str, Any], advice: Advice, a: CostAssumptions, training: bool,
-                show_all: bool) -> View:  # fmt: skip
+def advice_view(answer: AdviceAnswer, show_all: bool) -> View:
     """The options table, the recommendation with its reasons, and the assumptions."""
+    header, advice, a, training = answer.header, answer.advice, answer.assumptions, answer.training
     obj = {**header, "options": [option_record(o) for o in advice.options],
            "recommendation": option_record(advice.choice) if advice.choice else None,
            "reasons": list(advice.reasons),
@@ -180,9 +159,9 @@ def advice_view(header: dict[str, Any], advice: Advice, a: CostAssumptions, trai
     return obj, Group(*parts)
 
 
-def cost_view(header: dict[str, Any], option: Option, a: CostAssumptions,
-              training: bool) -> View:  # fmt: skip
+def cost_view(answer: CostAnswer) -> View:
     """One option in detail: its cost breakdown, power, energy and the break-even."""
+    header, option, a, training = answer.header, answer.option, answer.assumptions, answer.training
     rec = option_record(option)
     obj = {**header, "option": rec, "assumptions": assumptions_record(a)}
     lines = _detail(option, training)

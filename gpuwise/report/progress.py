@@ -6,9 +6,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 WIDTH = 40
 
@@ -23,3 +30,21 @@ def progress_bar(quiet: bool) -> Iterator[Callable[[str, float], None] | None]:
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("probing", total=1.0)
         yield lambda what, done: bar.update(task, description=what[:WIDTH], completed=done)
+
+
+@contextmanager
+def runs_bar(quiet: bool) -> Iterator[Callable[[dict[str, Any], int, int], None] | None]:
+    """Yields progress(run record, runs done, runs in all), or None when quiet."""
+    if quiet or not sys.stderr.isatty():
+        yield None
+        return
+    columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("runs", total=None)
+
+        def progress(record: dict[str, Any], done: int, total: int) -> None:
+            what = f"{record.get('condition', '')} #{record.get('index', '')}"
+            bar.update(task, description=what, completed=done, total=total)
+
+        yield progress

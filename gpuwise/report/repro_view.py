@@ -1,47 +1,25 @@
-"""`gpuwise repro`: run the study with a progress bar (on a terminal), then show the verdict."""
+"""Renders `gpuwise repro`'s answer: the verdict, per condition and per metric."""
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
-from rich.console import Console, Group
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gpuwise.app.repro import ReproAnswer
 from gpuwise.estimate.repro.analysis import ConditionSummary, StudyAnalysis
 from gpuwise.estimate.repro.stats import Share
 
 
-def repro_view(study: Any, fresh: bool, quiet: bool, has_gpu: bool,
-               detect: tuple[dict[str, float], bool], alpha: float,
-               power: float) -> tuple[Any, Any]:  # fmt: skip
-    """Run (or resume) the study, analyse every run of it, return (JSON record, renderable)."""
-    from gpuwise.estimate.repro.analysis import analyze
-    from gpuwise.measure.repro.runner import condition_runs, deterministic_conditions, run_study
-
-    if quiet or not sys.stderr.isatty():
-        records = run_study(study, fresh=fresh)
-    else:
-        columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn())  # fmt: skip
-        with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task("runs", total=None)
-
-            def progress(record: dict[str, Any], done: int, total: int) -> None:
-                what = f"{record.get('condition', '')} #{record.get('index', '')}"
-                bar.update(task, description=what, completed=done, total=total)
-
-            records = run_study(study, progress, fresh=fresh)
-    grouped = condition_runs(records, study.conditions)
-    analysis = analyze(grouped, deterministic_conditions(has_gpu, grouped), detect[0], detect[1],
-                       alpha, power)  # fmt: skip
-    energy_notes = sorted({str(r.get("energy_note")) for r in records if r.get("energy_note")})
+def repro_view(answer: ReproAnswer) -> tuple[Any, Any]:
+    """(JSON record, renderable) of an analysed study."""
+    study, analysis, notes = answer.study, answer.analysis, answer.energy_notes
     record = {"study": study.header() | {"results": str(study.results)},
-              "analysis": dataclasses.asdict(analysis), "energy": energy_notes}  # fmt: skip
-    return record, format_study(analysis, study, energy_notes)
+              "analysis": dataclasses.asdict(analysis), "energy": notes}  # fmt: skip
+    return record, format_study(analysis, study, notes)
 
 
 def _num(x: float | None, digits: int = 4) -> str:

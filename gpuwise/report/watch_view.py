@@ -9,6 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from gpuwise.app.watch import WatchAnswer
 from gpuwise.estimate.watch.summary import ALL_PHASES, WatchSummary
 from gpuwise.estimate.watch.verdict import Verdict
 from gpuwise.units import format_bytes
@@ -151,16 +152,7 @@ def _sources(sources: tuple[str, ...]) -> str:
     return "measured (" + " + ".join(sources) + ")" if sources else ""
 
 
-def watch_view(paths: list[str], meta: dict[str, Any]) -> tuple[dict[str, Any], Group]:
-    """Read the logs, summarise, judge: (JSON record, terminal rendering)."""
-    from gpuwise.estimate.watch.summary import summarize
-    from gpuwise.estimate.watch.verdict import verdict
-    from gpuwise.measure.watch.log import read_log
-
-    log = read_log(paths)
-    summary = summarize(log)
-    judged = verdict(summary)
-    meta = {"log": ", ".join(paths), "cmd": log.header.get("cmd"), "gpus": log.header.get("gpus"),
-            "exit_code": (log.end or {}).get("exit_code"), "unavailable": log.unavailable,
-            "notes": list(log.notes), **meta}  # fmt: skip
-    return watch_record(summary, judged, meta), format_watch(summary, judged, meta)
+def watch_view(answer: WatchAnswer) -> tuple[dict[str, Any], Group]:
+    """(JSON record, terminal rendering) of a judged job."""
+    return (watch_record(answer.summary, answer.verdict, answer.meta),
+            format_watch(answer.summary, answer.verdict, answer.meta))  # fmt: skip

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import bisect
 import math
-import tomllib
 from dataclasses import dataclass, field
-from functools import cache, cached_property
-from importlib import resources
+from functools import cached_property
 from typing import Any
 
+from gpuwise.catalog.efficiency import device_efficiency
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.speed.probed_kernels import KernelRates
@@ -18,13 +17,6 @@ from gpuwise.estimate.speed.probed_kernels import KernelRates
 PHASES = ("inference", "decode", "training")
 DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "bf16",
                   "int4": "bf16", "nf4": "bf16"}  # fmt: skip
-
-
-@cache
-def _defaults(kind: str) -> dict[str, Any]:
-    text = resources.files("gpuwise.catalog").joinpath("data/efficiency.toml").read_text()
-    data = tomllib.loads(text)
-    return data.get(kind, data["gpu"])
 
 
 @dataclass(frozen=True)
@@ -45,6 +37,7 @@ class DeviceRates:
     interconnect_bytes_per_s: float
     collective_latency_s: float
     kernel_latency_s: float
+    vector_efficiency: float  # elementwise FLOP/s as a share of the fp32 peak
     source: str  # "spec" or "measured"
     matmul_curves: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # Measured FLOP/s of (m x 4096) @ (4096 x 4096) by rows m: how skinny matmuls fare.
@@ -77,8 +70,9 @@ class DeviceRates:
 
     @cached_property
     def vector_flops(self) -> float:
-        """FLOP/s of elementwise math, which runs on the vector units: half the fp32 peak."""
-        return self.peak("fp32") * 0.5
+        """FLOP/s of elementwise math, which runs on the vector units: a share of the fp32
+        peak (catalog/data/efficiency.toml, `vector`)."""
+        return self.peak("fp32") * self.vector_efficiency
 
     def peak(self, dtype: str) -> float:
         key = DTYPE_PEAK_KEY.get(dtype, dtype)
@@ -133,7 +127,7 @@ def _interpolate(curve: tuple[tuple[float, float], ...], x_value: float,
 
 def rates_from_spec(hw: Hardware) -> DeviceRates:
     """Datasheet peaks with the default efficiencies for this kind of device."""
-    d = _defaults(hw.kind)
+    d = device_efficiency(hw.kind)
     if not hw.memory_bandwidth_gbs or not hw.peak_tflops:
         raise GpuwiseError(f"no speed figures for {hw.name}",
                            "run `gpuwise probe` here first, or estimate --on a catalogue device")  # fmt: skip
@@ -142,14 +136,13 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         name=hw.name, kind=hw.kind,
         peak_flops={k: v * 1e12 for k, v in hw.peak_tflops.items()},
         bandwidth_bytes_per_s=hw.memory_bandwidth_gbs * 1e9,
-        matmul_max=d["matmul_max"], compute_units=units, tile=d["tile"], min_rows=d["min_rows"],
-        memory_efficiency=d["memory"], op_overhead_s=d["op_overhead_s"],
-        view_overhead_s=d["view_overhead_s"],
-        interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
-        collective_latency_s=d["collective_latency_s"],
-        kernel_latency_s=d["kernel_latency_s"], source="spec",
-        runtime_op_s=dict(d.get("runtime_op_s", {})),
-        runtime_step_s=dict(d.get("runtime_step_s", {})),
+        matmul_max=d.matmul_max, compute_units=units, tile=d.tile, min_rows=d.min_rows,
+        memory_efficiency=d.memory, op_overhead_s=d.op_overhead_s,
+        view_overhead_s=d.view_overhead_s,
+        interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d.interconnect,
+        collective_latency_s=d.collective_latency_s,
+        kernel_latency_s=d.kernel_latency_s, vector_efficiency=d.vector, source="spec",
+        runtime_op_s=dict(d.runtime_op_s), runtime_step_s=dict(d.runtime_step_s),
     )  # fmt: skip
 
 
@@ -163,16 +156,16 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
     """Rates measured on this machine by `gpuwise probe` (efficiency already included)."""
     peaks = {k: max(r for _, r in v) for k, v in matmul_curves.items() if v}
     rt = runtime or {}
-    d = _defaults(hw.kind)
+    d = device_efficiency(hw.kind)
     return DeviceRates(
         name=hw.name, kind=hw.kind, peak_flops=peaks,
         bandwidth_bytes_per_s=bandwidth_bytes_per_s, matmul_max=1.0,
-        compute_units=max(1, hw.compute_units), tile=d["tile"], min_rows=d["min_rows"],
+        compute_units=max(1, hw.compute_units), tile=d.tile, min_rows=d.min_rows,
         memory_efficiency=1.0, op_overhead_s=op_overhead_s, view_overhead_s=view_overhead_s,
-        interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d["interconnect"],
-        collective_latency_s=d["collective_latency_s"],
-        kernel_latency_s=0.0 if hw.kind == "cpu" else d["kernel_latency_s"],
-        source="measured", matmul_curves=matmul_curves, row_curves=row_curves or {},
+        interconnect_bytes_per_s=hw.interconnect_gbs * 1e9 / 2 * d.interconnect,
+        collective_latency_s=d.collective_latency_s,
+        kernel_latency_s=0.0 if hw.kind == "cpu" else d.kernel_latency_s,
+        vector_efficiency=d.vector, source="measured", matmul_curves=matmul_curves, row_curves=row_curves or {},
         gemv_curves={k: tuple((b, r) for b, r in v) for k, v in rt.get("gemv", {}).items()},
         # Measured with the caches hot; a real model's ops find them cold (runtime_probe).
         runtime_op_s={p: rt[f"{p}_op_s"] * rt.get("cold_op_factor", 1.0)

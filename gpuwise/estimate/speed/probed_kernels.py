@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwise.catalog.allocators import host_allocator
+
 
 @dataclass(frozen=True)
 class Grid:
@@ -22,9 +24,10 @@ class Grid:
         return cls(seconds, tuple(tuple(sorted({key[i] for key in seconds})) for i in range(3)))
 
 
-# glibc raises its mmap threshold as mapped chunks are freed, up to this (32 MiB on 64-bit,
-# DEFAULT_MMAP_THRESHOLD_MAX): larger tensors are always mmapped and unmapped on free.
-GLIBC_MMAP_THRESHOLD_MAX = 32 * 2**20
+def _mmap_threshold_max() -> int:
+    """glibc raises its mmap threshold as mapped chunks are freed, up to this: larger tensors
+    are always mapped afresh and unmapped on free (catalog/data/allocators.toml)."""
+    return host_allocator().mmap_threshold_max
 
 
 def slow_first_touch_reading(fresh: dict[str, Any]) -> tuple[int, float]:
@@ -57,7 +60,7 @@ class KernelRates:
     # Bytes/s at which fresh memory is faulted in (first touch of a newly mapped tensor), and
     # the size from which the host allocator maps tensors afresh rather than reusing its heap.
     fresh_bytes_per_s: float = 0.0
-    fresh_threshold: float = GLIBC_MMAP_THRESHOLD_MAX
+    fresh_threshold: float = field(default_factory=_mmap_threshold_max)
     # The slowest first touch the probe saw with memory in use, where under half the above
     # (0 where it did not): the bound of `gpuwise train`'s page faults on such a machine.
     slow_fresh_bytes_per_s: float = 0.0
@@ -90,7 +93,7 @@ class KernelRates:
         fresh = record.get("fresh") or {}
         return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer, conv,
                    float(fresh.get("bytes_per_s") or 0.0),
-                   float(fresh.get("threshold") or GLIBC_MMAP_THRESHOLD_MAX),
+                   float(fresh.get("threshold") or _mmap_threshold_max()),
                    slow_first_touch_reading(fresh)[1])  # fmt: skip
 
     def optimizer_s(self, name: str, tensors: tuple[tuple[int, int], ...], dtype: str,

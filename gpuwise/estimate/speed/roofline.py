@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from gpuwise.catalog.efficiency import time_model_rules
 from gpuwise.catalog.runtimes import op_counts
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.workload import Architecture
@@ -169,9 +170,10 @@ def dispatch_cost(kernels: float, views: float, rates: DeviceRates, phase: str,
     """Seconds to dispatch `kernels` ops and `views` (metadata-only ops) in `phase`; with
     `per_step`, plus the runtime's measured fixed cost per step. `runtime` False: the bare
     per-op cost, without the transformers runtime's measured cost per op."""
-    if runtime and rates.runtime_op_s:  # measured: the cost of an op in the runtime, views a third
+    if runtime and rates.runtime_op_s:  # measured: the cost of an op in the runtime, views less
         per_op, step = rates.op_cost(phase)
-        return (kernels + views / 3) * per_op + (step if per_step else 0.0)
+        views_per_op = time_model_rules().runtime_views_per_op
+        return (kernels + views / views_per_op) * per_op + (step if per_step else 0.0)
     return kernels * rates.op_overhead_s + views * rates.view_overhead_s
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from gpuwise.catalog.hardware import Hardware, load_hardware
 from gpuwise.errors import normalise_name
-from gpuwise.measure.hardware.detect import _cpu_model, match_catalogue
+from gpuwise.measure.hardware.catalogue_match import match_catalogue
+from gpuwise.measure.hardware.host import cpu_model
 from gpuwise.measure.probe.profile import NO_LINK, TRIAD_SCALAR, Op
 
 
@@ -104,7 +105,7 @@ class NullBackend(Backend):
 
 class _CpuBackend(Backend):
     def describe(self) -> str:
-        return _cpu_model()
+        return cpu_model()
 
     def threads(self) -> int | None:
         return _compute_cores()
@@ -113,11 +114,11 @@ class _CpuBackend(Backend):
         return ()
 
     def spec(self) -> Hardware | None:
-        model = normalise_name(_cpu_model())
+        model = normalise_name(cpu_model())
         found = [hw for hw in load_hardware() if hw.kind == "cpu" and model in
                  {hw.id, normalise_name(hw.name), *map(normalise_name, hw.aliases)}]  # fmt: skip
         if not found:
-            raise Unsupported(f"CPU {_cpu_model()!r} not in the catalogue: no fraction of spec")
+            raise Unsupported(f"CPU {cpu_model()!r} not in the catalogue: no fraction of spec")
         return found[0]
 
     def cache_bytes(self) -> int | None:

@@ -12,67 +12,44 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-RAPL_ROOT = Path("/sys/class/powercap")
+from gpuwise.measure.hardware.nvml import Nvml, shared_nvml
+from gpuwise.measure.hardware.rapl import RAPL_ROOT, find_zones
 
 
-def _rapl_domains(root: Path) -> list[Path]:
-    """Top-level package domains (intel-rapl:0, intel-rapl:1, ...), not their subdomains."""
-    return sorted(p for p in root.glob("intel-rapl:*") if p.name.count(":") == 1)
-
-
-def _read_int(path: Path) -> int:
-    return int(path.read_text().strip())
-
-
-def _rapl_joules(domain: Path) -> float:
-    return _read_int(domain / "energy_uj") / 1e6
-
-
-def _pynvml() -> Any:
-    import pynvml
-
-    pynvml.nvmlInit()
-    return pynvml
-
-
-def _nvml_joules(lib: Any, handle: Any) -> float:
-    return float(lib.nvmlDeviceGetTotalEnergyConsumption(handle)) / 1e3  # millijoules
+def _nvml_joules(nvml: Nvml, handle: Any) -> float:
+    joules = nvml.energy_j(handle)
+    if joules.value is None:
+        raise RuntimeError(f"GPU energy not readable: {joules.reason}")
+    return joules.value
 
 
 class EnergyMeter:
     """Reads joules since an arbitrary origin; `delta` handles counter wrap-around."""
 
-    def __init__(self, rapl_root: Path = RAPL_ROOT, nvml: Any = None) -> None:
+    def __init__(self, rapl_root: Path = RAPL_ROOT, nvml: Nvml | None = None) -> None:
         self.sources: list[tuple[str, Callable[[], float], float | None]] = []
         self.missing: list[str] = []
         self._add_rapl(rapl_root)
-        self._add_nvml(nvml)
+        self._add_nvml(nvml or shared_nvml())
 
     def _add_rapl(self, root: Path) -> None:
-        domains = _rapl_domains(root)
-        if not domains:
-            self.missing.append(f"CPU: no RAPL counters under {root}")
-        for d in domains:
-            try:
-                _read_int(d / "energy_uj")
-                wrap = _read_int(d / "max_energy_range_uj") / 1e6
-            except (OSError, ValueError) as exc:
-                self.missing.append(
-                    f"CPU: {d / 'energy_uj'} not readable ({exc.__class__.__name__})"
-                )
-                continue
-            self.sources.append((d.name, partial(_rapl_joules, d), wrap))
+        found = find_zones(root)
+        self.missing += [f"CPU: {problem}" for problem in found.problems]
+        for zone in found.zones:
+            self.sources.append((zone.name, zone.read_j, zone.range_j))
 
-    def _add_nvml(self, nvml: Any) -> None:
-        try:
-            lib = nvml if nvml is not None else _pynvml()
-            for i in range(lib.nvmlDeviceGetCount()):
-                handle = lib.nvmlDeviceGetHandleByIndex(i)
-                read = partial(_nvml_joules, lib, handle)
-                read()  # raises where the GPU has no energy counter
-                self.sources.append((f"gpu{i}", read, None))
-        except Exception as exc:  # no library, no driver, or a GPU without the counter
-            self.missing.append(f"GPU: {exc.__class__.__name__}: {exc}".strip())
+    def _add_nvml(self, nvml: Nvml) -> None:
+        count = nvml.device_count()
+        for i in range(count.value or 0):
+            handle = nvml.handle(i)
+            # a GPU without an energy counter, and those after it, are left out
+            first = nvml.energy_j(handle.value) if handle.value is not None else handle
+            if first.value is None:
+                self.missing.append(f"GPU: {first.reason}")
+                return
+            self.sources.append((f"gpu{i}", partial(_nvml_joules, nvml, handle.value), None))
+        if count.value is None:  # no library, or no driver
+            self.missing.append(f"GPU: {count.reason}")
 
     @property
     def available(self) -> bool:

@@ -5,12 +5,16 @@ nothing here raises once constructed."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
-RAPL_ROOT = Path("/sys/class/powercap")
+from gpuwise.measure.hardware.nvml import Nvml, Reading, shared_nvml
+from gpuwise.measure.hardware.rapl import RAPL_ROOT, RaplCounter
+
+T = TypeVar("T")
 TREE_REFRESH = 10  # readings between two listings of the watched process tree
 
 
@@ -74,27 +78,25 @@ class GpuSensor:
     """Utilisation, SM activity (GPM metrics, Hopper and later), memory, power and energy of
     the GPUs the job can see (CUDA_VISIBLE_DEVICES when it lists indices, else all)."""
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(self, nvml: Nvml | None = None) -> None:
         self.unavailable: dict[str, str] = {}
         self.names: list[str] = []
         self._handles: list[tuple[int, Any]] = []
-        self._gpm: dict[int, Any] = {}
-        try:
-            self.nvml = nvml or _import_nvml()
-            self.nvml.nvmlInit()
-            count = self.nvml.nvmlDeviceGetCount()
-        except Exception as exc:
-            self.unavailable["gpu"] = _reason(exc)
+        self._gpm: dict[int, tuple[Any, Any]] = {}
+        self.nvml = nvml or shared_nvml()
+        count = self.nvml.device_count()
+        if count.value is None:
+            self.unavailable["gpu"] = _reason(count.reason)
             return
-        for index in _visible(count):
-            try:
-                handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-                self.names.append(_text(self.nvml.nvmlDeviceGetName(handle)))
-            except Exception as exc:  # a GPU lost, or one we may not query
-                self.unavailable[f"gpu{index}"] = _reason(exc)
+        for index in _visible(count.value):
+            handle = self.nvml.handle(index)
+            name = self.nvml.name(handle.value) if handle.value is not None else handle
+            if name.value is None:  # a GPU lost, or one we may not query
+                self.unavailable[f"gpu{index}"] = _reason(name.reason)
                 continue
-            self._handles.append((index, handle))
-            self._start_gpm(index, handle)
+            self.names.append(name.value)
+            self._handles.append((index, handle.value))
+            self._start_gpm(index, handle.value)
         if not self._handles:
             self.unavailable["gpu"] = "no NVIDIA GPU visible"
 
@@ -103,113 +105,65 @@ class GpuSensor:
 
     def _read_one(self, index: int, handle: Any) -> dict[str, Any]:
         nv = self.nvml
-        util = self._try("util", lambda: nv.nvmlDeviceGetUtilizationRates(handle).gpu)
-        mem = self._try("memory", lambda: nv.nvmlDeviceGetMemoryInfo(handle).used)
-        power = self._try("power", lambda: nv.nvmlDeviceGetPowerUsage(handle) / 1000.0)
-        energy = self._try("energy",
-                           lambda: nv.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0)  # fmt: skip
-        return {"index": index, "util_percent": util, "sm_percent": self._sm_active(index, handle),
-                "mem_used_bytes": mem, "power_w": power, "energy_j": energy}  # fmt: skip
+        memory = self._try("memory", lambda: nv.memory(handle))
+        return {"index": index,
+                "util_percent": self._try("util", lambda: nv.utilization_percent(handle)),
+                "sm_percent": self._sm_active(index, handle),
+                "mem_used_bytes": memory.used_bytes if memory is not None else None,
+                "power_w": self._try("power", lambda: nv.power_w(handle)),
+                "energy_j": self._try("energy", lambda: nv.energy_j(handle))}  # fmt: skip
 
-    def _try(self, what: str, read: Any) -> Any:
+    def _try(self, what: str, read: Callable[[], Reading[T]]) -> T | None:
+        """A reading, None once it has failed (not supported on this GPU, or no permission)."""
         if what in self.unavailable:
             return None
-        try:
-            return read()
-        except Exception as exc:  # not supported on this GPU, or no permission
-            self.unavailable[what] = _reason(exc)
-            return None
+        got = read()
+        if got.value is None:
+            self.unavailable[what] = _reason(got.reason)
+        return got.value
 
     def _start_gpm(self, index: int, handle: Any) -> None:
-        try:
-            if not self.nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
-                self.unavailable["sm_active"] = "GPM metrics need a Hopper or later GPU"
-                return
-            sample = self.nvml.nvmlGpmSampleAlloc()
-            self._gpm[index] = (self.nvml.nvmlGpmSampleGet(handle, sample),
-                                self.nvml.nvmlGpmSampleAlloc())  # fmt: skip
-        except Exception as exc:
-            self.unavailable["sm_active"] = _reason(exc)
+        supported = self.nvml.gpm_supported(handle)
+        if supported.value is None:
+            self.unavailable["sm_active"] = _reason(supported.reason)
+            return
+        if not supported.value:
+            self.unavailable["sm_active"] = "GPM metrics need a Hopper or later GPU"
+            return
+        first, spare = self.nvml.gpm_sample(handle), self.nvml.gpm_sample(handle)
+        if first.value is None or spare.value is None:
+            self.unavailable["sm_active"] = _reason(first.reason or spare.reason)
+            return
+        self._gpm[index] = (first.value, spare.value)
 
     def _sm_active(self, index: int, handle: Any) -> float | None:
         """Share of SMs busy between the previous reading and this one (NVML GPM)."""
         if index not in self._gpm:
             return None
-        nv = self.nvml
         previous, spare = self._gpm[index]
-        try:
-            current = nv.nvmlGpmSampleGet(handle, spare)
-            query = nv.c_nvmlGpmMetricsGet_t()
-            query.version = nv.NVML_GPM_METRICS_GET_VERSION
-            query.numMetrics = 1
-            query.sample1, query.sample2 = previous, current
-            query.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
-            nv.nvmlGpmMetricsGet(query)
-            self._gpm[index] = (current, previous)
-            if query.metrics[0].nvmlReturn != 0:
-                return None  # not ready yet (samples too close together)
-            return float(query.metrics[0].value)
-        except Exception as exc:
-            self.unavailable["sm_active"] = _reason(exc)
+        current = self.nvml.gpm_sample(handle, spare)
+        active = (self.nvml.gpm_sm_active_percent(previous, current.value)
+                  if current.value is not None else Reading(None, current.reason))  # fmt: skip
+        if active.reason is not None:
+            self.unavailable["sm_active"] = _reason(active.reason)
             del self._gpm[index]
             return None
+        self._gpm[index] = (current.value, previous)
+        return active.value  # None: not ready yet (samples too close together)
 
 
 class RaplSensor:
-    """Cumulative CPU package energy in joules from /sys/class/powercap (Intel and AMD RAPL)."""
+    """Cumulative CPU package energy in joules (RAPL), wrap-arounds added back."""
 
     def __init__(self, root: Path = RAPL_ROOT) -> None:
-        self.unavailable: dict[str, str] = {}
-        self._zones: list[tuple[Path, int]] = []
-        self._last: dict[Path, int] = {}
-        self._wraps: dict[Path, int] = {}
-        if not root.exists():
-            self.unavailable["cpu_energy"] = f"no RAPL here ({root} absent)"
-            return
-        for zone in sorted(root.glob("*-rapl:*")):
-            if zone.name.count(":") != 1:
-                continue  # sub-zones (core, uncore, dram) are inside the package reading
-            try:
-                int((zone / "energy_uj").read_text())
-                limit = int((zone / "max_energy_range_uj").read_text())
-            except PermissionError:
-                self.unavailable["cpu_energy"] = (
-                    f"no permission to read {zone}/energy_uj (root only since 2020)"
-                )
-                continue
-            except (OSError, ValueError) as exc:
-                self.unavailable["cpu_energy"] = _reason(exc)
-                continue
-            self._zones.append((zone / "energy_uj", limit))
-        if not self._zones:
-            self.unavailable.setdefault("cpu_energy", "no readable RAPL package zone")
-        else:
-            self.unavailable.pop("cpu_energy", None)
+        self.counter = RaplCounter(root)
+        reason = self.counter.reason
+        self.unavailable: dict[str, str] = {"cpu_energy": reason} if reason else {}
 
     def read(self) -> float | None:
-        """A cumulative count in joules (wrap-arounds added back): differences between two
-        readings are the energy used in between."""
-        if not self._zones:
-            return None
-        total = 0
-        try:
-            for path, limit in self._zones:
-                value = int(path.read_text())
-                if value < self._last.get(path, value):
-                    self._wraps[path] = self._wraps.get(path, 0) + limit
-                self._last[path] = value
-                total += value + self._wraps.get(path, 0)
-        except (OSError, ValueError):
-            return None
-        return total / 1e6
-
-
-def _import_nvml() -> Any:
-    try:
-        import pynvml
-    except ImportError as exc:
-        raise RuntimeError("nvidia-ml-py not installed (pip install 'gpuwise[nvidia]')") from exc
-    return pynvml
+        """Joules since an arbitrary origin: differences between two readings are the energy
+        used in between."""
+        return self.counter.read()
 
 
 def _visible(count: int) -> list[int]:
@@ -222,12 +176,9 @@ def _visible(count: int) -> list[int]:
     return list(range(count))  # UUIDs or MIG names: watch every GPU
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
+def _reason(text: str | None) -> str:
+    """NVML's reason, saying so where it is the driver that is missing."""
+    text = text or "not reported"
     if (
         "Driver Not Loaded" in text
         or "NVML Shared Library Not Found" in text

@@ -1,16 +1,19 @@
-"""What `advise` and `cost` do with their flags: the workload, the assumptions and the
-candidates, checked; then the estimate and its view. Imported only when they run."""
+"""`gpuwise advise` and `gpuwise cost`: the workload, the assumptions and the candidates from
+their flags, checked; then every option priced (advise) or one (cost). docs/cost.md."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from gpuwise.app.lookup import hardware_named, model_named
 from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
-from gpuwise.cli.common import hardware_named, model_named
+from gpuwise.catalog.hardware import Hardware, load_hardware
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import (
+    Advice,
     Option,
     advise,
     price_options,
@@ -18,8 +21,8 @@ from gpuwise.estimate.cost.advise import (
     training_options,
 )
 from gpuwise.estimate.cost.prices import api_cost, parse_fraction
-from gpuwise.estimate.cost.sizing import size_serving, size_training
-from gpuwise.report.cost_view import View, advice_view, candidate, candidates, cost_view
+from gpuwise.estimate.cost.sizing import Candidate, size_serving, size_training
+from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.units import format_count
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
 from gpuwise.workload.plans import TrainingPlan
@@ -32,6 +35,41 @@ ASSUMPTION_FLAGS = {
     "reserved_discount": "reserved_discount", "host_power_fraction": "host_power_fraction",
     "host_price_fraction": "host_price_fraction",
 }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class AdviceAnswer:
+    header: dict[str, Any]  # the model, the workload in words and the target
+    advice: Advice
+    assumptions: CostAssumptions
+    training: bool
+
+
+@dataclass(frozen=True)
+class CostAnswer:
+    header: dict[str, Any]
+    option: Option
+    assumptions: CostAssumptions
+    training: bool
+
+
+def candidate(hw: Hardware, price: float | None = None, rate: float | None = None,
+              power_w: float | None = None) -> Candidate:  # fmt: skip
+    """A device with the rates the time model uses on it (probe for this machine, else spec)."""
+    if power_w is not None:
+        hw = replace(hw, tdp_w=power_w)
+    rates, how = rates_for(hw)
+    label = f"this machine ({hw.name})" if hw.source == "detected" else ""
+    return Candidate(hw, rates, how, price, rate, label, 1 if hw.source == "detected" else None)
+
+
+def candidates(local: Hardware | None, local_price: float | None,
+               local_power_w: float | None) -> list[Candidate]:  # fmt: skip
+    """Every catalogue device with a price, and this machine."""
+    out = [candidate(hw) for hw in load_hardware() if hw.list_price_usd or hw.cloud_usd_per_hour]
+    if local is not None:
+        out.insert(0, candidate(local, local_price, None, local_power_w))
+    return out
 
 
 def assumptions(kw: dict[str, Any]) -> CostAssumptions:
@@ -126,7 +164,7 @@ def _header(model: Any, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> dict
             "workload_text": f"{text}\ntarget: {_target(load)}"}  # fmt: skip
 
 
-def run_advise(kw: dict[str, Any]) -> View:
+def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
     """Every option, priced, with the recommendation."""
     model, arch = model_named(kw["model"])
     a, load = assumptions(kw), workload(kw)
@@ -144,8 +182,7 @@ def run_advise(kw: dict[str, Any]) -> View:
         raise GpuwiseError(f"{model.name} fits on no priced hardware for this workload",
                            "try --weights int4, a shorter --prompt/--seq, or LoRA")  # fmt: skip
     result = advise(options, a, load.measured_util, _target(load), skipped)
-    training = isinstance(load, TrainLoad)
-    return advice_view(_header(model, load, kw), result, a, training, kw["show_all"])
+    return AdviceAnswer(_header(model, load, kw), result, a, isinstance(load, TrainLoad))
 
 
 def _max_kw(kw: dict[str, Any]) -> float | None:
@@ -164,13 +201,13 @@ def _mode(kw: dict[str, Any]) -> str | None:
         chosen[0] if chosen else "")  # fmt: skip
 
 
-def run_cost(kw: dict[str, Any]) -> View:
+def cost_option(kw: dict[str, Any]) -> CostAnswer:
     """One option: `--on` a device (owned, rented or reserved), or `--on api`."""
     model, arch = model_named(kw["model"])
     a, load = assumptions(kw), workload(kw)
     header = _header(model, load, kw)
     if kw["on"].strip().lower() == "api":
-        return cost_view(header, _api_option(load, kw), a, isinstance(load, TrainLoad))
+        return CostAnswer(header, _api_option(load, kw), a, isinstance(load, TrainLoad))
     hw = hardware_named(kw["on"])
     local = hw.source == "detected"
     cand = candidate(hw, kw["local_price"] if local else kw["price"], kw["rate"],
@@ -190,7 +227,7 @@ def run_cost(kw: dict[str, Any]) -> View:
         raise GpuwiseError(f"{hw.name} has no {what} in the catalogue",
                            "pass --price USD (buy) or --rate USD/h (rent)")  # fmt: skip
     header["title"] = f"{header['title']} on {cand.name}, {mode}"
-    return cost_view(header, picked[0], a, isinstance(load, TrainLoad))
+    return CostAnswer(header, picked[0], a, isinstance(load, TrainLoad))
 
 
 def _api_option(load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> Option:

@@ -1,4 +1,4 @@
-"""`gpuwise.from_module`: trace a torch.nn.Module on meta and estimate its memory and time."""
+"""`gpuwise module` and `gpuwise.from_module`: trace a torch.nn.Module on meta and estimate its memory and time."""
 
 from __future__ import annotations
 
@@ -6,14 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuwise.app.lookup import hardware_named
+from gpuwise.app.module_inputs import examples
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.traced_module import (
     ModuleTime,
     estimate_module_memory,
     estimate_module_time,
 )
-from gpuwise.measure.module.trace import trace_module
+from gpuwise.measure.module.trace import load_factory, trace_module
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload.traced import TracedModule
 
@@ -36,19 +39,6 @@ class ModuleEstimate:
         return self.time.seconds if self.time else None
 
 
-def hardware_for(on: str | Hardware) -> Hardware:
-    """A Hardware record, a catalogue name, or 'local' (this machine's best device)."""
-    if isinstance(on, Hardware):
-        return on
-    if on.strip().lower() in ("local", "here", "this"):
-        from gpuwise.measure.hardware.detect import detect_local
-
-        return detect_local().best_device()
-    from gpuwise.catalog.hardware import find_hardware
-
-    return find_hardware(on)
-
-
 def from_module(model: Any, example_inputs: Any, *, training: bool = False,
                 dtype: str | None = None, optimizer: str = "adamw",
                 loss_fn: Callable[[Any], Any] | None = None, on: str | Hardware = "local",
@@ -62,7 +52,7 @@ def from_module(model: Any, example_inputs: Any, *, training: bool = False,
     `dtype` ("fp32", "bf16", "fp16") casts the floating parameters and inputs; default: as
     they are. `on` is a catalogue device or "local".
     """
-    hw = hardware_for(on)
+    hw = on if isinstance(on, Hardware) else hardware_named(on)
     traced = trace_module(model, example_inputs, training=training, dtype=dtype,
                           loss_fn=loss_fn, optimizer=optimizer, name=name,
                           device_kind=hw.kind)  # fmt: skip
@@ -70,3 +60,20 @@ def from_module(model: Any, example_inputs: Any, *, training: bool = False,
     rates, how = rates_for(hw)
     timing = estimate_module_time(traced, rates, optimizer) if rates is not None else None
     return ModuleEstimate(traced, hw, memory, timing, how, optimizer)
+
+
+def module_from_factory(factory: str, inputs: list[str], batch: int | None, *, training: bool,
+                        dtype: str | None, optimizer: str,
+                        on: str) -> tuple[ModuleEstimate, list[str]]:  # fmt: skip
+    """`gpuwise module`: build the module from `package.module:function`, trace it on the
+    inputs given (or its own), estimate; the estimate and the inputs' labels."""
+    build = load_factory(factory)
+    try:
+        made = build()
+    except Exception as exc:  # noqa: BLE001 - the user's factory failed: one line
+        raise GpuwiseError(f"{factory}() failed: {type(exc).__name__}: {exc}",
+                           "the factory must build the module without arguments") from None  # fmt: skip
+    model, example, labels = examples(made, inputs, batch)
+    est = from_module(model, example, training=training, dtype=dtype, optimizer=optimizer, on=on,
+                      name=factory.partition(":")[2])  # fmt: skip
+    return est, labels
