@@ -15,16 +15,15 @@ from gpuwise.catalog.hardware import find_hardware
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import advise, serving_options
 from gpuwise.estimate.cost.prices import (
-    HOURS_PER_MONTH,
     Usage,
     api_cost,
     break_even_utilisation,
     owned_cost,
-    parse_fraction,
     rent_cost,
 )
 from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_serving
 from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.units import HOURS_PER_MONTH, parse_fraction
 from gpuwise.workload.deployments import ServeLoad
 
 # Round numbers so every figure below can be checked by hand.

@@ -134,11 +134,8 @@ def test_machine_readings_are_sane() -> None:
 # --- Faked GPUs --------------------------------------------------------------------------------
 
 
-def test_fake_h100_is_the_best_device(
-    monkeypatch: pytest.MonkeyPatch, fake_catalogue: None
-) -> None:
-    _fake_nvml(monkeypatch, _gpu(), _gpu(index=1))
-    machine = detect_local()
+def test_fake_h100_is_the_best_device(fake_catalogue: None) -> None:
+    machine = detect_local(nvml=fake_nvml(_gpu(), _gpu()))
     assert machine.gpu_unavailable_reason is None and len(machine.gpus) == 2
     best = machine.best_device()
     assert best.kind == "gpu" and best.source == "detected"
@@ -149,9 +146,8 @@ def test_fake_h100_is_the_best_device(
 
 
 @pytest.mark.skipif(not _catalogue_exists(), reason="data/hardware.toml not written yet")
-def test_fake_h100_borrows_from_the_real_catalogue(monkeypatch: pytest.MonkeyPatch) -> None:
-    _fake_nvml(monkeypatch, _gpu())
-    best = detect_local().best_device()
+def test_fake_h100_borrows_from_the_real_catalogue() -> None:
+    best = detect_local(nvml=fake_nvml(_gpu())).best_device()
     h100_sxm = next((hw for hw in load_hardware() if hw.id == "h100-sxm"), None)
     if h100_sxm is None:
         pytest.skip("no 'h100-sxm' entry in the catalogue")
@@ -159,28 +155,23 @@ def test_fake_h100_borrows_from_the_real_catalogue(monkeypatch: pytest.MonkeyPat
     assert best.memory_bandwidth_gbs == h100_sxm.memory_bandwidth_gbs > 0
 
 
-def test_unknown_gpu_keeps_its_measured_memory(
-    monkeypatch: pytest.MonkeyPatch, fake_catalogue: None
-) -> None:
-    _fake_nvml(monkeypatch, _gpu("NVIDIA Frobnicator X9", 12000))
-    best = detect_local().best_device()
+def test_unknown_gpu_keeps_its_measured_memory(fake_catalogue: None) -> None:
+    best = detect_local(nvml=fake_nvml(_gpu("NVIDIA Frobnicator X9", 12000))).best_device()
     assert best.kind == "gpu" and best.id == "local-gpu0"
     assert best.memory_bytes == 12000 * MIB and best.memory_bandwidth_gbs == 0.0
     assert "not in the catalogue" in best.notes
 
 
-def test_unreadable_memory_borrows_the_catalogue_size(
-    monkeypatch: pytest.MonkeyPatch, fake_catalogue: None
+def test_unreadable_memory_borrows_the_catalogue_size(fake_catalogue: None) -> None:
+    assert detect_local(nvml=fake_nvml(_gpu(mib=0))).best_device().memory_bytes == 80 * GIB
+
+
+def test_failing_nvml_without_driver_never_tries_torch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    _fake_nvml(monkeypatch, _gpu(mib=0))
-    assert detect_local().best_device().memory_bytes == 80 * GIB
-
-
-def test_failing_nvml_without_driver_never_tries_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    _no_nvml(monkeypatch, "nvidia-ml-py: NVML Shared Library Not Found")
-    monkeypatch.setattr(device, "_nvidia_driver_present", lambda: False)
-    monkeypatch.setattr(device, "_torch_gpus", _torch_must_not_run)
-    machine = detect_local()
+    _driver(monkeypatch, tmp_path, present=False)
+    monkeypatch.setattr(gpu_readers, "torch_gpus", _torch_must_not_run)
+    machine = detect_local(nvml=fake_nvml(fail={"nvmlInit": "NVML Shared Library Not Found"}))
     assert machine.gpus == ()
     assert machine.gpu_unavailable_reason == (
         "no NVIDIA driver (nvidia-ml-py: NVML Shared Library Not Found)"
@@ -189,108 +180,78 @@ def test_failing_nvml_without_driver_never_tries_torch(monkeypatch: pytest.Monke
 
 
 def test_failing_nvml_with_driver_falls_back_to_torch(
-    monkeypatch: pytest.MonkeyPatch, fake_catalogue: None
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_catalogue: None
 ) -> None:
-    _no_nvml(monkeypatch)
-    monkeypatch.setattr(device, "_nvidia_driver_present", lambda: True)
+    pytest.importorskip("torch")  # detect_gpus tries torch.cuda only where torch is installed
+    _driver(monkeypatch, tmp_path, present=True)
     torch_gpu = GpuInfo(0, "NVIDIA A100-SXM4-80GB", 81920 * MIB, None, None, "torch.cuda")
-    monkeypatch.setattr(device, "_torch_gpus", lambda: ([torch_gpu], None))
-    machine = detect_local()
+    _torch_finds(monkeypatch, torch_gpu)
+    machine = detect_local(nvml=fake_nvml(fail=NO_NVML))
     assert machine.gpus == (torch_gpu,) and machine.gpu_unavailable_reason is None
     best = machine.best_device()
     assert best.aliases == ("a100-80gb-sxm",) and "torch.cuda" in best.notes
 
 
-def test_use_torch_false_never_tries_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    _no_nvml(monkeypatch)
-    monkeypatch.setattr(device, "_nvidia_driver_present", lambda: True)
-    monkeypatch.setattr(device, "_torch_gpus", _torch_must_not_run)
-    gpus, reason = detect_gpus(use_torch=False)
+def test_use_torch_false_never_tries_torch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _driver(monkeypatch, tmp_path, present=True)
+    monkeypatch.setattr(gpu_readers, "torch_gpus", _torch_must_not_run)
+    gpus, reason = detect_gpus(use_torch=False, nvml=fake_nvml(fail=NO_NVML))
     assert gpus == () and reason == "nvidia-ml-py: fake failure"
 
 
-def test_use_torch_true_tries_torch_without_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    _no_nvml(monkeypatch)
-    monkeypatch.setattr(device, "_nvidia_driver_present", lambda: False)
-    monkeypatch.setattr(device, "_torch_gpus", lambda: ([], "torch.cuda: no CUDA device"))
-    gpus, reason = detect_gpus(use_torch=True)
+def test_use_torch_true_tries_torch_without_a_driver(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _driver(monkeypatch, tmp_path, present=False)
+    _torch_finds(monkeypatch, reason="torch.cuda: no CUDA device")
+    gpus, reason = detect_gpus(use_torch=True, nvml=fake_nvml(fail=NO_NVML))
     assert gpus == ()
     assert reason == "no NVIDIA driver (nvidia-ml-py: fake failure; torch.cuda: no CUDA device)"
 
 
 def test_real_torch_probe_on_cpu_only_torch_reports_a_reason() -> None:
     pytest.importorskip("torch")
-    gpus, reason = device._torch_gpus()
+    gpus, reason = gpu_readers.torch_gpus()
     if gpus:
         pytest.skip("this machine has a CUDA GPU")
     assert reason and reason.startswith("torch.cuda:")
 
 
-class _RaisingNvml:
-    """A pynvml whose every call fails the way a broken driver does."""
-
-    def __getattr__(self, name: str) -> Any:
-        def fail(*args: Any) -> Any:
-            raise RuntimeError(f"{name} exploded")
-
-        return fail
-
-
-def test_raising_nvml_module_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pynvml", _RaisingNvml())
-    monkeypatch.setattr(device, "_nvidia_driver_present", lambda: True)
-    monkeypatch.setattr(device, "_torch_gpus", lambda: ([], "torch.cuda: no CUDA device"))
-    machine = detect_local()
+def test_nvml_failing_everywhere_never_raises(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _driver(monkeypatch, tmp_path, present=True)
+    _torch_finds(monkeypatch, reason="torch.cuda: no CUDA device")
+    machine = detect_local(nvml=fake_nvml(fail={"*": "nvmlInit exploded"}))
     assert machine.gpus == () and machine.best_device().kind == "cpu"
     assert machine.gpu_unavailable_reason == (
         "nvidia-ml-py: nvmlInit exploded; torch.cuda: no CUDA device"
     )
+    started = fake_nvml()
+    started.lib.fail["*"] = "GPU is lost"  # every call after nvmlInit fails
+    assert gpu_readers.nvml_gpus(started) == ([], "nvidia-ml-py: GPU is lost")
 
 
-def test_nvml_failing_per_device_keeps_what_it_could_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
-
-    def no_memory(handle: Any) -> Any:
-        raise RuntimeError("Not Supported")
-
-    fake = SimpleNamespace(
-        nvmlInit=lambda: None,
-        nvmlShutdown=lambda: calls.append("shutdown"),
-        nvmlSystemGetDriverVersion=lambda: b"550.54.15",
-        nvmlDeviceGetCount=lambda: 1,
-        nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: b"NVIDIA H100 80GB HBM3",
-        nvmlDeviceGetMemoryInfo=no_memory,
-    )
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    gpus, reason = device._nvml_gpus()
-    assert reason is None and calls == ["shutdown"]
+def test_nvml_failing_per_device_keeps_what_it_could_read() -> None:
+    nvml = fake_nvml(FakeGpu(name=b"NVIDIA H100 80GB HBM3"), driver=b"550.54.15",
+                     fail={"nvmlDeviceGetMemoryInfo": "Not Supported"})  # fmt: skip
+    gpus, reason = gpu_readers.nvml_gpus(nvml)
+    assert reason is None and nvml.lib.calls.count("nvmlInit") == 1
     (gpu,) = gpus
     assert gpu.name == H100_NVML_NAME and gpu.driver == "550.54.15" and gpu.via == "nvidia-ml-py"
     assert gpu.memory_total_bytes == 0 and gpu.memory_used_bytes is None
     assert gpu.reading_errors == ("memory: Not Supported",)
 
 
-def test_nvml_reads_a_working_device(monkeypatch: pytest.MonkeyPatch) -> None:
-    memory = SimpleNamespace(total=H100_MIB * MIB, used=600 * MIB, free=(H100_MIB - 600) * MIB)
-    fake = SimpleNamespace(
-        nvmlInit=lambda: None,
-        nvmlShutdown=lambda: None,
-        nvmlSystemGetDriverVersion=lambda: "560.1",
-        nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetName=lambda h: H100_NVML_NAME,
-        nvmlDeviceGetMemoryInfo=lambda h: memory,
-    )
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    gpus, reason = device._nvml_gpus()
+def test_nvml_reads_a_working_device() -> None:
+    h100 = FakeGpu(name=H100_NVML_NAME, memory_total_bytes=H100_MIB * MIB,
+                   memory_used_bytes=600 * MIB)  # fmt: skip
+    gpus, reason = gpu_readers.nvml_gpus(fake_nvml(h100, h100, driver="560.1"))
     assert reason is None and [g.index for g in gpus] == [0, 1]
     assert gpus[1] == GpuInfo(1, H100_NVML_NAME, H100_MIB * MIB, 600 * MIB, "560.1", "nvidia-ml-py")
 
 
 def test_missing_pynvml_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
-    gpus, reason = device._nvml_gpus()
+    gpus, reason = gpu_readers.nvml_gpus(Nvml.open())
     assert gpus == [] and reason and reason.startswith("nvidia-ml-py not installed")
 
 
@@ -330,7 +291,7 @@ def test_no_catalogue_means_no_match(monkeypatch: pytest.MonkeyPatch) -> None:
     def missing() -> tuple[Hardware, ...]:
         raise FileNotFoundError("data/hardware.toml")
 
-    monkeypatch.setattr(device, "load_hardware", missing)
+    monkeypatch.setattr(catalogue_match, "load_hardware", missing)
     assert match_catalogue(H100_NVML_NAME, H100_MIB * MIB) is None
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwise.estimate.speed.page_faults import (
-    MMAP_THRESHOLD_MAX,
-    TOP_PAD,
-    GlibcHeap,
-    replay,
-)
+from gpuwise.catalog.allocators import host_allocator
+from gpuwise.estimate.speed.page_faults import GlibcHeap, replay
 from gpuwise.workload.traced import HeapEvent
 
 MIB = 2**20
+MMAP_THRESHOLD_MAX = host_allocator().mmap_threshold_max
+TOP_PAD = host_allocator().top_pad
 
 
 def take_and_give(*sizes: int, first_key: int = 0) -> list[HeapEvent]:

@@ -20,10 +20,10 @@ from gpuwise.estimate.cost.advise import (
     serving_options,
     training_options,
 )
-from gpuwise.estimate.cost.prices import api_cost, parse_fraction
+from gpuwise.estimate.cost.prices import api_cost
 from gpuwise.estimate.cost.sizing import Candidate, size_serving, size_training
 from gpuwise.measure.probe.rates_source import rates_for
-from gpuwise.units import format_count
+from gpuwise.units import format_count, parse_fraction
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
 from gpuwise.workload.plans import TrainingPlan
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,8 +57,6 @@ def watch(
             Console(stderr=True).print(renderable)
     except Exception as exc:  # the job's result matters more than our report
         sys.stderr.write(f"gpuwise watch: no report ({exc!r}); the log is {path}\n")
-    from gpuwise.measure.watch.runner import exit_like
-
     sys.stdout.flush()
     exit_like(code)
 
@@ -73,3 +74,13 @@ def _run(cmd: list[str], path: Path, options: dict[str, Any], live: bool) -> int
         return run_job(cmd, path, options, line.update)
     finally:
         line.stop()
+
+
+def exit_like(code: int) -> None:
+    """Leave this process the way the command left: same exit code, or the same signal."""
+    if code >= 0:
+        raise SystemExit(code)
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP cannot be handled
+        signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+    raise SystemExit(128 - code)  # if the signal did not end us (it is blocked, say)

@@ -1,17 +1,10 @@
-"""Architecture facts read from a Hugging Face config.json, normalised across families."""
+"""Architecture facts of a decoder-only transformer, normalised across families (read from a
+Hugging Face config.json by `families.from_config`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from gpuwise.errors import GpuwiseError
-
-# Families whose layout gpuwise knows exactly (parameter count tested against transformers).
-SUPPORTED_TYPES = (
-    "gpt2", "gpt_neox", "gpt_bigcode", "llama", "mistral", "qwen2", "gemma", "gemma2",
-    "phi", "phi3", "falcon", "mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3",
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -101,53 +94,3 @@ class Architecture:
         if self.num_kv_heads == self.num_heads:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
-
-
-def _get(cfg: dict[str, Any], *keys: str, default: Any = None, required: bool = True) -> Any:
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    if default is None and required:
-        raise GpuwiseError(
-            f"config.json is missing {keys[0]!r}"
-            + (f" (or {', '.join(repr(k) for k in keys[1:])})" if len(keys) > 1 else ""),
-            "pass a complete Hugging Face config.json for a decoder-only model",
-        )
-    return default
-
-
-def _positive(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise GpuwiseError(
-            f"config.json field {name!r} must be a positive integer, got {value!r}",
-            "fix the config file",
-        )
-    return value
-
-
-def from_config(cfg: dict[str, Any], name: str = "") -> Architecture:
-    """Normalise a Hugging Face config dict into an Architecture."""
-    if not isinstance(cfg, dict):
-        raise GpuwiseError("config.json is not a JSON object", "pass a Hugging Face config.json")
-    if "text_config" in cfg and "hidden_size" not in cfg:
-        cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
-    model_type = _get(cfg, "model_type")
-    if model_type not in SUPPORTED_TYPES:
-        raise GpuwiseError(
-            f"model_type {model_type!r} is not a family gpuwise knows",
-            f"supported: {', '.join(SUPPORTED_TYPES)}",
-        )
-    from gpuwise.workload import families
-
-    fields = families.read(model_type, cfg)
-    for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                "intermediate_size", "vocab_size"):  # fmt: skip
-        _positive(key, fields[key])
-    if fields["num_heads"] % fields["num_kv_heads"]:
-        raise GpuwiseError(
-            f"num_attention_heads ({fields['num_heads']}) is not a multiple of "
-            f"num_key_value_heads ({fields['num_kv_heads']})",
-            "fix the config file",
-        )
-    return Architecture(name=name or cfg.get("_name_or_path", "") or model_type,
-                        model_type=model_type, config=cfg, **fields)  # fmt: skip

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.cost.prices import DAYS_PER_MONTH, HOURS_PER_MONTH
+from gpuwise.units import DAYS_PER_MONTH, HOURS_PER_MONTH
 
 
 def _positive(name: str, value: float | None, flag: str, high: float = math.inf) -> None:

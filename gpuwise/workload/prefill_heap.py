@@ -2,37 +2,40 @@
 
 A CPU runs each eager op into a fresh output tensor (glibc malloc), and frees its inputs as
 Python drops them. Where glibc gives the heap back between layers, the next layer faults its
-pages in again (`estimate/heap_replay.py`). This is the sequence of one decoder layer as
+pages in again (`estimate/speed/page_faults.py`). This is the sequence of one decoder layer as
 transformers' modelling code runs it (per family: RMSNorm's fp32 upcast, rotary's
 rotate_half, repeat_kv, GPT-2's Python GELU, the fused q/k/v projections whose key and
 value views the cache keeps alive), so the replay can count those faults without torch.
 
 Sizes follow the shapes; what is below 64 KiB (norm statistics, masks of a row) is left
-out, as glibc serves it from bins that never go back to the system.
+out, as glibc serves it from bins that never go back to the system (`untracked_below_bytes`
+in catalog/data/allocators.toml).
 """
 
 from __future__ import annotations
 
+from gpuwise.catalog.allocators import host_allocator
 from gpuwise.workload.arch import Architecture
 from gpuwise.workload.ops import FUSED_QKV, Shape
 from gpuwise.workload.traced import HeapEvent
 
-SMALL = 64 * 1024  # glibc's fast and small bins: never trimmed, never mapped
 # transformers' NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3))).
 PYTHON_GELU_STEPS = 6  # pow, mul, add, mul, tanh, add: each a fresh tensor, the last kept
 
 
-class _Heap:
-    """Named tensors taken and dropped; each name is one live tensor."""
+class HeapTrace:
+    """Named tensors taken and dropped, as heap events; each name is one live tensor.
+    Tensors below `small` bytes are not tracked."""
 
     def __init__(self) -> None:
         self.events: list[HeapEvent] = []
         self.live: dict[str, int] = {}
         self.serial = 0
         self.phase = "forward"
+        self.small = host_allocator().untracked_below_bytes
 
     def take(self, name: str, nbytes: float) -> None:
-        if nbytes < SMALL:
+        if nbytes < self.small:
             return
         self.serial += 1
         self.live[name] = self.serial
@@ -54,7 +57,8 @@ class _Heap:
             self.live[new] = self.live.pop(old)
 
 
-def _norm(h: _Heap, arch: Architecture, elements: int, c: float, out: str) -> None:
+def norm_tensors(h: HeapTrace, arch: Architecture, elements: int, c: float, out: str) -> None:
+    """A norm over `elements` values of `c` bytes, its output named `out`."""
     if arch.norm == "layer":  # one kernel (its row statistics are small)
         h.take(out, elements * c)
         return
@@ -71,7 +75,7 @@ def _norm(h: _Heap, arch: Architecture, elements: int, c: float, out: str) -> No
     h.drop(out + ".down", out + ".scaled")
 
 
-def _rotary(h: _Heap, name: str, elements: float, share: float, c: float) -> None:
+def _rotary(h: HeapTrace, name: str, elements: float, share: float, c: float) -> None:
     """apply_rotary_pos_emb on one of q or k: (x * cos) + (rotate_half(x) * sin), where
     rotate_half is cat(-x2, x1); a partial rotary (`share` < 1) cats the rotated part back
     onto the rest. The rotated tensor replaces `name`."""
@@ -92,7 +96,7 @@ def _rotary(h: _Heap, name: str, elements: float, share: float, c: float) -> Non
     h.rename(name + ".rot", name)
 
 
-def _attention(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
+def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
     """Projections, rotary, the cache, attention and its output projection; leaves "o"."""
     rows, c, d = s.rows, s.compute_bytes, arch.hidden_size
     q, kv = rows * arch.q_dim, rows * arch.kv_dim
@@ -119,7 +123,7 @@ def _attention(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
     h.drop("attn.t")
 
 
-def _eager_scores(h: _Heap, arch: Architecture, s: Shape, fused: bool) -> None:
+def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool) -> None:
     """matmul(q, k^T) * scale + mask, softmax in fp32, downcast, @ v: each a fresh tensor;
     grouped KV heads are repeated first (repeat_kv), views of a fused projection copied."""
     c = s.compute_bytes
@@ -149,7 +153,7 @@ def _eager_scores(h: _Heap, arch: Architecture, s: Shape, fused: bool) -> None:
     h.drop("p32", "k.rep", "v.rep")
 
 
-def _mlp(h: _Heap, arch: Architecture, s: Shape, src: str) -> None:
+def _mlp(h: HeapTrace, arch: Architecture, s: Shape, src: str) -> None:
     """The MLP on the normed `src`; leaves "down"."""
     c, d, width = s.compute_bytes, arch.hidden_size, arch.intermediate_size
     inner, hidden = s.rows * width * c, s.rows * d * c
@@ -177,15 +181,16 @@ def _mlp(h: _Heap, arch: Architecture, s: Shape, src: str) -> None:
     h.drop("act", src)
 
 
-def _layer(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
+def layer_tensors(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
+    """Decoder layer `layer` on the residual stream "x", which it replaces."""
     hidden = s.rows * arch.hidden_size
     c = s.compute_bytes
-    _norm(h, arch, hidden, c, "n1")
+    norm_tensors(h, arch, hidden, c, "n1")
     _attention(h, arch, s, layer)
     if arch.parallel_residual:  # x + attn(ln1(x)) + mlp(ln2(x)), or one norm for both
         if arch.norms_per_layer > 1:
             h.drop("n1")
-            _norm(h, arch, hidden, c, "n2")
+            norm_tensors(h, arch, hidden, c, "n2")
             _mlp(h, arch, s, "n2")
         else:
             _mlp(h, arch, s, "n1")
@@ -196,7 +201,7 @@ def _layer(h: _Heap, arch: Architecture, s: Shape, layer: int) -> None:
     else:
         h.take("x.mid", hidden * c)  # residual + attention
         h.drop("o", "n1", "x")
-        _norm(h, arch, hidden, c, "n2")
+        norm_tensors(h, arch, hidden, c, "n2")
         _mlp(h, arch, s, "n2")
         h.take("x.next", hidden * c)
         h.drop("down", "x.mid")
@@ -207,12 +212,12 @@ def prefill_heap_events(arch: Architecture, s: Shape) -> list[HeapEvent]:
     """One prefill's tensors of 64 KiB and more, taken and given back, in transformers'
     order: the embedding, every layer (the cache keeps each layer's keys and values) and
     the final norm; all given back at the end."""
-    h = _Heap()
+    h = HeapTrace()
     c = s.compute_bytes
     h.take("x", s.rows * arch.hidden_size * c)
     for layer in range(arch.num_layers):
-        _layer(h, arch, s, layer)
-    _norm(h, arch, s.rows * arch.hidden_size, c, "final")
+        layer_tensors(h, arch, s, layer)
+    norm_tensors(h, arch, s.rows * arch.hidden_size, c, "final")
     h.drop("x")  # the logits, last, are the lm_head op's own (`Op.fresh`)
     h.drop(*list(h.live))
     return h.events

@@ -1,6 +1,7 @@
 """The tensors one training step under transformers takes from the host allocator and gives
 back, in order: the forward (`prefill_heap`'s layers, with what autograd saves kept), the
-backward, and the optimizer's step, so `heap_replay` can count the pages the step faults.
+backward, and the optimizer's step, so `estimate/speed/page_faults.py` can count the pages
+the step faults.
 
 - Forward: a layer's tensors stay until its backward (autograd saves nearly every
   intermediate of a layer: projections' inputs, norms' upcasts, attention's q, k, v and
@@ -18,8 +19,9 @@ backward, and the optimizer's step, so `heap_replay` can count the pages the ste
   SGD with momentum takes nothing.
 
 Vocabulary-sized tensors (logits, the embedding's and head's gradients and their optimizer
-temporaries) are left out: 32 MiB and larger, glibc maps them apart from the heap, and the
-operations that make them charge their faults (`Op.fresh`). So are tensors below 64 KiB.
+temporaries) are left out: 32 MiB and larger (glibc's largest mmap threshold), glibc maps them
+apart from the heap, and the operations that make them charge their faults (`Op.fresh`). So
+are tensors below 64 KiB. Both sizes: catalog/data/allocators.toml.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gpuwise.estimate.memory.training import STATES_PER_PARAM
-from gpuwise.estimate.speed.probed_kernels import GLIBC_MMAP_THRESHOLD_MAX
+from gpuwise.catalog.allocators import host_allocator
+from gpuwise.catalog.optimizers import optimizers
 from gpuwise.workload.arch import Architecture
 from gpuwise.workload.ops import FUSED_QKV, Shape
-from gpuwise.workload.prefill_heap import SMALL, _Heap, _layer, _norm
+from gpuwise.workload.prefill_heap import HeapTrace, layer_tensors, norm_tensors
 from gpuwise.workload.traced import HeapEvent
 
 
@@ -48,7 +50,7 @@ class _Record:
     cast: int | None = None
 
 
-class _StepHeap(_Heap):
+class _StepHeap(HeapTrace):
     """A training step's tensors: drops in a saving forward are deferred to the backward."""
 
     def __init__(self, param_bytes: float, compute_bytes: float) -> None:
@@ -60,12 +62,12 @@ class _StepHeap(_Heap):
 
     def take(self, name: str, nbytes: float) -> None:
         super().take(name, nbytes)
-        self.records.append(_Record(self.serial if nbytes >= SMALL else None, nbytes))
+        self.records.append(_Record(self.serial if nbytes >= self.small else None, nbytes))
 
     def linear(self, name: str, nbytes: float, inputs: float, weight: int) -> None:
         cast = None
         copy = weight * self.compute_bytes
-        if self.param_bytes != self.compute_bytes and copy >= SMALL:  # autocast's copy
+        if self.param_bytes != self.compute_bytes and copy >= self.small:  # autocast's copy
             super().take(name + ".weight", copy)
             cast = self.live.pop(name + ".weight")  # saved by the projection
         self.take(name, nbytes)
@@ -123,14 +125,14 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
         if checkpointing:  # kept by the checkpoint, not the layer
             h.saving = False
             h.live.pop("x")
-        _layer(h, arch, s, layer)
+        layer_tensors(h, arch, s, layer)
         if checkpointing:  # no cache under checkpointing: the layer's keys and values go
             h.drop(*[name for name in h.live if name != "x"])
         layers.append(h.records)
         h.records = []
     h.saving = True
     inputs.append(h.live["x"])
-    _norm(h, arch, s.rows * arch.hidden_size, s.compute_bytes, "final")
+    norm_tensors(h, arch, s.rows * arch.hidden_size, s.compute_bytes, "final")
     head, h.records = h.records, []
     h.live.clear()
     h.phase = "backward"
@@ -138,7 +140,7 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
     for layer in reversed(range(arch.num_layers)):
         if checkpointing:  # the layer's forward again, from its saved input
             h.free(inputs[layer + 1])
-            _layer(h, arch, s, layer)
+            layer_tensors(h, arch, s, layer)
             layers[layer], h.records = h.records, []
             h.live.clear()
         grad = h.backward(layers[layer], grad)
@@ -163,7 +165,8 @@ def optimizer_events(arch: Architecture, optimizer: str, state_bytes: float,
     sizes = [int(n * state_bytes) for n in layer_weights(arch) * arch.num_layers]
     if arch.position == "learned":
         sizes.insert(0, int(arch.max_position * arch.hidden_size * state_bytes))
-    sizes = [n for n in sizes if SMALL <= n < GLIBC_MMAP_THRESHOLD_MAX]
+    rules = host_allocator()
+    sizes = [n for n in sizes if rules.untracked_below_bytes <= n < rules.mmap_threshold_max]
     return step_events(sizes, optimizer, itertools.count(first_key))
 
 
@@ -185,7 +188,8 @@ def step_events(sizes: list[int], optimizer: str, keys: Iterator[int]) -> list[H
     """The optimizer step over parameter tensors of `sizes` bytes, in the order it steps
     them: the states (created on the first step, kept), then each tensor's temporaries
     (`STEP_TEMPORARIES`); what the last tensor left is given back at the end."""
-    states = STATES_PER_PARAM.get(optimizer, 0)
+    spec = optimizers().get(optimizer)
+    states = spec.states_per_param if spec else 0
     events = [HeapEvent(next(keys), n, "optimizer", kept=True) for n in sizes for _ in range(states)]
     left: dict[str, int] = {}  # what the previous parameter's step left in its locals
     for n in sizes:

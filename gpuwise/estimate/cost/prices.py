@@ -16,28 +16,9 @@ from dataclasses import dataclass, field
 
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.errors import GpuwiseError
+from gpuwise.units import HOURS_PER_MONTH
 
-HOURS_PER_MONTH = 8760 / 12  # 730
-DAYS_PER_MONTH = 365 / 12
 MODES = ("owned", "on-demand", "reserved")
-
-
-def parse_fraction(text: str | float, name: str, allow_zero: bool = False) -> float:
-    """A share such as a utilisation: '0.3' or '30%'. A bare number above 1 is refused rather
-    than guessed at (is 30 meant as 30% or as an error?)."""
-    raw = str(text).strip()
-    try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise GpuwiseError(f"{name} {raw!r} is not a number", "write a fraction such as 0.3, "
-                           "or a percentage such as 30%") from None  # fmt: skip
-    if not math.isfinite(value) or value < 0 or value > 1 or (value == 0 and not allow_zero):
-        hint = "write 0.3 or 30%" if 1 < value <= 100 and not raw.endswith("%") else (
-            "a utilisation is between 0 and 100%")  # fmt: skip
-        low = "0" if allow_zero else "above 0"
-        raise GpuwiseError(f"{name} must be {low} and at most 1 (100%), got {raw}", hint)
-    return value
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,15 @@ when first written. A pass faults wherever glibc gives back memory it must take 
 
 - a request that neither a free chunk nor the heap's top can hold, and that is at least the
   mmap threshold, is mapped afresh (and unmapped when freed);
-- freeing a mapped chunk raises the threshold to its size (up to 32 MiB) and the trim
-  threshold to twice that: later requests of that size come from the heap;
+- freeing a mapped chunk raises the threshold to its size (up to 32 MiB on 64-bit) and the
+  trim threshold to twice that: later requests of that size come from the heap;
 - a free that leaves the top chunk at least the trim threshold (a freed chunk of 64 KiB or
   more, coalesced) shrinks the heap back to the top pad: the next growth faults again.
 
 `replay` runs the same pass several times (the allocator's thresholds settle over the
 first ones) and counts the bytes faulted in the last, by phase. Free chunks are reused best
 fit, as glibc's large bins do; the fast bins and tcache of small requests are left out.
+glibc's thresholds and sizes are its defaults on 64-bit Linux (catalog/data/allocators.toml).
 """
 
 from __future__ import annotations
@@ -21,34 +22,22 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpuwise.estimate.speed.probed_kernels import GLIBC_MMAP_THRESHOLD_MAX as MMAP_THRESHOLD_MAX
+from gpuwise.catalog.allocators import HostAllocator, host_allocator
 from gpuwise.workload.traced import HeapEvent
 
-PAGE = 4096
-MMAP_THRESHOLD_MIN = 128 * 1024  # glibc's defaults on 64-bit Linux
-TOP_PAD = 128 * 1024
-CONSOLIDATE = 64 * 1024  # FASTBIN_CONSOLIDATION_THRESHOLD: frees this large may trim
 WARMUP_PASSES = 3
-
-
-def _chunk(nbytes: int) -> int:
-    """glibc's chunk for a 64-byte aligned request (PyTorch's posix_memalign): header and
-    alignment slack, rounded to 16 bytes."""
-    return (nbytes + 8 + 64 + 15) // 16 * 16
-
-
-def _pages(nbytes: int) -> int:
-    return (nbytes + PAGE - 1) // PAGE * PAGE
 
 
 @dataclass
 class GlibcHeap:
     """The main arena: a heap [0, end) whose top chunk starts at `top`, free chunks below
     it, and mapped chunks beside it. `touched` is the end of the pages written since the
-    heap last shrank; `faulted` counts the bytes faulted in."""
+    heap last shrank; `faulted` counts the bytes faulted in. The thresholds start at
+    glibc's defaults (`rules`)."""
 
-    mmap_threshold: int = MMAP_THRESHOLD_MIN
-    trim_threshold: int = MMAP_THRESHOLD_MIN
+    rules: HostAllocator = field(default_factory=host_allocator, repr=False)
+    mmap_threshold: int = 0
+    trim_threshold: int = 0
     top: int = 0
     end: int = 0
     touched: int = 0
@@ -56,17 +45,32 @@ class GlibcHeap:
     free_chunks: list[tuple[int, int]] = field(default_factory=list)  # (start, size), sorted
     chunks: dict[int, tuple[int, int, bool]] = field(default_factory=dict)  # key: start, size, mapped
 
+    def __post_init__(self) -> None:
+        self.mmap_threshold = self.mmap_threshold or self.rules.mmap_threshold_min
+        self.trim_threshold = self.trim_threshold or self.rules.trim_threshold
+
+    def _chunk(self, nbytes: int) -> int:
+        """glibc's chunk for a request aligned as PyTorch's posix_memalign aligns a tensor:
+        header and alignment slack, rounded to glibc's alignment."""
+        r = self.rules
+        align = r.malloc_alignment
+        return (nbytes + r.chunk_header_bytes + r.tensor_alignment + align - 1) // align * align
+
+    def _pages(self, nbytes: int) -> int:
+        page = self.rules.page_bytes
+        return (nbytes + page - 1) // page * page
+
     def malloc(self, key: int, nbytes: int) -> None:
-        size = _chunk(nbytes)
+        size = self._chunk(nbytes)
         start = self._best_fit(size)
         if start is None:  # the top chunk, else the system: a mapping, or a larger heap
             if self.top + size > self.end:
                 if size >= self.mmap_threshold:
-                    mapped = _pages(size + 8)
+                    mapped = self._pages(size + self.rules.chunk_header_bytes)
                     self.faulted += mapped
                     self.chunks[key] = (-1, mapped, True)
                     return
-                self.end = _pages(self.top + size + TOP_PAD)
+                self.end = self._pages(self.top + size + self.rules.top_pad)
             start = self.top
             self.top += size
         self._touch(start + size)
@@ -78,7 +82,7 @@ class GlibcHeap:
             return
         start, size, mapped = entry
         if mapped:
-            if self.mmap_threshold < size <= MMAP_THRESHOLD_MAX:
+            if self.mmap_threshold < size <= self.rules.mmap_threshold_max:
                 self.mmap_threshold, self.trim_threshold = size, 2 * size
             return
         start, size = self._coalesce(start, size)
@@ -86,13 +90,14 @@ class GlibcHeap:
             self.top = start
         else:
             bisect.insort(self.free_chunks, (start, size))
-        if size >= CONSOLIDATE and self.end - self.top >= self.trim_threshold:
-            self.end = _pages(self.top + TOP_PAD)
+        trims = size >= self.rules.fastbin_consolidation_threshold
+        if trims and self.end - self.top >= self.trim_threshold:
+            self.end = self._pages(self.top + self.rules.top_pad)
             self.touched = min(self.touched, self.end)
 
     def _touch(self, upto: int) -> None:
         if upto > self.touched:
-            self.faulted += _pages(upto) - _pages(self.touched)
+            self.faulted += self._pages(upto) - self._pages(self.touched)
             self.touched = upto
 
     def _best_fit(self, size: int) -> int | None:

@@ -1,7 +1,7 @@
 """Run a module from a factory for real on this CPU, in a fresh process, and measure its peak
 memory or its time: what `gpuwise.from_module`'s estimates are checked against.
 
-Same machinery as `realrun` (a child process per measurement, the job as JSON on stdin; the
+Same machinery as `memory_run` (a child process per measurement, the job as JSON on stdin; the
 memory child fixes glibc's mmap threshold so freed tensors leave the resident set, and reads
 the `VmHWM` high-water mark of the measured run after a warm-up): only the model differs, a
 `package.module:factory` path instead of a transformers config.
@@ -23,8 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuwise.measure.runs import memory_run as realrun
+from gpuwise.measure.module.trace import DTYPES, default_loss, load_factory
+from gpuwise.measure.runs.child_process import child_main, run_child
 from gpuwise.measure.runs.memory_run import MeasuredMemory
+from gpuwise.measure.runs.optimizers import make_optimizer
+from gpuwise.measure.runs.peak_memory import measure_cpu, tensors_at_rest
 
 InputSpec = tuple[tuple[int, ...], str | None]  # shape, dtype name (None: floating)
 
@@ -44,7 +47,7 @@ def measure_module_memory(factory: str, inputs: list[InputSpec] | None = None, *
                           timeout_s: float = 600) -> MeasuredMemory:  # fmt: skip
     """Peak memory of one pass (see the module docstring) in a fresh process."""
     job = _job(factory, inputs, training, dtype, optimizer, sys_path)
-    return MeasuredMemory(**realrun._run_child(job, timeout_s, child=__name__))
+    return MeasuredMemory(**run_child(job, timeout_s, child=__name__))
 
 
 # glibc told never to map a tensor afresh nor to give the heap back: after the warm-ups no
@@ -64,8 +67,8 @@ def measure_module_time(factory: str, inputs: list[InputSpec] | None = None, *,
     (`NO_FAULTS_ENV`)."""
     job = {**_job(factory, inputs, training, dtype, optimizer, sys_path), "measure": "time",
            "repeats": repeats}  # fmt: skip
-    return realrun._run_child(job, timeout_s, allocator_env=False, child=__name__,
-                              malloc_env=None if faults else NO_FAULTS_ENV)  # fmt: skip
+    return run_child(job, timeout_s, allocator_env=False, child=__name__,
+                     malloc_env=None if faults else NO_FAULTS_ENV)  # fmt: skip
 
 
 # ---------------------------------------------------------------- child side
@@ -87,8 +90,6 @@ def make_inputs(torch: Any, specs: list[InputSpec], dtype: Any, device: str) -> 
 def build(job: dict) -> tuple[Any, tuple, dict]:
     """(module, args, kwargs) from the job's factory, in the job's dtype."""
     import torch
-
-    from gpuwise.measure.module.trace import DTYPES, load_factory
 
     made = load_factory(job["factory"], tuple(job.get("sys_path") or ()))()
     model, example = made if isinstance(made, tuple) else (made, None)
@@ -113,8 +114,6 @@ def _cast(t: Any, dtype: Any) -> Any:
 def _plan(job: dict) -> tuple[Callable[[], None], Any, Any, tuple, dict]:
     import torch
 
-    from gpuwise.measure.module.trace import default_loss
-
     model, args, kwargs = build(job)
     if not job["training"]:
         model.eval()
@@ -125,8 +124,7 @@ def _plan(job: dict) -> tuple[Callable[[], None], Any, Any, tuple, dict]:
 
         return infer, model, None, args, kwargs
     model.train()
-    opt = realrun._make_optimizer(job["optimizer"], [p for p in model.parameters()
-                                                     if p.requires_grad])  # fmt: skip
+    opt = make_optimizer(job["optimizer"], [p for p in model.parameters() if p.requires_grad])
 
     def step() -> None:
         default_loss(model(*args, **kwargs)).backward()
@@ -158,11 +156,11 @@ def _run(job: dict) -> dict:
     inputs = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
 
     def at_rest() -> dict[str, int]:
-        tensors = realrun._tensors_at_rest(model, opt)
+        tensors = tensors_at_rest(model, opt)
         tensors["inputs"] = sum(int(t.untyped_storage().nbytes()) for t in inputs)
         return tensors
 
-    return {**realrun._measure_cpu(run, at_rest), **versions}
+    return {**measure_cpu(run, at_rest), **versions}
 
 
 def _transformers() -> str:
@@ -174,4 +172,4 @@ def _transformers() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(realrun._child_main(_run))
+    sys.exit(child_main(_run, check=MeasuredMemory))

@@ -1,6 +1,6 @@
 """Time a plan for real: prefill, decode seconds per token, training step.
 
-Uses the same fresh-process runner and model building as `realrun` (memory), but leaves the
+Uses the same fresh-process runner and model building as `memory_run`, but leaves the
 allocator as users have it. After a warm-up, each quantity is the median of `repeats`:
 
 - prefill: a `generate()` of one new token (the prompt's forward pass plus generate's own
@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwise.measure.runs import memory_run as realrun
+from gpuwise.measure.runs.child_process import run_child
+from gpuwise.measure.runs.jobs import inference_job, training_job
+from gpuwise.measure.runs.plans import inference_plan, training_plan
 
 
 @dataclass(frozen=True)
@@ -35,20 +37,17 @@ class MeasuredTime:
 
 def time_inference(config: dict, *, repeats: int = 5, timeout_s: float = 900,
                    malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:  # fmt: skip
-    """Time generate() for the plan (keywords as `realrun.inference_job`); `malloc_env`:
+    """Time generate() for the plan (keywords as `jobs.inference_job`); `malloc_env`:
     glibc's settings for the run (`NO_FAULTS_ENV`: an allocator that faults nothing in)."""
-    job = {**realrun.inference_job(config, **plan), "measure": "time", "repeats": repeats}
-    return MeasuredTime(**realrun._run_child(job, timeout_s, allocator_env=False,
-                                             malloc_env=malloc_env))  # fmt: skip
+    job = {**inference_job(config, **plan), "measure": "time", "repeats": repeats}
+    return MeasuredTime(**run_child(job, timeout_s, allocator_env=False, malloc_env=malloc_env))
 
 
 def time_training(config: dict, *, repeats: int = 5, timeout_s: float = 900,
                   malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:  # fmt: skip
-    """Time training steps for the plan (keywords as `realrun.training_job`)."""
-    job = {**realrun.training_job(config, **plan), "measure": "time", "repeats": repeats,
-           "steps": 1}  # fmt: skip
-    return MeasuredTime(**realrun._run_child(job, timeout_s, allocator_env=False,
-                                             malloc_env=malloc_env))  # fmt: skip
+    """Time training steps for the plan (keywords as `jobs.training_job`)."""
+    job = {**training_job(config, **plan), "measure": "time", "repeats": repeats, "steps": 1}
+    return MeasuredTime(**run_child(job, timeout_s, allocator_env=False, malloc_env=malloc_env))
 
 
 # ---------------------------------------------------------------- child side
@@ -63,7 +62,7 @@ def _timed(fn: Callable[[], None], sync: Callable[[], None]) -> float:
 
 
 def time_job(model: Any, job: dict) -> dict:
-    """Run in the child by realrun: time the job's plan on the built model."""
+    """Run in the child by `memory_run`: time the job's plan on the built model."""
     import torch
 
     on_cuda = job["device"].startswith("cuda")
@@ -73,8 +72,8 @@ def time_job(model: Any, job: dict) -> dict:
                            "repeats": repeats, "device": job["device"],
                            "threads": torch.get_num_threads()}  # fmt: skip
     if job["kind"] == "inference":
-        first = realrun._inference_plan(model, {**job, "new_tokens": 1})
-        full = realrun._inference_plan(model, job)
+        first = inference_plan(model, {**job, "new_tokens": 1})
+        full = inference_plan(model, job)
         first()
         full()  # warm-up
         ones, fulls = [], []
@@ -86,7 +85,7 @@ def time_job(model: Any, job: dict) -> dict:
         if n > 1:
             out["decode_s_per_token"] = (statistics.median(fulls) - out["prefill_s"]) / (n - 1)
     else:
-        step, _ = realrun._training_plan(model, job)
+        step, _ = training_plan(model, job)
         step()  # warm-up: creates the optimizer states
         out["step_s"] = statistics.median(_timed(step, sync) for _ in range(repeats))
     return out

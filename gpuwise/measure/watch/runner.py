@@ -135,13 +135,3 @@ def _terminal_sends_to(pid: int) -> bool:
         return False
     finally:
         os.close(fd)
-
-
-def exit_like(code: int) -> None:
-    """Leave this process the way the command left: same exit code, or the same signal."""
-    if code >= 0:
-        raise SystemExit(code)
-    with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP cannot be handled
-        signal.signal(-code, signal.SIG_DFL)
-    os.kill(os.getpid(), -code)
-    raise SystemExit(128 - code)  # if the signal did not end us (it is blocked, say)
