@@ -22,7 +22,7 @@ install-test: $(PY)
 test: install-test
 	$(VENV)/bin/ruff check gpuwise tests benchmarks
 	$(VENV)/bin/mypy gpuwise
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --slow
 
 lint: install-test
 	$(VENV)/bin/ruff check gpuwise tests benchmarks

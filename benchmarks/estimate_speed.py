@@ -20,7 +20,7 @@ from gpuwise.catalog import find_hardware, load_hardware, load_models, resolve_m
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate import InferencePlan, estimate_inference
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.model_time import _inference_ops, estimate_inference_time
+from gpuwise.estimate.speed.inference_time import estimate_inference_time, inference_ops
 from gpuwise.measure.call_timing import median_call_s
 from gpuwise.workload import from_config
 
@@ -66,7 +66,7 @@ def main() -> None:
     memory_s = median_call_s(lambda: estimate_inference(arch, plan, hw), 200)
 
     def cold_time_estimate() -> None:  # ops built anew, as for a first question
-        _inference_ops.cache_clear()
+        inference_ops.cache_clear()
         estimate_inference_time(arch, plan, rates)
 
     time_s = median_call_s(cold_time_estimate, 200)

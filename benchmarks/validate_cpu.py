@@ -42,8 +42,9 @@ from gpuwise.app.validate import plan_kwargs, validate
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.estimate.speed.roofline import without_faults
+from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.measure.hardware.detect import detect_local
 from gpuwise.measure.probe.profile import STEADY
 from gpuwise.measure.probe.rates_source import rates_for

@@ -37,7 +37,8 @@ from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
 from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
-from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
+from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.workload import from_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -55,7 +56,7 @@ TIME_CASES: list[tuple[str, InferencePlan | TrainingPlan]] = [
     ("llama-3.1-8b", InferencePlan(batch=32, prompt_tokens=512, new_tokens=16, weights=BF16)),
     ("qwen2.5-7b", InferencePlan(batch=8, prompt_tokens=2048, new_tokens=16, weights=BF16)),
     ("qwen2.5-14b", InferencePlan(batch=1, prompt_tokens=4096, new_tokens=16, weights=BF16)),
-    # p512: GPT-2 has 1024 positions (p1024+16 stopped run A on a device-side assert)
+    # p512: GPT-2 has 1024 positions (p1024+16 ran past them: a device-side assert on CUDA)
     ("gpt2", InferencePlan(batch=8, prompt_tokens=512, new_tokens=16, weights="fp32",
                            attention="eager")),  # fmt: skip
     ("llama-3.2-1b", TrainingPlan(batch=8, seq=1024, dtype="mixed-bf16", optimizer="adamw")),

@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import InferencePlan
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.model_time import estimate_inference_time
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.workload import from_config
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published.json"

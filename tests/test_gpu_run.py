@@ -1,5 +1,5 @@
-"""What the H200 runs taught the model (docs/speed.md, GPU runs A and B), checked without a
-GPU: peft's fp32 adapters in a LoRA step's time and memory, the GPU's kernel-probe plan and
+"""What the H200 runs taught the model (docs/speed.md, "Checked against real runs on an
+H200"; benchmarks/results/gpu_h200/), checked without a GPU: peft's fp32 adapters in a LoRA step's time and memory, the GPU's kernel-probe plan and
 steadiness check, the eager runtime's default costs, and the GPU validation's comparison."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import TrainingPlan
 from gpuwise.estimate.memory.training import estimate_training, lora_cast_bytes
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
+from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.measure.probe import Profile
 from gpuwise.measure.probe.kernels import KernelPlan, for_gpu
 from gpuwise.measure.probe.steadiness import probe_figures, square
@@ -63,7 +64,7 @@ def test_fp32_adapter_inputs_are_saved_for_the_backward() -> None:
     assert lora_cast_bytes(LLAMA_8B, replace(LORA, finetune="full")) == 0.0
     h200 = find_hardware("h200")
     with_casts = estimate_training(LLAMA_8B, LORA, h200).total_bytes
-    # measured 61.2 GiB (GPU run A); 45.9 without the casts
+    # measured 61.2 GiB (benchmarks/results/gpu_h200/gpu_measured.json); 45.9 without the casts
     assert 55 * 2**30 < with_casts < 64 * 2**30
 
 
@@ -75,7 +76,7 @@ def test_a_gpu_kernel_probe_fills_the_gpu() -> None:
 
 
 def test_a_gpu_steadiness_check_repeats_a_matmul_long_enough_to_time() -> None:
-    profile = Profile.from_json((RUNS / "gpu_run_b" / "probe.json").read_text())
+    profile = Profile.from_json((RUNS / "gpu_h200" / "probe.json").read_text())
     assert square(profile) == 8192
     figures = probe_figures(profile)
     assert 600e3 < figures["matmul_bf16"] < 800e3  # GFLOP/s of the 8192^3 product
@@ -92,7 +93,7 @@ def test_spec_rates_of_a_gpu_carry_the_eager_runtime_costs() -> None:
     eager = estimate_inference_time(qwen, plan, rates)
     compiled = estimate_inference_time(qwen, plan, rates, runtime="compiled")
     assert eager.decode.bound == "overhead"
-    # measured 27.2 ms a token on an H200 (GPU run A); CUDA graphs remove the host's cost
+    # measured 27.2 ms a token on an H200 (benchmarks/results/gpu_h200/gpu_measured.json); CUDA graphs remove the host's cost
     assert 20e-3 < eager.decode_s_per_token < 35e-3
     assert compiled.decode_s_per_token < eager.decode_s_per_token / 5
 
@@ -101,13 +102,13 @@ def test_the_gpu_validation_compares_both_rate_sources() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from validate_gpu import compare
 
-    record = compare(RUNS / "gpu_run_a" / "gpu_measured.json",
-                     RUNS / "gpu_run_b" / "probe.json", "h200", None)  # fmt: skip
+    record = compare(RUNS / "gpu_h200" / "gpu_measured.json",
+                     RUNS / "gpu_h200" / "probe.json", "h200", None)  # fmt: skip
     assert record["summary"]["spec"]["count"] == record["summary"]["probed"]["count"] == 19
     assert record["summary"]["memory"]["count"] == 7
     row = record["time"][0]
     assert row["probed_error"] == pytest.approx(row["probed"] / row["measured"] - 1)
-    saved = json.loads((RUNS / "gpu_run_b" / "compare.json").read_text())
+    saved = json.loads((RUNS / "gpu_h200" / "compare.json").read_text())
     assert saved["summary"] == json.loads(json.dumps(record["summary"]))
 
 

@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from gpuwise.catalog import find_hardware
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.estimate.speed.probed_kernels import KernelRates
 from gpuwise.estimate.speed.roofline import time_op
+from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.workload.ops import Op
 from gpuwise.workload.params import count_params, parameter_tensors
 

@@ -10,16 +10,18 @@ from catalogue_archs import arch
 from heap_walk import held_at_end, peak_bytes
 
 from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.catalog.allocators import host_allocator
 from gpuwise.estimate import InferencePlan
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.model_time import estimate_inference_time, prefill_fault_bytes
+from gpuwise.estimate.speed.inference_time import estimate_inference_time, prefill_fault_bytes
 from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.probed_kernels import KernelRates
 from gpuwise.workload import from_config
 from gpuwise.workload.ops import Shape
-from gpuwise.workload.prefill_heap import SMALL, prefill_heap_events
+from gpuwise.workload.prefill_heap import prefill_heap_events
 
 MIB = 2**20
+SMALL = host_allocator().untracked_below_bytes
 CPU = replace(rates_from_spec(find_hardware("h100-sxm")), kind="cpu", kernel_latency_s=0.0)
 
 

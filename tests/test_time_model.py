@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.speed.device_rates import rates_from_measurements, rates_from_spec
-from gpuwise.estimate.speed.model_time import estimate_inference_time, estimate_training_time
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
+from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.workload import from_config
 from gpuwise.workload.ops import Shape, forward_ops
 

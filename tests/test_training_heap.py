@@ -12,16 +12,18 @@ from catalogue_archs import arch
 from heap_walk import held_at_end, most_held, peak_bytes
 
 from gpuwise.catalog import find_hardware
+from gpuwise.catalog.allocators import host_allocator
 from gpuwise.estimate import TrainingPlan
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.model_time import estimate_training_time, training_fault_bytes
 from gpuwise.estimate.speed.page_faults import replay
-from gpuwise.estimate.speed.probed_kernels import GLIBC_MMAP_THRESHOLD_MAX, KernelRates
+from gpuwise.estimate.speed.probed_kernels import KernelRates
+from gpuwise.estimate.speed.training_time import estimate_training_time, training_fault_bytes
 from gpuwise.workload.ops import Shape
-from gpuwise.workload.prefill_heap import SMALL
 from gpuwise.workload.training_heap import layer_weights, optimizer_events, training_heap_events
 
 MB = 1e6
+SMALL = host_allocator().untracked_below_bytes
+GLIBC_MMAP_THRESHOLD_MAX = host_allocator().mmap_threshold_max
 GPU = rates_from_spec(find_hardware("h100-sxm"))
 FRESH = {"fresh": {"bytes_per_s": 4e9, "threshold": GLIBC_MMAP_THRESHOLD_MAX}}
 CPU = replace(GPU, kind="cpu", kernel_latency_s=0.0, kernels=KernelRates.from_record(FRESH))

@@ -11,7 +11,7 @@ from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.model_time import InferenceTime, estimate_inference_time
+from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
 from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_weights
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture

@@ -11,13 +11,13 @@ from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.training import estimate_training
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.model_time import (
+from gpuwise.estimate.speed.precision_advice import fp32_training
+from gpuwise.estimate.speed.training_time import (
     TrainingTime,
     estimate_training_time,
     slow_faults_step_s,
     step_fault_s,
 )
-from gpuwise.estimate.speed.precision_advice import fp32_training
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import TrainingPlan

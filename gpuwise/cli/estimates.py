@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -20,8 +21,20 @@ from gpuwise.cli.runtime_options import Ctx, GpuUtil, Runtime, Weights
 from gpuwise.errors import GpuwiseError
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        sys.stdout.write(f"gpuwise {version('gpuwise')}\n")
+        raise typer.Exit()
+
+
+Version = Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                       help="print gpuwise's version and exit")]  # fmt: skip
+
+
 @app.callback()
-def main_job(ctx: typer.Context, as_json: Json = False) -> None:
+def main_job(ctx: typer.Context, as_json: Json = False, version: Version = False) -> None:
     """With no command: what of the model catalogue runs on this machine."""
     if ctx.invoked_subcommand is not None:
         return

@@ -20,11 +20,11 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.optimizers import optimizer_spec
 from gpuwise.catalog.runtimes import runtime
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
-from gpuwise.estimate.memory.training import STATES_PER_PARAM, ParamBytes, _step_temporary
+from gpuwise.estimate.memory.training import ParamBytes, step_temporary
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.model_time import optimizer_phase
 from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.roofline import (
     PhaseTime,
@@ -33,6 +33,7 @@ from gpuwise.estimate.speed.roofline import (
     phase_time,
     with_faults,
 )
+from gpuwise.estimate.speed.training_time import optimizer_phase
 from gpuwise.workload.ops import Op
 from gpuwise.workload.plans import TrainingPlan
 from gpuwise.workload.traced import HeapEvent, TracedModule, TracedOp
@@ -63,11 +64,13 @@ def _plan(traced: TracedModule, optimizer: str) -> TrainingPlan:
 
 def _state_bytes(traced: TracedModule, optimizer: str) -> tuple[float, float]:
     """(optimizer state bytes, bytes per state element): Adafactor keeps fp32 factored rows
-    and columns; the others STATES_PER_PARAM full states in the parameters' dtype."""
+    and columns; the others their full states (`states_per_param`, catalog/data/
+    optimizers.toml) in the parameters' dtype."""
     per = traced.param_bytes / max(1, traced.param_count)
-    if optimizer == "adafactor":
+    spec = optimizer_spec(optimizer)
+    if spec.factored:
         return traced.factored_state_count * 4.0, 4.0
-    return traced.trainable_count * STATES_PER_PARAM[optimizer] * per, per
+    return traced.trainable_count * spec.states_per_param * per, per
 
 
 def estimate_module_memory(traced: TracedModule, hw: Hardware,
@@ -89,7 +92,7 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
         per = traced.param_bytes / max(1, traced.param_count)
         grads = traced.trainable_count * per
         pb = ParamBytes(weights, grads, states, traced.trainable_count, traced.largest_trainable)
-        step_temp = _step_temporary(_plan(traced, optimizer), pb, rt.optimizer_foreach, per_state)
+        step_temp = step_temporary(_plan(traced, optimizer), pb, rt.optimizer_foreach, per_state)
         base = weights + traced.input_bytes + states
         phases = {"forward/backward": base + peak.total_bytes,
                   "optimizer step": base + grads + step_temp}  # fmt: skip

@@ -3,7 +3,8 @@ fp32 the faster precision, the time and memory it takes instead (docs/speed.md).
 
 from __future__ import annotations
 
-from gpuwise.estimate.speed.model_time import InferenceTime, TrainingTime
+from gpuwise.estimate.speed.inference_time import InferenceTime
+from gpuwise.estimate.speed.training_time import TrainingTime
 from gpuwise.report.terminal import format_seconds
 from gpuwise.units import format_bytes
 from gpuwise.workload.plans import InferencePlan, TrainingPlan

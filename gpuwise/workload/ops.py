@@ -229,6 +229,18 @@ def loss_ops(arch: Architecture, s: Shape) -> list[Op]:
                     fresh_backward=((elements * 4, 2), (elements * s.compute_bytes, upcast)))]
 
 
+def tensor_parallel_share(op: Op, tp: int) -> Op:
+    """One device's share of `op` under tensor parallelism over `tp` devices: each layer's
+    matrices and heads are divided (the embedding, residual adds and norms stay whole)."""
+    if tp == 1 or op.name in ("embedding", "residual", "layernorm", "rmsnorm"):
+        return op
+    if op.kind == "attention":  # heads are split; each still attends to the whole context
+        return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, m=max(1, op.m // tp),
+                       heads=op.heads // tp)  # fmt: skip
+    return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, n=max(1, op.n // tp),
+                   weight_bytes=op.weight_bytes / tp)  # fmt: skip
+
+
 def embedding_grad_ops(arch: Architecture, s: Shape) -> list[Op]:
     """Backward of the token embedding on a CPU-style dense path: a zero-filled vocab x hidden
     gradient, the rows' index_add, and with tied weights the sum with the head's gradient

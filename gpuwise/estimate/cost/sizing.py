@@ -12,11 +12,8 @@ from gpuwise.estimate.cost.prices import Usage
 from gpuwise.estimate.memory.fits import devices_for_inference, devices_for_training
 from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.model_time import (
-    InferenceTime,
-    estimate_inference_time,
-    estimate_training_time,
-)
+from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
+from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
 from gpuwise.workload.plans import InferencePlan, TrainingPlan

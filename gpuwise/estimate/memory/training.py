@@ -13,15 +13,13 @@ from dataclasses import dataclass
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.optimizers import optimizer_spec
 from gpuwise.catalog.runtimes import runtime
 from gpuwise.estimate.memory.activations import saved_for_backward
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import TrainingPlan
-
-# Optimizer state per trainable parameter, in units of the state dtype's size.
-STATES_PER_PARAM = {"adamw": 2, "sgd": 1, "adafactor": 0, "adamw8bit": 0}
 
 
 @dataclass(frozen=True)
@@ -77,12 +75,16 @@ def lora_params(arch: Architecture, plan: TrainingPlan) -> float:
 
 def _optimizer_bytes(plan: TrainingPlan, trainable: float, state_bytes: float,
                      arch: Architecture) -> float:  # fmt: skip
-    if plan.optimizer == "adamw8bit":
-        return trainable * (2 + 2 * 4 / 2048)  # two 8-bit states plus an fp32 absmax per block
-    if plan.optimizer == "adafactor":
-        # Factored second moment: rows + columns per matrix, about 2 / hidden of the params.
+    """The optimizer's states (catalog/data/optimizers.toml): full states in the state dtype,
+    8-bit states with an fp32 (4-byte) absmax per block, or a factored second moment."""
+    spec = optimizer_spec(plan.optimizer)
+    if spec.quantisation_block:
+        n = spec.quantised_states
+        return trainable * (n * spec.quantised_state_bytes + n * 4 / spec.quantisation_block)
+    if spec.factored:
+        # Rows + columns per matrix in fp32: about 2 / hidden of the params.
         return trainable * 2 / arch.hidden_size * 4
-    return trainable * STATES_PER_PARAM[plan.optimizer] * state_bytes
+    return trainable * spec.states_per_param * state_bytes
 
 
 def param_bytes(arch: Architecture, plan: TrainingPlan) -> ParamBytes:
@@ -122,17 +124,16 @@ def param_bytes(arch: Architecture, plan: TrainingPlan) -> ParamBytes:
     return ParamBytes(weights, gradients, optimizer, trainable / tp, largest / tp)
 
 
-def _step_temporary(plan: TrainingPlan, pb: ParamBytes, foreach: bool, state: float) -> float:
-    """Scratch memory of optimizer.step(): foreach kernels work on whole lists at once."""
-    if plan.optimizer in ("sgd", "adamw8bit"):  # in place / one fused kernel
+def step_temporary(plan: TrainingPlan, pb: ParamBytes, foreach: bool, state: float) -> float:
+    """Scratch memory of optimizer.step(): foreach kernels work on whole lists at once, the
+    single-tensor loop on one tensor at a time (catalog/data/optimizers.toml)."""
+    spec = optimizer_spec(plan.optimizer)
+    copies = spec.step_temporaries_foreach if foreach else spec.step_temporaries_loop
+    if not copies:  # in place, or one fused kernel
         return 0.0
     elements = pb.trainable if foreach else pb.largest_trainable
     if plan.zero >= 1:
         elements /= plan.data_parallel
-    # Adafactor: ~3 update-sized temporaries. AdamW foreach: one sqrt copy of every state,
-    # divided in place; single-tensor: `(exp_avg_sq.sqrt() / bias_correction2_sqrt)` holds
-    # two temporaries of one tensor.
-    copies = 3 if plan.optimizer == "adafactor" else (1 if foreach else 2)
     return elements * state * copies
 
 
@@ -156,7 +157,7 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> M
         1, count_params(arch).total) if plan.finetune == "full" else 0.0  # fmt: skip
     backward_extra = max(logits_grad, head_grad) + saved["recompute"]
     state = 4.0 if (plan.mixed or plan.finetune != "full") else compute
-    step_temp = _step_temporary(plan, pb, rt.optimizer_foreach, state)
+    step_temp = step_temporary(plan, pb, rt.optimizer_foreach, state)
     base = pb.weights + pb.optimizer
     phases = {
         "forward": base + acts + logits,

@@ -13,6 +13,11 @@ def weight_bytes(arch: Architecture, fmt: WeightFormat | str) -> float:
     return _weight_bytes(arch, weight_format(fmt) if isinstance(fmt, str) else fmt)
 
 
+def mean_weight_bytes(arch: Architecture, fmt: WeightFormat | str) -> float:
+    """Average stored bytes per parameter in a format, scales included."""
+    return weight_bytes(arch, fmt) / count_params(arch).total
+
+
 @lru_cache(maxsize=4096)  # a sweep asks for each model and format on every device
 def _weight_bytes(arch: Architecture, fmt: WeightFormat) -> float:
     counts = count_params(arch)

@@ -9,12 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.model_time import (
-    InferenceTime,
-    TrainingTime,
-    estimate_inference_time,
-    estimate_training_time,
-)
+from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
+from gpuwise.estimate.speed.training_time import TrainingTime, estimate_training_time
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan, TrainingPlan
 

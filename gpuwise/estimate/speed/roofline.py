@@ -155,6 +155,11 @@ def _roofline(op: Op, rates: DeviceRates, dtype: str, repeat: float) -> OpTime:
     return OpTime(op, compute, op.bytes / rates.memory_bytes_per_s, repeat)
 
 
+def op_count_mode(dtype: str) -> str:
+    """The measured op counts (catalog/data/op_counts.json) a run in `dtype` dispatches."""
+    return "fp32" if dtype == "fp32" else ("mixed-bf16" if dtype.startswith("mixed") else "bf16")
+
+
 def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
                       rates: DeviceRates, layers: int | None = None) -> float:  # fmt: skip
     """Seconds of fixed per-op cost: measured op counts x the device's per-op cost."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gpuwise.measure.profiles.op_counts import VIEW_OPS
+from gpuwise.measure.module.op_counter import VIEW_OPS
 from gpuwise.workload.traced import TracedOp
 
 _DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",

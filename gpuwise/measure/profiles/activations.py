@@ -10,14 +10,11 @@ layer saves from what the model saves once. The result is written as data
 (catalog/data/activation_profiles.json) that the pure estimator reads; a test re-runs this
 against the installed transformers and checks the data still matches.
 
-Run: python -m gpuwise.measure.profiles.activations  (needs torch and transformers)
+Written by `tools/write_activation_profiles.py` (needs torch and transformers).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 # Tiny dimensions whose products are pairwise distinct for every term below.
@@ -202,15 +199,3 @@ def profile_all() -> dict[str, Any]:
         "dims": dict(B=B, S=S, D=D, H=H, HD=HD, KV=KV, I=I, V=V),
         "profiles": profiles,
     }
-
-
-def main() -> None:
-    out = Path(__file__).parents[1] / "catalog" / "data" / "activation_profiles.json"
-    data = profile_all()
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else out
-    target.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {len(data['profiles'])} profiles to {target}")
-
-
-if __name__ == "__main__":
-    main()

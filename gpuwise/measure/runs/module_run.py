@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpuwise.measure.module.trace import DTYPES, default_loss, load_factory
+from gpuwise.measure.module.meta import DTYPES
+from gpuwise.measure.module.trace import default_loss, load_factory
 from gpuwise.measure.runs.child_process import child_main, run_child
 from gpuwise.measure.runs.memory_run import MeasuredMemory
 from gpuwise.measure.runs.optimizers import make_optimizer

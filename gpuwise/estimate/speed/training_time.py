@@ -1,24 +1,28 @@
-"""How fast: prefill, decode and training-step time from the roofline model."""
+"""How fast a model trains: the training step's forward, backward, optimizer step and
+collectives from the roofline model."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from gpuwise.catalog.efficiency import time_model_rules
 from gpuwise.catalog.formats import weight_format
-from gpuwise.errors import GpuwiseError
+from gpuwise.catalog.optimizers import optimizer_spec
 from gpuwise.estimate.memory.training import lora_dims, lora_params
-from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.memory.weights import mean_weight_bytes
 from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.inference_time import RUNTIME
+from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.roofline import (
     OpTime,
     PhaseTime,
     dispatch_cost,
     dispatch_overhead,
     fresh_bytes_per_s,
+    op_count_mode,
     phase_time,
     with_faults,
-    with_logits_step,
     with_slow_faults,
     without_faults,
 )
@@ -31,38 +35,11 @@ from gpuwise.workload.ops import (
     forward_ops,
     kv_append_ops,
     loss_ops,
+    tensor_parallel_share,
 )
 from gpuwise.workload.params import parameter_tensors
-from gpuwise.workload.plans import InferencePlan, TrainingPlan
-
-RUNTIME = "Hugging Face transformers (PyTorch eager)"
-
-
-@dataclass(frozen=True)
-class InferenceTime:
-    prefill: PhaseTime
-    decode: PhaseTime  # one step at the mid-point of generation
-    batch: int
-    new_tokens: int
-    source: str
-    runtime: str = RUNTIME
-
-    @property
-    def prefill_s(self) -> float:
-        return self.prefill.seconds
-
-    @property
-    def decode_s_per_token(self) -> float:
-        return self.decode.seconds
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Generated tokens per second across the batch, in the decode phase."""
-        return self.batch / self.decode.seconds
-
-    @property
-    def total_s(self) -> float:
-        return self.prefill_s + self.new_tokens * self.decode_s_per_token
+from gpuwise.workload.plans import TrainingPlan
+from gpuwise.workload.training_heap import training_heap_events
 
 
 @dataclass(frozen=True)
@@ -98,82 +75,13 @@ class TrainingTime:
         return tokens / self.tokens_per_s
 
 
-def _effective_weight_bytes(arch: Architecture, fmt: str) -> float:
-    """Average stored bytes per matrix weight, scales included."""
-    return weight_bytes(arch, fmt) / count_params(arch).total
-
-
-def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
-           logits: int) -> Shape:  # fmt: skip
-    fmt = weight_format(plan.weights)
-    compute = weight_format(fmt.compute_dtype).bytes_per_element
-    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
-    per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
-                  if plan.stored_weights else _effective_weight_bytes(arch, fmt.id))  # fmt: skip
-    return Shape(plan.batch, tokens, context, compute, per_weight, kv, plan.attention, logits)
-
-
-def _mode(dtype: str) -> str:
-    return "fp32" if dtype == "fp32" else ("mixed-bf16" if dtype.startswith("mixed") else "bf16")
-
-
-RUNTIMES = {
-    "transformers": RUNTIME,
-    "compiled": "PyTorch torch.compile with CUDA graphs (gpt-fast style)",
-}
-
-
-@lru_cache(maxsize=4096)
-def _inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> tuple[Op, ...]:
-    """The ops of one inference pass; cached, as a sweep asks for the same model and shape
-    on every device."""
-    ops = forward_ops(arch, shape)
-    if runtime == "compiled":
-        # Compiled kernels fuse norms, rotary, activations and residuals into neighbouring
-        # matmuls, into a static cache: what remains is the matmul and attention traffic.
-        ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
-    else:
-        ops += kv_append_ops(arch, shape)
-    return tuple(_split(op, tp) for op in ops)
-
-
-# The replay runs a prefill of 4 and of 8 layers and extends the difference to the model's
-# depth (layers repeat: within 4% of the whole model's replay on every time-suite case, at
-# 3 ms against 10-15 ms for 24-32 layers).
-SAMPLED_LAYERS = (4, 8)
-
-
-@lru_cache(maxsize=256)
-def prefill_fault_bytes(arch: Architecture, shape: Shape) -> int:
-    """Bytes a CPU prefill under transformers faults in afresh: its tensors replayed
-    through glibc's allocator (`heap_replay`), in steady state. A decode step's tensors are
-    a few rows each and fault nothing (measured: 0 within +-20 MB)."""
-    lo, hi = SAMPLED_LAYERS
-    if arch.num_layers <= hi:
-        return _replayed_faults(arch, shape)
-    few, more = (_replayed_faults(replace(arch, num_layers=n), shape) for n in (lo, hi))
-    return max(0, round(more + (arch.num_layers - hi) * (more - few) / (hi - lo)))
-
-
-def _replayed_faults(arch: Architecture, shape: Shape) -> int:
-    from gpuwise.estimate.speed.page_faults import replay  # only a probed CPU needs it (cold start)
-    from gpuwise.workload.prefill_heap import prefill_heap_events
-
-    # Two passes: the thresholds settle in the first (3 and 4 passes gave the same bytes on
-    # every time-suite case).
-    return replay(prefill_heap_events(arch, shape), passes=2).get("forward", 0)
-
-
 @lru_cache(maxsize=64)
 def training_fault_bytes(arch: Architecture, shape: Shape, param_bytes: float, optimizer: str,
                          checkpointing: bool) -> dict[str, int]:  # fmt: skip
     """Bytes a CPU training step under transformers faults in afresh, by phase: the whole
-    step's tensors replayed through glibc's allocator (`training_heap`). The whole model:
-    the optimizer's faults depend on where the backward left the heap, and do not grow
-    with depth in step (sampled layers were 20-25% off)."""
-    from gpuwise.estimate.speed.page_faults import replay
-    from gpuwise.workload.training_heap import training_heap_events
-
+    step's tensors replayed through glibc's allocator (`workload.training_heap`). The whole
+    model: the optimizer's faults depend on where the backward left the heap, and do not
+    grow with depth in step (sampled layers were 20-25% off)."""
     events = training_heap_events(arch, shape, param_bytes, optimizer, checkpointing)
     return replay(events, passes=2)
 
@@ -197,67 +105,18 @@ def _with_step_faults(arch: Architecture, plan: TrainingPlan, shape: Shape, bwd:
             with_faults(optimizer, faults.get("optimizer", 0), fresh))  # fmt: skip
 
 
-def _tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int) -> float:
-    """Two all-reduces of the hidden state per layer under tensor parallelism."""
-    if tp <= 1:
-        return 0.0
-    size = shape.rows * arch.hidden_size * shape.compute_bytes * 2 * (tp - 1) / tp
-    bw = rates.interconnect_bytes_per_s or rates.memory_bytes_per_s
-    return 2 * arch.num_layers * (rates.collective_latency_s + size / bw)
-
-
-def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-                            runtime: str = "transformers", tp: int = 1) -> InferenceTime:  # fmt: skip
-    """Time to first token (prefill) and per output token (decode) with generate()."""
-    if runtime not in RUNTIMES:
-        raise GpuwiseError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
-    fmt = weight_format(plan.weights)
-    dtype = fmt.compute_dtype
-    mode = _mode(dtype)
-    logits = plan.prompt_tokens if plan.logits == "all" else 1
-    eager = runtime == "transformers"
-    phases = []
-    for name, tokens, context, count_key in (
-        ("prefill", plan.prompt_tokens, plan.prompt_tokens, "inference"),
-        ("decode", 1, plan.prompt_tokens + max(0, plan.new_tokens - 1) // 2 + 1, "decode"),
-    ):
-        shape = _shape(plan, arch, tokens, context, logits if name == "prefill" else 1)
-        overhead = dispatch_overhead(arch, mode, plan.attention, count_key, rates) if eager else 0
-        phase = phase_time(name, _inference_ops(arch, shape, runtime, tp), rates, dtype,
-                           overhead, _tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
-        fresh = fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
-        if fresh:
-            phase = with_faults(phase, prefill_fault_bytes(arch, shape), fresh)
-        if eager and name == "decode":
-            phase = with_logits_step(phase, arch, plan.batch, rates)
-        phases.append(phase)
-    return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,
-                         RUNTIMES[runtime])  # fmt: skip
-
-
-# Passes over a parameter-sized tensor per step, by kernel. On an accelerator torch.optim
-# runs fused or foreach kernels (AdamW reads param, grad and two states and writes three:
-# 7). On a CPU it runs the single-tensor loop: for AdamW mul_ (weight decay), lerp_, mul_
-# and addcmul_, sqrt, div, add_ (eps), addcdiv_: 17 passes of cheap kernels and two each of
-# sqrt and div, which in bf16 run at a fraction of the bandwidth.
-OPTIMIZER_PASSES: dict[str, dict[str, dict[str, float]]] = {
-    "fused": {"adamw": {"binary": 7}, "sgd": {"binary": 4}, "adafactor": {"binary": 5},
-              "adamw8bit": {"binary": 4.5}},
-    "loop": {"adamw": {"binary": 17, "sqrt": 2, "div": 2}, "sgd": {"binary": 4},
-             "adafactor": {"binary": 5}, "adamw8bit": {"binary": 4.5}},
-}  # fmt: skip
-
-
 def optimizer_state_dtype(plan: TrainingPlan) -> str:
     """fp32 master weights and states under mixed precision or adapters, else the compute's."""
     return "fp32" if plan.mixed or plan.finetune != "full" else plan.compute_dtype
 
 
 def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu") -> list[Op]:
-    """The optimizer's passes over its parameters and states (fp32 under mixed)."""
+    """The optimizer's passes over its parameters and states (fp32 under mixed), by kernel
+    (catalog/data/optimizers.toml): on an accelerator torch.optim runs fused or foreach
+    kernels, on a CPU the single-tensor loop."""
     dtype = optimizer_state_dtype(plan)
     state = weight_format(dtype).bytes_per_element
-    passes = OPTIMIZER_PASSES["loop" if device_kind == "cpu" else "fused"][plan.optimizer]
+    passes = optimizer_spec(plan.optimizer).passes(device_kind)
     return [Op("optimizer" if kernel == "binary" else f"optimizer_{kernel}", "elementwise",
                trainable * n / 2, trainable * n * state, kernel=kernel, dtype=dtype,
                streamed=True)
@@ -353,35 +212,19 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
                            rates: DeviceRates) -> TrainingTime:  # fmt: skip
     """One optimizer step: forward, backward (~2x forward), recompute, optimizer, comms."""
     dtype = plan.compute_dtype
-    mode = _mode(plan.dtype)
+    mode = op_count_mode(plan.dtype)
     c = weight_format(dtype).bytes_per_element
     w = 4.0 if plan.mixed else c
     if plan.finetune == "qlora":
-        w = _effective_weight_bytes(arch, "nf4")
+        w = mean_weight_bytes(arch, "nf4")
     attention = _training_attention(arch, plan, rates)
     shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, attention, plan.seq)
-    ops = [_split(op, plan.tp) for op in forward_ops(arch, shape) + loss_ops(arch, shape)]
+    ops = [tensor_parallel_share(op, plan.tp)
+           for op in forward_ops(arch, shape) + loss_ops(arch, shape)]  # fmt: skip
     masks, applied = _dropout_ops(arch, shape)
     ops = _activations_streamed(ops + applied)  # masks applied in forward and backward
     forward_only = masks + kv_append_ops(arch, shape)  # masks drawn, the cache appended
-    overhead = dispatch_overhead(arch, mode, attention, "training", rates)
-    fwd = phase_time("forward", ops + forward_only, rates, dtype, overhead / 3)
-    # Backward computes two matmuls per forward one; frozen LoRA bases skip the weight grad.
-    back_scale = 2.0 if plan.finetune == "full" else 1.1
-    direction = "backward" if plan.finetune == "full" else "forward"
-    embedding_grad = embedding_grad_ops(arch, shape) if plan.finetune == "full" else []
-    if plan.checkpointing:  # the layers' forward again, under the backward's dispatch
-        recompute = phase_time("recompute", ops, rates, dtype, overhead / 3)
-        bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3 + recompute.overhead_s,
-                         scale=back_scale + 1.0, direction=direction)  # fmt: skip
-        bwd = _plus(bwd, phase_time("recompute", masks, rates, dtype, 0.0))  # masks again
-    else:
-        bwd = phase_time("backward", ops, rates, dtype, 2 * overhead / 3, scale=back_scale,
-                         direction=direction)  # fmt: skip
-    if embedding_grad:
-        bwd = _plus(bwd, phase_time("backward", embedding_grad, rates, dtype, 0.0))
-    if plan.finetune in ("lora", "qlora"):
-        fwd, bwd = _with_adapters(arch, plan, fwd, bwd, rates)
+    fwd, bwd = _forward_backward(arch, plan, ops, forward_only, masks, shape, rates, mode)
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     whole = plan.finetune == "full" and plan.tp == 1  # the probe stepped whole tensors
@@ -395,6 +238,37 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     model_flops = tokens * (6 * matmul_params(arch) + attn)
     peak = rates.peak(dtype) * plan.gpus
     return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source)
+
+
+def _forward_backward(arch: Architecture, plan: TrainingPlan, ops: list[Op],
+                      forward_only: list[Op], masks: list[Op], shape: Shape,
+                      rates: DeviceRates, mode: str) -> tuple[PhaseTime, PhaseTime]:  # fmt: skip
+    """The forward and the backward (the forward again first under checkpointing), each with
+    its share of the step's dispatch (catalog/data/efficiency.toml, `time_model`)."""
+    rules = time_model_rules()
+    dtype = plan.compute_dtype
+    overhead = dispatch_overhead(arch, mode, shape.attention, "training", rates)
+    per_forward = rules.backward_dispatch_per_forward
+    forward_overhead = overhead / (1 + per_forward)
+    backward_overhead = per_forward * overhead / (1 + per_forward)
+    fwd = phase_time("forward", ops + forward_only, rates, dtype, forward_overhead)
+    # Backward computes two matmuls per forward one; frozen LoRA bases skip the weight grad.
+    full = plan.finetune == "full"
+    back_scale = rules.backward_scale if full else rules.frozen_base_backward_scale
+    direction = "backward" if full else "forward"
+    if plan.checkpointing:  # the layers' forward again, under the backward's dispatch
+        recompute = phase_time("recompute", ops, rates, dtype, forward_overhead)
+        bwd = phase_time("backward", ops, rates, dtype, backward_overhead + recompute.overhead_s,
+                         scale=back_scale + 1.0, direction=direction)  # fmt: skip
+        bwd = _plus(bwd, phase_time("recompute", masks, rates, dtype, 0.0))  # masks again
+    else:
+        bwd = phase_time("backward", ops, rates, dtype, backward_overhead, scale=back_scale,
+                         direction=direction)  # fmt: skip
+    if full:
+        bwd = _plus(bwd, phase_time("backward", embedding_grad_ops(arch, shape), rates, dtype, 0.0))
+    if plan.finetune in ("lora", "qlora"):
+        fwd, bwd = _with_adapters(arch, plan, fwd, bwd, rates)
+    return fwd, bwd
 
 
 def _with_adapters(arch: Architecture, plan: TrainingPlan, fwd: PhaseTime, bwd: PhaseTime,
@@ -424,22 +298,11 @@ def _plus(phase: PhaseTime, more: PhaseTime) -> PhaseTime:
                    ops=phase.ops + more.ops)  # fmt: skip
 
 
-def _split(op: Op, tp: int) -> Op:
-    """Tensor parallelism divides each layer's matrices and heads over `tp` devices."""
-    if tp == 1 or op.name in ("embedding", "residual", "layernorm", "rmsnorm"):
-        return op
-    if op.kind == "attention":  # heads are split; each still attends to the whole context
-        return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, m=max(1, op.m // tp),
-                       heads=op.heads // tp)  # fmt: skip
-    return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, n=max(1, op.n // tp),
-                   weight_bytes=op.weight_bytes / tp)  # fmt: skip
-
-
 def slow_faults_step_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates) -> float | None:
     """The step with its page faults at the slowest first touch the probe saw with memory
     in use (a VM whose host backs its memory lazily): the top of the range a step runs in
-    there, as the host moves (docs/speed.md, run AF). None where the probe saw no such
-    slowing, or off a CPU."""
+    there, as the host moves (docs/speed.md, "Page faults on a CPU"). None where the probe
+    saw no such slowing, or off a CPU."""
     slow = with_slow_faults(rates)
     return None if slow is None else estimate_training_time(arch, plan, slow).step_s
 

@@ -1,0 +1,142 @@
+"""How fast a model generates: prefill and decode-step time from the roofline model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.memory.weights import mean_weight_bytes
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.page_faults import replay
+from gpuwise.estimate.speed.roofline import (
+    PhaseTime,
+    dispatch_overhead,
+    fresh_bytes_per_s,
+    op_count_mode,
+    phase_time,
+    with_faults,
+    with_logits_step,
+)
+from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.ops import Op, Shape, forward_ops, kv_append_ops, tensor_parallel_share
+from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.prefill_heap import prefill_heap_events
+
+RUNTIME = "Hugging Face transformers (PyTorch eager)"
+RUNTIMES = {
+    "transformers": RUNTIME,
+    "compiled": "PyTorch torch.compile with CUDA graphs (gpt-fast style)",
+}
+# The replay runs a prefill of 4 and of 8 layers and extends the difference to the model's
+# depth (layers repeat: within 4% of the whole model's replay on every time-suite case, at
+# 3 ms against 10-15 ms for 24-32 layers).
+SAMPLED_LAYERS = (4, 8)
+
+
+@dataclass(frozen=True)
+class InferenceTime:
+    prefill: PhaseTime
+    decode: PhaseTime  # one step at the mid-point of generation
+    batch: int
+    new_tokens: int
+    source: str
+    runtime: str = RUNTIME
+
+    @property
+    def prefill_s(self) -> float:
+        return self.prefill.seconds
+
+    @property
+    def decode_s_per_token(self) -> float:
+        return self.decode.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second across the batch, in the decode phase."""
+        return self.batch / self.decode.seconds
+
+    @property
+    def total_s(self) -> float:
+        return self.prefill_s + self.new_tokens * self.decode_s_per_token
+
+
+def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
+           logits: int) -> Shape:  # fmt: skip
+    fmt = weight_format(plan.weights)
+    compute = weight_format(fmt.compute_dtype).bytes_per_element
+    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
+    per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
+                  if plan.stored_weights else mean_weight_bytes(arch, fmt.id))  # fmt: skip
+    return Shape(plan.batch, tokens, context, compute, per_weight, kv, plan.attention, logits)
+
+
+@lru_cache(maxsize=4096)
+def inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> tuple[Op, ...]:
+    """The ops of one inference pass on one of `tp` devices; cached, as a sweep asks for the
+    same model and shape on every device."""
+    ops = forward_ops(arch, shape)
+    if runtime == "compiled":
+        # Compiled kernels fuse norms, rotary, activations and residuals into neighbouring
+        # matmuls, into a static cache: what remains is the matmul and attention traffic.
+        ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
+    else:
+        ops += kv_append_ops(arch, shape)
+    return tuple(tensor_parallel_share(op, tp) for op in ops)
+
+
+@lru_cache(maxsize=256)
+def prefill_fault_bytes(arch: Architecture, shape: Shape) -> int:
+    """Bytes a CPU prefill under transformers faults in afresh: its tensors replayed
+    through glibc's allocator (`page_faults.replay`), in steady state. A decode step's
+    tensors are a few rows each and fault nothing (measured: 0 within +-20 MB)."""
+    lo, hi = SAMPLED_LAYERS
+    if arch.num_layers <= hi:
+        return _replayed_faults(arch, shape)
+    few, more = (_replayed_faults(replace(arch, num_layers=n), shape) for n in (lo, hi))
+    return max(0, round(more + (arch.num_layers - hi) * (more - few) / (hi - lo)))
+
+
+def _replayed_faults(arch: Architecture, shape: Shape) -> int:
+    # Two passes: the thresholds settle in the first (3 and 4 passes gave the same bytes on
+    # every time-suite case).
+    return replay(prefill_heap_events(arch, shape), passes=2).get("forward", 0)
+
+
+def _tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int) -> float:
+    """Two all-reduces of the hidden state per layer under tensor parallelism."""
+    if tp <= 1:
+        return 0.0
+    size = shape.rows * arch.hidden_size * shape.compute_bytes * 2 * (tp - 1) / tp
+    bw = rates.interconnect_bytes_per_s or rates.memory_bytes_per_s
+    return 2 * arch.num_layers * (rates.collective_latency_s + size / bw)
+
+
+def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
+                            runtime: str = "transformers", tp: int = 1) -> InferenceTime:  # fmt: skip
+    """Time to first token (prefill) and per output token (decode) with generate()."""
+    if runtime not in RUNTIMES:
+        raise GpuwiseError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
+    fmt = weight_format(plan.weights)
+    dtype = fmt.compute_dtype
+    mode = op_count_mode(dtype)
+    logits = plan.prompt_tokens if plan.logits == "all" else 1
+    eager = runtime == "transformers"
+    phases = []
+    for name, tokens, context, count_key in (
+        ("prefill", plan.prompt_tokens, plan.prompt_tokens, "inference"),
+        ("decode", 1, plan.prompt_tokens + max(0, plan.new_tokens - 1) // 2 + 1, "decode"),
+    ):
+        shape = _shape(plan, arch, tokens, context, logits if name == "prefill" else 1)
+        overhead = dispatch_overhead(arch, mode, plan.attention, count_key, rates) if eager else 0
+        phase = phase_time(name, inference_ops(arch, shape, runtime, tp), rates, dtype,
+                           overhead, _tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
+        fresh = fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
+        if fresh:
+            phase = with_faults(phase, prefill_fault_bytes(arch, shape), fresh)
+        if eager and name == "decode":
+            phase = with_logits_step(phase, arch, plan.batch, rates)
+        phases.append(phase)
+    return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,
+                         RUNTIMES[runtime])  # fmt: skip
