@@ -36,7 +36,7 @@ def test_stored_profile_matches_a_fresh_measurement(key):
     fresh = ap.profile_one(
         family, mode, attention, ckpt == "ckpt", 0.1 if dropout == "dropout" else 0.0
     )
-    assert fresh == stored()[key], "re-run: python -m gpuwise.measure.profiles.activations"
+    assert fresh == stored()[key], "re-run: python tools/write_activation_profiles.py"
 
 
 CONFIGS = {

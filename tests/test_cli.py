@@ -1,8 +1,6 @@
 """The command contract: JSON keys, one-line errors with exit code 2, light imports."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 

@@ -18,7 +18,7 @@ from gpuwise.estimate.speed.device_rates import rates_from_spec
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.measure.probe import Profile
-from gpuwise.measure.probe.kernels import KernelPlan, for_gpu
+from gpuwise.measure.probe.kernel_plan import KernelPlan, for_gpu
 from gpuwise.measure.probe.steadiness import probe_figures, square
 from gpuwise.workload import from_config
 from gpuwise.workload.lora_ops import lora_ops

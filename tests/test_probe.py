@@ -262,15 +262,17 @@ def test_unsupported_is_a_reason() -> None:
 @pytest.mark.torch
 def test_decode_caches_are_read_cold_and_grown_in_place_of_the_old() -> None:
     torch = pytest.importorskip("torch")
-    from gpuwise.measure.probe.kernels import KernelPlan, _Cycle, _Kernels
+    from gpuwise.measure.probe.kernel_plan import KernelPlan
+    from gpuwise.measure.probe.kernel_timer import Cycle
+    from gpuwise.measure.probe.kernels_elementwise import ElementwiseKernels
 
     plan = KernelPlan(cold_set_bytes=8 * 2**20)
-    kernels = _Kernels(torch, torch.device("cpu"), plan, None)
+    kernels = ElementwiseKernels(torch, torch.device("cpu"), plan, None)
     keys = torch.zeros(16, 256, 64)  # 1 MiB
-    copies = kernels._cold_copies(keys)
+    copies = kernels.cold_copies(keys)
     assert len(copies) == 8 and sum(c.numel() * 4 for c in copies) == plan.cold_set_bytes
-    assert len(kernels._cold_copies(keys, 2)) == 4  # keys and values per call
-    caches = _Cycle(copies)
+    assert len(kernels.cold_copies(keys, 2)) == 4  # keys and values per call
+    caches = Cycle(copies)
     grown = kernels._append(torch.ones(16, 1, 64), caches)
     assert grown.shape == (16, 257, 64) and caches.items[caches.i] is grown
     assert torch.equal(grown[:, -1], torch.ones(16, 64))

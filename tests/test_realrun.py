@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpuwise.measure.runs import memory_run as realrun
+from gpuwise.measure.runs.child_process import last_json_line
 from gpuwise.measure.runs.memory_run import MeasuredMemory, measure_inference, measure_training
 
 TINY_LLAMA = {
@@ -141,5 +141,5 @@ def test_the_module_imports_no_torch() -> None:
 
 def test_the_result_is_the_last_json_line_of_stdout() -> None:
     stdout = 'some library noise\n{"peak_bytes": 3}\nnot json\n'
-    assert realrun._last_json_line(stdout) == {"peak_bytes": 3}
-    assert realrun._last_json_line("nothing here") is None
+    assert last_json_line(stdout) == {"peak_bytes": 3}
+    assert last_json_line("nothing here") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuwise.app.fp32_line import Fp32Alternative
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.estimate.memory import fits
@@ -36,14 +37,6 @@ class ThroughputPoint:
 
 
 @dataclass(frozen=True)
-class Fp32Inference:
-    """Generation with fp32 weights, where a CPU's probed kernels make it the faster."""
-
-    time: InferenceTime
-    memory_bytes: int
-
-
-@dataclass(frozen=True)
 class InferAnswer:
     model: ResolvedModel
     arch: Architecture
@@ -55,7 +48,7 @@ class InferAnswer:
     time: InferenceTime | None
     rates_source: str  # where the rates came from, or why there are none
     throughput: list[ThroughputPoint]
-    fp32: Fp32Inference | None
+    fp32: Fp32Alternative[InferenceTime] | None
 
 
 def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
@@ -88,8 +81,8 @@ def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
 
 
 def _fp32(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
-          own: InferenceTime) -> Fp32Inference | None:  # fmt: skip
+          own: InferenceTime) -> Fp32Alternative[InferenceTime] | None:  # fmt: skip
     fp32 = fp32_inference(arch, plan, rates, own)
     if fp32 is None:
         return None
-    return Fp32Inference(fp32, estimate_inference(arch, fp32_weights(plan), hw).total_bytes)
+    return Fp32Alternative(fp32, estimate_inference(arch, fp32_weights(plan), hw).total_bytes)

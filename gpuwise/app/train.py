@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpuwise.app.fp32_line import Fp32Alternative
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.estimate.memory import fits
@@ -41,14 +42,6 @@ class PageFaults:
 
 
 @dataclass(frozen=True)
-class Fp32Training:
-    """The step in fp32, where a CPU's probed kernels make it the faster."""
-
-    time: TrainingTime
-    memory_bytes: int
-
-
-@dataclass(frozen=True)
 class TrainAnswer:
     model: ResolvedModel
     arch: Architecture
@@ -59,7 +52,7 @@ class TrainAnswer:
     time: TrainingTime | None
     rates_source: str  # where the rates came from, or why there are none
     faults: PageFaults
-    fp32: Fp32Training | None
+    fp32: Fp32Alternative[TrainingTime] | None
     train_tokens: float
 
 
@@ -88,8 +81,8 @@ def _faults(arch: Architecture, plan: TrainingPlan, rates: DeviceRates | None,
 
 
 def _fp32(arch: Architecture, plan: TrainingPlan, hw: Hardware, rates: DeviceRates,
-          own: TrainingTime) -> Fp32Training | None:  # fmt: skip
+          own: TrainingTime) -> Fp32Alternative[TrainingTime] | None:  # fmt: skip
     fp32 = fp32_training(arch, plan, rates, own.step_s)
     if fp32 is None:
         return None
-    return Fp32Training(fp32, estimate_training(arch, replace(plan, dtype="fp32"), hw).total_bytes)
+    return Fp32Alternative(fp32, estimate_training(arch, replace(plan, dtype="fp32"), hw).total_bytes)

@@ -7,8 +7,16 @@ import dataclasses
 import time
 from typing import Any
 
+from gpuwise.measure.probe import kernels as kernel_probe
 from gpuwise.measure.probe.profile import Profile, Progress
 from gpuwise.measure.probe.run import contention_note, others_cpu_s, run_probe
+from gpuwise.measure.probe.runtime_costs import (
+    measure_cold_factor,
+    measure_gemv,
+    measure_logits_step,
+    measure_runtime_overhead,
+)
+from gpuwise.measure.probe.steadiness import machine_vs_profile, probe_figures, steadiness_note
 
 # Share of the progress bar each part takes (they take about these shares of the time).
 GENERIC, KERNELS = 0.35, 0.55
@@ -56,14 +64,12 @@ def _missing(profile: Profile, key: str, why: str) -> Profile:
 
 def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
     try:
-        from gpuwise.measure.probe.kernels import kernel_notes, measure_kernels
-
         device = "cuda" if profile.backend == "torch-cuda" else "cpu"
-        kernels = measure_kernels(None, progress, device, profile.cache_bytes)
+        kernels = kernel_probe.measure_kernels(None, progress, device, profile.cache_bytes)
     except Exception as exc:  # a reading that fails is NA with its reason, never a crash
         return _missing(profile, "kernels", f"{type(exc).__name__}: {exc}")
     missing = {f"kernels.{k}": v for k, v in kernels.pop("missing", {}).items()}
-    notes = (*profile.notes, *kernel_notes(kernels))
+    notes = (*profile.notes, *kernel_probe.kernel_notes(kernels))
     return dataclasses.replace(profile, kernels=kernels, missing={**profile.missing, **missing},
                                notes=notes)  # fmt: skip
 
@@ -71,8 +77,6 @@ def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
 def _with_steadiness(profile: Profile) -> Profile:
     """Read bandwidth and the 1024^3 matmuls measured again at the end, against the probe's
     readings: a warning note when the machine changed speed while it was probed."""
-    from gpuwise.measure.probe.steadiness import machine_vs_profile, probe_figures, steadiness_note
-
     if not probe_figures(profile):
         return _missing(profile, "steadiness", "no headline rate to measure again")
     ratios = machine_vs_profile(profile)
@@ -86,13 +90,6 @@ def _with_runtime(profile: Profile) -> Profile:
     """Add the transformers runtime's measured costs when torch and transformers are here,
     on the device the profile is for (a GPU's eager runtime is its host's dispatch)."""
     try:
-        from gpuwise.measure.probe.runtime_costs import (
-            measure_cold_factor,
-            measure_gemv,
-            measure_logits_step,
-            measure_runtime_overhead,
-        )
-
         device = "cuda" if profile.backend == "torch-cuda" else "cpu"
         runtime: dict[str, Any] = dict(measure_runtime_overhead(device=device))
         runtime["cold_op_factor"] = measure_cold_factor() if device == "cpu" else 1.0

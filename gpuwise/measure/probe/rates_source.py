@@ -7,7 +7,13 @@ from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
+from gpuwise.estimate.speed.device_rates import (
+    DeviceRates,
+    rates_from_measurements,
+    rates_from_spec,
+)
+from gpuwise.measure.probe import store
+from gpuwise.measure.probe.kernels import slow_first_touch
 from gpuwise.measure.probe.profile import STEADY, largest_move
 
 
@@ -31,12 +37,7 @@ def rates_for(hw: Hardware) -> tuple[DeviceRates | None, str]:
 def _measured(hw: Hardware) -> tuple[DeviceRates | None, float, str]:
     """The profile's rates, how far its headline rates moved while it was probed, and
     whether first touch slowed with memory in use."""
-    try:
-        from gpuwise.measure.probe.kernels import slow_first_touch
-        from gpuwise.measure.probe.store import load_profile
-    except ImportError:
-        return None, 0.0, ""
-    profile = load_profile()
+    profile = store.load_profile()
     if profile is None:
         return None, 0.0, ""
     fresh = (getattr(profile, "kernels", None) or {}).get("fresh") or {}
@@ -50,8 +51,6 @@ def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:
     Matmul curves use each point's median time (what a run sees), not its best; the per-op
     cost is the tiny `add`'s time, and a view (no kernel) is taken as a third of it.
     """
-    from gpuwise.estimate.speed.device_rates import rates_from_measurements
-
     triad = profile.bandwidth_gbs("triad")
     overhead = profile.overhead_s.get("add")
     square: dict[str, list[tuple[float, float]]] = {}

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuwise.catalog.runtimes import op_counts
 from gpuwise.measure.call_timing import median_call_s
 
 LAYERS = (1, 5)
@@ -168,8 +169,6 @@ def measure_runtime_overhead(repeats: int = 15, device: str = "cpu") -> dict[str
     """Seconds per dispatched op and fixed seconds per step, by phase ('inference' =
     prefill, 'decode', 'training'). Raises ImportError without torch/transformers."""
     import torch
-
-    from gpuwise.catalog.runtimes import op_counts
 
     torch.manual_seed(0)
     ids = torch.randint(0, VOCABS[0], (1, 8), device=device)

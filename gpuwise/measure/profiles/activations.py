@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuwise.workload import count_params, from_config
+
 # Tiny dimensions whose products are pairwise distinct for every term below.
 B, S, D, H, HD, KV, I, V, E, K = 2, 13, 40, 4, 12, 2, 88, 101, 5, 2
 
@@ -157,8 +159,6 @@ def profile_one(family: str, mode: str, attention: str, checkpointing: bool,
         autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if mode == "mixed-bf16"
                     else contextlib.nullcontext())  # fmt: skip
         ids = torch.randint(0, V, (B, S))
-        from gpuwise.workload import count_params, from_config
-
         arch = from_config(cfg_dict)
         sizes = term_sizes(
             arch.num_kv_heads, arch.head_dim, arch.rotary_dim, arch.intermediate_size

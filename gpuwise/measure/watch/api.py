@@ -32,7 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.watch.summary import summarize
+from gpuwise.estimate.watch.verdict import verdict
+from gpuwise.measure.watch.inject import _gpuwise_watch_hooks as hooks
 from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as _own_recorder
+from gpuwise.measure.watch.log import read_log
+from gpuwise.measure.watch.sampler import Sampler
 
 PHASE_NAMES = ("data", "h2d", "forward", "backward", "optimizer")
 
@@ -137,17 +142,12 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
     # -- results ------------------------------------------------------------------------------
     def summary(self) -> Any:
         """The WatchSummary of the log so far (gpuwise.estimate.watch.summary)."""
-        from gpuwise.estimate.watch.summary import summarize
-        from gpuwise.measure.watch.log import read_log
-
         if self._rec is not None:
             self._rec.flush()
         return summarize(read_log([self.log_path]))
 
     def verdict(self) -> Any:
         """The Verdict of the log so far (gpuwise.estimate.watch.verdict)."""
-        from gpuwise.estimate.watch.verdict import verdict
-
         return verdict(self.summary())
 
     def _recorder(self) -> Any:
@@ -158,8 +158,6 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         return self._rec
 
     def _start_sampler(self) -> None:
-        from gpuwise.measure.watch.sampler import Sampler
-
         try:
             self._sampler = Sampler(self._log, os.getpid(), self.interval_s)
             self._log.write(self._sampler.header(sys.argv, self.auto, source="gpuwise.watch()"))
@@ -182,6 +180,4 @@ def _install_hooks(rec: Any) -> Any:
         import torch
     except ImportError as exc:
         raise GpuwiseError("gpuwise.watch(auto=True) needs torch", "pip install torch") from exc
-    from gpuwise.measure.watch.inject import _gpuwise_watch_hooks as hooks
-
     return hooks.install(torch, rec)
