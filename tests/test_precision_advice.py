@@ -10,12 +10,15 @@ from test_kernel_rates import CPU, _record
 from gpuwise.app import infer as infer_app
 from gpuwise.app import train as train_app
 from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.catalog.thresholds import precision_thresholds
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
-from gpuwise.estimate.speed.precision_advice import FASTER_BY, fp32_inference, fp32_training
+from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_training
 from gpuwise.estimate.speed.probed_kernels import KernelRates
 from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.report.estimate_views import infer_view, train_view
+
+FASTER_BY = precision_thresholds().fp32_faster_by
 
 
 def _rates(bf16_slower: float):

@@ -103,13 +103,13 @@ def test_a_quick_probe_keeps_nothing_from_another_machine_or_quick_probe() -> No
 def test_probe_quick_saves_over_a_full_profile_without_losing_its_kernels(
     tmp_path, monkeypatch, capsys
 ) -> None:
-    import gpuwise.measure.probe.machine as machine
+    from gpuwise.app import probe as probe_command
     from gpuwise.measure.probe.store import load_profile, save_profile
 
     monkeypatch.setenv("GPUWISE_CACHE_DIR", str(tmp_path))
     full = _profile(1.0)
     save_profile(full)
-    monkeypatch.setattr(machine, "probe_machine", lambda quick, progress=None: _quick(2.0))
+    monkeypatch.setattr(probe_command, "probe_machine", lambda quick, progress=None: _quick(2.0))
     main(["probe", "--quick", "--json"])
     saved = load_profile(full.backend, full.fingerprint)
     assert saved is not None and saved.kernels == full.kernels and saved.quick

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pytest
 from fakes import FakeGpu, fake_nvml
 
+from gpuwise.catalog.thresholds import watch_thresholds
 from gpuwise.estimate.watch import verdict as wv
 from gpuwise.estimate.watch.energy import cumulative_series, energy_between
 from gpuwise.estimate.watch.log_records import SampleRecord, StepRecord, WatchLog, parse_records
@@ -24,6 +25,8 @@ from gpuwise.estimate.watch.verdict import verdict
 from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as recorder
 from gpuwise.measure.watch.log import read_log
 from gpuwise.units import MIB
+
+LIMITS = watch_thresholds()
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -68,7 +71,7 @@ def judged(step_list: list[StepRecord], samples: tuple[SampleRecord, ...] = (),
 
 @pytest.mark.parametrize(
     "share,bound",
-    [(wv.INPUT_BOUND_SHARE - 0.01, "compute-bound"), (wv.INPUT_BOUND_SHARE + 0.01, "input-bound")],
+    [(LIMITS.input_bound_share - 0.01, "compute-bound"), (LIMITS.input_bound_share + 0.01, "input-bound")],
 )
 def test_input_bound_threshold(share, bound):
     assert judged(steps(20, 0.1, data_s=0.1 * share, ops=10)).bound == bound
@@ -82,7 +85,7 @@ def test_copies_count_as_input_and_change_the_advice():
 
 @pytest.mark.parametrize(
     "us,bound",
-    [(wv.HOST_BOUND_US_PER_OP - 1, "host-bound"), (wv.HOST_BOUND_US_PER_OP + 1, "compute-bound")],
+    [(LIMITS.host_bound_us_per_op - 1, "host-bound"), (LIMITS.host_bound_us_per_op + 1, "compute-bound")],
 )
 def test_host_bound_threshold(us, bound):
     ops = 1000
@@ -94,7 +97,7 @@ def test_host_bound_threshold(us, bound):
 def test_host_bound_threshold_scales_with_the_hosts_own_dispatch_cost(dispatch_us):
     """A slow host dispatches slowly: the threshold is 4x its measured tiny-operator cost
     where that is above 25 us, and stays 25 us on a fast one."""
-    limit = max(wv.HOST_BOUND_US_PER_OP, wv.HOST_BOUND_DISPATCH_FACTOR * dispatch_us)
+    limit = max(LIMITS.host_bound_us_per_op, LIMITS.host_bound_dispatch_factor * dispatch_us)
     ops = 1000
     for us, bound in ((limit - 1, "host-bound"), (limit + 1, "compute-bound")):
         v = judged(steps(20, step_s=ops * us * 1e-6, ops=ops, dispatch_us=dispatch_us))
@@ -375,7 +378,7 @@ def test_injected_sleepy_loader_is_input_bound_with_the_right_share(tmp_path):
     share = summarize(parsed).phase_share["data"]
     assert share == pytest.approx(own_share(mine, parsed), abs=0.03)
     # 80 ms of sleep against 10-40 ms of compute per step (a slow CI host took 37 ms)
-    assert wv.INPUT_BOUND_SHARE < share < 1.0
+    assert LIMITS.input_bound_share < share < 1.0
     assert summarize(parsed).ops_per_step  # operators were counted
     # --report re-renders the same verdict from the log alone
     again = subprocess.run([*GPUWISE, "watch", "--report", "--json", str(log)],

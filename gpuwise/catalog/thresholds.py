@@ -1,5 +1,5 @@
-"""The thresholds of gpuwise's verdicts and recommendations (data/thresholds.toml), every
-value with its source."""
+"""The thresholds of gpuwise's verdicts, recommendations and probe readings
+(data/thresholds.toml), every value with its source."""
 
 from __future__ import annotations
 
@@ -44,6 +44,14 @@ class PrecisionThresholds:
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
 
+@dataclass(frozen=True)
+class ProbeThresholds:
+    """Where a probe's first touch with memory in use counts as slow."""
+
+    slow_first_touch_share: float  # of the small process's first-touch rate, under
+    sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+
 @cache
 def watch_thresholds() -> WatchThresholds:
     return sourced_record(WatchThresholds, FILE, "watch")
@@ -57,3 +65,8 @@ def advise_thresholds() -> AdviseThresholds:
 @cache
 def precision_thresholds() -> PrecisionThresholds:
     return sourced_record(PrecisionThresholds, FILE, "precision")
+
+
+@cache
+def probe_thresholds() -> ProbeThresholds:
+    return sourced_record(ProbeThresholds, FILE, "probe")

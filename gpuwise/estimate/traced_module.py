@@ -4,13 +4,13 @@ the built-in families, from what the trace recorded (gpuwise.workload.traced).
 Memory: weights (parameters and buffers), inputs, optimizer states, and the tensors the pass
 creates at its highest point, split into saved activations, parameter gradients and the rest
 (workspace). Training takes the larger of the forward/backward peak and the optimizer step
-(all gradients, states and the step's scratch, as in `estimate.training`).
+(all gradients, states and the step's scratch, as in `estimate.memory.training`).
 
 Time: every traced aten op becomes an `Op` with its FLOPs and bytes, timed as the built-in
-families' ops are (`timing.time_op`: the probe's kernels at their shape where it measured
-them, else the roofline), plus the eager runtime's dispatch cost per op; backward uses the traced
-backward ops (not a multiple of forward); the optimizer step its memory traffic
-(`speed._optimizer_ops`) plus the dispatch cost of the ops it was counted to run.
+families' ops are (`speed.roofline.time_op`: the probe's kernels at their shape where it
+measured them, else the roofline), plus the eager runtime's dispatch cost per op; backward uses
+the traced backward ops (not a multiple of forward); the optimizer step its memory traffic
+(`speed.training_time.optimizer_phase`) plus the dispatch cost of the ops it was counted to run.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def _bias_fill(t: TracedOp) -> Op:
 def heap_faults(traced: TracedModule, optimizer: str = "adamw") -> dict[str, int]:
     """Bytes the host allocator faults in per pass, by phase, in steady state: the traced
     pass, and a training step's optimizer states and temporaries, replayed through glibc's
-    rules (`heap_replay`)."""
+    rules (`speed.page_faults.replay`)."""
     return replay([*traced.heap, *_step_events(traced, optimizer)],
                   freed_before=(traced.cast_bytes,) if traced.cast_bytes else ())  # fmt: skip
 

@@ -7,8 +7,9 @@ For each targeted matrix (in k, out n) over m rows, peft runs
 fp32 (``get_peft_model(autocast_adapter_dtype=True)``, the default), so the input is cast
 up, the branch and the sum run in fp32 and the sum is cast back. On an H200 an 8B model's
 step (batch 4 x 1024 tokens, rank 16 on all seven matrices) spent about 60 ms of its 456
-in the fp32 adapter GEMMs and 140 ms in those casts, scalings and sums (torch.profiler;
-benchmarks/results/gpu_h200/profile_two_steps.txt; docs/speed.md): without them the estimate was 50% low.
+in the fp32 adapter GEMMs and 140 ms in those casts, scalings and sums (torch.profiler,
+2026-12-04: benchmarks/results/gpu_h200/profile_two_steps.txt; docs/speed.md, "Training"):
+without them the estimate was 50% low.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuwise.catalog.checkpoints.gguf_reader import read_gguf
 from gpuwise.catalog.checkpoints.records import Checkpoint, QuantisedWeight, StoredTensor
+from gpuwise.catalog.checkpoints.safetensors_reader import read_safetensors
 from gpuwise.errors import GpuwiseError
 
 __all__ = ["Checkpoint", "QuantisedWeight", "StoredTensor", "checkpoint_kind", "read_checkpoint"]
@@ -32,12 +34,8 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     path = Path(path).expanduser()
     kind = checkpoint_kind(path)
     if kind == "gguf":
-        from gpuwise.catalog.checkpoints.gguf_reader import read_gguf
-
         return read_gguf(path)
     if kind == "safetensors":
-        from gpuwise.catalog.checkpoints.safetensors_reader import read_safetensors
-
         return read_safetensors(path)
     if not path.exists():
         raise GpuwiseError(f"no such file: {path}", "check the path")

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from gpuwise.catalog.checkpoints.gguf_config import config_from_gguf, metadata_values
 from gpuwise.catalog.checkpoints.records import Checkpoint, QuantisedWeight, StoredTensor
 from gpuwise.errors import GpuwiseError
 
@@ -58,11 +59,7 @@ def _bounded_reader_class(gguf: Any) -> Any:
             item_type = int(self._get(orig_offs, np.uint32)[0])
             length = int(self._get(orig_offs + 4, np.uint64)[0])
             least = 8 if item_type == value_type.STRING else scalar_sizes.get(item_type, 12)
-            if length > MAX_ARRAY or length * least > self.data.size - orig_offs:
-                raise _Malformed(f"a metadata array claims {length:,} elements, more than the "
-                                 "file can hold")  # fmt: skip
-            if self._depth >= MAX_NESTING:
-                raise _Malformed("metadata arrays nested too deep")
+            _check_array(length, least, self.data.size - orig_offs, self._depth)
             if self.byte_order == "I" and item_type in scalar_sizes:
                 return self._scalar_array(orig_offs, item_type, length)
             if self.byte_order == "I" and item_type == value_type.STRING:
@@ -82,31 +79,52 @@ def _bounded_reader_class(gguf: Any) -> Any:
 
         def _string_array(self, offs: int, length: int) -> Any:
             head = [self._get(offs, np.uint32), self._get(offs + 4, np.uint64)]
-            buf, at, size = memoryview(self.data), offs + 12, self.data.size
-            for _ in range(length):
-                if at + 8 > size:
-                    raise _Malformed("a string array runs past the end of the file: truncated")
-                at += 8 + int.from_bytes(buf[at : at + 8], "little")
-            if at > size:
-                raise _Malformed("a string array runs past the end of the file: truncated")
-            return at - offs, head, [], [value_type.ARRAY, value_type.STRING]
+            end = _strings_end(self.data, offs + 12, length)
+            return end - offs, head, [], [value_type.ARRAY, value_type.STRING]
 
         def _build_fields(self, offs: int, count: int) -> int:
-            if int(count) * 13 > self.data.size - offs:  # key length + type + one byte, at least
-                raise _Malformed(f"the header claims {int(count):,} metadata entries, more than "
-                                 "the file can hold")  # fmt: skip
+            # each entry: key length + type + one byte, at least
+            _check_room(int(count), 13, self.data.size - offs, "metadata entries")
             return int(super()._build_fields(offs, count))
 
         def _build_tensor_info(self, offs: int, count: int) -> Any:
-            if int(count) * 24 > self.data.size - offs:  # name length, dims, type, offset
-                raise _Malformed(f"the header claims {int(count):,} tensors, more than the file "
-                                 "can hold")  # fmt: skip
+            # each: name length, dims, type, offset
+            _check_room(int(count), 24, self.data.size - offs, "tensors")
             offs, fields = super()._build_tensor_info(offs, count)
             for field in fields:
                 _check_tensor_info(gguf, field)
             return offs, fields
 
     return BoundedReader
+
+
+def _strings_end(data: Any, at: int, length: int) -> int:
+    """Where an array of `length` GGUF strings (a u64 length, then the bytes) that starts at
+    `at` ends; a string past the end of the file fails."""
+    buf, size = memoryview(data), data.size
+    for _ in range(length):
+        if at + 8 > size:
+            raise _Malformed("a string array runs past the end of the file: truncated")
+        at += 8 + int.from_bytes(buf[at : at + 8], "little")
+    if at > size:
+        raise _Malformed("a string array runs past the end of the file: truncated")
+    return at
+
+
+def _check_array(length: int, least: int, room: int, depth: int) -> None:
+    """Refuse a metadata array of `length` elements, `least` bytes each at least, that cannot
+    fit in the `room` bytes left, or one nested `depth` arrays deep past MAX_NESTING."""
+    if length > MAX_ARRAY or length * least > room:
+        raise _Malformed(f"a metadata array claims {length:,} elements, more than the file "
+                         "can hold")  # fmt: skip
+    if depth >= MAX_NESTING:
+        raise _Malformed("metadata arrays nested too deep")
+
+
+def _check_room(count: int, least: int, room: int, what: str) -> None:
+    """Refuse a header count whose entries, `least` bytes each, cannot fit in `room` bytes."""
+    if count * least > room:
+        raise _Malformed(f"the header claims {count:,} {what}, more than the file can hold")
 
 
 def _check_tensor_info(gguf: Any, field: Any) -> None:
@@ -155,8 +173,6 @@ def _nominal_bits(type_name: str, block: int, size: int) -> int:
 
 def read_gguf(path: Path) -> Checkpoint:
     """Every tensor's exact stored bytes (GGML block sizes), and the model's config."""
-    from gpuwise.catalog.checkpoints.gguf_config import config_from_gguf, metadata_values
-
     gguf, reader = _open(path)
     tensors, quantised = [], []
     for t in reader.tensors:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuwise.catalog.costs import CostAssumptions
+from gpuwise.catalog.thresholds import advise_thresholds
 from gpuwise.estimate.cost.prices import (
     OptionCost,
     api_cost,
@@ -14,14 +15,12 @@ from gpuwise.estimate.cost.prices import (
     rent_cost,
 )
 from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_serving, size_training
+from gpuwise.units import HOURS_PER_MONTH
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
 from gpuwise.workload.plans import TrainingPlan
 
 CPU_WEIGHTS = ("fp32", "int8", "int4")
-# Below this busy share, measured while a job runs, the chip mostly waits for its input.
-PIPELINE_UTIL = 0.6
-TARGET_UTIL = 0.9  # what a well-fed job reaches
 
 
 @dataclass(frozen=True)
@@ -141,7 +140,8 @@ def advise(options: list[Option], a: CostAssumptions, measured_util: float | Non
     ordered = _order(options)
     meeting = [o for o in ordered if o.meets]
     reasons: list[str] = []
-    if measured_util is not None and measured_util < PIPELINE_UTIL:
+    # Below `pipeline_util`, measured while a job runs, the chip mostly waits for its input.
+    if measured_util is not None and measured_util < advise_thresholds().pipeline_util:
         reasons.append(_pipeline_reason(measured_util))
     if not meeting:
         hardware = [o for o in ordered if o.sizing is not None]
@@ -158,9 +158,10 @@ def advise(options: list[Option], a: CostAssumptions, measured_util: float | Non
 
 
 def _pipeline_reason(mu: float) -> str:
+    target = advise_thresholds().target_util  # what a well-fed job reaches
     return (f"your measured utilisation is {mu:.0%} (from `gpuwise watch`): the chip waits for "
             f"its input {1 - mu:.0%} of the time, so the data pipeline is the problem, not the "
-            f"chip; fed at {TARGET_UTIL:.0%} the same work needs {TARGET_UTIL / mu:.1f}x fewer "
+            f"chip; fed at {target:.0%} the same work needs {target / mu:.1f}x fewer "
             "device-hours. Fix the input pipeline (loader workers, prefetching, pinned memory, "
             "faster storage) before buying more compute")  # fmt: skip
 
@@ -195,7 +196,7 @@ def _rent_or_buy_reasons(best: Option, a: CostAssumptions) -> list[str]:
     s = best.sizing
     if s is None or best.break_even is None:
         return []
-    used = s.usage.held_hours / (8760 / 12)
+    used = s.usage.held_hours / HOURS_PER_MONTH
     even, name = best.break_even, s.candidate.name
     if even > 1:
         rule = f"renting {name} costs less than owning it even if busy every hour"

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gpuwise.catalog.thresholds import precision_thresholds
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
 from gpuwise.estimate.speed.training_time import TrainingTime, estimate_training_time
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
-FASTER_BY = 1.5  # fp32 is named where it takes at most 1/1.5 of the half-precision time
 HALF = ("bf16", "fp16")
 
 
@@ -24,12 +24,12 @@ def _applies(rates: DeviceRates) -> bool:
 
 def fp32_training(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
                   step_s: float) -> TrainingTime | None:  # fmt: skip
-    """The step in fp32 where a CPU's probed kernels make it FASTER_BY faster than `step_s`
-    (the plan's own step, in a half or mixed precision); else None."""
+    """The step in fp32 where a CPU's probed kernels make it `fp32_faster_by` faster than
+    `step_s` (the plan's own step, in a half or mixed precision); else None."""
     if not _applies(rates) or plan.dtype == "fp32":
         return None
     fp32 = estimate_training_time(arch, replace(plan, dtype="fp32"), rates)
-    return fp32 if fp32.step_s * FASTER_BY <= step_s else None
+    return fp32 if fp32.step_s * precision_thresholds().fp32_faster_by <= step_s else None
 
 
 def fp32_weights(plan: InferencePlan) -> InferencePlan:
@@ -41,10 +41,12 @@ def fp32_weights(plan: InferencePlan) -> InferencePlan:
 def fp32_inference(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
                    own: InferenceTime) -> InferenceTime | None:  # fmt: skip
     """Generation with fp32 weights where a CPU's probed kernels make its prefill or its
-    decode FASTER_BY faster than `own` (bf16 or fp16 weights); else None."""
+    decode `fp32_faster_by` faster than `own` (bf16 or fp16 weights; the threshold:
+    catalog/data/thresholds.toml); else None."""
     if not _applies(rates) or plan.weights not in HALF or plan.stored_weights is not None:
         return None
     fp32 = estimate_inference_time(arch, fp32_weights(plan), rates)
-    faster = (fp32.prefill_s * FASTER_BY <= own.prefill_s
-              or fp32.decode_s_per_token * FASTER_BY <= own.decode_s_per_token)  # fmt: skip
+    by = precision_thresholds().fp32_faster_by
+    faster = (fp32.prefill_s * by <= own.prefill_s
+              or fp32.decode_s_per_token * by <= own.decode_s_per_token)  # fmt: skip
     return fp32 if faster else None

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwise.catalog.allocators import host_allocator
+from gpuwise.catalog.thresholds import probe_thresholds
 
 
 @dataclass(frozen=True)
@@ -32,12 +33,13 @@ def _mmap_threshold_max() -> int:
 
 def slow_first_touch_reading(fresh: dict[str, Any]) -> tuple[int, float]:
     """(bytes in use, bytes/s) of the slowest first touch in the probe's `fresh` record
-    (`by_held`), where it ran at under half the small process's rate; (0, 0.0) where none
-    did, or it was not measured so. On a VM whose host backs guest memory lazily a step's
-    page faults land between the two rates, moving with the host (docs/speed.md)."""
+    (`by_held`), where it ran at under half the small process's rate (`slow_first_touch_share`,
+    catalog/data/thresholds.toml); (0, 0.0) where none did, or it was not measured so. On a
+    VM whose host backs guest memory lazily a step's page faults land between the two rates,
+    moving with the host (docs/speed.md, "Page faults on a CPU")."""
     base = fresh.get("bytes_per_s") or 0.0
     held, rate = min(fresh.get("by_held") or (), key=lambda p: p[1], default=(0, 0.0))
-    if not base or not rate or rate >= base / 2:
+    if not base or not rate or rate >= base * probe_thresholds().slow_first_touch_share:
         return 0, 0.0
     return int(held), float(rate)
 

@@ -4,7 +4,8 @@ Under data parallelism every rank meets the others in the gradient all-reduce du
 backward, so step times come out equal and the wait hides inside backward. What tells a
 slow rank apart is the work it does before that meeting point: its step time minus
 backward and optimizer ("before sync"). A rank is a straggler when its median before-sync
-time exceeds the median of the other ranks by STRAGGLER_RATIO and by STRAGGLER_MIN_S.
+time exceeds the median of the other ranks by `straggler_ratio` and by `straggler_min_s`
+(catalog/data/thresholds.toml, `[watch]`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpuwise.catalog.thresholds import watch_thresholds
 from gpuwise.estimate.watch.log_records import StepRecord
-
-STRAGGLER_RATIO = 1.25
-STRAGGLER_MIN_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -70,8 +69,9 @@ def _stats(rank: int, steps: list[StepRecord]) -> RankStats:
 def _is_straggler(me: RankStats, stats: Sequence[RankStats]) -> bool:
     others = [s.before_sync_s_median for s in stats if s.rank != me.rank]
     typical = statistics.median(others)
-    return (me.before_sync_s_median > STRAGGLER_RATIO * typical
-            and me.before_sync_s_median - typical > STRAGGLER_MIN_S)  # fmt: skip
+    t = watch_thresholds()
+    return (me.before_sync_s_median > t.straggler_ratio * typical
+            and me.before_sync_s_median - typical > t.straggler_min_s)  # fmt: skip
 
 
 def _spread(values: list[float]) -> float:

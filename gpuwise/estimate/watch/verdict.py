@@ -1,20 +1,22 @@
 """The verdict of `gpuwise watch`: what limits the training loop, with its evidence and
 what to try. Pure: it reads a WatchSummary and states the thresholds it uses.
 
-- input-bound: waiting for data plus host-to-device copies take at least INPUT_BOUND_SHARE
-  of the step time (the device idles meanwhile);
+- input-bound: waiting for data plus host-to-device copies take at least
+  `input_bound_share` of the step time (the device idles meanwhile);
 - host/launch-bound: otherwise, when the step's remaining time divided by the operators it
-  runs is at most HOST_BOUND_US_PER_OP microseconds, or HOST_BOUND_DISPATCH_FACTOR times
-  this host's measured cost of one tiny operator where that is more (the cost of
+  runs is at most `host_bound_us_per_op` microseconds, or `host_bound_dispatch_factor`
+  times this host's measured cost of one tiny operator where that is more (the cost of
   dispatching an operator and launching its kernel, not of the arithmetic; a slow host
-  dispatches slowly); without an operator count, a GPU busy
-  less than LOW_GPU_UTIL_PERCENT of the time with the input not to blame says the same;
+  dispatches slowly); without an operator count, a GPU busy less than
+  `low_gpu_util_percent` of the time with the input not to blame says the same;
 - compute-bound: neither of these: the time goes into operators big enough to be worth
   their launch;
 - memory creep: RSS or device memory grows across steps after warm-up by at least
-  CREEP_MIN_BYTES and CREEP_MIN_FRACTION of where it started, steadily (correlation of
-  bytes with step number at least CREEP_MIN_R);
-- stragglers: see `watch_ranks`.
+  `creep_min_bytes` and `creep_min_fraction` of where it started, steadily (correlation of
+  bytes with step number at least `creep_min_r`);
+- stragglers: see `ranks`.
+
+The thresholds, with their sources: catalog/data/thresholds.toml, `[watch]`.
 """
 
 from __future__ import annotations
@@ -22,17 +24,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from gpuwise.catalog.thresholds import watch_thresholds
 from gpuwise.estimate.watch.ranks import RankSpread
 from gpuwise.estimate.watch.summary import MemoryTrend, WatchSummary
-from gpuwise.units import MIB, format_bytes
-
-INPUT_BOUND_SHARE = 0.20
-HOST_BOUND_US_PER_OP = 25.0
-HOST_BOUND_DISPATCH_FACTOR = 4.0
-LOW_GPU_UTIL_PERCENT = 60.0
-CREEP_MIN_BYTES = 32 * MIB
-CREEP_MIN_FRACTION = 0.05
-CREEP_MIN_R = 0.8
+from gpuwise.units import format_bytes
 
 
 @dataclass(frozen=True)
@@ -71,11 +66,12 @@ def input_share(summary: WatchSummary) -> float:
 
 def _input_bound(s: WatchSummary) -> Finding | None:
     total = input_share(s)
-    if total < INPUT_BOUND_SHARE:
+    limit = watch_thresholds().input_bound_share
+    if total < limit:
         return None
     data, h2d = s.phase_share.get("data", 0.0), s.phase_share.get("h2d", 0.0)
     evidence = [f"waiting for data: {data:.1%} of step time, host-to-device copies: "
-                f"{h2d:.1%} (measured; threshold {INPUT_BOUND_SHARE:.0%})",  # fmt: skip
+                f"{h2d:.1%} (measured; threshold {limit:.0%})",  # fmt: skip
                 f"idle time: {s.phase_s['data'] + s.phase_s['h2d']:.2f} s of "
                 f"{sum(s.phase_s.values()):.2f} s in steps (measured)"]  # fmt: skip
     if s.energy.idle_j is not None:
@@ -102,28 +98,31 @@ def _input_bound(s: WatchSummary) -> Finding | None:
 
 def host_bound_threshold_us(s: WatchSummary) -> float:
     """Microseconds per operator at or below which the loop is host-bound."""
+    t = watch_thresholds()
     if s.dispatch_us is None:
-        return HOST_BOUND_US_PER_OP
-    return max(HOST_BOUND_US_PER_OP, HOST_BOUND_DISPATCH_FACTOR * s.dispatch_us)
+        return t.host_bound_us_per_op
+    return max(t.host_bound_us_per_op, t.host_bound_dispatch_factor * s.dispatch_us)
 
 
 def _threshold_words(s: WatchSummary) -> str:
+    t = watch_thresholds()
     limit = host_bound_threshold_us(s)
-    if limit == HOST_BOUND_US_PER_OP:
+    if limit == t.host_bound_us_per_op:
         return f"threshold {limit:.0f} us"
-    return (f"threshold {limit:.0f} us: {HOST_BOUND_DISPATCH_FACTOR:.0f}x this host's "
+    return (f"threshold {limit:.0f} us: {t.host_bound_dispatch_factor:.0f}x this host's "
             f"{s.dispatch_us:.1f} us per tiny operator, measured")  # fmt: skip
 
 
 def _host_bound(s: WatchSummary) -> Finding | None:
+    low_util = watch_thresholds().low_gpu_util_percent
     if s.us_per_op is not None and s.ops_per_step:
         if s.us_per_op > host_bound_threshold_us(s):
             return None
         evidence = [f"{s.ops_per_step:,.0f} operators per step, {s.us_per_op:.1f} us each on "
                     f"average (measured; {_threshold_words(s)})"]  # fmt: skip
-    elif s.gpu_util_percent is not None and s.gpu_util_percent < LOW_GPU_UTIL_PERCENT:
+    elif s.gpu_util_percent is not None and s.gpu_util_percent < low_util:
         evidence = [f"GPU busy only {s.gpu_util_percent:.0f}% of the time (measured; threshold "
-                    f"{LOW_GPU_UTIL_PERCENT:.0f}%) while the input takes "
+                    f"{low_util:.0f}%) while the input takes "
                     f"{input_share(s):.0%} of the step"]  # fmt: skip
     else:
         return None
@@ -158,8 +157,10 @@ def _compute_bound(s: WatchSummary) -> Finding:
 
 
 def _creep(t: MemoryTrend) -> Finding | None:
-    big = t.growth_bytes >= max(CREEP_MIN_BYTES, CREEP_MIN_FRACTION * t.first_bytes)
-    if not big or t.r < CREEP_MIN_R:
+    limits = watch_thresholds()
+    min_bytes, min_fraction = limits.creep_min_bytes, limits.creep_min_fraction
+    big = t.growth_bytes >= max(min_bytes, min_fraction * t.first_bytes)
+    if not big or t.r < limits.creep_min_r:
         return None
     where = {"rss": "process RSS", "device": "device memory allocated"}[t.what]
     if t.per == "second":
@@ -169,7 +170,7 @@ def _creep(t: MemoryTrend) -> Finding | None:
              else f"+{format_bytes(3600 * t.slope_bytes)} per hour")  # fmt: skip
     evidence = (f"{where} grew by {format_bytes(t.growth_bytes)} over {span} after warm-up "
                 f"({format_bytes(t.slope_bytes)} per {t.per}, r={t.r:.2f}; thresholds "
-                f"{format_bytes(CREEP_MIN_BYTES)} and {CREEP_MIN_FRACTION:.0%}, r>={CREEP_MIN_R}; "
+                f"{format_bytes(min_bytes)} and {min_fraction:.0%}, r>={limits.creep_min_r}; "
                 "measured)", f"at this rate: {ahead}")  # fmt: skip
     tips = (
         "accumulate losses with loss.item() or loss.detach(), not the tensor",
