@@ -4,8 +4,6 @@ with the plan. Each real measurement starts a fresh Python process (a few second
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 
 import pytest
 
@@ -133,10 +131,8 @@ def test_adamw8bit_without_bitsandbytes_says_so() -> None:
         measure_training(TINY_LLAMA, batch=1, seq=8, optimizer="adamw8bit")
 
 
-def test_the_module_imports_no_torch() -> None:
-    code = "import sys, gpuwise.measure.runs.memory_run; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+def test_the_module_imports_no_torch(heavy_imports) -> None:
+    assert heavy_imports("import gpuwise.measure.runs.memory_run", ("torch",)) == []
 
 
 def test_the_result_is_the_last_json_line_of_stdout() -> None:

@@ -400,14 +400,10 @@ def test_terminal_view_says_what_is_measured_and_what_is_not(tmp_path: Path) -> 
     assert "NA: no RAPL counters" in text and "NA (no step hashes)" in text
 
 
-def test_statistics_and_api_import_nothing_heavy() -> None:
-    import subprocess
-
-    code = ("import sys, gpuwise, gpuwise.measure.repro.program_api, gpuwise.estimate.repro.analysis\n"
-            "import gpuwise.cli.repro\n"
-            "print([m for m in ('torch', 'numpy', 'rich') if m in sys.modules])")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+def test_statistics_and_api_import_nothing_heavy(heavy_imports) -> None:
+    code = ("import gpuwise, gpuwise.measure.repro.program_api, gpuwise.estimate.repro.analysis\n"
+            "import gpuwise.cli.repro")  # fmt: skip
+    assert heavy_imports(code, ("torch", "numpy", "rich")) == []
 
 
 def test_parallel_slots_get_their_own_device(tmp_path: Path) -> None:
