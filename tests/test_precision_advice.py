@@ -4,8 +4,8 @@ from dataclasses import replace
 
 import pytest
 from catalogue_archs import arch
+from kernel_record import CPU, _record
 from rich.console import Console
-from test_kernel_rates import CPU, _record
 
 from gpuwise.app import infer as infer_app
 from gpuwise.app import train as train_app

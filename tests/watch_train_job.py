@@ -1,4 +1,4 @@
-"""Small training jobs that `tests/test_watch.py` runs under `gpuwise watch` (no gpuwise
+"""Small training jobs that `tests/test_watch_runs.py` runs under `gpuwise watch` (no gpuwise
 code inside: the injection must find the phases by itself).
 
     python watch_train_job.py loop SLEEP_S OUT.json   # DataLoader sleeps SLEEP_S per batch
