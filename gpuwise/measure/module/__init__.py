@@ -1,1 +1,1 @@
-"""module."""
+"""Any torch.nn.Module traced on the meta device: every aten op with its FLOPs and bytes."""
