@@ -20,10 +20,10 @@ install-test: $(PY)
 	$(PIP) install -q -e '.[torch,nvidia,dev,checkpoints]'
 
 test: install-test
-	$(VENV)/bin/ruff check gpuwise tests benchmarks
+	$(VENV)/bin/ruff check gpuwise tests benchmarks tools
 	$(VENV)/bin/mypy gpuwise
 	$(VENV)/bin/pytest -q --slow
 
 lint: install-test
-	$(VENV)/bin/ruff check gpuwise tests benchmarks
+	$(VENV)/bin/ruff check gpuwise tests benchmarks tools
 	$(VENV)/bin/mypy gpuwise
