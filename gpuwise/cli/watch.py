@@ -36,10 +36,11 @@ def watch(
     from gpuwise.app.watch import judge_logs
     from gpuwise.report.watch_view import watch_view
 
-    if report:
-        if not cmd:
+    if report:  # the logs are files, not a command: --json may follow them
+        logs = [c for c in cmd or [] if c != "--json"]
+        if not logs:
             raise GpuwiseError("--report needs a log file", "gpuwise watch --report run.jsonl")
-        emit(watch_view(judge_logs(list(cmd))), as_json)
+        emit(watch_view(judge_logs(logs)), as_json or len(logs) < len(cmd or []))
         return
     if not 0.05 <= interval <= 10:
         raise GpuwiseError(f"--interval {interval} is out of range", "use 0.05 to 10 seconds")
