@@ -68,7 +68,7 @@ ok "$G" infer llama-3.1-8b --on h100 --ops
 ok "$G" infer qwen2.5-7b --on l4 --weights int4 --kv-dtype fp8 --runtime vllm --json
 ok "$G" train gpt2 --on h100 --json
 ok "$G" train llama-3.1-8b --on a100-80gb --finetune lora --checkpointing --json
-ok "$G" advise qwen2.5-7b --requests-per-day 100000 --prompt 512 --output 256 --json
+ok "$G" advise qwen2.5-7b --requests-per-day 100000 --prompt 512 --new-tokens 256 --json
 ok "$G" cost qwen2.5-7b --on h100 --rent --requests-per-day 100000 --json
 ok "$G" watch --json --log "$work/watch.jsonl" -- "$work/venv/bin/python" job.py
 ok "$G" watch --report "$work/watch.jsonl" --json

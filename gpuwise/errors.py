@@ -17,11 +17,10 @@ class GpuwiseError(Exception):
 
 def did_you_mean(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """The closest names to `name` among `choices`, best first."""
-    pool = list(choices)
-    lowered = {c.lower(): c for c in pool}
+    lowered = {c.lower(): c for c in choices}  # each name once, however often it is given
     close = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.5)
     if not close:
-        close = [c.lower() for c in pool if name.lower() in c.lower()][:n]
+        close = [c for c in lowered if name.lower() in c][:n]
     return [lowered[c] for c in close]
 
 

@@ -278,7 +278,8 @@ def test_site_power_limits_owned_hardware_only(capsys):
 def test_measured_utilisation_from_a_watch_log(tmp_path, capsys):
     log = tmp_path / "watch.jsonl"
     samples = [{"kind": "sample", "t": t, "gpus": [{"util_percent": 25.0}]} for t in range(5)]
-    log.write_text("\n".join(json.dumps(r) for r in [{"kind": "header"}, *samples]) + "\n")
+    header = {"kind": "header", "format": "gpuwise-watch/1"}
+    log.write_text("\n".join(json.dumps(r) for r in [header, *samples]) + "\n")
     code, out, _ = run(["advise", "qwen2.5-0.5b", "--no-local", "--train-tokens", "1e8",
                         "--measured-util", str(log), "--json"], capsys)  # fmt: skip
     assert code == 0

@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "gpuwise"
 ORDER = ("base", "catalog", "workload", "estimate", "measure", "app", "report", "cli")
-BASE = ("errors", "units")
+BASE = ("errors", "files", "units")
 # Started as files in the user's process by `gpuwise watch`: private by name, not by layer.
 INJECTED = "gpuwise.measure.watch.inject"
 

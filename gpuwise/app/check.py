@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpuwise.app.infer import ignored_options
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.estimate.memory.check_rows import check_rows, precision_row
@@ -21,6 +22,7 @@ class CheckAnswer:
     plan: InferencePlan
     rows: list[dict[str, Any]]
     precision_that_fits: str | None
+    notes: tuple[str, ...] = ()  # options the runtime ignores
 
 
 def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
@@ -30,4 +32,5 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
     if plan.stored_weights:
         rows.insert(0, {**precision_row(arch, plan, hw),
                         "weights": f"{plan.stored_weights.label}, exact"})  # fmt: skip
-    return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw))
+    return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw),
+                       ignored_options(plan))  # fmt: skip

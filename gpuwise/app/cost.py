@@ -3,9 +3,7 @@ their flags, checked; then every option priced (advise) or one (cost). docs/cost
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from gpuwise.app.lookup import hardware_named, model_named
@@ -22,9 +20,11 @@ from gpuwise.estimate.cost.advise import (
 )
 from gpuwise.estimate.cost.prices import api_cost
 from gpuwise.estimate.cost.sizing import Candidate, size_serving, size_training
+from gpuwise.files import file_type, shown
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.units import format_count, parse_fraction
-from gpuwise.workload.deployments import ServeLoad, TrainLoad
+from gpuwise.workload.deployments import ServeLoad, TrainLoad, check_load_options
+from gpuwise.workload.limits import check_number
 from gpuwise.workload.plans import TrainingPlan
 
 ASSUMPTION_FLAGS = {
@@ -34,6 +34,26 @@ ASSUMPTION_FLAGS = {
     "busy_power": "busy_power_fraction", "grid_co2": "grid_gco2_per_kwh",
     "reserved_discount": "reserved_discount", "host_power_fraction": "host_power_fraction",
     "host_price_fraction": "host_price_fraction",
+}  # fmt: skip
+
+
+# key -> (flag, the most it may be, whether 0 is allowed, the unit). A device lists at up to
+# ~$70,000 and rents at up to ~$12/h on demand (B200, 2025), draws up to ~2,700 W (GB200
+# superchip); the largest sites deliver ~1 GW; APIs charge $0.02-600 per million tokens.
+PRICE_LIMITS = {
+    "price": ("--price", 1e7, False, "USD per device"),
+    "rate": ("--rate", 1e4, False, "USD per device-hour"),
+    "local_price": ("--local-price", 1e7, True, "USD (0: already paid for)"),
+    "local_power_w": ("--local-power-w", 1e5, False, "watts per device when busy"),
+    "max_kw": ("--max-kw", 1e6, False, "kW your site can deliver at the wall"),
+}
+MAX_API_USD_PER_MTOK = 1e4
+# ServeLoad / TrainLoad field -> the key of its flag.
+LOAD_FLAGS = {
+    "requests_per_day": "requests_per_day", "tokens_per_day": "tokens_per_day",
+    "prompt_tokens": "prompt", "output_tokens": "output", "tpot_ms": "latency_ms",
+    "ttft_ms": "ttft_ms", "hours_per_day": "hours_per_day", "tokens_per_month": "train_tokens",
+    "hours_per_month": "hours_per_month", "deadline_hours": "deadline_hours",
 }  # fmt: skip
 
 
@@ -80,14 +100,27 @@ def api_prices(text: str | None) -> tuple[float, float] | None:
     """'0.5,1.5' (input, output USD per million tokens) or '1.0' for both."""
     if text is None:
         return None
+    hint = "e.g. --api-price-per-mtok 0.5,1.5 (USD per million tokens)"
     try:
         parts = [float(p) for p in text.split(",")]
     except ValueError:
         parts = []
-    if len(parts) not in (1, 2) or min(parts) < 0 or not all(map(math.isfinite, parts)):
-        raise GpuwiseError(f"--api-price-per-mtok {text!r} is not 'INPUT,OUTPUT' prices",
-                           "e.g. --api-price-per-mtok 0.5,1.5 (USD per million tokens)")  # fmt: skip
+    if len(parts) not in (1, 2):
+        raise GpuwiseError(f"--api-price-per-mtok {shown(repr(text))} is not 'INPUT,OUTPUT' "
+                           "prices", hint)  # fmt: skip
+    for part in parts:
+        check_number(part, "--api-price-per-mtok", MAX_API_USD_PER_MTOK, hint=hint)
     return (parts[0], parts[-1])
+
+
+def check_options(kw: dict[str, Any]) -> None:
+    """Every number the flags give, whether or not this workload uses it (a typo in a flag
+    the answer ignores is still a typo): prices, powers, the load and the training plan."""
+    for key, (flag, high, zero_ok, unit) in PRICE_LIMITS.items():
+        check_number(kw.get(key), flag, high, zero_ok=zero_ok, hint=f"{flag}: {unit}")
+    check_load_options(**{field: kw[key] for field, key in LOAD_FLAGS.items()})
+    parse_fraction(kw["utilisation"], "utilisation")
+    training_plan(kw)
 
 
 def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
@@ -118,16 +151,16 @@ def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
 def measured_utilisation(text: str) -> float:
     """A busy share ('0.3', '30%'), or a `gpuwise watch` log: its mean GPU utilisation over
     the job's steps (the share of time a kernel ran, as nvidia-smi reports it)."""
-    if not Path(text).is_file():
-        return parse_fraction(text, "measured utilisation")
+    if file_type(text, "watch log") is None:  # a FIFO or a folder is read_log's to refuse
+        return parse_fraction(shown(text), "measured utilisation")
     from gpuwise.estimate.watch.summary import summarize
     from gpuwise.measure.watch.log import read_log
 
     busy = summarize(read_log([text])).gpu_util_percent
     if busy is None:
-        raise GpuwiseError(f"the watch log {text} has no GPU utilisation readings",
+        raise GpuwiseError(f"the watch log {shown(text)} has no GPU utilisation readings",
                            "a CPU-only job? pass the busy share itself, e.g. --measured-util 0.3")  # fmt: skip
-    return parse_fraction(busy / 100, f"the GPU utilisation in {text}")
+    return parse_fraction(busy / 100, f"the GPU utilisation in {shown(text)}")
 
 
 def training_plan(kw: dict[str, Any]) -> TrainingPlan:
@@ -168,11 +201,12 @@ def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
     """Every option, priced, with the recommendation."""
     model, arch = model_named(kw["model"])
     a, load = assumptions(kw), workload(kw)
+    check_options(kw)
     api = api_prices(kw["api_price_per_mtok"])
     local = hardware_named("local") if kw["local"] else None
     cands = candidates(local, kw["local_price"], kw["local_power_w"])
     skipped: list[tuple[str, str]] = []
-    limit = _max_kw(kw)
+    limit = kw["max_kw"]
     if isinstance(load, TrainLoad):
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
@@ -183,14 +217,6 @@ def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
                            "try --weights int4, a shorter --prompt/--seq, or LoRA")  # fmt: skip
     result = advise(options, a, load.measured_util, _target(load), skipped)
     return AdviceAnswer(_header(model, load, kw), result, a, isinstance(load, TrainLoad))
-
-
-def _max_kw(kw: dict[str, Any]) -> float | None:
-    value = kw["max_kw"]
-    if value is not None and not value > 0:
-        raise GpuwiseError(f"--max-kw must be above 0, got {value:g}",
-                           "the power your site can deliver at the wall, in kW")  # fmt: skip
-    return value
 
 
 def _mode(kw: dict[str, Any]) -> str | None:
@@ -205,6 +231,7 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
     """One option: `--on` a device (owned, rented or reserved), or `--on api`."""
     model, arch = model_named(kw["model"])
     a, load = assumptions(kw), workload(kw)
+    check_options(kw)
     header = _header(model, load, kw)
     if kw["on"].strip().lower() == "api":
         return CostAnswer(header, _api_option(load, kw), a, isinstance(load, TrainLoad))
@@ -219,7 +246,7 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
     if isinstance(sizing, str):
         raise GpuwiseError(f"no {model.name} option on {hw.name}: {sizing}",
                            f"see `gpuwise check {kw['model']} --on {kw['on']}`")  # fmt: skip
-    options = price_options(sizing, a, _max_kw(kw))
+    options = price_options(sizing, a, kw["max_kw"])
     mode = _mode(kw) or (options[0].cost.mode if options else "owned")
     picked = [o for o in options if o.cost.mode == mode]
     if not picked:

@@ -51,9 +51,20 @@ class InferAnswer:
     fp32: Fp32Alternative[InferenceTime] | None
 
 
+def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
+    """The options given that the plan's runtime does not read: said, not silently dropped."""
+    notes = []
+    if plan.context_alloc is not None and plan.runtime == "transformers":
+        notes.append("--ctx applies to llama.cpp and vllm; ignored under transformers")
+    if plan.gpu_memory_utilization is not None and plan.runtime != "vllm":
+        notes.append(f"--gpu-memory-utilization applies to vllm; ignored under {plan.runtime}")
+    return tuple(notes)
+
+
 def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
           weights_source: str = "") -> InferAnswer:  # fmt: skip
-    """Memory, what fits, and (where the device has rates) prefill and decode time."""
+    """Memory, what fits, and (where the device has rates) prefill and decode time. Options
+    the runtime ignores are among the memory estimate's notes."""
     found = InferenceFits(fits.max_inference_batch(arch, plan, hw), fits.max_context(arch, plan, hw),
                           fits.precision_that_fits(arch, plan, hw),
                           fits.devices_for_inference(arch, plan, hw))  # fmt: skip
@@ -61,8 +72,10 @@ def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     timing = estimate_inference_time(arch, plan, rates) if rates else None
     curve = throughput_curve(arch, plan, hw, rates) if rates else []
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
+    memory = estimate_inference(arch, plan, hw)
+    memory = replace(memory, notes=(*memory.notes, *ignored_options(plan)))
     return InferAnswer(model, arch, hw, plan, weights_source or f"estimated ({plan.weights})",
-                       estimate_inference(arch, plan, hw), found, timing, how, curve, fp32)  # fmt: skip
+                       memory, found, timing, how, curve, fp32)  # fmt: skip
 
 
 def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,

@@ -1,16 +1,21 @@
 """`gpuwise probe`: measure this machine (median of `repeat` probes), keep the full parts of
-an earlier probe under a quick one, and save it where `--on local` estimates read it."""
+an earlier probe under a quick one, and save it where `--on local` estimates read it. A probe
+with implausible readings (gpuwise.measure.probe.plausible) is saved aside with its warnings,
+never over a good profile, which stays in use."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwise.measure.probe.machine import probe_machine
 from gpuwise.measure.probe.merge import keep_full_parts, median_profile
+from gpuwise.measure.probe.plausible import profile_warnings
 from gpuwise.measure.probe.profile import Profile
-from gpuwise.measure.probe.store import load_profile, save_profile
+from gpuwise.measure.probe.store import profile_path, save_profile
+from gpuwise.measure.probe.trusted import trusted_profile
 
 # progress(what is being measured, share of the whole done from 0 to 1)
 Progress = Callable[[str, float], None]
@@ -18,16 +23,34 @@ Progress = Callable[[str, float], None]
 
 @dataclass(frozen=True)
 class ProbeAnswer:
-    profile: Profile
+    profile: Profile  # not trusted where it has warnings: then saved aside
     saved_to: Path
+    in_use: Profile | None = None  # the good profile estimates keep, where this one is not trusted
+    in_use_path: Path | None = None
 
 
 def probe(quick: bool, repeat: int = 1, progress: Progress | None = None) -> ProbeAnswer:
     profiles = [probe_machine(quick, _one_of(progress, i, repeat)) for i in range(repeat)]
     profile = median_profile(profiles)
+    previous = trusted_profile(profile.backend, profile.fingerprint)
     if quick:
-        profile = keep_full_parts(profile, load_profile(profile.backend, profile.fingerprint))
-    return ProbeAnswer(profile, save_profile(profile))
+        profile = keep_full_parts(profile, previous)
+    warnings = _warnings(profile)
+    if not warnings:
+        return ProbeAnswer(profile, save_profile(profile))
+    profile = dataclasses.replace(profile, warnings=warnings)
+    kept = profile_path(previous.fingerprint, previous.backend) if previous else None
+    return ProbeAnswer(profile, save_profile(profile), previous, kept)
+
+
+def _warnings(profile: Profile) -> tuple[str, ...]:
+    """Why the probe is not to be trusted: a field of the wrong type or shape (as it would be
+    read back), or implausible readings."""
+    try:
+        Profile.from_json(profile.to_json())
+    except ValueError as exc:
+        return (f"a reading of the wrong type or shape: {exc}",)
+    return profile_warnings(profile)
 
 
 def _one_of(progress: Progress | None, i: int, repeat: int) -> Progress | None:

@@ -12,7 +12,12 @@ from gpuwise.estimate.repro.analysis import StudyAnalysis, analyze
 from gpuwise.measure.hardware.detect import detect_gpus
 from gpuwise.measure.repro.plan import parse_conditions, thread_choices
 from gpuwise.measure.repro.runner import Study, condition_runs, deterministic_conditions, run_study
+from gpuwise.workload.limits import check_count, check_number
 
+# A study runs each condition --runs times: a billion runs grew the plan in memory for minutes
+# before the first run (issue 21), and 10,000 pin a spread far finer than any study needs.
+# Runs at a time: more than the cores of any one machine. One run: 30 days at most.
+MAX_RUNS, MAX_PARALLEL, MAX_TIMEOUT_S = 10_000, 1_024, 30 * 86400.0
 # progress(run record, runs done, runs in all)
 RunProgress = Callable[[dict[str, Any], int, int], None]
 
@@ -34,7 +39,13 @@ def default_conditions(gpu: bool) -> str:
 
 
 def new_study(command: tuple[str, ...], conditions: str, **settings: Any) -> Study:
-    """The study the options describe; `settings` are Study's other fields."""
+    """The study the options describe; `settings` are Study's other fields. Each number is
+    checked before anything runs or any file is opened."""
+    check_count(settings.get("runs", 1), "--runs", MAX_RUNS, hint="use --runs 5 or more")
+    check_count(settings.get("parallel", 1), "--parallel", MAX_PARALLEL,
+                hint="runs at a time; more than one per core does not help")  # fmt: skip
+    check_number(settings.get("timeout_s"), "--timeout", MAX_TIMEOUT_S,
+                 hint="seconds before a run is killed; leave it out for no limit")  # fmt: skip
     return Study(command=command, conditions=parse_conditions(conditions),
                  threads=tuple(thread_choices()), **settings)  # fmt: skip
 

@@ -21,7 +21,8 @@ from gpuwise.estimate.speed.training_time import (
 )
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
-from gpuwise.workload.plans import TrainingPlan
+from gpuwise.workload.limits import MAX_TRAIN_TOKENS, check_number
+from gpuwise.workload.plans import TrainingPlan, check_tensor_parallel
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class TrainAnswer:
 def train(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: TrainingPlan,
           train_tokens: float = 0) -> TrainAnswer:  # fmt: skip
     """Memory, what fits, and (where the device has rates) the step's time and its faults."""
+    check_tensor_parallel(arch, plan)
+    check_number(train_tokens, "--train-tokens", MAX_TRAIN_TOKENS, zero_ok=True,
+                 hint="give the number of tokens to train on, e.g. 2e9 (0: none)")  # fmt: skip
     found = TrainingFits(fits.max_training_batch(arch, plan, hw),
                          fits.devices_for_training(arch, plan, hw),
                          estimate_training(arch, replace(plan, checkpointing=True), hw).total_bytes)  # fmt: skip

@@ -10,13 +10,14 @@ from gpuwise.estimate.speed.training_time import estimate_training_time, slow_fa
 from gpuwise.measure.hardware.detect import detect_local
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
-from gpuwise.workload.plans import InferencePlan, TrainingPlan
+from gpuwise.workload.plans import InferencePlan, TrainingPlan, check_runnable
 
 
 def validate(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
              quiet: bool = False, memory: bool = True, timing: bool = True,
              repeats: int = 5) -> dict[str, Any]:  # fmt: skip
     """Measure the plan in fresh processes (torch needed); both sides and the errors."""
+    check_runnable(plan)
     hw = detect_local(use_torch=True).best_device()
     device = "cuda" if hw.kind == "gpu" else "cpu"
     result: dict[str, Any] = {"device": device}

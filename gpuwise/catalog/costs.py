@@ -92,12 +92,11 @@ def load_costs() -> CostAssumptions:
     )
 
 
-def _checked(name: str, value: float) -> float:
+def _checked(name: str, value: float, flag: str) -> float:
     low, high = LIMITS[name]
-    if not low <= value <= high:
-        flag = "--" + name.replace("_", "-")
+    if not low <= value <= high:  # NaN too
         raise GpuwiseError(f"{name.replace('_', ' ')} must be between {low:g} and {high:g}, "
-                           f"got {value:g}", f"check the value given to the {flag} flag")  # fmt: skip
+                           f"got {value:g} ({flag})", f"check the value given to {flag}")  # fmt: skip
     return value
 
 
@@ -108,8 +107,8 @@ def with_overrides(base: CostAssumptions, **overrides: float | None) -> CostAssu
     for name, value in overrides.items():
         if value is None:
             continue
-        value = _checked(name, float(value))
         if name in ("host_power_fraction", "host_price_fraction"):
+            value = _checked(name, float(value), "--" + name.replace("_", "-"))
             kinds = getattr(base, name)
             changes[name] = {kind: value for kind in kinds}
             for kind in kinds:
@@ -117,6 +116,6 @@ def with_overrides(base: CostAssumptions, **overrides: float | None) -> CostAssu
                 sources[old.name] = replace(old, value=value, source=f"your {old.flag}", date="")
             continue
         old = sources[name]
-        changes[name] = value
+        changes[name] = value = _checked(name, float(value), old.flag)
         sources[name] = replace(old, value=value, source=f"your {old.flag}", date="")
     return replace(base, **changes, sources=sources)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from gpuwise.errors import normalise_name, unknown_name_error
+from gpuwise.errors import GpuwiseError, normalise_name, unknown_name_error
 from gpuwise.units import GIB
 
 
@@ -67,16 +67,20 @@ def load_hardware() -> tuple[Hardware, ...]:
 
 
 def find_hardware(name: str) -> Hardware:
-    """Look a device up by id, alias or display name; unknown names get 'did you mean'."""
+    """Look a device up by id, alias or display name, or by the start of one id ("tpu-v5p");
+    a start several ids share is refused with the ids ("a100": four of them), unknown
+    names get 'did you mean'."""
     key = normalise_name(name)
     devices = load_hardware()
     for hw in devices:
         names = {hw.id, normalise_name(hw.name), *(normalise_name(a) for a in hw.aliases)}
         if key in names:
             return hw
-    # A unique prefix or substring match is still unambiguous ("h200" -> "h200-sxm").
-    partial = [hw for hw in devices if hw.id.startswith(key)]
+    partial = [hw for hw in devices if key and hw.id.startswith(key)]
     if len(partial) == 1:
         return partial[0]
+    if partial:
+        raise GpuwiseError(f"{name.strip()} is ambiguous: one of {', '.join(hw.id for hw in partial)}",
+                           "name one of them (`gpuwise hardware` lists ids and aliases)")  # fmt: skip
     choices = [hw.id for hw in devices] + [a for hw in devices for a in hw.aliases]
     raise unknown_name_error("hardware", name, choices, "gpuwise hardware")

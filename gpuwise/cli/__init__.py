@@ -6,6 +6,8 @@ importing a module here is what puts its commands on the command line.
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 
 try:  # recent typer vendors its own click; its exceptions are the ones raised
@@ -21,28 +23,49 @@ from gpuwise.cli import (
     watch,  # noqa: F401  (registers its commands)
 )
 from gpuwise.cli.common import app
-from gpuwise.errors import GpuwiseError
+from gpuwise.errors import GpuwiseError, did_you_mean
 
 __all__ = ["app", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors are one line on stderr and exit code 2, never a traceback."""
+    _ignore_tiny_columns()
     try:
         app(args=_json_after_command(sys.argv[1:] if argv is None else argv),
             standalone_mode=False)  # fmt: skip
     except GpuwiseError as exc:
         _fail(exc.message, exc.hint)
-    except click_errors.NoSuchOption as exc:
-        hint = f"did you mean {' or '.join(exc.possibilities)}?" if exc.possibilities else ""
-        _fail(exc.format_message(), hint or "see `gpuwise --help`")
     except click_errors.UsageError as exc:
-        cmd = exc.ctx.command_path if exc.ctx else "gpuwise"
-        _fail(exc.format_message(), f"see `{cmd} --help`")
+        _fail(*_usage_error(exc))
     except click_errors.Abort:
         _fail("aborted", "")
     except RuntimeError as exc:  # a real run that could not run (no torch, child failed)
         _fail(str(exc).splitlines()[0] if str(exc) else "run failed", "see the message above")
+
+
+# click and typer each add "Did you mean ...?" to a mistyped command: said once, in the hint.
+_SUGGESTION = re.compile(r"\s*\(?Did you mean[^?]*\?\)?")
+
+
+def _usage_error(exc: click_errors.UsageError) -> tuple[str, str]:
+    """The message without suggestions, and a hint: the suggestions (once each) and --help."""
+    message = _SUGGESTION.sub("", exc.format_message()).strip()
+    see = f"see `{exc.ctx.command_path if exc.ctx else 'gpuwise'} --help`"
+    names = list(getattr(exc, "possibilities", None) or ())
+    typo = re.match(r"No such command '(.*)'", message)
+    if not names and typo and exc.ctx is not None and hasattr(exc.ctx.command, "list_commands"):
+        names = did_you_mean(typo.group(1), exc.ctx.command.list_commands(exc.ctx))
+    if not names:
+        return message, see
+    return message, f"did you mean {' or '.join(repr(n) for n in dict.fromkeys(names))}? ({see})"
+
+
+def _ignore_tiny_columns() -> None:
+    """COLUMNS below 20 (0, say) would make rich print nothing: read it as unset."""
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and not (columns.isdigit() and int(columns) >= 20):
+        del os.environ["COLUMNS"]
 
 
 def _json_after_command(args: list[str]) -> list[str]:
@@ -54,6 +77,8 @@ def _json_after_command(args: list[str]) -> list[str]:
 
 
 def _fail(message: str, hint: str) -> None:
+    if len(message) > 400:  # an argument of megabytes is not echoed back
+        message = f"{message[:200]} ... ({len(message):,} characters) ... {message[-100:]}"
     sys.stderr.write(f"error: {message}\n")
     if hint:
         sys.stderr.write(f"hint: {hint}\n")

@@ -1,21 +1,126 @@
-"""What every command shares: the typer app, option types, output and name lookups."""
+"""What every command shares: the typer app, the option vocabulary, output and name lookups.
+
+One idea has one option name, default and unit on every command (docs: README "Use").
+Options renamed for that keep their old names for one release, unlisted: `RENAMED`.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
-                  pretty_exceptions_enable=False, invoke_without_command=True,
-                  help="The truth about GPUs for machine learning: will it run, how fast.")  # fmt: skip
+# Old option name -> its name now. The old one is still accepted by every command that has the
+# new one (with a note when stderr is a terminal: scripts' output and errors stay as they were);
+# `--help` and shell completion show only the new one.
+RENAMED = {
+    "--output": "--new-tokens",  # advise, cost: generated tokens per request, as infer says
+    "--utilisation": "--target-utilization",  # advise, cost: a replica's planned busy share
+    "--measured-util": "--measured-utilization",  # advise, cost: the share watch measured
+    "--devices": "--cuda-visible-devices",  # repro: not a count, the devices' ids
+}
 
-On = Annotated[str, typer.Option("--on", help="catalogue hardware name, or 'local'")]
+# Defaults of the ideas several commands share (check, infer, advise, cost); the same as
+# InferencePlan's, which the main job uses.
+PROMPT_TOKENS = 512
+NEW_TOKENS = 128
+
+
+def renamed_options(command: Any, args: list[str]) -> list[str]:
+    """`args` with old option names (`RENAMED`) given their new names, where `command`
+    has the new one; arguments after `--` (a command to run) are left alone."""
+    known = {name for p in command.params for name in getattr(p, "opts", ())}
+    out = list(args)
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        old, eq, value = arg.partition("=")
+        new = RENAMED.get(old)
+        if new is None or new not in known:
+            continue
+        out[i] = new + eq + value
+        if sys.stderr.isatty():
+            sys.stderr.write(f"note: {old} is now {new}; the old name goes in a later release\n")
+    return out
+
+
+def _plain_help(text: str) -> str:
+    # typer escapes '[' for rich markup even with markup off (`\[default: 1]`): undo it.
+    return text.replace("\\[", "[")
+
+
+def restore_argument_help(command: Any) -> None:
+    """Give arguments back their help: click 8.3+ sets `Argument.help` itself, after typer
+    (up to 0.20) set it, so an argument's description never reaches `--help`."""
+    if command.callback is None:
+        return
+    from typer.utils import get_params_from_function
+
+    declared = get_params_from_function(command.callback)
+    for param in command.params:
+        if param.param_type_name == "argument" and not getattr(param, "help", None):
+            info = declared.get(param.name)
+            param.help = getattr(info.default, "help", None) if info else None
+
+
+class Command(TyperCommand):
+    """A command that accepts its options' old names and prints plain help."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, renamed_options(self, args))
+
+    def get_help(self, ctx: Any) -> str:
+        restore_argument_help(self)
+        return _plain_help(super().get_help(ctx))
+
+    def format_arguments(self, ctx: Any, formatter: Any) -> None:
+        """Nothing: typer lists the arguments with the options (click 8.5 would again)."""
+
+
+class Group(TyperGroup):
+    """A command group whose help is plain text too."""
+
+    def get_help(self, ctx: Any) -> str:
+        return _plain_help(super().get_help(ctx))
+
+
+class App(typer.Typer):
+    """typer.Typer whose commands are `Command`s."""
+
+    def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
+                **kwargs: Any) -> Callable[[Any], Any]:  # fmt: skip
+        return super().command(name, cls=cls or Command, **kwargs)
+
+
+app = App(cls=Group, no_args_is_help=False, rich_markup_mode=None,
+          pretty_exceptions_enable=False, invoke_without_command=True,
+          help="The truth about GPUs for machine learning: will it run, how fast, rent or buy, "
+               "am I using it well.")  # fmt: skip
+
+Model = Annotated[str, typer.Argument(
+    help="catalogue id or alias (`gpuwise models`), a config.json, a model folder, a .gguf or "
+         ".safetensors checkpoint, or a Hugging Face hub id", show_default=False)]  # fmt: skip
+On = Annotated[str, typer.Option("--on", help="catalogue device id or alias (`gpuwise "
+                                 "hardware`), or 'local': this machine")]  # fmt: skip
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 Batch = Annotated[int, typer.Option("--batch", help="sequences per batch")]
-Attention = Annotated[str, typer.Option("--attention", help="eager, sdpa or flash")]
+Prompt = Annotated[int, typer.Option("--prompt", help="prompt tokens per request")]
+NewTokens = Annotated[int, typer.Option("--new-tokens", help="tokens generated per request")]
+Attention = Annotated[str, typer.Option("--attention", help="attention kernel: eager, sdpa or "
+                                        "flash")]  # fmt: skip
+Ops = Annotated[bool, typer.Option("--ops", help="print the per-operation roofline table")]
+Seq = Annotated[int, typer.Option("--seq", help="tokens per training sequence")]
+Dtype = Annotated[str, typer.Option("--dtype", help="training precision: fp32, bf16, fp16, "
+                                    "mixed-bf16 or mixed-fp16")]  # fmt: skip
+Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, sgd, adafactor or "
+                                        "adamw8bit")]  # fmt: skip
+Checkpointing = Annotated[bool, typer.Option(
+    "--checkpointing", help="activation checkpointing: keep layer inputs only, recompute the "
+    "rest in backward")]  # fmt: skip
 
 
 def emit(view: tuple[Any, Any], as_json: bool) -> None:

@@ -1,7 +1,8 @@
 """`gpuwise advise` (compare every option) and `gpuwise cost` (one named option).
 
 Both take the same workload and assumption flags; the flags are declared once, as data, and
-given to both commands as their signature.
+given to both commands as their signature. The Python names (`output`, `utilisation`,
+`measured_util`) are the keys app/cost.py reads; the options' names are the shared vocabulary.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuwise.cli.common import app, emit
+from gpuwise.cli.common import NEW_TOKENS, PROMPT_TOKENS, Command, Model, app, emit
 
 _KW = inspect.Parameter.KEYWORD_ONLY
 
@@ -23,62 +24,93 @@ def _opt(name: str, kind: Any, default: Any, help_text: str, *flags: str) -> ins
 
 
 WORKLOAD = [
-    _opt("requests_per_day", float | None, None, "inference: requests a day"),
+    _opt("requests_per_day", float | None, None, "inference: requests a day (the workload is "
+         "one of this, --tokens-per-day, --train-tokens, --hours-per-month)"),
     _opt("tokens_per_day", float | None, None, "inference: prompt + generated tokens a day"),
-    _opt("prompt", int, 512, "inference: prompt tokens per request"),
-    _opt("output", int, 256, "inference: generated tokens per request"),
-    _opt("latency_ms", float | None, None, "inference: target time per output token, ms"),
-    _opt("ttft_ms", float | None, None, "inference: target time to first token, ms"),
-    _opt(
-        "utilisation",
-        str,
-        "60%",
-        "inference: busy share each replica is sized for (0.6 or 60%; headroom for peaks)",
-    ),
+    _opt("prompt", int, PROMPT_TOKENS, "inference: prompt tokens per request"),
+    _opt("output", int, NEW_TOKENS, "inference: tokens generated per request", "--new-tokens"),
+    _opt("latency_ms", float | None, None, "inference: target time per generated token, ms "
+         "(default: no target)"),
+    _opt("ttft_ms", float | None, None, "inference: target time to first token, ms (default: "
+         "no target)"),
+    _opt("utilisation", str, "60%", "inference: the busy share each replica is sized for, "
+         "0.6 or 60% (the rest is headroom for peaks)", "--target-utilization"),
     _opt("hours_per_day", float, 24.0, "inference: hours a day the service runs"),
-    _opt("weights", str, "bf16", "inference: accelerator weight format (CPUs try fp32/int8/int4)"),
-    _opt("runtime", str, "transformers", "inference: transformers or compiled"),
+    _opt("weights", str, "bf16", "inference: accelerator weight precision (CPUs try fp32, int8 "
+         "and int4)"),
+    _opt("runtime", str, "transformers", "inference: whose speed: transformers (eager) or "
+         "compiled"),
     _opt("train_tokens", float | None, None, "training: tokens to train on per month"),
-    _opt("hours_per_month", float | None, None, "training: hours a month the hardware trains"),
-    _opt("deadline_hours", float | None, None, "training: the month's tokens must train within"),
+    _opt("hours_per_month", float | None, None, "training: hours a month the hardware trains, "
+         "instead of --train-tokens"),
+    _opt("deadline_hours", float | None, None, "training: hours within which the month's "
+         "tokens must be trained (default: no deadline)"),
     _opt("batch", int, 1, "training: sequences per batch per device"),
-    _opt("seq", int, 2048, "training: tokens per sequence"),
-    _opt("dtype", str, "mixed-bf16", "training: fp32, bf16, fp16, mixed-bf16, mixed-fp16"),
-    _opt("optimizer", str, "adamw", "training: adamw, sgd, adafactor, adamw8bit"),
-    _opt("finetune", str, "full", "training: full, lora or qlora"),
-    _opt("lora_rank", int, 16, "training: LoRA rank"),
-    _opt("checkpointing", bool, False, "training: activation checkpointing", "--checkpointing"),
-    _opt("measured_util", str | None, None, "busy share measured by `gpuwise watch` (0.3 or 30%)"),
+    _opt("seq", int, 2048, "training: tokens per training sequence"),
+    _opt("dtype", str, "mixed-bf16", "training: precision: fp32, bf16, fp16, mixed-bf16 or "
+         "mixed-fp16"),
+    _opt("optimizer", str, "adamw", "training: adamw, sgd, adafactor or adamw8bit"),
+    _opt("finetune", str, "full", "training: full, lora or qlora (LoRA on a 4-bit base)"),
+    _opt("lora_rank", int, 16, "training: LoRA rank r (with --finetune lora or qlora)"),
+    _opt("checkpointing", bool, False, "training: activation checkpointing: keep layer inputs "
+         "only, recompute the rest in backward", "--checkpointing"),
+    _opt("measured_util", str | None, None, "the busy share `gpuwise watch` measured on the "
+         "real job, 0.3 or 30%, or its log file (default: none)", "--measured-utilization"),
     _opt(
         "api_price_per_mtok",
         str | None,
         None,
-        "hosted API price per million tokens, 'INPUT,OUTPUT' or one price for both (USD)",
+        "hosted API price, USD per million tokens: 'INPUT,OUTPUT' or one price for both "
+        "(default: none, no API option)",
     ),
 ]
 ASSUMPTIONS = [
-    _opt("electricity", float | None, None, "USD per kWh"),
-    _opt("pue", float | None, None, "power usage effectiveness (wall / IT power)"),
+    _opt("electricity", float | None, None, "electricity price, USD per kWh"),
+    _opt("pue", float | None, None, "power usage effectiveness: wall power / IT power"),
     _opt("depreciation_years", float | None, None, "years an owned device is paid off over"),
-    _opt("hosting_per_kw_month", float | None, None, "colocation USD per kW of IT power a month"),
-    _opt("ops_per_year", float | None, None, "staff and support USD per device a year"),
-    _opt("idle_power", float | None, None, "idle power as a fraction of TDP"),
-    _opt("busy_power", float | None, None, "busy power as a fraction of TDP"),
+    _opt("hosting_per_kw_month", float | None, None, "colocation, USD per kW of IT power a month"),
+    _opt("ops_per_year", float | None, None, "staff and support, USD per device a year"),
+    _opt("idle_power", float | None, None, "idle power, as a fraction of TDP"),
+    _opt("busy_power", float | None, None, "busy power, as a fraction of TDP"),
     _opt("grid_co2", float | None, None, "grid intensity, g CO2 per kWh"),
     _opt("reserved_discount", float | None, None, "reserved price discount vs on demand, 0-1"),
-    _opt("host_power_fraction", float | None, None, "server power on top of the device's TDP"),
-    _opt("host_price_fraction", float | None, None, "server price on top of the device's"),
-    _opt("max_kw", float | None, None, "power your site can deliver at the wall, kW (owned)"),
-    _opt("local_price", float | None, None, "this machine's purchase price, USD (default 0)"),
+    _opt("host_power_fraction", float | None, None, "server power on top of the device's TDP, "
+         "as a fraction of it"),
+    _opt("host_price_fraction", float | None, None, "server price on top of the device's, as a "
+         "fraction of it"),
+    _opt("max_kw", float | None, None, "power your site can deliver at the wall, kW, for owned "
+         "hardware (default: no limit)"),
+    _opt("local_price", float | None, None, "this machine's purchase price, USD (default: 0, "
+         "already paid)"),
     _opt(
         "local_power_w",
         float | None,
         None,
-        "this machine's device power (TDP) when busy, W; the host fraction is added",
+        "this machine's device power (TDP) when busy, W; the host fraction is added "
+        "(default: the detected device's)",
     ),
 ]
-MODEL = inspect.Parameter("model", _KW, annotation=Annotated[str, typer.Argument()])
+MODEL = inspect.Parameter("model", _KW, annotation=Model)
 AS_JSON = _opt("as_json", bool, False, "print one JSON object", "--json")
+SHOW_ASSUMPTIONS = _opt("show_assumptions", bool, False, "list the cost assumptions with their "
+                        "values and sources (always in --json)", "--assumptions")  # fmt: skip
+
+
+class CostCommand(Command):
+    """advise and cost: `--help` gives each assumption flag the catalogue's default."""
+
+    def get_help(self, ctx: Any) -> str:
+        from gpuwise.catalog.costs import load_costs
+
+        defaults: dict[str, list[str]] = {}
+        for a in load_costs().listed():
+            kind = a.name.partition("[")[2].rstrip("]")
+            defaults.setdefault(a.flag, []).append(f"{kind} {a.value:g}" if kind else f"{a.value:g}")
+        for param in self.params:
+            flag = next(iter(getattr(param, "opts", ())), "")
+            if flag in defaults and "(default" not in (param.help or ""):
+                param.help = f"{param.help} (default: {', '.join(defaults[flag])})"
+        return super().get_help(ctx)
 
 
 def advise(**kw: Any) -> None:
@@ -86,7 +118,7 @@ def advise(**kw: Any) -> None:
     from gpuwise.app.cost import advise_options
     from gpuwise.report.cost_view import advice_view
 
-    emit(advice_view(advise_options(kw), kw["show_all"]), kw["as_json"])
+    emit(advice_view(advise_options(kw), kw["show_all"], kw["show_assumptions"]), kw["as_json"])
 
 
 def cost(**kw: Any) -> None:
@@ -94,20 +126,25 @@ def cost(**kw: Any) -> None:
     from gpuwise.app.cost import cost_option
     from gpuwise.report.cost_view import cost_view
 
-    emit(cost_view(cost_option(kw)), kw["as_json"])
+    emit(cost_view(cost_option(kw), kw["show_assumptions"]), kw["as_json"])
 
 
 advise.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [MODEL, *WORKLOAD, *ASSUMPTIONS,
      _opt("show_all", bool, False, "show every option, not the first 15", "--all"),
-     _opt("local", bool, True, "include this machine", "--local/--no-local"), AS_JSON])  # fmt: skip
+     _opt("local", bool, True, "include this machine", "--local/--no-local"), SHOW_ASSUMPTIONS,
+     AS_JSON])  # fmt: skip
 cost.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [MODEL, _opt("on", str, "local", "catalogue hardware name, or 'local'"),
-     _opt("owned", bool, False, "buy it", "--owned"),
+    [MODEL, _opt("on", str, "local", "catalogue device id or alias (`gpuwise hardware`), "
+                 "'local': this machine, or 'api': a hosted API"),
+     _opt("owned", bool, False, "buy it (the default where the device has a list price)",
+          "--owned"),
      _opt("rent", bool, False, "rent it on demand", "--rent"),
      _opt("reserved", bool, False, "rent it reserved", "--reserved"),
-     _opt("price", float | None, None, "purchase price per device, USD"),
-     _opt("rate", float | None, None, "on-demand rental per device, USD/h"),
-     *WORKLOAD, *ASSUMPTIONS, AS_JSON])  # fmt: skip
-app.command()(advise)
-app.command()(cost)
+     _opt("price", float | None, None, "purchase price per device, USD (default: the "
+          "catalogue's list price)"),
+     _opt("rate", float | None, None, "on-demand rental per device, USD/h (default: the "
+          "catalogue's cloud price)"),
+     *WORKLOAD, *ASSUMPTIONS, SHOW_ASSUMPTIONS, AS_JSON])  # fmt: skip
+app.command(cls=CostCommand)(advise)
+app.command(cls=CostCommand)(cost)

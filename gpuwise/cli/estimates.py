@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Annotated, Any
 
 import typer
 
 from gpuwise.cli.common import (
+    NEW_TOKENS,
+    PROMPT_TOKENS,
+    App,
     Attention,
     Batch,
+    Checkpointing,
+    Dtype,
+    Group,
     Json,
+    Model,
+    NewTokens,
     On,
+    Ops,
+    Optimizer,
+    Prompt,
+    Seq,
     app,
     emit,
     hardware_named,
@@ -31,6 +44,8 @@ def _print_version(asked: bool) -> None:
 
 Version = Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
                                        help="print gpuwise's version and exit")]  # fmt: skip
+Wide = Annotated[bool, typer.Option("--wide", help="every column (default: the columns that "
+                                    "fit 80 characters)")]  # fmt: skip
 
 
 @app.callback()
@@ -45,9 +60,9 @@ def main_job(ctx: typer.Context, as_json: Json = False, version: Version = False
 
 
 @app.command()
-def check(model: str, on: On = "local", prompt: int = 2048, new_tokens: int = 256,
-          batch: Batch = 1, runtime: Runtime = "transformers", ctx: Ctx = None,
-          gpu_memory_utilization: GpuUtil = None, as_json: Json = False) -> None:  # fmt: skip
+def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
+          new_tokens: NewTokens = NEW_TOKENS, batch: Batch = 1, runtime: Runtime = "transformers",
+          ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None, as_json: Json = False) -> None:  # fmt: skip
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.app.check import check as check_model
     from gpuwise.app.checkpoint_weights import plan_weights
@@ -65,16 +80,15 @@ def check(model: str, on: On = "local", prompt: int = 2048, new_tokens: int = 25
 
 @app.command()
 def infer(
-    model: str, on: On = "local", batch: Batch = 1,
-    prompt: Annotated[int, typer.Option(help="prompt tokens")] = 512,
-    new_tokens: Annotated[int, typer.Option(help="tokens to generate")] = 128,
-    weights: Weights = None,
-    kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype (default: compute)")] = None,
+    model: Model, on: On = "local", batch: Batch = 1, prompt: Prompt = PROMPT_TOKENS,
+    new_tokens: NewTokens = NEW_TOKENS, weights: Weights = None,
+    kv_dtype: Annotated[str | None, typer.Option(
+        help="KV cache dtype, e.g. fp16, fp8, int8 (default: the compute dtype)")] = None,
     attention: Attention = "sdpa",
-    logits: Annotated[str, typer.Option(help="last (generate's default) or all")] = "last",
+    logits: Annotated[str, typer.Option(help="logits kept: last (generate's default) or "
+                                        "all")] = "last",  # fmt: skip
     runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
-    ops: Annotated[bool, typer.Option("--ops", help="print the per-operation table")] = False,
-    as_json: Json = False,
+    ops: Ops = False, as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of generating text with a model, a .gguf or a .safetensors checkpoint, under
     transformers (default), llama.cpp or vLLM."""
@@ -95,17 +109,23 @@ def infer(
 
 @app.command()
 def train(
-    model: str, on: On = "local", batch: Batch = 1,
-    seq: Annotated[int, typer.Option(help="tokens per sequence")] = 2048,
-    dtype: Annotated[str, typer.Option(help="fp32, bf16, fp16, mixed-bf16, mixed-fp16")] = "mixed-bf16",
-    optimizer: Annotated[str, typer.Option(help="adamw, sgd, adafactor, adamw8bit")] = "adamw",
-    finetune: Annotated[str, typer.Option(help="full, lora or qlora")] = "full",
-    lora_rank: int = 16,
-    lora_targets: Annotated[str, typer.Option(help="comma list of q_proj,k_proj,...")] = "",
-    checkpointing: Annotated[bool, typer.Option("--checkpointing")] = False,
-    gpus: int = 1, zero: int = 0, tp: int = 1, attention: Attention = "sdpa",
-    ops: Annotated[bool, typer.Option("--ops", help="print the per-operation table")] = False,
-    train_tokens: Annotated[float, typer.Option(help="tokens to train on: time to train")] = 0,
+    model: Model, on: On = "local", batch: Batch = 1, seq: Seq = 2048,
+    dtype: Dtype = "mixed-bf16", optimizer: Optimizer = "adamw",
+    finetune: Annotated[str, typer.Option(help="full, lora or qlora (LoRA on a 4-bit base)")] = "full",
+    lora_rank: Annotated[int, typer.Option(help="LoRA rank r (with --finetune lora or "
+                                           "qlora)")] = 16,  # fmt: skip
+    lora_targets: Annotated[str, typer.Option(
+        help="comma list of the modules LoRA adapts, e.g. q_proj,v_proj (default: the "
+             "attention and MLP projections)", show_default=False)] = "",  # fmt: skip
+    checkpointing: Checkpointing = False,
+    gpus: Annotated[int, typer.Option(help="devices the step runs on (data parallel x --tp)")] = 1,
+    zero: Annotated[int, typer.Option(help="ZeRO stage over --gpus: 0 none, 1 optimizer "
+                                      "states, 2 + gradients, 3 + weights")] = 0,  # fmt: skip
+    tp: Annotated[int, typer.Option(help="tensor-parallel degree: devices each layer is split "
+                                    "over (divides --gpus)")] = 1,  # fmt: skip
+    attention: Attention = "sdpa", ops: Ops = False,
+    train_tokens: Annotated[float | None, typer.Option(
+        help="tokens to train on, e.g. 2e9: adds the time to train them (default: none)")] = None,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of one training step: weights, gradients, optimizer, activations."""
@@ -114,10 +134,10 @@ def train(
 
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
                           checkpointing, gpus, zero, tp, attention)  # fmt: skip
-    if train_tokens < 0:
+    if train_tokens is not None and not (0 <= train_tokens < math.inf):
         raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
                            "give the number of tokens to train on, e.g. 2e9")  # fmt: skip
-    answer = train_model(*model_named(model), hardware_named(on), plan, train_tokens)
+    answer = train_model(*model_named(model), hardware_named(on), plan, train_tokens or 0.0)
     emit(train_view(answer, ops), as_json)
 
 
@@ -136,8 +156,8 @@ def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: s
 @app.command()
 def probe(
     quick: Annotated[bool, typer.Option("--quick", help="fewer sizes: under 15 s")] = False,
-    repeat: Annotated[int, typer.Option(help="probes to take; each reading is their median "
-                                        "(a machine whose speed moves: 3)")] = 1,  # fmt: skip
+    repeat: Annotated[int, typer.Option(help="probes to take, 1 to 10; each reading is their "
+                                        "median (a machine whose speed moves: 3)")] = 1,  # fmt: skip
     as_json: Json = False,
 ) -> None:
     """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead) and save it."""
@@ -154,31 +174,42 @@ def probe(
 
 
 @app.command()
-def hardware(as_json: Json = False) -> None:
-    """List the hardware catalogue (spec values with their sources)."""
+def hardware(wide: Wide = False, as_json: Json = False) -> None:
+    """List the hardware catalogue: the ids and aliases `--on` takes, spec values with their
+    sources."""
     from gpuwise.app import catalogue
     from gpuwise.report.estimate_views import hardware_view
 
-    emit(hardware_view(catalogue.hardware()), as_json)
+    emit(hardware_view(catalogue.hardware(), wide), as_json)
 
 
 @app.command()
-def models(as_json: Json = False) -> None:
-    """List the model catalogue."""
+def models(wide: Wide = False, as_json: Json = False) -> None:
+    """List the model catalogue: the ids and aliases MODEL takes, with their sizes."""
     from gpuwise.app import catalogue
     from gpuwise.report.estimate_views import models_view
 
-    emit(models_view(catalogue.models()), as_json)
+    emit(models_view(catalogue.models(), wide), as_json)
 
 
-validate_app = typer.Typer(help="Run a plan for real (needs torch) and compare with the estimate.")
+validate_app = App(cls=Group, help="Run a plan for real here (needs torch) and compare with "
+                   "the estimate. Smaller defaults than infer/train: it really runs, on this "
+                   "machine's CPU or GPU.")  # fmt: skip
 app.add_typer(validate_app, name="validate")
+
+Memory = Annotated[bool, typer.Option(help="compare peak memory")]
+Time = Annotated[bool, typer.Option(help="compare times (medians after a warm-up)")]
 
 
 @validate_app.command("infer")
 def validate_infer(
-    model: str, batch: Batch = 1, prompt: int = 512, new_tokens: int = 32,
-    weights: str = "bf16", attention: Attention = "sdpa", memory: bool = True, time: bool = True,
+    model: Model, batch: Batch = 1, prompt: Prompt = PROMPT_TOKENS,
+    new_tokens: Annotated[int, typer.Option(
+        help="tokens generated per request (infer's default is 128; fewer here: each one "
+             "really runs)")] = 32,  # fmt: skip
+    weights: Annotated[str, typer.Option(help="weight precision of the random weights: fp32, "
+                                         "bf16 or fp16")] = "bf16",
+    attention: Attention = "sdpa", memory: Memory = True, time: Time = True,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Generate with random weights here; compare peak memory and times with the estimates."""
@@ -191,9 +222,14 @@ def validate_infer(
 
 @validate_app.command("train")
 def validate_train(
-    model: str, batch: Batch = 1, seq: int = 256, dtype: str = "fp32", optimizer: str = "adamw",
-    checkpointing: Annotated[bool, typer.Option("--checkpointing")] = False,
-    attention: Attention = "sdpa", memory: bool = True, time: bool = True,
+    model: Model, batch: Batch = 1,
+    seq: Annotated[int, typer.Option(help="tokens per training sequence (train's default is "
+                                     "2048; shorter here: the steps really run)")] = 256,  # fmt: skip
+    dtype: Annotated[str, typer.Option(help="training precision: fp32, bf16, fp16, mixed-bf16 "
+                                       "or mixed-fp16 (train's default is mixed-bf16; fp32 "
+                                       "here: what a CPU runs fast)")] = "fp32",  # fmt: skip
+    optimizer: Optimizer = "adamw", checkpointing: Checkpointing = False,
+    attention: Attention = "sdpa", memory: Memory = True, time: Time = True,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run training steps with random weights here; compare memory and step time."""

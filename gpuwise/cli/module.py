@@ -6,23 +6,25 @@ from typing import Annotated
 
 import typer
 
-from gpuwise.cli.common import Json, On, app, emit
+from gpuwise.cli.common import Json, On, Ops, app, emit
 from gpuwise.errors import GpuwiseError
 
 
 @app.command()
 def module(
     factory: Annotated[str, typer.Argument(help="package.module:function returning a module "
-                                                "or (module, example_inputs)")],
+                                                "or (module, example_inputs)", show_default=False)],
     input: Annotated[list[str] | None, typer.Option("--input", help="input shape, e.g. "
-                     "1x3x224x224 or 4x128:int64; repeat for several inputs")] = None,
-    dtype: Annotated[str | None, typer.Option(help="fp32, bf16 or fp16 (default: as built)")] = None,
+                     "1x3x224x224 or 4x128:int64; repeat for several inputs (default: the "
+                     "example inputs the factory returns)")] = None,
+    dtype: Annotated[str | None, typer.Option(help="precision: fp32, bf16 or fp16 (default: "
+                                              "as built)")] = None,
     train: Annotated[bool, typer.Option("--train", help="a training step, not inference")] = False,
-    batch: Annotated[int | None, typer.Option("--batch", help="replace every input's "
-                                                              "first dimension")] = None,
-    optimizer: Annotated[str, typer.Option(help="adamw, sgd or adafactor")] = "adamw",
+    batch: Annotated[int | None, typer.Option("--batch", help="replace every input's first "
+                                              "dimension (default: the inputs' own)")] = None,
+    optimizer: Annotated[str, typer.Option(help="adamw, sgd or adafactor (with --train)")] = "adamw",
     on: On = "local",
-    ops: Annotated[bool, typer.Option("--ops", help="print the per-operation table")] = False,
+    ops: Ops = False,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Any PyTorch module: traced on the meta device (no memory, no weights), then memory and

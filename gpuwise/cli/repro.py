@@ -15,27 +15,31 @@ DEFAULT_RESULTS = "gpuwise-repro.jsonl"
 
 @app.command()
 def repro(
-    command: Annotated[list[str] | None, typer.Argument(help="the training command, after --")] = None,
+    command: Annotated[list[str] | None, typer.Argument(
+        help="the training command to run, after --", show_default=False)] = None,
     runs: Annotated[int, typer.Option(help="runs per condition")] = 5,
     conditions: Annotated[str | None, typer.Option(
         help="comma list of same-seed, deterministic, seeds, threads "
              "(default: all; threads only without a GPU)")] = None,
-    parallel: Annotated[int, typer.Option(help="runs at a time")] = 1,
-    devices: Annotated[str, typer.Option(help="comma list of CUDA_VISIBLE_DEVICES values, "
-                                              "one per parallel slot in turn")] = "",
+    parallel: Annotated[int, typer.Option(help="runs at a time (processes)")] = 1,
+    devices: Annotated[str, typer.Option(
+        "--cuda-visible-devices", help="comma list of CUDA_VISIBLE_DEVICES values, one per "
+        "--parallel slot in turn, e.g. 0,1 (default: the runs see every device)",
+        show_default=False)] = "",
     metric: Annotated[list[str] | None, typer.Option(
         help="NAME=REGEX read from the output (last match, group 1); repeatable")] = None,
     seed_flag: Annotated[str | None, typer.Option(
         help="the program's own seed option, e.g. --seed (the seed is also in GPUWISE_SEED)")] = None,
     seed: Annotated[int, typer.Option(help="the fixed seed; seeds runs use seed+1+i")] = 0,
-    results: Annotated[Path, typer.Option(help="JSON lines file; an interrupted study "
-                                               "resumes from it")] = Path(DEFAULT_RESULTS),
+    results: Annotated[Path, typer.Option(help="where each run's result is saved (JSON lines); "
+                                               "an interrupted study resumes from it")] = Path(DEFAULT_RESULTS),
     fresh: Annotated[bool, typer.Option("--fresh", help="discard the results file first")] = False,
     detect: Annotated[str | None, typer.Option(
         help="difference to detect between two settings: 0.001, 0.3% or NAME=0.001")] = None,
-    alpha: Annotated[float, typer.Option(help="test level for --detect")] = 0.05,
-    power: Annotated[float, typer.Option(help="power for --detect")] = 0.8,
-    timeout: Annotated[float | None, typer.Option(help="seconds before a run is killed")] = None,
+    alpha: Annotated[float, typer.Option(help="test level for --detect, 0-1")] = 0.05,
+    power: Annotated[float, typer.Option(help="power for --detect, 0-1")] = 0.8,
+    timeout: Annotated[float | None, typer.Option(
+        help="seconds before a run is killed (default: no limit)")] = None,
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run a training command many times per condition: spread, arithmetic share, costs."""
@@ -75,8 +79,9 @@ def parse_detect(text: str | None) -> tuple[dict[str, float], bool]:
     try:
         number = float(value.rstrip("%")) / (100.0 if relative else 1.0)
     except ValueError:
-        raise GpuwiseError(f"--detect {text!r} is not a number",
+        raise GpuwiseError(f"--detect {text[:40]!r} is not a number",
                            "for example --detect 0.001, --detect 0.3% or --detect acc=0.002") from None  # fmt: skip
-    if number <= 0:
-        raise GpuwiseError(f"--detect must be positive, got {text!r}", "for example --detect 0.3%")
+    if not 0 < number < float("inf"):  # NaN too
+        raise GpuwiseError(f"--detect must be a positive number, got {text[:40]!r}",
+                           "for example --detect 0.3%")  # fmt: skip
     return {(name.strip() if sep else "*"): number}, relative

@@ -1,5 +1,4 @@
-"""Options shared by infer and check for checkpoints and serving runtimes, and the weights a
-checkpoint gives a plan (exact stored bytes, or an estimate where the runtime converts them)."""
+"""Options shared by infer and check for checkpoints and serving runtimes."""
 
 from __future__ import annotations
 
@@ -9,24 +8,28 @@ import typer
 
 Runtime = Annotated[
     str,
-    typer.Option("--runtime", help="whose memory rules: transformers (default), llama.cpp or vllm"),
+    typer.Option("--runtime", help="whose memory rules: transformers, llama.cpp or vllm"),
 ]
 Ctx = Annotated[
     int | None,
     typer.Option(
-        "--ctx", help="llama.cpp n_ctx / vLLM max_model_len (default: the model's context)"
+        "--ctx",
+        help="tokens of context allocated up front: llama.cpp's n_ctx, vLLM's max_model_len "
+        "(default: the model's context; ignored under transformers)",
     ),
 ]
 GpuUtil = Annotated[
     float | None,
     typer.Option(
-        "--gpu-memory-utilization", help="vLLM's pre-allocated share of the device (default 0.9)"
+        "--gpu-memory-utilization",
+        help="vLLM's gpu_memory_utilization: the share of device memory it takes, 0-1 "
+        "(default 0.9; vllm only)",
     ),
 ]
 Weights = Annotated[
     str | None,
     typer.Option(
-        help="fp32, bf16, fp16, fp8, int8, int4, nf4 (default: as stored in a checkpoint, else bf16)"
+        help="weight precision: fp32, bf16, fp16, fp8, int8, int4, nf4 (default: as stored in "
+        "a checkpoint, else bf16)"
     ),
 ]
-# fmt: skip

@@ -21,15 +21,18 @@ RUN_AFTER_DASHES = {"allow_interspersed_args": False, "ignore_unknown_options": 
 
 @app.command(context_settings=RUN_AFTER_DASHES)
 def watch(
-    cmd: Annotated[list[str] | None, typer.Argument(
-        help="the command to run (after --); with --report: the log files")] = None,
-    report: Annotated[bool, typer.Option("--report", help="re-render the report of logs")] = False,
+    command: Annotated[list[str] | None, typer.Argument(
+        help="the command to run, after --; with --report: the log files", show_default=False)] = None,
+    report: Annotated[bool, typer.Option("--report", help="re-render the report of logs "
+                                         "given as COMMAND")] = False,  # fmt: skip
     no_inject: Annotated[bool, typer.Option(
         "--no-inject", help="do not time the PyTorch loop from inside")] = False,
     no_sync: Annotated[bool, typer.Option(
         "--no-sync", help="no CUDA synchronisation at backward/optimizer ends")] = False,
-    log: Annotated[str | None, typer.Option(help="where to write the JSONL log")] = None,
-    interval: Annotated[float, typer.Option(help="seconds between samples")] = 0.2,
+    log: Annotated[str | None, typer.Option(help="the JSON lines log to write (default: "
+                                            "gpuwise-watch-DATE-TIME.jsonl here)")] = None,  # fmt: skip
+    interval: Annotated[float, typer.Option(help="seconds between sensor samples, 0.05 to "
+                                            "10")] = 0.2,  # fmt: skip
     as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run a command and measure it: data wait, compute, launch overhead, memory, energy."""
@@ -37,16 +40,16 @@ def watch(
     from gpuwise.report.watch_view import watch_view
 
     if report:  # the logs are files, not a command: --json may follow them
-        logs = [c for c in cmd or [] if c != "--json"]
+        logs = [c for c in command or [] if c != "--json"]
         if not logs:
             raise GpuwiseError("--report needs a log file", "gpuwise watch --report run.jsonl")
-        emit(watch_view(judge_logs(logs)), as_json or len(logs) < len(cmd or []))
+        emit(watch_view(judge_logs(logs)), as_json or len(logs) < len(command or []))
         return
     if not 0.05 <= interval <= 10:
         raise GpuwiseError(f"--interval {interval} is out of range", "use 0.05 to 10 seconds")
     path = Path(log or f"gpuwise-watch-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     live = not as_json and sys.stderr.isatty()
-    code = _run(cmd or [], path, {"interval_s": interval, "inject": not no_inject,
+    code = _run(command or [], path, {"interval_s": interval, "inject": not no_inject,
                                   "sync": not no_sync}, live)  # fmt: skip
     try:
         record, renderable = watch_view(judge_logs([str(path)]))

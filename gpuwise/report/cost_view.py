@@ -134,8 +134,19 @@ def _assumptions_table(a: CostAssumptions) -> Table:
     return table
 
 
-def advice_view(answer: AdviceAnswer, show_all: bool) -> View:
-    """The options table, the recommendation with its reasons, and the assumptions."""
+def _assumptions(a: CostAssumptions, shown: bool) -> Any:
+    """The assumptions table, or the line that says how to see it."""
+    if shown:
+        return _assumptions_table(a)
+    changed = [f"{x.flag} {x.value:g}" for x in a.listed() if x.source.startswith("your ")]
+    said = f"; set by you: {', '.join(dict.fromkeys(changed))}" if changed else ""
+    return Text(f"assumptions: {len(a.listed())}, each with its source{said} (--assumptions "
+                "lists them)")  # fmt: skip
+
+
+def advice_view(answer: AdviceAnswer, show_all: bool, show_assumptions: bool = False) -> View:
+    """The options table, the recommendation with its reasons, and (with --assumptions, and
+    always in the JSON record) the assumptions."""
     header, advice, a, training = answer.header, answer.advice, answer.assumptions, answer.training
     obj = {**header, "options": [option_record(o) for o in advice.options],
            "recommendation": option_record(advice.choice) if advice.choice else None,
@@ -155,16 +166,17 @@ def advice_view(answer: AdviceAnswer, show_all: bool) -> View:
     if advice.skipped:
         lines.append(f"not considered: {len(advice.skipped)} (hardware, precision) pairs that "
                      "do not fit or have no speed figures (--json: not_considered)")  # fmt: skip
-    parts += [Text("recommendation:\n" + "\n".join(lines)), _assumptions_table(a)]
+    parts += [Text("recommendation:\n" + "\n".join(lines)), _assumptions(a, show_assumptions)]
     return obj, Group(*parts)
 
 
-def cost_view(answer: CostAnswer) -> View:
-    """One option in detail: its cost breakdown, power, energy and the break-even."""
+def cost_view(answer: CostAnswer, show_assumptions: bool = False) -> View:
+    """One option in detail: its cost breakdown, power, energy and the break-even; the
+    assumptions with --assumptions (always in the JSON record)."""
     header, option, a, training = answer.header, answer.option, answer.assumptions, answer.training
     rec = option_record(option)
     obj = {**header, "option": rec, "assumptions": assumptions_record(a)}
     lines = _detail(option, training)
     table = _options_table((option,), training, header["title"])
     return obj, Group(Text(header["workload_text"]), table, Text(lines),
-                      _assumptions_table(a))  # fmt: skip
+                      _assumptions(a, show_assumptions))  # fmt: skip

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rich.console import Group
+from rich.text import Text
 
 from gpuwise.app.catalogue import ModelRow
 from gpuwise.app.check import CheckAnswer
@@ -59,11 +60,14 @@ def check_view(a: CheckAnswer) -> View:
     obj = {"model": model_record(a.model, a.arch), "hardware": hardware_record(a.hardware),
            "plan": asdict(a.plan), "precisions": a.rows, "runtime": a.plan.runtime,
            "params": count_params(a.arch).total,
-           "precision_that_fits": a.precision_that_fits}  # fmt: skip
+           "precision_that_fits": a.precision_that_fits, "notes": list(a.notes)}  # fmt: skip
     if a.model.checkpoint is not None:
         obj["checkpoint"] = checkpoint_record(a.model.checkpoint)
     label = f"{_context_label(a.plan)}, runtime {a.plan.runtime}"
-    return obj, terminal.format_check(a.model.name, a.hardware, a.rows, label)
+    table = terminal.format_check(a.model.name, a.hardware, a.rows, label)
+    if not a.notes:
+        return obj, table
+    return obj, Group(table, Text("\n".join(f"note: {n}" for n in a.notes)))
 
 
 def _infer_time_record(a: InferAnswer) -> dict[str, Any]:
@@ -148,12 +152,12 @@ def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
     return obj, view
 
 
-def models_view(rows: list[ModelRow]) -> View:
+def models_view(rows: list[ModelRow], wide: bool = False) -> View:
     obj = [{**asdict(r.entry), "params": r.params, "active_params": r.active_params,
             "attention": r.attention} for r in rows]  # fmt: skip
     entries = [(r.entry, r.params, r.active_params, r.attention) for r in rows]
-    return obj, terminal.format_models_table(entries)
+    return obj, terminal.format_models_table(entries, wide)
 
 
-def hardware_view(devices: tuple[Hardware, ...]) -> View:
-    return [hardware_record(h) for h in devices], terminal.format_hardware_table(devices)
+def hardware_view(devices: tuple[Hardware, ...], wide: bool = False) -> View:
+    return [hardware_record(h) for h in devices], terminal.format_hardware_table(devices, wide)

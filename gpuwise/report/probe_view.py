@@ -16,10 +16,25 @@ from gpuwise.measure.probe.profile import describe_ratios
 def probe_view(answer: ProbeAnswer) -> tuple[Any, Any]:
     record = json.loads(answer.profile.to_json())
     record["saved_to"] = str(answer.saved_to)
-    return record, format_profile(answer.profile, str(answer.saved_to))
+    record["trusted"] = answer.profile.trusted
+    if not answer.profile.trusted:
+        record["in_use"] = str(answer.in_use_path) if answer.in_use_path else None
+    return record, format_profile(answer.profile, _outcome(answer))
 
 
-def format_profile(profile: Any, path: str) -> Group:
+def _outcome(answer: ProbeAnswer) -> str:
+    """The one line saying where the probe went and what `--on local` estimates now use."""
+    path = answer.saved_to
+    if answer.profile.trusted:
+        return f"saved to {path}: `--on local` time estimates now use these (source: measured)"
+    count = len(answer.profile.warnings)
+    kept = (f"keep the profile of {answer.in_use.created_at} ({answer.in_use_path})"
+            if answer.in_use else "use datasheet rates until a probe is trusted")  # fmt: skip
+    return (f"not trusted ({count} warning{'s' if count > 1 else ''} above): saved aside to "
+            f"{path}; `--on local` time estimates {kept}")  # fmt: skip
+
+
+def format_profile(profile: Any, outcome: str) -> Group:
     table = Table(title=f"Probe of {profile.device} ({profile.backend}, "
                   f"{profile.threads or '?'} threads; measured)", title_justify="left")  # fmt: skip
     for col in ("measurement", "value", "of spec"):
@@ -53,7 +68,8 @@ def format_profile(profile: Any, path: str) -> Group:
         table.add_row("at the end against the probe", describe_ratios(profile.steadiness), "")
     lines = [f"missing: {k}: {v}" for k, v in profile.missing.items()]
     lines += [f"note: {n}" for n in profile.notes]
-    lines.append(f"saved to {path}: `--on local` time estimates now use these (source: measured)")
+    lines += [f"warning: {w}" for w in getattr(profile, "warnings", ())]
+    lines.append(outcome)
     return Group(table, Text("\n".join(lines)))
 
 

@@ -80,16 +80,31 @@ def format_local(machine_lines: list[str], rows: list[dict[str, Any]], context: 
     return Group(Text("\n".join(machine_lines)), table)
 
 
-def format_hardware_table(devices: tuple[Hardware, ...]) -> Table:
-    table = Table(title="Hardware catalogue (spec values; dense peaks)", title_justify="left")
-    for col in ("id", "name", "memory", "GB/s", "bf16 TFLOP/s", "fp8", "TDP W", "link",
-                "$/h cloud", "list $"):  # fmt: skip
-        table.add_column(col, justify="left" if col in ("id", "name", "link") else "right")
+def format_hardware_table(devices: tuple[Hardware, ...], wide: bool = False) -> Table:
+    """The catalogue's devices. Ids and aliases are never cut (they are what `--on` takes);
+    the narrow table fits 80 columns, `wide` adds the name, fp8, TDP, link and list price."""
+    table = Table(title="Hardware catalogue (spec values; dense peaks)", title_justify="left",
+                  show_edge=False)  # fmt: skip
+    table.add_column("id", no_wrap=True)
+    if wide:
+        table.add_column("name", overflow="fold")
+    for col in ("GiB", "GB/s", "bf16\nTFLOP/s", *(("fp8", "TDP W") if wide else ()), "$/h\ncloud"):
+        table.add_column(col, justify="right", overflow="fold")
+    if wide:
+        table.add_column("link", overflow="fold")
+        table.add_column("list $", justify="right", overflow="fold")
+    table.add_column("aliases (also taken by --on)", overflow="fold",
+                     min_width=max((len(a) for hw in devices for a in hw.aliases), default=0))
     for hw in devices:
         pk = hw.peak_tflops
-        table.add_row(hw.id, hw.name, format_bytes(hw.memory_bytes), f"{hw.memory_bandwidth_gbs:,.0f}",
-                      _num(pk.get("bf16")), _num(pk.get("fp8")), _num(hw.tdp_w), hw.interconnect,
-                      _num(hw.cloud_usd_per_hour, 2), _num(hw.list_price_usd))  # fmt: skip
+        cells = [hw.id, *((hw.name,) if wide else ()), f"{hw.memory_gib:,.1f}",
+                 f"{hw.memory_bandwidth_gbs:,.0f}", _num(pk.get("bf16"))]  # fmt: skip
+        if wide:
+            cells += [_num(pk.get("fp8")), _num(hw.tdp_w)]
+        cells.append(_num(hw.cloud_usd_per_hour, 2))
+        if wide:
+            cells += [hw.interconnect, _num(hw.list_price_usd)]
+        table.add_row(*cells, ", ".join(hw.aliases))
     return table
 
 
@@ -97,13 +112,28 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if not value else f"{value:,.{digits}f}"
 
 
-def format_models_table(entries: list[tuple[ModelEntry, int, int, str]]) -> Table:
-    table = Table(title="Model catalogue (Hugging Face config.json facts)", title_justify="left")
-    for col in ("id", "hub id", "family", "params", "active", "attention"):
-        table.add_column(col, justify="right" if col in ("params", "active") else "left")
+def format_models_table(entries: list[tuple[ModelEntry, int, int, str]],
+                        wide: bool = False) -> Table:  # fmt: skip
+    """The catalogue's models. Ids and aliases are never cut (they are what MODEL takes); the
+    narrow table fits 80 columns, `wide` adds the hub id, family and attention."""
+    table = Table(title="Model catalogue (Hugging Face config.json facts)", title_justify="left",
+                  show_edge=False)  # fmt: skip
+    table.add_column("id", no_wrap=True)
+    if wide:
+        table.add_column("hub id", overflow="fold")
+        table.add_column("family", overflow="fold")
+    table.add_column("params", justify="right", no_wrap=True)
+    table.add_column("active", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("attention")
+    table.add_column("aliases (also taken as MODEL)", overflow="fold",
+                     min_width=max((len(a) for e, *_ in entries for a in e.aliases), default=0))
     for entry, total, active, attention in entries:
-        table.add_row(entry.id, entry.hf_id, entry.family, format_count(total),
-                      format_count(active) if active != total else "", attention)  # fmt: skip
+        cells = [entry.id, *((entry.hf_id, entry.family) if wide else ()), format_count(total),
+                 format_count(active) if active != total else ""]  # fmt: skip
+        if wide:
+            cells.append(attention)
+        table.add_row(*cells, ", ".join(entry.aliases))
     return table
 
 

@@ -3,20 +3,37 @@ construction, so bad input is one clear error (exit 2), never a wrong answer."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.units import DAYS_PER_MONTH, HOURS_PER_MONTH
+from gpuwise.workload.limits import MAX_TRAIN_TOKENS, check_number
+
+# field -> (the quantity in words, its option, the most it may be). Every one is above 0.
+# The caps sit far beyond real services: ~2.5e9 prompts a day reach the largest chat service
+# and ~1e13 tokens a day the largest API (2025); a latency target over a minute per token, or
+# an hour to the first token, is no target.
+LIMITS: dict[str, tuple[str, str, float]] = {
+    "requests_per_day": ("requests per day", "--requests-per-day or --tokens-per-day", 1e12),
+    "tokens_per_day": ("tokens per day", "--tokens-per-day", 1e15),
+    "prompt_tokens": ("prompt length", "--prompt", 1 << 24),
+    "output_tokens": ("output length", "--new-tokens", 1 << 24),
+    "tpot_ms": ("latency target", "--latency-ms", 60_000.0),
+    "ttft_ms": ("time-to-first-token target", "--ttft-ms", 3_600_000.0),
+    "max_utilisation": ("utilisation", "--target-utilization", 1.0),
+    "hours_per_day": ("service hours per day", "--hours-per-day", 24.0),
+    "measured_util": ("measured utilisation", "--measured-utilization", 1.0),
+    "tokens_per_month": ("training tokens", "--train-tokens", MAX_TRAIN_TOKENS),
+    "hours_per_month": ("hours per month", "--hours-per-month", HOURS_PER_MONTH),
+    "deadline_hours": ("deadline", "--deadline-hours", HOURS_PER_MONTH),
+}
 
 
-def _positive(name: str, value: float | None, flag: str, high: float = math.inf) -> None:
-    if value is None:
-        return
-    if not math.isfinite(value) or value <= 0 or value > high:
-        limit = f" and at most {high:g}" if math.isfinite(high) else ""
-        raise GpuwiseError(f"{name} must be above 0{limit}, got {value:g}",
-                           f"pass a sensible {flag}")  # fmt: skip
+def check_load_options(**values: float | None) -> None:
+    """Each value (None: not given) above 0 and at most its cap (LIMITS, by field name)."""
+    for name, value in values.items():
+        what, flag, high = LIMITS[name]
+        check_number(value, flag, high, what=what)
 
 
 @dataclass(frozen=True)
@@ -39,22 +56,13 @@ class ServeLoad:
     measured_util: float | None = None
 
     def __post_init__(self) -> None:
-        _positive(
-            "requests per day", self.requests_per_day, "--requests-per-day or --tokens-per-day"
-        )
-        _positive("prompt length", self.prompt_tokens, "--prompt", 1 << 24)
-        _positive("output length", self.output_tokens, "--output", 1 << 24)
-        _positive("latency target", self.tpot_ms, "--latency-ms")
-        _positive("time-to-first-token target", self.ttft_ms, "--ttft-ms")
-        _positive("utilisation", self.max_utilisation, "--utilisation", 1.0)
-        _positive("service hours per day", self.hours_per_day, "--hours-per-day", 24.0)
-        _positive("measured utilisation", self.measured_util, "--measured-util", 1.0)
+        check_load_options(**vars(self))
 
     @classmethod
     def from_tokens_per_day(cls, tokens_per_day: float, prompt_tokens: int, output_tokens: int,
                             **kw: object) -> ServeLoad:  # fmt: skip
         """Tokens a day count prompt and generated tokens: requests = tokens / (prompt + output)."""
-        _positive("tokens per day", tokens_per_day, "--tokens-per-day")
+        check_load_options(tokens_per_day=tokens_per_day)
         return cls(tokens_per_day / (prompt_tokens + output_tokens), prompt_tokens, output_tokens,
                    **kw)  # type: ignore[arg-type]  # fmt: skip
 
@@ -98,10 +106,7 @@ class TrainLoad:
         if (self.tokens_per_month is None) == (self.hours_per_month is None):
             raise GpuwiseError("give the training load as --train-tokens or --hours-per-month "
                                "(one of them)", "e.g. --train-tokens 2e9")  # fmt: skip
-        _positive("training tokens", self.tokens_per_month, "--train-tokens")
-        _positive("hours per month", self.hours_per_month, "--hours-per-month", HOURS_PER_MONTH)
-        _positive("deadline", self.deadline_hours, "--deadline-hours")
-        _positive("measured utilisation", self.measured_util, "--measured-util", 1.0)
+        check_load_options(**vars(self))
 
     @property
     def limit_hours(self) -> float:

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.files import shown
 from gpuwise.workload.arch import MLA, Architecture, MoE
+from gpuwise.workload.config_ranges import check_config, check_read
 
 Fields = dict[str, Any]
 
@@ -30,15 +32,6 @@ def _get(cfg: dict[str, Any], *keys: str, default: Any = None, required: bool = 
             "pass a complete Hugging Face config.json for a decoder-only model",
         )
     return default
-
-
-def _positive(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise GpuwiseError(
-            f"config.json field {name!r} must be a positive integer, got {value!r}",
-            "fix the config file",
-        )
-    return value
 
 
 def _rope_fraction(cfg: dict[str, Any], default: float = 1.0) -> float:
@@ -232,22 +225,18 @@ def from_config(cfg: dict[str, Any], name: str = "") -> Architecture:
     if not isinstance(cfg, dict):
         raise GpuwiseError("config.json is not a JSON object", "pass a Hugging Face config.json")
     if "text_config" in cfg and "hidden_size" not in cfg:
+        if not isinstance(cfg["text_config"], dict):
+            raise GpuwiseError("config.json: text_config is not a JSON object",
+                               "pass a Hugging Face config.json")  # fmt: skip
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
     model_type = _get(cfg, "model_type")
     if model_type not in SUPPORTED_TYPES:
         raise GpuwiseError(
-            f"model_type {model_type!r} is not a family gpuwise knows",
+            f"model_type {shown(repr(model_type))} is not a family gpuwise knows",
             f"supported: {', '.join(SUPPORTED_TYPES)}",
         )
+    check_config(cfg, model_type)
     fields = READERS[model_type](cfg)
-    for key in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                "intermediate_size", "vocab_size"):  # fmt: skip
-        _positive(key, fields[key])
-    if fields["num_heads"] % fields["num_kv_heads"]:
-        raise GpuwiseError(
-            f"num_attention_heads ({fields['num_heads']}) is not a multiple of "
-            f"num_key_value_heads ({fields['num_kv_heads']})",
-            "fix the config file",
-        )
+    check_read(fields, cfg)
     return Architecture(name=name or cfg.get("_name_or_path", "") or model_type,
                         model_type=model_type, config=cfg, **fields)  # fmt: skip

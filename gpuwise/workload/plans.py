@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.files import shown
+from gpuwise.workload.arch import Architecture
+from gpuwise.workload.limits import check_count
 
 ATTENTIONS = ("eager", "sdpa", "flash")
 TRAIN_DTYPES = ("fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16")
@@ -16,9 +19,7 @@ SERVING_RUNTIMES = ("transformers", "llama.cpp", "vllm")
 
 
 def _check_size(name: str, value: int, low: int = 1, high: int = MAX_TOKENS) -> None:
-    if not isinstance(value, int) or value < low or value > high:
-        raise GpuwiseError(f"{name} must be an integer from {low} to {high:,}, got {value!r}",
-                           f"pass a sensible --{name.replace('_', '-')}")  # fmt: skip
+    check_count(value, "--" + name.replace("_", "-"), high, low)
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -118,3 +119,30 @@ class TrainingPlan:
     @property
     def mixed(self) -> bool:
         return self.dtype.startswith("mixed-")
+
+
+def check_runnable(plan: InferencePlan | TrainingPlan) -> None:
+    """What a real run (`gpuwise validate`) needs beyond an estimate: generate() makes at
+    least one token (an estimate of the prompt alone takes --new-tokens 0)."""
+    if isinstance(plan, InferencePlan):
+        check_count(plan.new_tokens, "--new-tokens", MAX_TOKENS,
+                    hint="a real run generates at least 1 token")  # fmt: skip
+
+
+def check_tensor_parallel(arch: Architecture, plan: TrainingPlan) -> None:
+    """Tensor parallelism splits the attention heads across `plan.tp` devices: each must get
+    whole heads, and whole key/value heads or, where --tp exceeds them, equal copies of them
+    (vLLM replicates them so). No option splits layers (pipeline parallelism) yet."""
+    if _splits_heads(arch, plan.tp):
+        return
+    works = [tp for tp in range(1, min(arch.num_heads, 1 << 10) + 1) if _splits_heads(arch, tp)]
+    raise GpuwiseError(
+        f"--tp {plan.tp} does not split {shown(arch.name)}'s {arch.num_heads} attention heads "
+        f"({arch.num_kv_heads} key/value heads) evenly",
+        f"tensor parallel sizes that work: {', '.join(map(str, works))} "
+        "(with --gpus a multiple of it)")  # fmt: skip
+
+
+def _splits_heads(arch: Architecture, tp: int) -> bool:
+    kv = arch.num_kv_heads
+    return arch.num_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)

@@ -13,10 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from gpuwise.catalog.checkpoints.gguf_config import config_from_gguf, metadata_values
-from gpuwise.catalog.checkpoints.records import Checkpoint, QuantisedWeight, StoredTensor
+from gpuwise.catalog.checkpoints.records import (
+    MAX_FILE_BYTES,
+    Checkpoint,
+    QuantisedWeight,
+    StoredTensor,
+)
 from gpuwise.errors import GpuwiseError
+from gpuwise.files import regular_file, shown
 
 INSTALL_HINT = "pip install 'gpuwise[checkpoints]' (or: pip install gguf)"
+CORRUPT_HINT = "the file is truncated or corrupt; download it again"
 MAX_ARRAY = 1 << 24  # elements in one metadata array: real vocabularies hold ~256K
 MAX_NESTING = 4  # arrays of arrays
 MAX_DIMS = 4  # GGML_MAX_DIMS
@@ -151,19 +158,19 @@ def _check_tensor_info(gguf: Any, field: Any) -> None:
 
 
 def _open(path: Path) -> Any:
+    regular_file(path, "GGUF file", MAX_FILE_BYTES, CORRUPT_HINT)
     gguf = _gguf()
     reader_class = _bounded_reader_class(gguf)
     try:
         return gguf, reader_class(str(path), "r")
     except _Malformed as exc:
-        raise GpuwiseError(f"{path} is not a valid GGUF file: {exc}",
-                           "the file is truncated or corrupt; download it again") from None  # fmt: skip
+        raise GpuwiseError(f"{shown(path)} is not a valid GGUF file: {exc}", CORRUPT_HINT) from None
     except OSError as exc:
-        raise GpuwiseError(f"cannot read {path}: {exc.strerror or exc}", "check the path") from None
+        raise GpuwiseError(f"cannot read {shown(path)}: {exc.strerror or exc}",
+                           "check the path") from None  # fmt: skip
     except Exception as exc:  # anything the reader trips on is a malformed file
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise GpuwiseError(f"{path} is not a valid GGUF file ({text})",
-                           "the file is truncated or corrupt; download it again") from None  # fmt: skip
+        raise GpuwiseError(f"{shown(path)} is not a valid GGUF file ({text})", CORRUPT_HINT) from None
 
 
 def _nominal_bits(type_name: str, block: int, size: int) -> int:

@@ -7,6 +7,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwise.files import GiB
+
+# A file larger than this is no checkpoint (a 405B model in fp32 is 1.6 TB); a sparse file or
+# a link to a huge device is refused before any library opens it.
+MAX_FILE_BYTES = 4096 * GiB
+
 
 @dataclass(frozen=True)
 class StoredTensor:

@@ -7,17 +7,21 @@ come from `get_slice`, which reads no tensor data.
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
 from gpuwise.catalog.checkpoints.quant_layouts import recognise_quantised
-from gpuwise.catalog.checkpoints.records import Checkpoint, StoredTensor
+from gpuwise.catalog.checkpoints.records import MAX_FILE_BYTES, Checkpoint, StoredTensor
 from gpuwise.errors import GpuwiseError
+from gpuwise.files import MiB, file_type, read_json, regular_file, shown
 
 INDEX_NAME = "model.safetensors.index.json"
 INSTALL_HINT = "pip install 'gpuwise[checkpoints]' (or: pip install safetensors)"
 MAX_SHARDS = 10_000
+MAX_INDEX_BYTES = 64 * MiB  # an index names each tensor once: ~1 MB for the largest models
+MAX_CONFIG_BYTES = 16 * MiB  # real config.json files are a few KB (id2label maps: ~1 MB)
+CORRUPT_HINT = "the file is truncated or corrupt; download it again"
 
 # Bits per element of every safetensors dtype code (the format spec, safetensors >= 0.5).
 DTYPE_BITS = {
@@ -49,8 +53,24 @@ def tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     return (n * bits + 7) // 8
 
 
+def read_config_json(path: Path) -> dict[str, Any]:
+    """A model's config.json: a regular file holding one JSON object, bounded in size."""
+    return read_json(path, "model config", MAX_CONFIG_BYTES, "pass a Hugging Face config.json")
+
+
+def safetensors_files(folder: Path) -> list[Path]:
+    """The *.safetensors entries of a folder, sorted (an unreadable folder is one error)."""
+    try:
+        names = sorted(e.name for e in os.scandir(folder) if e.name.endswith(".safetensors"))
+    except OSError as exc:
+        raise GpuwiseError(f"cannot read model folder {shown(folder)}: {exc.strerror}",
+                           "check the folder's permissions") from None  # fmt: skip
+    return [folder / name for name in names]
+
+
 def read_safetensors_file(path: Path) -> tuple[list[StoredTensor], dict[str, str]]:
     """Every tensor of one file with its exact stored bytes, and the header's metadata."""
+    regular_file(path, "safetensors file", MAX_FILE_BYTES, CORRUPT_HINT)
     safe_open = _safe_open()
     try:
         with safe_open(str(path), framework="numpy") as f:
@@ -65,10 +85,11 @@ def read_safetensors_file(path: Path) -> tuple[list[StoredTensor], dict[str, str
     except GpuwiseError:
         raise
     except OSError as exc:
-        raise GpuwiseError(f"cannot read {path}: {exc.strerror or exc}", "check the path") from None
+        raise GpuwiseError(f"cannot read {shown(path)}: {exc.strerror or exc}",
+                           "check the path") from None  # fmt: skip
     except Exception as exc:  # SafetensorError and friends: a malformed or hostile header
-        raise GpuwiseError(f"{path} is not a valid safetensors file ({_first_line(exc)})",
-                           "the file is truncated or corrupt; download it again") from None  # fmt: skip
+        raise GpuwiseError(f"{shown(path)} is not a valid safetensors file ({_first_line(exc)})",
+                           CORRUPT_HINT) from None  # fmt: skip
     return tensors, metadata
 
 
@@ -80,51 +101,46 @@ def _first_line(exc: BaseException) -> str:
 def _shards(folder: Path) -> list[Path]:
     """The shard files of a model folder: from its index, or every *.safetensors in it."""
     index = folder / INDEX_NAME
-    if not index.exists():
-        files = sorted(folder.glob("*.safetensors"))
+    if file_type(index, "safetensors index") is None:
+        files = safetensors_files(folder)
         if not files:
-            raise GpuwiseError(f"no .safetensors files in {folder}",
+            raise GpuwiseError(f"no .safetensors files in {shown(folder)}",
                                "pass a model folder, a .safetensors or a .gguf file")  # fmt: skip
         return files
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        names = sorted(set(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise GpuwiseError(f"{index} is not a valid safetensors index (no weight_map)",
-                           "the index file is corrupt; download it again") from None  # fmt: skip
+    weight_map = read_json(index, "safetensors index", MAX_INDEX_BYTES,
+                           "the index file is corrupt; download it again").get("weight_map")  # fmt: skip
+    names = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else []
     if not names or len(names) > MAX_SHARDS or not all(isinstance(n, str) for n in names):
-        raise GpuwiseError(f"{index} lists no usable shard files", "check the index file")
-    root = folder.resolve()
-    shards = []
-    for name in names:
-        shard = (folder / name).resolve()
+        raise GpuwiseError(f"{shown(index)} lists no usable shard files (no weight_map)",
+                           "check the index file")  # fmt: skip
+    try:
+        root = folder.resolve()
+        shards = [(folder / name).resolve() for name in names]
+    except (OSError, RuntimeError, ValueError):  # a link loop, a NUL byte in a name
+        raise GpuwiseError(f"{shown(index)} names a shard that cannot be a file",
+                           "check the index file") from None  # fmt: skip
+    for name, shard in zip(names, shards, strict=True):
         if root not in shard.parents:  # an index must not point outside its own folder
-            raise GpuwiseError(f"{index} names a file outside the model folder: {name!r}",
-                               "check the index file")  # fmt: skip
-        if not shard.exists():
-            raise GpuwiseError(f"shard {name} listed in {index.name} is missing",
+            raise GpuwiseError(f"{shown(index)} names a file outside the model folder: "
+                               f"{shown(name)!r}", "check the index file")  # fmt: skip
+        if file_type(shard, "safetensors file") is None:
+            raise GpuwiseError(f"shard {shown(name)} listed in {index.name} is missing",
                                "download every shard of the model")  # fmt: skip
-        shards.append(shard)
     return shards
 
 
 def _sibling_config(folder: Path) -> dict[str, Any] | None:
     path = folder / "config.json"
-    if not path.is_file():
+    if file_type(path, "model config") is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        raise GpuwiseError(f"{path} is not valid JSON", "pass a Hugging Face config.json") from None
-    if not isinstance(data, dict):
-        raise GpuwiseError(f"{path} is not a JSON object", "pass a Hugging Face config.json")
-    return data
+    return read_config_json(path)
 
 
 def read_safetensors(path: Path) -> Checkpoint:
     """A .safetensors file or a folder of shards, with config.json from the same folder."""
-    files = _shards(path) if path.is_dir() else [path]
-    folder = path if path.is_dir() else path.parent
+    is_folder = file_type(path, "checkpoint") == "directory"
+    files = _shards(path) if is_folder else [path]
+    folder = path if is_folder else path.parent
     tensors: list[StoredTensor] = []
     metadata: dict[str, Any] = {}
     seen: set[str] = set()

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuwise.catalog.allocators import host_allocator
 from gpuwise.catalog.thresholds import probe_thresholds
+from gpuwise.estimate.speed.probe_record import check_kernels
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,9 @@ class KernelRates:
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> KernelRates:
-        """From the probe's `kernels` record (lists of numbers, as saved in JSON)."""
+        """From the probe's `kernels` record (lists of numbers, as saved in JSON); ValueError
+        naming the first malformed field of a record of another shape."""
+        check_kernels(record)
         linear = {
             dtype: {
                 direction: Grid.of(points)

@@ -82,18 +82,27 @@ def _input_bound(s: WatchSummary) -> Finding | None:
         evidence.append("waiting for data by rank (median step): " + ", ".join(
             f"{r.rank}: {r.data_s_median / r.step_s_median:.0%}" for r in s.ranks.ranks
             if r.step_s_median > 0))  # fmt: skip
+    gpu = _saw_gpu(s)
     tips = [
         "more DataLoader workers (num_workers), persistent_workers=True, a larger prefetch_factor",
-        "decode/augment once offline, or on the GPU; cache the dataset",
-    ]
+        "decode/augment once offline, or on the GPU; cache the dataset" if gpu else
+        "decode/augment once offline; cache the dataset",
+    ]  # fmt: skip
     if h2d > data:
         tips = [
             "pin_memory=True with .to(device, non_blocking=True)",
             "send compact dtypes (uint8 images, int32 tokens) and convert on the device",
         ]
-    tips.append("a faster GPU will not help: it would wait longer")
+    tips.append("a faster GPU will not help: it would wait longer" if gpu else
+                "faster compute will not help: the model would wait longer for its input")  # fmt: skip
     return Finding("input-bound", f"input-bound: {total:.0%} of each step waits for data",
                    tuple(evidence), tuple(tips))  # fmt: skip
+
+
+def _saw_gpu(s: WatchSummary) -> bool:
+    """Whether the job ran on a GPU, as far as the log says (GPU readings or device memory):
+    a CPU-only job's tips do not talk about a GPU."""
+    return s.gpu_util_percent is not None or any(t.what == "device" for t in s.memory)
 
 
 def host_bound_threshold_us(s: WatchSummary) -> float:

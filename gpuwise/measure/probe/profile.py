@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuwise.measure.probe.profile_schema import check_profile
+
 SCHEMA_VERSION = 1
 BACKENDS = ("torch-cuda", "torch-cpu", "numpy-cpu", "null")
 STREAM_ARRAYS = {"read": 1, "copy": 2, "triad": 3}  # arrays moved per pass, the STREAM way
@@ -134,6 +136,14 @@ class Profile:
     # Headline rates (read, matmul_fp32, matmul_bf16) measured again at the probe's end, as
     # ratios to its own readings (gpuwise.measure.probe.steadiness): 1.0 held still.
     steadiness: dict[str, float] | None = None
+    # Why this probe is not trusted, one line each (gpuwise.measure.probe.plausible): readings
+    # outside what a real device of its kind gives, or a machine that changed speed beyond the
+    # bound while it was probed. A profile with warnings is saved aside and no estimate uses it.
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def trusted(self) -> bool:
+        return not self.warnings
 
     def bandwidth_gbs(self, kind: str = "triad") -> float | None:
         """Measured GB/s of a memory kind (read/copy/triad) or a link (h2d/d2h/d2d)."""
@@ -149,10 +159,17 @@ class Profile:
 
     @classmethod
     def from_json(cls, text: str) -> Profile:
-        """Read `to_json` output back; ValueError for another schema or a malformed record."""
-        raw = json.loads(text)
+        """Read `to_json` output back; ValueError for another schema, or naming the first
+        field of the wrong type or shape (`profile_schema`)."""
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+        except RecursionError:  # "[[[[...": json gives up past the interpreter's depth
+            raise ValueError("not a probe profile: nested too deeply") from None
         if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"not a probe profile of schema {SCHEMA_VERSION}")
+        check_profile(raw)
         try:
             return cls(**{
                 **raw,
@@ -161,6 +178,7 @@ class Profile:
                 "matmul_points": tuple(MatmulPoint(**p) for p in raw["matmul_points"]),
                 "matmul_best": {d: p and MatmulPoint(**p) for d, p in raw["matmul_best"].items()},
                 "notes": tuple(raw.get("notes", ())),
+                "warnings": tuple(raw.get("warnings", ())),
             })  # fmt: skip
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed probe profile: {exc}") from exc

@@ -1,5 +1,6 @@
 """Which rates a time estimate uses: this machine's probe (`measured`) when the estimate is
-for the local machine and a probe profile exists, else the catalogue's datasheet (`spec`)."""
+for the local machine and a trusted probe profile exists (gpuwise.measure.probe.trusted), else
+the catalogue's datasheet (`spec`), saying why the profile was not used."""
 
 from __future__ import annotations
 
@@ -12,37 +13,47 @@ from gpuwise.estimate.speed.device_rates import (
     rates_from_measurements,
     rates_from_spec,
 )
-from gpuwise.measure.probe import store
 from gpuwise.measure.probe.kernels import slow_first_touch
 from gpuwise.measure.probe.profile import STEADY, largest_move
+from gpuwise.measure.probe.run import BUSY_NOTE
+from gpuwise.measure.probe.trusted import local_profile
 
 
 def rates_for(hw: Hardware) -> tuple[DeviceRates | None, str]:
-    """(rates, how they were chosen); rates is None with the reason when none are known."""
+    """(rates, how they were chosen); rates is None with the reason when none are known.
+    A saved profile that was not used (unreadable, malformed, implausible readings) and a newer
+    probe set aside are said in `how`, whichever rates are used."""
+    remarks: tuple[str, ...] = ()
     if hw.source == "detected":
-        measured, moved, slow_touch = _measured(hw)
-        if measured is not None:
-            said = "measured by `gpuwise probe` on this machine"
-            if moved > STEADY:
-                said += f", which changed speed by {moved:.0%} while it was probed"
-            if slow_touch:  # what the charged page faults may miss
-                said += f"; {slow_touch}: page faults are charged at the faster rate"
-            return measured, said
+        local = local_profile()
+        remarks = local.remarks
+        if local.profile is not None:
+            try:
+                measured = profile_rates(local.profile, hw)
+            except ValueError as exc:  # a record the schema let through but the reader refused
+                measured, remarks = None, (f"the saved probe profile was not used: {exc}", *remarks)
+            if measured is not None:
+                return measured, "; ".join((_measured_how(local.profile), *remarks))
     try:
-        return rates_from_spec(hw), "datasheet values with default efficiencies"
+        rates = rates_from_spec(hw)
     except GpuwiseError as exc:
-        return None, f"{exc.message}: {exc.hint}"
+        return None, "; ".join((*remarks, f"{exc.message}: {exc.hint}"))
+    how = "datasheet values with default efficiencies"
+    return rates, how + (f" ({'; '.join(remarks)})" if remarks else "")
 
 
-def _measured(hw: Hardware) -> tuple[DeviceRates | None, float, str]:
-    """The profile's rates, how far its headline rates moved while it was probed, and
-    whether first touch slowed with memory in use."""
-    profile = store.load_profile()
-    if profile is None:
-        return None, 0.0, ""
-    fresh = (getattr(profile, "kernels", None) or {}).get("fresh") or {}
-    return (profile_rates(profile, hw), largest_move(getattr(profile, "steadiness", None) or {}),
-            slow_first_touch(fresh))  # fmt: skip
+def _measured_how(profile: Any) -> str:
+    """'measured by `gpuwise probe` on this machine', with what the profile warns of: the
+    machine changing speed while it was probed, slow first touch, other processes busy."""
+    said = "measured by `gpuwise probe` on this machine"
+    moved = largest_move(getattr(profile, "steadiness", None) or {})
+    if moved > STEADY:
+        said += f", which changed speed by {moved:.0%} while it was probed"
+    slow_touch = slow_first_touch((getattr(profile, "kernels", None) or {}).get("fresh") or {})
+    if slow_touch:  # what the charged page faults may miss
+        said += f"; {slow_touch}: page faults are charged at the faster rate"
+    busy = [n.split(";")[0] for n in profile.notes if n.startswith(BUSY_NOTE)]
+    return "; ".join((said, *busy[:1]))
 
 
 def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:

@@ -27,6 +27,9 @@ from gpuwise.measure.probe.profile import (
     Progress,
 )
 
+# How the note of other work during the probe starts (local estimates repeat it).
+BUSY_NOTE = "other processes (or the hypervisor) used"
+
 
 def machine_fingerprint(machine: LocalMachine | None = None) -> str:
     """What identifies this machine's hardware: CPU model, core count and GPU names."""
@@ -122,5 +125,5 @@ def contention_note(others_before: float | None, started: float) -> tuple[str, .
     share = (others_after - others_before) / (wall * (os.cpu_count() or 1))
     if share < 0.1:
         return ()
-    return (f"other processes (or the hypervisor) used {share:.0%} of the CPUs during the "
-            "probe: readings may be low; probe again when the machine is idle",)  # fmt: skip
+    return (f"{BUSY_NOTE} {share:.0%} of the CPUs during the probe: readings may be low; "
+            "probe again when the machine is idle",)  # fmt: skip

@@ -3,7 +3,8 @@
 Each run is appended (and flushed to disk) as soon as it finishes, so an interrupted study keeps
 every finished run; started again with the same command, it skips the (condition, index) pairs
 that already succeeded and runs the rest. A header that names a different study is an error,
-not a silent mix of two studies.
+not a silent mix of two studies; a file whose first line is not a study header is never written
+to (gpuwise.files.own_output), and --fresh replaces only a results file.
 """
 
 from __future__ import annotations
@@ -15,9 +16,28 @@ from pathlib import Path
 from typing import Any
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.files import (
+    GiB,
+    json_object,
+    own_output,
+    read_text,
+    replace_atomically,
+    shown,
+    write_failed,
+)
 
+WHAT = "repro results file"
+HINT = "name another file with --results"
+# Each run is a line of ~1-5 KB (its stderr tail included): a million runs fit.
+MAX_RESULTS_BYTES = 4 * GiB
 # The settings that must match for a resumed study to be the same study.
 IDENTITY = ("command", "seed_flag", "base_seed", "metric_patterns")
+
+
+def is_results_file(first_line: bytes | str) -> bool:
+    """Whether a file's first line is the study header gpuwise repro writes."""
+    record = json_object(first_line)
+    return record is not None and record.get("kind") == "study" and "command" in record
 
 
 class ResultsFile:
@@ -28,22 +48,20 @@ class ResultsFile:
         self._lock = threading.Lock()
 
     def open_study(self, header: dict[str, Any], fresh: bool = False) -> list[dict[str, Any]]:
-        """Check or write the header; return the runs already recorded (all, in file order)."""
-        if fresh and self.path.exists():
-            self.path.unlink()
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._append({"kind": "study", **header})
+        """Check or write the header; return the runs already recorded (all, in file order).
+        Only a new file or a results file of gpuwise's is ever written to; `fresh` replaces
+        such a file (atomically) with the header alone."""
+        own_output(self.path, is_results_file, WHAT, HINT)
+        if fresh or not self.path.exists():
+            study = json.dumps({"kind": "study", **header}) + "\n"
+            replace_atomically(self.path, study.encode(), WHAT, HINT)
             return []
         lines = self._read()
-        old = next((rec for rec in lines if rec.get("kind") == "study"), None)
-        if old is None:
-            raise GpuwiseError(f"{self.path} is not a gpuwise repro results file",
-                               "name another file with --results")  # fmt: skip
+        old = lines[0] if lines else {}
         differs = [k for k in IDENTITY if old.get(k) != header.get(k)]
         if differs:
             raise GpuwiseError(
-                f"{self.path} holds another study (its {', '.join(differs)} differ)",
+                f"{shown(self.path)} holds another study (its {', '.join(differs)} differ)",
                 "name a new file with --results, or start over with --fresh")  # fmt: skip
         return [rec for rec in lines if rec.get("kind") == "run"]
 
@@ -52,19 +70,19 @@ class ResultsFile:
 
     def _append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with self._lock, open(self.path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise write_failed(exc, self.path, WHAT, "free some space, or " + HINT) from None
 
     def _read(self) -> list[dict[str, Any]]:
         out = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the last line of a study killed mid-write
-            if isinstance(rec, dict):
+        for line in read_text(self.path, WHAT, MAX_RESULTS_BYTES, HINT).splitlines():
+            rec = json_object(line)
+            if rec is not None:  # None: the last line of a study killed mid-write
                 out.append(rec)
         return out
 

@@ -34,9 +34,10 @@ from typing import Any
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.watch.summary import summarize
 from gpuwise.estimate.watch.verdict import verdict
+from gpuwise.files import own_output
 from gpuwise.measure.watch.inject import _gpuwise_watch_hooks as hooks
 from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as _own_recorder
-from gpuwise.measure.watch.log import read_log
+from gpuwise.measure.watch.log import WHAT, is_watch_log, read_log
 from gpuwise.measure.watch.sampler import Sampler
 
 PHASE_NAMES = ("data", "h2d", "forward", "backward", "optimizer")
@@ -73,7 +74,8 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         if self.auto and injected is not None:
             self._rec = injected  # `gpuwise watch` already hooked this process
             return self
-        if not self.under_cli:
+        if not self.under_cli:  # a new file, or an old log of gpuwise's: never another file
+            own_output(self.log_path, is_watch_log, WHAT, "pass another path as log=")
             self.log_path.write_bytes(b"")
         self._log = mod.JsonlLog(str(self.log_path))
         self._rec = mod.StepRecorder(self._log, source="api", sync=self.sync)
@@ -144,7 +146,7 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         """The WatchSummary of the log so far (gpuwise.estimate.watch.summary)."""
         if self._rec is not None:
             self._rec.flush()
-        return summarize(read_log([self.log_path]))
+        return summarize(read_log([self.log_path], allow_empty=True))
 
     def verdict(self) -> Any:
         """The Verdict of the log so far (gpuwise.estimate.watch.verdict)."""

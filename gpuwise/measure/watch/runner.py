@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.files import own_output, write_failed
 from gpuwise.measure.watch.inject._gpuwise_watch_recorder import LOG_ENV, JsonlLog
+from gpuwise.measure.watch.log import WHAT, is_watch_log
 from gpuwise.measure.watch.sampler import Sampler
 
 INJECT_DIR = Path(__file__).parent / "inject"
@@ -66,19 +68,21 @@ def run_watched(cmd: Sequence[str], log_path: Path, *, interval_s: float = 0.2,
         code = _wait(child, sampler, tick, tick_s)
     if sampler is not None:
         sampler.stop()
-    log.write({"kind": "end", "t": time.time(), "exit_code": code})
+    with contextlib.suppress(OSError):  # a full disk: the job's exit code matters more
+        log.write({"kind": "end", "t": time.time(), "exit_code": code})
     log.close()
     return WatchedRun(code, log_path, time.monotonic() - start)
 
 
 def _open_log(path: Path) -> JsonlLog:
+    """A fresh log: a new file, or the old log of an earlier watch (never another file)."""
+    hint = "choose another path with --log PATH"
+    own_output(path, is_watch_log, WHAT, hint)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"")  # a fresh log: steps are appended by the command's processes
+        path.write_bytes(b"")  # steps are appended by the command's processes
         return JsonlLog(str(path))
     except OSError as exc:
-        raise GpuwiseError(f"cannot write the watch log {path}: {exc.strerror}",
-                           "choose another place with --log PATH") from exc  # fmt: skip
+        raise write_failed(exc, path, WHAT, hint) from None
 
 
 def _start_sampler(log: JsonlLog, pid: int, interval_s: float, cmd: list[str],
@@ -89,7 +93,8 @@ def _start_sampler(log: JsonlLog, pid: int, interval_s: float, cmd: list[str],
         sampler.start()
         return sampler
     except Exception as exc:  # the watcher failing must not stop the job
-        log.write({"kind": "note", "text": f"sampler did not start: {exc!r}"})
+        with contextlib.suppress(OSError):
+            log.write({"kind": "note", "text": f"sampler did not start: {exc!r}"})
         return None
 
 

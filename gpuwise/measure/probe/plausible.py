@@ -1,0 +1,160 @@
+"""Whether a probe's readings are ones a real device gives: each reading against the range a
+device of its kind (CPU, GPU) has (catalog/data/thresholds.toml, `probe_cpu`, `probe_gpu`,
+each bound with its source), and the headline rates measured again at the probe's end against
+the steadiness bound. A reading of exactly 0, NaN or infinity is never plausible.
+
+A busy machine can stall a probe (one core taken made a 64^3 fp32 matmul read 0.03 GFLOP/s,
+and the sweep then skipped every larger size): such a profile would put a 135M model's
+prefill at half an hour. A probe with an implausible reading is saved aside, never over a
+good profile, and no estimate uses it."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from gpuwise.catalog.thresholds import ProbeBounds, probe_bounds, probe_thresholds
+
+GPU_BACKENDS = ("torch-cuda",)
+
+
+def device_kind(profile: Any) -> str:
+    """cpu or gpu: which bounds a profile's readings are judged by."""
+    return "gpu" if profile.backend in GPU_BACKENDS else "cpu"
+
+
+def profile_warnings(profile: Any) -> tuple[str, ...]:
+    """Why `profile` is not to be trusted (empty: it is): the warnings it was saved with, or
+    its readings judged now (bounds may have changed since it was saved)."""
+    return tuple(getattr(profile, "warnings", ()) or ()) or implausible(profile)
+
+
+def implausible(profile: Any) -> tuple[str, ...]:
+    """One line for each reading outside the bounds of its device kind, and for each headline
+    rate that moved beyond the steadiness bound during the probe."""
+    bounds = probe_bounds(device_kind(profile))
+    return tuple(
+        [
+            *_memory(profile, bounds),
+            *_matmul(profile, bounds),
+            *_overhead(profile, bounds),
+            *_kernels(profile.kernels or {}, bounds),
+            *_steadiness(profile.steadiness or {}),
+        ]
+    )
+
+
+def summary(warnings: Sequence[str]) -> str:
+    """The first warning, and how many more there are."""
+    more = len(warnings) - 1
+    return warnings[0] + (f" (and {more} more)" if more > 0 else "") if warnings else ""
+
+
+def _fmt(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def _judge(what: str, value: float, bounds: Sequence[float], unit: str, kind: str,
+           scale: float = 1.0, floor: bool = True) -> Iterator[str]:  # fmt: skip
+    """A line when `value` (in the bounds' unit) is 0, not finite, over `bounds` or (`floor`)
+    under them; shown x `scale` in `unit`."""
+    low, high = bounds
+    if math.isfinite(value) and 0 < value <= high and (value >= low or not floor):
+        return
+    yield (f"{what} read {_fmt(value * scale)} {unit}: a real {kind.upper()} gives "
+           f"{_fmt(low * scale)}-{_fmt(high * scale)}")  # fmt: skip
+
+
+def _curve(what: str, points: Sequence[tuple[str, float]], bounds: Sequence[float],
+           kind: str) -> Iterator[str]:  # fmt: skip
+    """One line at most for a curve of (label, FLOP/s): its first point that is 0, not finite
+    or over the ceiling, else its best point under the floor (small sizes run slow)."""
+    tflops = [(label, rate / 1e12) for label, rate in points]
+    for label, rate in tflops:
+        line = next(_judge(f"{what} {label}", rate, bounds, "GFLOP/s", kind, 1e3, floor=False), "")
+        if line:
+            yield line
+            return
+    if tflops:
+        label, best = max(tflops, key=lambda lr: lr[1])
+        yield from _judge(f"{what} (best, {label})", best, bounds, "GFLOP/s", kind, 1e3)
+
+
+def _memory(profile: Any, bounds: ProbeBounds) -> Iterator[str]:
+    for r in profile.bandwidth:
+        if r.gbs is not None:
+            yield from _judge(f"{r.kind} bandwidth", r.gbs, bounds.memory_gbs, "GB/s", bounds.kind)
+    for r in profile.links:
+        if r.gbs is not None:
+            link = bounds.link_gbs or bounds.memory_gbs  # a CPU measures none
+            yield from _judge(f"{r.kind} link", r.gbs, link, "GB/s", bounds.kind)
+
+
+def _matmul(profile: Any, bounds: ProbeBounds) -> Iterator[str]:
+    """Each dtype's sweep, every point by its best and its median time (estimates read the
+    median)."""
+    for dtype in dict.fromkeys(p.dtype for p in profile.matmul_points):
+        points = [(f"{p.m}x{p.n}x{p.k}", rate) for p in profile.matmul_points if p.dtype == dtype
+                  for rate in (p.flops_per_s, 2.0 * p.m * p.n * p.k / p.median_s
+                               if p.median_s else math.inf)]  # fmt: skip
+        yield from _curve(f"matmul {dtype}", points,
+                          bounds.matmul_tflops.get(dtype, [0.0, math.inf]), bounds.kind)  # fmt: skip
+
+
+def _overhead(profile: Any, bounds: ProbeBounds) -> Iterator[str]:
+    for name, seconds in profile.overhead_s.items():
+        if seconds is not None:
+            yield from _judge(f"per-op overhead ({name})", seconds, bounds.overhead_s, "us",
+                              bounds.kind, scale=1e6)  # fmt: skip
+    runtime = getattr(profile, "runtime", None) or {}
+    for key, seconds in runtime.items():
+        if key.endswith("_op_s"):
+            yield from _judge(f"the runtime's cost per op ({key.removesuffix('_op_s')})",
+                              seconds, bounds.overhead_s, "us", bounds.kind, scale=1e6)  # fmt: skip
+    for dtype, points in (runtime.get("gemv") or {}).items():  # [weight bytes, bytes/s]
+        wrong = (line for b, rate in points for line in _judge(
+            f"cold GEMV {dtype} over {b / 2**20:.0f} MiB", rate / 1e9, bounds.elementwise_gbs,
+            "GB/s", bounds.kind))  # fmt: skip
+        yield from itertools.islice(wrong, 1)
+
+
+def _grid_rate(family: str, p: Sequence[float]) -> float:
+    """FLOP/s of a linear point [m, k, n, s] or a convolution's [m, k, n, (gemms), s]."""
+    gemms = p[3] if family == "conv" and len(p) > 4 else 1.0
+    return gemms * 2.0 * p[0] * p[1] * p[2] / p[-1] if p[-1] else math.inf
+
+
+def _kernels(kernels: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
+    """Matmul grids as the matmul sweep; attention and optimizer curves: every time above 0;
+    elementwise rates within their bounds."""
+    for family in ("linear", "conv"):
+        for dtype, grids in (kernels.get(family) or {}).items():
+            for name, grid in grids.items():
+                points = [("x".join(f"{v:.0f}" for v in p[:3]), _grid_rate(family, p)) for p in grid]
+                yield from _curve(f"{family} {dtype} {name}", points,
+                                  bounds.matmul_tflops.get(dtype, [0.0, math.inf]), bounds.kind)  # fmt: skip
+    for family in ("sdpa", "optimizer"):
+        for dtype, curves in (kernels.get(family) or {}).items():
+            for name, curve in curves.items():
+                zero = [p for p in curve if not (math.isfinite(p[-1]) and p[-1] > 0)]
+                if zero:
+                    yield (f"{family} {dtype} {name} at {_fmt(zero[0][0])} read "
+                           f"{_fmt(zero[0][-1])} s: a real kernel takes time")  # fmt: skip
+    for dtype, rates in (kernels.get("elementwise") or {}).items():
+        for name, rate in rates.items():
+            yield from _judge(f"elementwise {name} {dtype}", rate / 1e9, bounds.elementwise_gbs,
+                              "GB/s", bounds.kind)  # fmt: skip
+
+
+def _steadiness(ratios: dict[str, float]) -> Iterator[str]:
+    low, high = probe_thresholds().steadiness_ratio
+    for name, ratio in ratios.items():
+        if not (math.isfinite(ratio) and low <= ratio <= high):
+            what = "read bandwidth" if name == "read" else name.replace("_", " ")
+            yield (f"{what} measured again at the probe's end ran at "
+                   f"x{ratio:.2f} its reading: the machine changed speed while it was probed "
+                   f"(beyond x{low:g}-x{high:g})")  # fmt: skip
