@@ -113,8 +113,9 @@ def json_object(line: bytes | str) -> dict[str, Any] | None:
 def own_output(path: str | os.PathLike[str], is_ours: Callable[[bytes], bool], what: str,
                hint: str) -> Path:  # fmt: skip
     """`path` when gpuwise may write its `what` there: nothing is there yet (its folder is
-    made), or a file whose first line `is_ours` accepts. Anything else (the user's own file,
-    an empty one, a folder, a FIFO, a device) is refused with one line; nothing is touched."""
+    made), an empty file (nothing to lose: `--log $(mktemp)`), or a file whose first line
+    `is_ours` accepts. Anything else (the user's own file, a folder, a FIFO, a device) is
+    refused with one line; nothing is touched."""
     path = Path(path)
     kind = file_type(path, what, hint)
     if kind is None:
@@ -129,10 +130,9 @@ def own_output(path: str | os.PathLike[str], is_ours: Callable[[bytes], bool], w
             head = f.readline(FIRST_LINE_BYTES)
         except OSError as exc:
             raise _failed("cannot read", what, path, exc, hint) from None
-    if not is_ours(head.rstrip(b"\r\n")):
-        found = "exists (empty)" if not head else "exists"
-        raise GpuwiseError(f"{shown(path)} {found} and is not a gpuwise {what}: gpuwise "
-                           "writes only to new files or its own", hint)  # fmt: skip
+    if head and not is_ours(head.rstrip(b"\r\n")):
+        raise GpuwiseError(f"{shown(path)} exists and is not a gpuwise {what}: gpuwise "
+                           "writes only to new, empty or its own files", hint)  # fmt: skip
     return path
 
 

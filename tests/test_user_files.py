@@ -122,6 +122,19 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+OUTPUTS = ("watch-log", "repro-results", "repro-fresh")  # commands that write PATH
+
+
+def test_an_empty_file_is_a_fine_output(tmp_path: Path) -> None:
+    for command in OUTPUTS:
+        name, argv = COMMANDS[command]
+        path = _empty(tmp_path, f"{command}-{name}")
+        proc = gpuwise(*(str(path) if a == "PATH" else a for a in argv), cwd=tmp_path)
+        assert "is not a gpuwise" not in proc.stderr and "Traceback" not in proc.stderr
+        header = json.loads(path.read_text().splitlines()[0])  # gpuwise's own, first line
+        assert header["kind"] in ("header", "study"), header
+
+
 def gpuwise(*args: str, env: dict[str, str] | None = None,
             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """The CLI in a fresh process (a hang is a timeout, not a stuck suite)."""
@@ -167,6 +180,8 @@ def test_a_hostile_path_is_one_line_exit_2_and_left_as_it_was(
 ) -> None:
     if IS_ROOT and kind in ROOT_READS_ANYWAY:
         pytest.skip("root reads and writes regardless of permissions")
+    if kind == "empty" and command in OUTPUTS:
+        pytest.skip("an empty file is a fine output (test_an_empty_file_is_a_fine_output)")
     name, argv = COMMANDS[command]
     path = HOSTILE[kind](tmp_path, name)
     devices = devices_now()
@@ -312,11 +327,13 @@ def test_a_replace_that_cannot_be_written_leaves_the_old_file(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dir.json", "file", "full", "old.json"]
 
 
-def test_own_output_takes_a_new_path_and_refuses_an_empty_file(tmp_path: Path) -> None:
+def test_own_output_takes_a_new_path_and_an_empty_file(tmp_path: Path) -> None:
     assert own_output(tmp_path / "new" / "x.jsonl", bool, "log", "") == tmp_path / "new" / "x.jsonl"
-    (tmp_path / "empty").write_bytes(b"")
-    with pytest.raises(GpuwiseError, match=r"exists \(empty\)"):
-        own_output(tmp_path / "empty", bool, "log", "")
+    (tmp_path / "empty").write_bytes(b"")  # nothing to lose: `--log $(mktemp)` works
+    assert own_output(tmp_path / "empty", bool, "log", "") == tmp_path / "empty"
+    (tmp_path / "mine").write_bytes(b"notes\n")
+    with pytest.raises(GpuwiseError, match="exists and is not a gpuwise log"):
+        own_output(tmp_path / "mine", lambda head: False, "log", "")
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     with pytest.raises(GpuwiseError, match="link to a missing file"):
         own_output(tmp_path / "dangling", bool, "log", "")

@@ -159,7 +159,7 @@ def measured_utilisation(text: str) -> float:
     busy = summarize(read_log([text])).gpu_util_percent
     if busy is None:
         raise GpuwiseError(f"the watch log {shown(text)} has no GPU utilisation readings",
-                           "a CPU-only job? pass the busy share itself, e.g. --measured-util 0.3")  # fmt: skip
+                           "a CPU-only job? pass the busy share itself, e.g. --measured-utilization 0.3")  # fmt: skip
     return parse_fraction(busy / 100, f"the GPU utilisation in {shown(text)}")
 
 

@@ -49,10 +49,10 @@ class ResultsFile:
 
     def open_study(self, header: dict[str, Any], fresh: bool = False) -> list[dict[str, Any]]:
         """Check or write the header; return the runs already recorded (all, in file order).
-        Only a new file or a results file of gpuwise's is ever written to; `fresh` replaces
-        such a file (atomically) with the header alone."""
+        Only a new or empty file or a results file of gpuwise's is ever written to; `fresh`
+        replaces such a file (atomically) with the header alone."""
         own_output(self.path, is_results_file, WHAT, HINT)
-        if fresh or not self.path.exists():
+        if fresh or not self.path.exists() or self.path.stat().st_size == 0:
             study = json.dumps({"kind": "study", **header}) + "\n"
             replace_atomically(self.path, study.encode(), WHAT, HINT)
             return []
