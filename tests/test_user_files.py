@@ -403,3 +403,12 @@ def test_an_unreadable_model_folder_is_one_line(
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and err.startswith("error: ") and "Permission denied" in err
     assert len(err.splitlines()) <= 2
+
+
+def test_a_module_factory_that_exits_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "exits_at_import.py").write_text("import sys\nsys.exit(4)\n")
+    (tmp_path / "exits_in_factory.py").write_text("import sys\ndef build():\n    sys.exit(3)\n")
+    for factory in ("exits_at_import:build", "exits_in_factory:build"):
+        proc = gpuwise("module", factory, "--input", "2x8", cwd=tmp_path)
+        assert_one_clear_line(proc)
+        assert "SystemExit" in proc.stderr

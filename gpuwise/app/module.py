@@ -70,8 +70,8 @@ def module_from_factory(factory: str, inputs: list[str], batch: int | None, *, t
     build = load_factory(factory)
     try:
         made = build()
-    except Exception as exc:  # noqa: BLE001 - the user's factory failed: one line
-        raise GpuwiseError(f"{factory}() failed: {type(exc).__name__}: {exc}",
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's factory failed: one line
+        raise GpuwiseError(f"{factory}() failed: {type(exc).__name__}: {str(exc)[:200]}",
                            "the factory must build the module without arguments") from None  # fmt: skip
     model, example, labels = examples(made, inputs, batch)
     est = from_module(model, example, training=training, dtype=dtype, optimizer=optimizer, on=on,

@@ -47,8 +47,9 @@ def load_factory(path: str, extra_sys_path: tuple[str, ...] = ()) -> Callable[[]
             sys.path.insert(0, entry)
     try:
         module = importlib.import_module(mod_name)
-    except Exception as exc:  # noqa: BLE001 - any failure of the user's import is one line
-        raise GpuwiseError(f"cannot import {mod_name!r}: {type(exc).__name__}: {exc}",
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's import failed: one line
+        raise GpuwiseError(f"cannot import {mod_name[:80]!r}: {type(exc).__name__}: "
+                           f"{str(exc)[:200]}",
                            "check the module path and that it imports from this directory") from None  # fmt: skip
     factory: Any = module
     for part in attr.split("."):
