@@ -103,7 +103,7 @@ def machine_vs_probe() -> dict[str, float]:
     the saved probe's (1.0: as when probed): an estimate follows its probe, not the machine
     now, and a shared host drifts by tens of percent within an hour."""
     from gpuwise.measure.probe.steadiness import machine_vs_profile
-    from gpuwise.measure.probe.store import load_profile
+    from gpuwise.measure.probe.trusted import local_profile
 
-    profile = load_profile()
+    profile = local_profile().profile  # the one the estimates used: a trusted probe, or none
     return machine_vs_profile(profile) if profile is not None else {}
