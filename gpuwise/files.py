@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.units import KIB, format_bytes
 
-__all__ = ["GiB", "KiB", "MiB", "file_type", "json_object", "own_output", "read_bytes", "read_json",
+__all__ = ["file_type", "json_object", "own_output", "read_bytes", "read_json",
            "read_text", "regular_file", "replace_atomically", "shown", "write_failed"]  # fmt: skip
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SHOWN_CHARS = 80  # a name in a message is cut to about this (a name can be megabytes long)
-FIRST_LINE_BYTES = 64 * KiB  # more than any header record gpuwise writes
+FIRST_LINE_BYTES = 64 * KIB  # more than any header record gpuwise writes
 # What stat says is not there: a missing file, a path through a file, a name no file can have.
 NOTHING_THERE = (FileNotFoundError, NotADirectoryError)
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -223,15 +223,8 @@ def _make_folder(folder: Path, what: str, path: Path, hint: str) -> None:
 
 def _too_large(path: str | os.PathLike[str], what: str, size: int, max_bytes: int,
                hint: str) -> GpuwiseError:  # fmt: skip
-    return GpuwiseError(f"{what} {shown(path)} is {_size(size)}, more than any real {what} "
-                        f"(at most {_size(max_bytes)})", hint)  # fmt: skip
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if n >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return f"{n} bytes"
+    return GpuwiseError(f"{what} {shown(path)} is {format_bytes(size)}, more than any real {what} "
+                        f"(at most {format_bytes(max_bytes)})", hint)  # fmt: skip
 
 
 def _failed(action: str, what: str, path: str | os.PathLike[str], exc: OSError,

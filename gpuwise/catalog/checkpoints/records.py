@@ -7,11 +7,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwise.files import GiB
+from gpuwise.units import GIB
 
 # A file larger than this is no checkpoint (a 405B model in fp32 is 1.6 TB); a sparse file or
 # a link to a huge device is refused before any library opens it.
-MAX_FILE_BYTES = 4096 * GiB
+MAX_FILE_BYTES = 4096 * GIB
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,14 @@ from typing import Any
 from gpuwise.catalog.checkpoints.quant_layouts import recognise_quantised
 from gpuwise.catalog.checkpoints.records import MAX_FILE_BYTES, Checkpoint, StoredTensor
 from gpuwise.errors import GpuwiseError
-from gpuwise.files import MiB, file_type, read_json, regular_file, shown
+from gpuwise.files import file_type, read_json, regular_file, shown
+from gpuwise.units import MIB
 
 INDEX_NAME = "model.safetensors.index.json"
 INSTALL_HINT = "pip install 'gpuwise[checkpoints]' (or: pip install safetensors)"
 MAX_SHARDS = 10_000
-MAX_INDEX_BYTES = 64 * MiB  # an index names each tensor once: ~1 MB for the largest models
-MAX_CONFIG_BYTES = 16 * MiB  # real config.json files are a few KB (id2label maps: ~1 MB)
+MAX_INDEX_BYTES = 64 * MIB  # an index names each tensor once: ~1 MB for the largest models
+MAX_CONFIG_BYTES = 16 * MIB  # real config.json files are a few KB (id2label maps: ~1 MB)
 CORRUPT_HINT = "the file is truncated or corrupt; download it again"
 
 # Bits per element of every safetensors dtype code (the format spec, safetensors >= 0.5).

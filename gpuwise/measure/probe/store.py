@@ -18,8 +18,9 @@ import tempfile
 from pathlib import Path
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.files import MiB, read_text, replace_atomically, shown
+from gpuwise.files import read_text, replace_atomically, shown
 from gpuwise.measure.probe import Profile, machine_fingerprint
+from gpuwise.units import MIB
 
 __all__ = ["cache_dir", "load_profile", "profile_path", "read_profile", "save_profile"]
 
@@ -27,7 +28,7 @@ CACHE_ENV = "GPUWISE_CACHE_DIR"
 # Which profile answers for this machine when no backend is named: the fastest device first.
 PREFERRED_BACKENDS = ("torch-cuda", "torch-cpu", "numpy-cpu")
 WHAT = "probe profile"
-MAX_PROFILE_BYTES = 64 * MiB  # a full probe's profile is ~100 KB
+MAX_PROFILE_BYTES = 64 * MIB  # a full probe's profile is ~100 KB
 
 
 def cache_dir() -> Path:

@@ -17,7 +17,6 @@ from typing import Any
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.files import (
-    GiB,
     json_object,
     own_output,
     read_text,
@@ -25,11 +24,12 @@ from gpuwise.files import (
     shown,
     write_failed,
 )
+from gpuwise.units import GIB
 
 WHAT = "repro results file"
 HINT = "name another file with --results"
 # Each run is a line of ~1-5 KB (its stderr tail included): a million runs fit.
-MAX_RESULTS_BYTES = 4 * GiB
+MAX_RESULTS_BYTES = 4 * GIB
 # The settings that must match for a resumed study to be the same study.
 IDENTITY = ("command", "seed_flag", "base_seed", "metric_patterns")
 

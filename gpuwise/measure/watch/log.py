@@ -9,11 +9,12 @@ from typing import Any
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.watch.log_records import WatchLog, parse_records
-from gpuwise.files import GiB, json_object, read_text, shown
+from gpuwise.files import json_object, read_text, shown
+from gpuwise.units import GIB
 
 WHAT = "watch log"
 # A day of 0.2 s samples and 20 ms steps is ~1.5 GB; a larger file is not read into memory.
-MAX_LOG_BYTES = 4 * GiB
+MAX_LOG_BYTES = 4 * GIB
 READ_HINT = "pass the path `gpuwise watch` printed (--log)"
 # The records a log can start with: the sampler's header, or (before it, or without it) a
 # step of the watched program, a note that the sampler did not start.
