@@ -24,6 +24,7 @@ from gpuwise.cli import (
 )
 from gpuwise.cli.common import app
 from gpuwise.errors import GpuwiseError, did_you_mean
+from gpuwise.files import shown
 
 __all__ = ["app", "main"]
 
@@ -77,9 +78,7 @@ def _json_after_command(args: list[str]) -> list[str]:
 
 
 def _fail(message: str, hint: str) -> None:
-    if len(message) > 400:  # an argument of megabytes is not echoed back
-        message = f"{message[:200]} ... ({len(message):,} characters) ... {message[-100:]}"
-    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.write(f"error: {shown(message, 300)}\n")  # megabytes are not echoed back
     if hint:
         sys.stderr.write(f"hint: {hint}\n")
     raise SystemExit(2)
