@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwise.app.train import PageFaults
-from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
 from gpuwise.report.terminal import format_seconds
 
 # The share of a step in page faults from which `gpuwise train` says how to avoid them.
@@ -42,6 +41,8 @@ def faults_tip(faults: PageFaults, step_s: float) -> str | None:
     fault_s = faults.step_fault_s
     if fault_s < FAULTS_WORTH_A_TIP * step_s:
         return None
+    from gpuwise.measure.runs.module_run import NO_FAULTS_ENV  # only here: check never needs it
+
     env = " ".join(f"{k}={v}" for k, v in NO_FAULTS_ENV.items())
     slow = ""
     if faults.slow_step_s and faults.slow_bytes_per_s:
