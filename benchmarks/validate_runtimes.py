@@ -93,7 +93,14 @@ from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.workload import from_config
 
 DATA = Path(__file__).resolve().parent / "data" / "runtime_measurements.json"
-MODEL_RUNTIMES = ("compiled", "transformers")
+MODEL_RUNTIMES = ("runtime", "transformers")
+# The entry's runtime -> (gpuwise --runtime, --quant-kernel). AutoAWQ's fused modules and
+# ExLlama run without transformers' per-op Python dispatch: the dispatch-free roofline
+# (`compiled`) with their own kernels stands in. TensorRT-LLM has no time model (skipped).
+RUNTIME_OF = {"llama.cpp-cuda": ("llama.cpp", ""), "llama.cpp-metal": ("llama.cpp", ""),
+              "vllm": ("vllm", ""), "sglang": ("sglang", ""), "marlin": ("vllm", "marlin"),
+              "awq": ("compiled", "awq-gemm"), "exllama": ("compiled", "exllama"),
+              "torch-compile": ("compiled", "")}  # fmt: skip
 
 DEVICES = {
     "RTX 3090 24GB": "rtx-3090", "1x RTX 3090": "rtx-3090",
@@ -140,6 +147,10 @@ UNMAPPED_MODELS = {
     "llama 3B": "llama.cpp 'llama 3B' (OpenLLaMA-3B style): no catalogue entry",
 }
 
+# The phase whose time each quantity measures ("any": prefill and decode together).
+PHASE_OF = {"decode_tokens_per_s": "decode", "tpot_ms": "decode", "prefill_tokens_per_s": "prefill"}
+# llama.cpp's types as the other runtimes' formats of the same bits.
+GENERIC = {"q4_k_m": "int4", "q4_0": "int4", "q8_0": "int8"}
 # (prompt_tokens, new_tokens) read from the entry's settings where the fields are null.
 LENGTHS_FROM_SETTINGS = {"rm-085": (1920, 128), "rm-086": (2048, 0)}
 # Throughput entries whose whole batch is offered at once with fixed lengths: which count.
@@ -154,9 +165,12 @@ def weights(text: str) -> str | None:
     t = text.lower()
     if "2.5 bpw" in t:
         return None
-    if t.startswith(("q4_k_m", "q4_0", "int4")) or "4.0 bpw" in t:
+    for ggml in ("q4_k_m", "q4_0", "q8_0"):  # llama.cpp's own types
+        if t.startswith(ggml):
+            return ggml
+    if t.startswith("int4") or "4.0 bpw" in t:
         return "int4"
-    if t.startswith(("q8_0", "int8")):
+    if t.startswith("int8"):
         return "int8"
     if t.startswith("f16"):
         return "fp16"
@@ -169,6 +183,8 @@ def weights(text: str) -> str | None:
 def skip_reason(e: dict) -> str | None:
     if e["quantity"] == "train_tokens_per_s_per_gpu":
         return "training (no inference estimate applies)"
+    if e["runtime"] not in RUNTIME_OF:
+        return f"no time model for {e['runtime']}"
     if e["quantity"] == "throughput_tokens_per_s" and e["id"] not in THROUGHPUT:
         return "throughput at a scheduler-chosen or unstated batch: not directly comparable"
     if e["device"] not in DEVICES:
@@ -200,8 +216,15 @@ def estimate(e: dict, runtime: str) -> float:
     batch, prompt, new = lengths(e)
     arch = from_config(resolve_model(MODELS[e["model"]]).config)
     rates = rates_from_spec(find_hardware(DEVICES[e["device"]].rstrip("*")))
+    if runtime == "runtime":
+        runtime, kernel = RUNTIME_OF[e["runtime"]]
+    else:
+        kernel = ""
+    wts = weights(e["weights"]) or ""
+    if runtime != "llama.cpp":
+        wts = GENERIC.get(wts, wts)
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new,
-                         weights=weights(e["weights"]) or "")  # fmt: skip
+                         weights=wts, quant_kernel=kernel)  # fmt: skip
     t = estimate_inference_time(arch, plan, rates, runtime=runtime, tp=e["tensor_parallel"] or 1)
     q = e["quantity"]
     if q == "decode_tokens_per_s":
@@ -241,10 +264,10 @@ def summarise(rows: list[dict], key: str) -> list[dict]:
 
 
 def print_summary(title: str, summary: list[dict]) -> None:
-    print(f"\n{title:22s} {'n':>3s}  {'compiled: median':>16s} {'med|err|':>8s} {'worst':>8s}"
+    print(f"\n{title:22s} {'n':>3s}  {'runtime: median':>16s} {'med|err|':>8s} {'worst':>8s}"
           f"  {'eager: median':>13s} {'med|err|':>8s} {'worst':>8s}")  # fmt: skip
     for s in summary:
-        c, t = s["compiled"], s["transformers"]
+        c, t = s["runtime"], s["transformers"]
         print(f"{s['group']:22s} {s['count']:3d}  {100 * c['median_error']:+15.0f}% "
               f"{100 * c['median_abs_error']:7.0f}% {100 * c['worst']:+7.0f}%  "
               f"{100 * t['median_error']:+12.0f}% {100 * t['median_abs_error']:7.0f}% "
@@ -264,7 +287,8 @@ def main() -> None:
             continue
         est = {rt: estimate(e, rt) for rt in MODEL_RUNTIMES}
         batch, prompt, new = lengths(e)
-        rows.append({"id": e["id"], "runtime": e["runtime"], "device": DEVICES[e["device"]],
+        rows.append({"id": e["id"], "runtime": e["runtime"], "model_runtime": RUNTIME_OF[e["runtime"]][0],
+                     "phase": PHASE_OF.get(e["quantity"], "any"), "device": DEVICES[e["device"]],
                      "model": MODELS[e["model"]], "weights": weights(e["weights"]),
                      "tp": e["tensor_parallel"] or 1, "batch": batch, "prompt": prompt,
                      "new": new, "quantity": quantity_label(e), "published": e["value"],
@@ -272,14 +296,14 @@ def main() -> None:
                      "error": {rt: v / e["value"] - 1 for rt, v in est.items()}})  # fmt: skip
 
     print(f"{'id':7s} {'runtime':15s} {'device':15s} {'model':14s} {'wts':5s} {'b/p/n':13s} "
-          f"{'quantity':21s} {'published':>9s} {'compiled':>9s} {'err':>6s} {'eager':>9s} "
+          f"{'quantity':21s} {'published':>9s} {'runtime':>9s} {'err':>6s} {'eager':>9s} "
           f"{'err':>6s}")  # fmt: skip
     for r in rows:
         shape = f"{r['batch']}/{r['prompt']}/{r['new']}" + (f" tp{r['tp']}" if r["tp"] > 1 else "")
         print(
             f"{r['id']:7s} {r['runtime']:15s} {r['device']:15s} {r['model']:14s} "
             f"{r['weights']:5s} {shape:13s} {r['quantity']:21s} {r['published']:9.4g} "
-            f"{r['estimated']['compiled']:9.4g} {100 * r['error']['compiled']:+5.0f}% "
+            f"{r['estimated']['runtime']:9.4g} {100 * r['error']['runtime']:+5.0f}% "
             f"{r['estimated']['transformers']:9.4g} {100 * r['error']['transformers']:+5.0f}%"
         )
     by_runtime, by_quantity = summarise(rows, "runtime"), summarise(rows, "quantity")

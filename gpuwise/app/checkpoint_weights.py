@@ -43,6 +43,7 @@ def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dic
     embedding = sum(t.stored_bytes for t in ckpt.tensors if t.name.endswith(EMBEDDING_SUFFIXES))
     file_type = str(ckpt.metadata.get("general.file_type_name") or "").removeprefix("MOSTLY_")
     label = f"{file_type or main} ({ckpt.format})"  # llama.cpp's name (Q4_K_M) where it has one
-    stored = StoredWeights(ckpt.total_bytes, embedding, label)
+    stored = StoredWeights(ckpt.total_bytes, embedding, label,
+                           main if ckpt.format == "gguf" else "")  # fmt: skip
     return {"weights": FORMAT_OF.get(main, "fp16" if ckpt.format == "gguf" else "bf16"),
             "stored_weights": stored, "source": f"checkpoint (exact bytes): {label}"}  # fmt: skip

@@ -19,6 +19,7 @@ class WeightFormat:
     scale_bytes_per_group: float = 0.0
     scale_bytes_per_row: float = 0.0
     compute: str = ""  # dtype the non-quantised parts and the activations use
+    other_bits: float = 0.0  # bits of the embeddings and head where quantised too (GGUF)
     aliases: tuple[str, ...] = ()
     source: str = ""
 
@@ -62,7 +63,8 @@ def weight_format(name: str) -> WeightFormat:
 def _format_named(name: str) -> WeightFormat | None:
     """The format a name or alias stands for (None: none); cached, as estimates ask often."""
     key = normalise_name(name)
-    return next((f for f in _formats().values() if key == f.id or key in f.aliases), None)
+    return next((f for f in _formats().values()
+                 if key in (f.id, normalise_name(f.id)) or key in f.aliases), None)  # fmt: skip
 
 
 def all_formats() -> list[WeightFormat]:

@@ -21,8 +21,12 @@ def data_file(name: str) -> dict[str, Any]:
 
 
 def sourced_section(file: str, section: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """(values, the source of each value) of `[section]` in the data file `file`."""
-    values = dict(data_file(file)[section])
+    """(values, the source of each value) of `[section]` in the data file `file`; a dotted
+    section ("ggml.cpu") names a table inside another."""
+    table = data_file(file)
+    for key in section.split("."):
+        table = table[key]
+    values = dict(table)
     named: dict[str, str] = values.pop("sources", {})
     default = named.get("*", "")
     sources = {key: named.get(key, default) for key in values}

@@ -103,8 +103,6 @@ def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
     extra.update(time_lines(time_rec))
     if a.time is not None and a.fp32 is not None:
         extra.update(inference_fp32(plan, a.time, a.fp32.time, a.fp32.memory_bytes))
-    if plan.runtime != "transformers" and "time" in extra:  # memory follows the runtime; time not
-        extra["time"] += f" [time model of transformers, not {plan.runtime}]"
     stored = plan.stored_weights.label if plan.stored_weights else plan.weights
     title = f"{a.model.name} inference ({plan.runtime}): {_context_label(plan)}, weights {stored}"
     view = terminal.format_memory(title, a.memory, a.hardware, extra)

@@ -41,9 +41,21 @@ def memory_record(est: MemoryEstimate) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def interval_record(interval: Any, seconds: float) -> dict[str, Any] | None:
+    """An estimate's 80% interval and what it rests on (None: no validation to go by)."""
+    if interval is None:
+        return None
+    low, high = interval.around(seconds)
+    return {"low": low, "high": high, "confidence": 0.8, "basis": interval.basis}
+
+
 def inference_time_record(t: Any, how: str, curve: list[dict[str, float]]) -> dict[str, Any]:
     return {
         "prefill_s": t.prefill_s, "decode_s_per_token": t.decode_s_per_token,
+        "prefill_s_interval": interval_record(t.interval("prefill"), t.prefill_s),
+        "decode_s_per_token_interval": interval_record(t.interval("decode"),
+                                                       t.decode_s_per_token),
+        "runtime_id": t.runtime_id, "kernel": t.kernel,
         "tokens_per_s": t.tokens_per_s, "generate_s": t.total_s,
         "bound": {"prefill": t.prefill.bound, "decode": t.decode.bound},
         "overhead_s": {"prefill": t.prefill.overhead_s, "decode": t.decode.overhead_s},
@@ -57,6 +69,7 @@ def training_time_record(t: Any, how: str, train_tokens: float = 0, fault_s: flo
     extra = {"train_tokens": train_tokens, "time_to_train_s": t.seconds_for(train_tokens)}
     return ({} if not train_tokens else extra) | {
         "step_s": t.step_s, "tokens_per_s": t.tokens_per_s, "mfu": t.mfu,
+        "step_s_interval": interval_record(t.interval(), t.step_s), "runtime_id": t.runtime_id,
         "page_faults_s": fault_s, "step_s_slow_page_faults": slow_faults_step_s,
         "forward_s": t.forward.seconds, "backward_s": t.backward.seconds,
         "optimizer_s": t.optimizer.seconds, "communication_s": t.comm_s,

@@ -15,15 +15,29 @@ def time_lines(rec: dict[str, Any]) -> dict[str, str]:
     if "unavailable" in rec:
         return {"time": f"not estimated: {rec['unavailable']}"}
     if "step_s" in rec:
-        return {"time": f"step {format_seconds(rec['step_s'])}, "
+        return {"time": f"step {format_seconds(rec['step_s'])}{_range(rec, 'step_s')}, "
                         f"{rec['tokens_per_s']:,.0f} tokens/s, MFU {100 * rec['mfu']:.0f}% "
                         f"(backward {rec['bound']['backward']}-bound; {rec['source']}: "
                         f"{rec['rates']})" + _time_to_train(rec)}  # fmt: skip
-    return {"time": f"prefill {format_seconds(rec['prefill_s'])} "
+    return {"time": f"prefill {format_seconds(rec['prefill_s'])}{_range(rec, 'prefill_s')} "
                     f"({rec['bound']['prefill']}-bound), decode "
-                    f"{format_seconds(rec['decode_s_per_token'])}/token "
+                    f"{format_seconds(rec['decode_s_per_token'])}/token"
+                    f"{_range(rec, 'decode_s_per_token')} "
                     f"({rec['bound']['decode']}-bound), {rec['tokens_per_s']:,.1f} tokens/s "
-                    f"({rec['source']}: {rec['rates']})"}  # fmt: skip
+                    f"({rec['source']}: {rec['rates']}); runtime {rec['runtime']}"
+                    + (f", {rec['kernel']} kernels" if rec.get("kernel") else "")}  # fmt: skip
+
+
+def _range(rec: dict[str, Any], key: str) -> str:
+    """" (6.8-9.3 ms, 80%)": the estimate's interval, in the estimate's unit."""
+    iv = rec.get(f"{key}_interval")
+    if not iv:
+        return ""
+    low, high = format_seconds(iv["low"]), format_seconds(iv["high"])
+    unit = high.split(" ")[-1]
+    if low.endswith(" " + unit):
+        low = low.rsplit(" ", 1)[0]
+    return f" ({low}-{high}, 80%)"
 
 
 def _time_to_train(rec: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuwise.errors import GpuwiseError
+from gpuwise.errors import GpuwiseError, did_you_mean
 from gpuwise.files import shown
 from gpuwise.workload.arch import Architecture
 from gpuwise.workload.limits import check_count
@@ -15,7 +15,8 @@ OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MAX_TOKENS = 1 << 24  # 16M tokens: beyond any context window a model has
-SERVING_RUNTIMES = ("transformers", "llama.cpp", "vllm")
+SERVING_RUNTIMES = ("transformers", "compiled", "vllm", "sglang", "llama.cpp")
+TRAINING_RUNTIMES = ("transformers", "compiled")
 
 
 def _check_size(name: str, value: int, low: int = 1, high: int = MAX_TOKENS) -> None:
@@ -24,7 +25,9 @@ def _check_size(name: str, value: int, low: int = 1, high: int = MAX_TOKENS) -> 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise GpuwiseError(f"unknown {name} {value!r}", f"choose one of: {', '.join(choices)}")
+        close = did_you_mean(value, choices)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        raise GpuwiseError(f"unknown {name} {value!r}", f"{guess}choose one of: {', '.join(choices)}")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class StoredWeights:
     total_bytes: int
     embedding_bytes: int = 0  # the input token embedding's share (llama.cpp keeps it on the host)
     label: str = ""  # what is stored, e.g. "Q4_K (GGUF)" or "BF16 (safetensors)"
+    ggml_type: str = ""  # a GGUF file's main tensor type ("Q4_K"), which llama.cpp's speed follows
 
 
 @dataclass(frozen=True)
@@ -47,10 +51,12 @@ class InferencePlan:
     kv_dtype: str | None = None  # None: the compute dtype
     attention: str = "sdpa"
     logits: str = "last"  # generate() keeps the last position's logits; "all" keeps every one
-    runtime: str = "transformers"  # whose memory rules apply: transformers, llama.cpp or vllm
+    runtime: str = "transformers"  # whose memory rules and time model apply (SERVING_RUNTIMES)
     stored_weights: StoredWeights | None = None  # from a checkpoint; None: estimated
     context_alloc: int | None = None  # llama.cpp n_ctx / vLLM max_model_len; None: the model's
     gpu_memory_utilization: float | None = None  # vLLM's pre-allocated share; None: 0.9
+    threads: int | None = None  # llama.cpp's CPU threads; None: one a core
+    quant_kernel: str = ""  # the weight-only kernel; "": the runtime's own for the format
 
     def __post_init__(self) -> None:
         _check_size("batch", self.batch, high=1 << 16)
@@ -61,6 +67,8 @@ class InferencePlan:
         _check_choice("runtime", self.runtime, SERVING_RUNTIMES)
         if self.context_alloc is not None:
             _check_size("ctx", self.context_alloc)
+        if self.threads is not None:
+            _check_size("threads", self.threads, high=1 << 12)
         util = self.gpu_memory_utilization
         if util is not None and not 0.0 < util <= 1.0:
             raise GpuwiseError(f"--gpu-memory-utilization must be in (0, 1], got "
@@ -87,8 +95,13 @@ class TrainingPlan:
     gpus: int = 1
     zero: int = 0
     tp: int = 1
+    runtime: str = "transformers"  # whose time model: transformers (eager) or compiled
 
     def __post_init__(self) -> None:
+        if self.runtime in SERVING_RUNTIMES and self.runtime not in TRAINING_RUNTIMES:
+            raise GpuwiseError(f"{self.runtime} does not train: it serves models",
+                               f"train with --runtime {' or '.join(TRAINING_RUNTIMES)}")  # fmt: skip
+        _check_choice("runtime", self.runtime, TRAINING_RUNTIMES)
         _check_size("batch", self.batch, high=1 << 16)
         _check_size("seq", self.seq)
         _check_choice("dtype", self.dtype, TRAIN_DTYPES)

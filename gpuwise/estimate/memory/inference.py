@@ -32,7 +32,7 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
     serving runtime: llama.cpp or vLLM)."""
     if plan.runtime == "llama.cpp":
         return estimate_llama_cpp(arch, plan, hw)
-    if plan.runtime == "vllm":
+    if plan.runtime in ("vllm", "sglang"):  # SGLang's pool is sized as vLLM's (docs/memory.md)
         return estimate_vllm(arch, plan, hw)
     fmt = weight_format(plan.weights)
     compute = weight_format(fmt.compute_dtype).bytes_per_element

@@ -29,6 +29,8 @@ def _weight_bytes(arch: Architecture, fmt: WeightFormat) -> float:
     scales = rows * fmt.scale_bytes_per_row
     if fmt.group_size:
         scales += counts.linear / fmt.group_size * fmt.scale_bytes_per_group
+    if fmt.other_bits:  # GGUF quantises the embeddings and the head too
+        compute = fmt.other_bits / 8
     return counts.linear * fmt.bytes_per_element + scales + other * compute
 
 

@@ -51,6 +51,23 @@ class DeviceRates:
     runtime_vocab_s: float = 0.0
     # Kernels timed at model shapes (linear grid, SDPA, elementwise), where probed.
     kernels: KernelRates | None = None
+    # What the runtime's kernels make of the rates (estimate/speed/runtime_time.py): the share
+    # of the matmul rate its matmuls reach, the share of the memory rate its weight-only
+    # kernels stream packed weights at and its decode attention reads the KV cache at, and
+    # the dtype whose peak weight matmuls run at ("" the compute dtype; "fp8" for W8A8).
+    matmul_share: float = 1.0
+    weight_stream_share: float = 1.0
+    attention_memory_share: float = 1.0
+    weight_dtype: str = ""
+    # llama.cpp timed on this machine by `gpuwise probe`, by "ggml type/threads": the
+    # fields of estimate/speed/ggml_time.GgmlRates but `source`.
+    ggml_measured: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def runtime_kernels(self) -> bool:
+        """Whether a runtime's kernels replace the plain ones the probe timed."""
+        return (self.matmul_share, self.weight_stream_share, self.attention_memory_share,
+                self.weight_dtype) != (1.0, 1.0, 1.0, "")  # fmt: skip
 
     def gemv_rate(self, matrix_bytes: float, dtype: str) -> float | None:
         """Bytes/s a one-row matmul streams a weight of this size at, where measured."""

@@ -6,9 +6,11 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from gpuwise.catalog.formats import weight_format
-from gpuwise.errors import GpuwiseError
+from gpuwise.catalog.runtime_speed import runtime_speed
+from gpuwise.catalog.time_intervals import TimeInterval, time_interval
 from gpuwise.estimate.memory.weights import mean_weight_bytes
 from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.ggml_time import ggml_phases, ggml_type
 from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.roofline import (
     PhaseTime,
@@ -18,17 +20,15 @@ from gpuwise.estimate.speed.roofline import (
     phase_time,
     with_faults,
     with_logits_step,
+    with_row,
 )
+from gpuwise.estimate.speed.runtime_time import kernel_for, runtime_rates
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.ops import Op, Shape, forward_ops, kv_append_ops, tensor_parallel_share
 from gpuwise.workload.plans import InferencePlan
 from gpuwise.workload.prefill_heap import prefill_heap_events
 
 RUNTIME = "Hugging Face transformers (PyTorch eager)"
-RUNTIMES = {
-    "transformers": RUNTIME,
-    "compiled": "PyTorch torch.compile with CUDA graphs (gpt-fast style)",
-}
 # The replay runs a prefill of 4 and of 8 layers and extends the difference to the model's
 # depth (layers repeat: within 4% of the whole model's replay on every time-suite case, at
 # 3 ms against 10-15 ms for 24-32 layers).
@@ -43,6 +43,8 @@ class InferenceTime:
     new_tokens: int
     source: str
     runtime: str = RUNTIME
+    runtime_id: str = "transformers"
+    kernel: str = ""  # the weight-only kernel, or the ggml type under llama.cpp
 
     @property
     def prefill_s(self) -> float:
@@ -61,6 +63,10 @@ class InferenceTime:
     def total_s(self) -> float:
         return self.prefill_s + self.new_tokens * self.decode_s_per_token
 
+    def interval(self, phase: str) -> TimeInterval | None:
+        """The 80% interval of this runtime's validation for "prefill" or "decode"."""
+        return time_interval(self.runtime_id, phase, self.source)
+
 
 def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
            logits: int) -> Shape:  # fmt: skip
@@ -73,13 +79,14 @@ def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
 
 
 @lru_cache(maxsize=4096)
-def inference_ops(arch: Architecture, shape: Shape, runtime: str, tp: int) -> tuple[Op, ...]:
+def inference_ops(arch: Architecture, shape: Shape, fused: bool, tp: int) -> tuple[Op, ...]:
     """The ops of one inference pass on one of `tp` devices; cached, as a sweep asks for the
     same model and shape on every device."""
     ops = forward_ops(arch, shape)
-    if runtime == "compiled":
-        # Compiled kernels fuse norms, rotary, activations and residuals into neighbouring
-        # matmuls, into a static cache: what remains is the matmul and attention traffic.
+    if fused:
+        # Compiled and serving runtimes fuse norms, rotary, activations and residuals into
+        # neighbouring kernels, and write the cache in place: what remains is the matmul
+        # and attention traffic.
         ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
     else:
         ops += kv_append_ops(arch, shape)
@@ -114,15 +121,22 @@ def _tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: in
 
 
 def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-                            runtime: str = "transformers", tp: int = 1) -> InferenceTime:  # fmt: skip
-    """Time to first token (prefill) and per output token (decode) with generate()."""
-    if runtime not in RUNTIMES:
-        raise GpuwiseError(f"unknown runtime {runtime!r}", f"choose one of: {', '.join(RUNTIMES)}")
+                            runtime: str | None = None, tp: int = 1) -> InferenceTime:  # fmt: skip
+    """Time to first token (prefill) and per output token (decode) under the plan's runtime
+    (or `runtime`): transformers' generate(), torch.compile, vLLM, SGLang or llama.cpp."""
+    rt = runtime_speed(runtime or plan.runtime)
+    rt.check_device(rates.kind, rates.name)
+    if rt.model == "ggml":
+        prefill, decode, g = ggml_phases(arch, plan, rates, plan.threads)
+        return InferenceTime(prefill, decode, plan.batch, plan.new_tokens, g.source, rt.name,
+                             rt.id, ggml_type(plan))  # fmt: skip
+    kernel = kernel_for(rt, plan.weights, rates.kind, plan.quant_kernel)
+    rates = runtime_rates(rates, rt, kernel)
     fmt = weight_format(plan.weights)
     dtype = fmt.compute_dtype
     mode = op_count_mode(dtype)
     logits = plan.prompt_tokens if plan.logits == "all" else 1
-    eager = runtime == "transformers"
+    eager = rt.dispatch == "eager"
     phases = []
     for name, tokens, context, count_key in (
         ("prefill", plan.prompt_tokens, plan.prompt_tokens, "inference"),
@@ -130,13 +144,15 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
     ):
         shape = _shape(plan, arch, tokens, context, logits if name == "prefill" else 1)
         overhead = dispatch_overhead(arch, mode, plan.attention, count_key, rates) if eager else 0
-        phase = phase_time(name, inference_ops(arch, shape, runtime, tp), rates, dtype,
+        phase = phase_time(name, inference_ops(arch, shape, rt.fused, tp), rates, dtype,
                            overhead, _tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
         fresh = fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
         if fresh:
             phase = with_faults(phase, prefill_fault_bytes(arch, shape), fresh)
         if eager and name == "decode":
             phase = with_logits_step(phase, arch, plan.batch, rates)
+        if rt.step_s.get(count_key):
+            phase = with_row(phase, Op("runtime step", "runtime", 0.0, 0.0), rt.step_s[count_key])
         phases.append(phase)
     return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,
-                         RUNTIMES[runtime])  # fmt: skip
+                         rt.name, rt.id, kernel.id if kernel else "")  # fmt: skip

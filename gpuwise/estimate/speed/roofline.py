@@ -65,6 +65,8 @@ def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
     dtype = op.dtype or dtype
     if rates.kernels is None:  # datasheet rates (a sweep times thousands of phases)
         return _roofline(op, rates, dtype, scale)
+    if rates.runtime_kernels and op.kind in ("matmul", "attention"):
+        return _roofline(op, rates, dtype, scale)  # the probe timed plain PyTorch kernels
     timed = _time_work(op, rates, dtype, direction, scale)
     faults = _fresh_s(op.fresh_backward if direction == "backward" else op.fresh, rates)
     return timed._replace(extra_s=timed.extra_s + faults) if faults else timed
@@ -140,16 +142,22 @@ def _measured(op: Op, rates: DeviceRates, dtype: str, seconds: float, repeat: fl
 
 def _roofline(op: Op, rates: DeviceRates, dtype: str, repeat: float) -> OpTime:
     if op.kind in ("matmul", "conv"):  # a convolution is an implicit GEMM of the same shape
-        compute = op.flops / rates.matmul_rate(op.m, op.n, op.flops, dtype)
+        peak = rates.weight_dtype if rates.weight_dtype and op.weight_bytes else dtype
+        rate = rates.matmul_rate(op.m, op.n, op.flops, peak)
+        if op.m >= rates.min_rows:  # a GEMV (decode) streams weights: the share is of a GEMM
+            rate *= rates.matmul_share
+        compute = op.flops / rate
         gemv = rates.gemv_rate(op.weight_bytes, dtype) if op.m < rates.min_rows else None
-        if gemv and op.weight_bytes:
-            memory = (
-                op.weight_bytes / gemv + (op.bytes - op.weight_bytes) / rates.memory_bytes_per_s
-            )
+        stream = (gemv or rates.memory_bytes_per_s) * rates.weight_stream_share
+        if op.weight_bytes and (gemv or rates.weight_stream_share != 1.0):
+            rest = op.bytes - op.weight_bytes
+            memory = op.weight_bytes / stream + rest / rates.memory_bytes_per_s
             return OpTime(op, compute, memory, repeat)
     elif op.kind == "attention":
         # Attention is blocked matmul work over (query rows x key columns) per head.
         compute = op.flops / rates.matmul_rate(op.m, op.n, op.flops, dtype)
+        memory = op.bytes / (rates.memory_bytes_per_s * rates.attention_memory_share)
+        return OpTime(op, compute, memory, repeat)
     else:
         compute = op.flops / rates.vector_flops
     return OpTime(op, compute, op.bytes / rates.memory_bytes_per_s, repeat)

@@ -9,6 +9,8 @@ from functools import lru_cache
 from gpuwise.catalog.efficiency import time_model_rules
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.optimizers import optimizer_spec
+from gpuwise.catalog.runtime_speed import runtime_speed
+from gpuwise.catalog.time_intervals import TimeInterval, time_interval
 from gpuwise.estimate.memory.training import lora_dims, lora_params
 from gpuwise.estimate.memory.weights import mean_weight_bytes
 from gpuwise.estimate.speed.device_rates import DeviceRates
@@ -23,6 +25,7 @@ from gpuwise.estimate.speed.roofline import (
     op_count_mode,
     phase_time,
     with_faults,
+    with_row,
     with_slow_faults,
     without_faults,
 )
@@ -53,6 +56,7 @@ class TrainingTime:
     peak_flops: float  # all devices
     source: str
     runtime: str = RUNTIME
+    runtime_id: str = "transformers"
 
     @property
     def step_s(self) -> float:
@@ -73,6 +77,10 @@ class TrainingTime:
 
     def seconds_for(self, tokens: float) -> float:
         return tokens / self.tokens_per_s
+
+    def interval(self) -> TimeInterval | None:
+        """The 80% interval of this runtime's validation for a training step."""
+        return time_interval(self.runtime_id, "step", self.source)
 
 
 @lru_cache(maxsize=64)
@@ -210,7 +218,10 @@ def matmul_params(arch: Architecture) -> int:
 
 def estimate_training_time(arch: Architecture, plan: TrainingPlan,
                            rates: DeviceRates) -> TrainingTime:  # fmt: skip
-    """One optimizer step: forward, backward (~2x forward), recompute, optimizer, comms."""
+    """One optimizer step: forward, backward (~2x forward), recompute, optimizer, comms,
+    under the plan's runtime: transformers (eager) or torch.compile (fused, no dispatch)."""
+    rt = runtime_speed(plan.runtime)
+    rt.check_device(rates.kind, rates.name)
     dtype = plan.compute_dtype
     mode = op_count_mode(plan.dtype)
     c = weight_format(dtype).bytes_per_element
@@ -224,7 +235,11 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     masks, applied = _dropout_ops(arch, shape)
     ops = _activations_streamed(ops + applied)  # masks applied in forward and backward
     forward_only = masks + kv_append_ops(arch, shape)  # masks drawn, the cache appended
+    if rt.fused:
+        ops, forward_only, masks = _fused(ops), [], []
     fwd, bwd = _forward_backward(arch, plan, ops, forward_only, masks, shape, rates, mode)
+    if rt.step_s.get("training"):
+        fwd = with_row(fwd, Op("runtime step", "runtime", 0.0, 0.0), rt.step_s["training"])
     counts = count_params(arch)
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     whole = plan.finetune == "full" and plan.tp == 1  # the probe stepped whole tensors
@@ -237,7 +252,15 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     attn = 6 * arch.num_layers * plan.seq * arch.q_dim  # causal attention FLOPs per token x 2
     model_flops = tokens * (6 * matmul_params(arch) + attn)
     peak = rates.peak(dtype) * plan.gpus
-    return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source)
+    return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source,
+                        rt.name, rt.id)  # fmt: skip
+
+
+def _fused(ops: list[Op]) -> list[Op]:
+    """A compiled step's ops: Inductor fuses norms, activations, dropout and residuals into
+    their neighbours, and the cross-entropy's four fp32 passes over the logits into one."""
+    kept = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
+    return kept + [replace(op, bytes=op.bytes / 4) for op in ops if op.name == "loss"]
 
 
 def _forward_backward(arch: Architecture, plan: TrainingPlan, ops: list[Op],
@@ -247,7 +270,8 @@ def _forward_backward(arch: Architecture, plan: TrainingPlan, ops: list[Op],
     its share of the step's dispatch (catalog/data/efficiency.toml, `time_model`)."""
     rules = time_model_rules()
     dtype = plan.compute_dtype
-    overhead = dispatch_overhead(arch, mode, shape.attention, "training", rates)
+    eager = runtime_speed(plan.runtime).dispatch == "eager"
+    overhead = dispatch_overhead(arch, mode, shape.attention, "training", rates) if eager else 0
     per_forward = rules.backward_dispatch_per_forward
     forward_overhead = overhead / (1 + per_forward)
     backward_overhead = per_forward * overhead / (1 + per_forward)

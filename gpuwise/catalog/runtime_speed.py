@@ -1,0 +1,101 @@
+"""How each runtime turns work into time (data/runtime_speed.toml): its dispatch, fusion and
+per-step costs, llama.cpp's backends by ggml type, and the weight-only kernels, every value
+with its source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+
+from gpuwise.catalog.sourced import data_file, sourced_record
+from gpuwise.errors import GpuwiseError, unknown_name_error
+
+FILE = "runtime_speed.toml"
+# The name `--runtime` takes for each section (TOML keys avoid the dot).
+RUNTIME_IDS = {"transformers": "transformers", "compiled": "compiled", "vllm": "vllm",
+               "sglang": "sglang", "llama.cpp": "llama-cpp"}  # fmt: skip
+# llama.cpp's backend for each kind of device (hardware.toml `kind`).
+GGML_BACKENDS = {"cpu": "cpu", "gpu": "cuda", "apple": "metal"}
+
+
+@dataclass(frozen=True)
+class RuntimeSpeed:
+    """One runtime's time model settings (see the field notes atop data/runtime_speed.toml)."""
+
+    id: str
+    name: str
+    model: str  # "roofline" or "ggml"
+    dispatch: str  # "eager" or "graphs"
+    fused: bool
+    devices: list[str]
+    training: bool
+    step_s: dict[str, float]
+    prefill_matmul: float
+    attention_memory: float
+    kernels: dict[str, str]
+    sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def check_device(self, kind: str, device: str) -> None:
+        """One line where the runtime has no backend for this kind of device."""
+        if kind not in self.devices:
+            runs = [rid for rid in RUNTIME_IDS if kind in runtime_speed(rid).devices]
+            raise GpuwiseError(f"{self.id} does not run on {device} ({kind}): it runs on "
+                               f"{', '.join(self.devices)}",
+                               f"on a {kind}, --runtime {' or '.join(runs)}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GgmlBackend:
+    """llama.cpp on one backend: per ggml type, the share of the datasheet bandwidth token
+    generation reaches and the share of the matrix peak prompt processing reaches."""
+
+    backend: str
+    memory: dict[str, float]
+    matmul: dict[str, float]
+    token_s: float
+    kernel_s: float
+    nodes_per_layer: int
+    core_bandwidth_gbs: float
+    sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class WeightKernel:
+    """A weight-only (or W8A8) kernel: how fast it streams packed weights in a one-row matmul
+    and how much of the matmul rate it reaches with many rows."""
+
+    id: str
+    name: str
+    decode_memory: float
+    prefill_matmul: float
+    peak: str  # "compute" or the dtype whose peak a prefill runs at
+    sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+def runtime_names() -> list[str]:
+    return list(RUNTIME_IDS)
+
+
+@cache
+def runtime_speed(name: str) -> RuntimeSpeed:
+    """The settings of a runtime by its `--runtime` name; "did you mean" where unknown."""
+    if name not in RUNTIME_IDS:
+        raise unknown_name_error("runtime", name, list(RUNTIME_IDS), "gpuwise infer --help")
+    return sourced_record(RuntimeSpeed, FILE, RUNTIME_IDS[name], id=name)
+
+
+@cache
+def ggml_backend(kind: str) -> GgmlBackend:
+    backend = GGML_BACKENDS.get(kind, "cuda")
+    return sourced_record(GgmlBackend, FILE, f"ggml.{backend}", backend=backend)
+
+
+def kernel_names() -> list[str]:
+    return list(data_file(FILE)["kernel"])
+
+
+@cache
+def weight_kernel(name: str) -> WeightKernel:
+    if name not in data_file(FILE)["kernel"]:
+        raise unknown_name_error("quantised kernel", name, kernel_names(), "gpuwise infer --help")
+    return sourced_record(WeightKernel, FILE, f"kernel.{name}", id=name)

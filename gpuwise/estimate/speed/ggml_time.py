@@ -1,0 +1,160 @@
+"""llama.cpp's time model (docs/speed.md, "llama.cpp"): token generation streams the weights
+(in their ggml type) and the KV cache at the backend's achieved bandwidth; prompt processing
+runs the type's matmul path at its own share of the matrix peak, one ubatch at a time; every
+graph evaluation pays the host's fixed cost and every node the backend's cost per node."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.runtime_speed import GgmlBackend, ggml_backend
+from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.roofline import OpTime, PhaseTime
+from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.ops import Op
+from gpuwise.workload.plans import InferencePlan
+
+# gpuwise's weight formats as llama.cpp stores them (int4: Q4_K_M, llama.cpp's usual 4-bit).
+GGML_TYPE_OF = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "q8_0", "int4": "q4_k",
+                "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q4_k", "q5_k_m": "q5_k",
+                "q6_k": "q6_k"}  # fmt: skip
+# GGUF types the catalogue has no constants for, timed as the nearest one it has.
+NEAREST_TYPE = {"q4_1": "q4_0", "q5_0": "q5_k", "q5_1": "q5_k", "q3_k": "q4_k", "q2_k": "q4_k",
+                "iq4_xs": "q4_k", "iq4_nl": "q4_0", "q8_1": "q8_0"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GgmlRates:
+    """What llama.cpp reaches on one device, for one ggml type and thread count."""
+
+    weight_bytes_per_s: float  # token generation streaming the weights
+    kv_bytes_per_s: float  # reading the f16 KV cache
+    matmul_flops: float  # prompt processing's matmuls in this type
+    attention_flops: float  # flash attention's matmuls (f16)
+    node_s: float  # per graph node
+    token_s: float  # per graph evaluation (a token of tg, a ubatch of pp)
+    nodes_per_layer: float  # graph nodes a layer costs `node_s` for
+    source: str  # "spec" or "measured"
+
+
+def ggml_type(plan: InferencePlan) -> str:
+    """The ggml type of the plan's weights: a GGUF file's own, else its format's."""
+    stored = plan.stored_weights.ggml_type if plan.stored_weights else ""
+    name = stored.lower() or GGML_TYPE_OF.get(weight_format(plan.weights).id, "")
+    if not name:
+        raise GpuwiseError(f"llama.cpp has no {plan.weights} weights",
+                           "give --weights q4_k_m, q4_0, q8_0, int4, int8, fp16 or bf16")  # fmt: skip
+    return NEAREST_TYPE.get(name, name)
+
+
+def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
+                    threads: int) -> GgmlRates:  # fmt: skip
+    """The datasheet with the backend's shares; a CPU's `threads` share its bandwidth (each
+    core streams `core_bandwidth_gbs`) and run its fp32 peak in proportion."""
+    if gtype not in backend.memory:
+        raise GpuwiseError(f"no llama.cpp constants for ggml type {gtype}",
+                           f"known: {', '.join(backend.memory)}")  # fmt: skip
+    bandwidth = rates.bandwidth_bytes_per_s
+    if rates.kind == "cpu":
+        cores = max(1, rates.compute_units)
+        bandwidth = min(bandwidth, threads * backend.core_bandwidth_gbs * 1e9)
+        peak = rates.peak("fp32") * min(threads, cores) / cores
+    else:
+        peak = rates.peak("fp16")
+    return GgmlRates(bandwidth * backend.memory[gtype], bandwidth * backend.memory["f16"],
+                     peak * backend.matmul[gtype], peak * backend.matmul["f16"],
+                     backend.kernel_s, backend.token_s, backend.nodes_per_layer,
+                     "spec")  # fmt: skip
+
+
+def _weights_read(arch: Architecture, plan: InferencePlan) -> float:
+    """Bytes of weights one forward reads: all of them but the input embedding's other rows
+    (and, in a mixture of experts, the experts not routed to)."""
+    counts = count_params(arch)
+    if plan.stored_weights:
+        total = float(plan.stored_weights.total_bytes)
+        embedding = float(plan.stored_weights.embedding_bytes)
+    else:
+        total = weight_bytes(arch, weight_format(plan.weights))
+        embedding = total * counts.embedding / counts.total
+    rest = total - embedding
+    active = rest * (counts.active - counts.embedding) / max(1, counts.total - counts.embedding)
+    return active + (embedding if arch.tie_embeddings else 0.0)
+
+
+def _phase(name: str, rows: list[tuple[Op, float, float]], overhead_s: float) -> PhaseTime:
+    times = tuple(OpTime(op, c, m) for op, c, m in rows)
+    ops_s = sum(t.seconds for t in times)
+    return PhaseTime(name, ops_s + overhead_s, ops_s, overhead_s, 0.0,
+                     sum(op.flops for op, _, _ in rows), sum(op.bytes for op, _, _ in rows),
+                     times)  # fmt: skip
+
+
+def _kv_bytes(arch: Architecture, plan: InferencePlan, context: float) -> float:
+    kv_type = llama_cpp_runtime().kv_type if plan.kv_dtype is None else plan.kv_dtype
+    per = llama_cpp_runtime().kv_type_bytes.get(kv_type, weight_format(kv_type).bytes_per_element)
+    return arch.kv_cache_elements_per_token() * per * context * plan.batch
+
+
+def _matmul_flops(arch: Architecture, tokens: int) -> float:
+    """FLOPs of every matmul for `tokens` tokens, the output head's included."""
+    counts = count_params(arch)
+    head = arch.vocab_size * arch.hidden_size if arch.tie_embeddings else 0
+    return 2.0 * tokens * (counts.active - counts.embedding + head)
+
+
+def decode_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str) -> PhaseTime:
+    """One step of token generation at the mid-point of generation, for the whole batch."""
+    read = _weights_read(arch, plan)
+    context = plan.prompt_tokens + max(0, plan.new_tokens - 1) / 2 + 1
+    kv = _kv_bytes(arch, plan, context)
+    flops = _matmul_flops(arch, plan.batch)
+    attention = 4.0 * arch.num_layers * arch.q_dim * context * plan.batch
+    rows = [(Op(f"weights ({gtype})", "matmul", flops, read), flops / g.matmul_flops,
+             read / g.weight_bytes_per_s),
+            (Op("attention (KV cache)", "attention", attention, kv),
+             attention / g.attention_flops, kv / g.kv_bytes_per_s)]  # fmt: skip
+    return _phase("decode", rows, arch.num_layers * g.nodes_per_layer * g.node_s + g.token_s)
+
+
+def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str,
+                  n_ubatch: int) -> PhaseTime:  # fmt: skip
+    """The prompt in ubatches of `n_ubatch` tokens: each streams the weights once and runs
+    the matmuls and flash attention over the cache so far."""
+    tokens = plan.batch * plan.prompt_tokens
+    ubatches = math.ceil(tokens / n_ubatch)
+    read = _weights_read(arch, plan)
+    flops = _matmul_flops(arch, tokens) - 2.0 * plan.batch * (plan.prompt_tokens - 1) * (
+        arch.vocab_size * arch.hidden_size)  # logits of the last position only
+    attention = 2.0 * arch.num_layers * arch.q_dim * plan.prompt_tokens ** 2 * plan.batch
+    kv = _kv_bytes(arch, plan, plan.prompt_tokens / 2) * ubatches
+    rows = [(Op(f"weights ({gtype})", "matmul", flops, read * ubatches, m=tokens),
+             flops / g.matmul_flops, read * ubatches / g.weight_bytes_per_s),
+            (Op("attention", "attention", attention, kv), attention / g.attention_flops,
+             kv / g.kv_bytes_per_s)]  # fmt: skip
+    per_ubatch = arch.num_layers * g.nodes_per_layer * g.node_s + g.token_s
+    return _phase("prefill", rows, ubatches * per_ubatch)
+
+
+def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates:
+    """This machine's llama.cpp measurements for the type and thread count where the probe
+    took them (`gpuwise probe`), else the datasheet with the backend's shares."""
+    threads = threads or max(1, rates.compute_units)
+    measured = rates.ggml_measured.get(f"{gtype}/{threads}") if rates.kind == "cpu" else None
+    if measured:
+        return GgmlRates(**measured, source="measured")
+    return spec_ggml_rates(rates, ggml_backend(rates.kind), gtype, threads)
+
+
+def ggml_phases(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
+                threads: int | None = None) -> tuple[PhaseTime, PhaseTime, GgmlRates]:  # fmt: skip
+    """(prefill, one decode step, the rates used) of the plan under llama.cpp."""
+    gtype = ggml_type(plan)
+    g = ggml_rates(rates, gtype, threads)
+    n_ubatch = llama_cpp_runtime().n_ubatch
+    return prefill_phase(arch, plan, g, gtype, n_ubatch), decode_phase(arch, plan, g, gtype), g
