@@ -10,6 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuwise.errors import GpuwiseError
+from gpuwise.measure.llama_cpp.gguf_model import need_llama_cpp
+from gpuwise.measure.probe.llama_cpp_part import keep_llama_cpp, with_llama_cpp
 from gpuwise.measure.probe.machine import probe_machine
 from gpuwise.measure.probe.merge import keep_full_parts, median_profile
 from gpuwise.measure.probe.plausible import profile_warnings
@@ -17,6 +20,7 @@ from gpuwise.measure.probe.profile import Profile
 from gpuwise.measure.probe.store import profile_path, save_profile
 from gpuwise.measure.probe.trusted import trusted_profile
 
+PROBED_RUNTIMES = ("transformers", "llama.cpp")
 # progress(what is being measured, share of the whole done from 0 to 1)
 Progress = Callable[[str, float], None]
 
@@ -29,12 +33,24 @@ class ProbeAnswer:
     in_use_path: Path | None = None
 
 
-def probe(quick: bool, repeat: int = 1, progress: Progress | None = None) -> ProbeAnswer:
-    profiles = [probe_machine(quick, _one_of(progress, i, repeat)) for i in range(repeat)]
+def probe(quick: bool, repeat: int = 1, progress: Progress | None = None,
+          runtime: str = "transformers") -> ProbeAnswer:  # fmt: skip
+    """`runtime` "llama.cpp" also times llama.cpp here (llama-cpp-python installed)."""
+    if runtime not in PROBED_RUNTIMES:
+        raise GpuwiseError(f"the probe measures no {runtime!r} runtime",
+                           f"choose one of: {', '.join(PROBED_RUNTIMES)}")  # fmt: skip
+    if runtime == "llama.cpp":
+        need_llama_cpp()  # before minutes of probing, not after
+    share = 0.6 if runtime == "llama.cpp" else 1.0
+    profiles = [probe_machine(quick, _one_of(progress, i, repeat, share)) for i in range(repeat)]
     profile = median_profile(profiles)
     previous = trusted_profile(profile.backend, profile.fingerprint)
     if quick:
         profile = keep_full_parts(profile, previous)
+    if runtime == "llama.cpp":
+        part = (lambda what, done: progress(what, share + (1 - share) * done)) if progress else None
+        profile = with_llama_cpp(profile, part)
+    profile = keep_llama_cpp(profile, previous)
     warnings = _warnings(profile)
     if not warnings:
         return ProbeAnswer(profile, save_profile(profile))
@@ -53,9 +69,10 @@ def _warnings(profile: Profile) -> tuple[str, ...]:
     return profile_warnings(profile)
 
 
-def _one_of(progress: Progress | None, i: int, repeat: int) -> Progress | None:
-    """Progress of probe i of `repeat` on one bar."""
+def _one_of(progress: Progress | None, i: int, repeat: int,
+            share: float = 1.0) -> Progress | None:  # fmt: skip
+    """Progress of probe i of `repeat` on one bar, of which they take `share`."""
     if progress is None:
         return None
     prefix = f"probe {i + 1}/{repeat}: " if repeat > 1 else ""
-    return lambda what, done: progress(prefix + what, (i + done) / repeat)
+    return lambda what, done: progress(prefix + what, share * (i + done) / repeat)

@@ -30,7 +30,15 @@ from gpuwise.cli.common import (
     hardware_named,
     model_named,
 )
-from gpuwise.cli.runtime_options import Ctx, GpuUtil, Runtime, Weights
+from gpuwise.cli.runtime_options import (
+    Ctx,
+    GpuUtil,
+    QuantKernel,
+    Runtime,
+    Threads,
+    TrainRuntime,
+    Weights,
+)
 from gpuwise.errors import GpuwiseError
 
 
@@ -88,10 +96,11 @@ def infer(
     logits: Annotated[str, typer.Option(help="logits kept: last (generate's default) or "
                                         "all")] = "last",  # fmt: skip
     runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
-    ops: Ops = False, as_json: Json = False,
+    threads: Threads = None, quant_kernel: QuantKernel = "", ops: Ops = False,
+    as_json: Json = False,
 ) -> None:  # fmt: skip
-    """Memory of generating text with a model, a .gguf or a .safetensors checkpoint, under
-    transformers (default), llama.cpp or vLLM."""
+    """Memory and time of generating text with a model, a .gguf or a .safetensors checkpoint,
+    under transformers (default), torch.compile, vLLM, SGLang or llama.cpp."""
     from gpuwise.app.checkpoint_weights import plan_weights
     from gpuwise.app.infer import infer as infer_model
     from gpuwise.report.estimate_views import infer_view
@@ -102,7 +111,8 @@ def infer(
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=chosen["weights"], stored_weights=chosen["stored_weights"],
                          kv_dtype=kv_dtype, attention=attention, logits=logits, runtime=runtime,
-                         context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+                         context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
+                         threads=threads, quant_kernel=quant_kernel)  # fmt: skip
     answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"])
     emit(infer_view(answer, ops), as_json)
 
@@ -126,14 +136,14 @@ def train(
     attention: Attention = "sdpa", ops: Ops = False,
     train_tokens: Annotated[float | None, typer.Option(
         help="tokens to train on, e.g. 2e9: adds the time to train them (default: none)")] = None,
-    as_json: Json = False,
+    runtime: TrainRuntime = "transformers", as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory of one training step: weights, gradients, optimizer, activations."""
     from gpuwise.app.train import train as train_model
     from gpuwise.report.estimate_views import train_view
 
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
-                          checkpointing, gpus, zero, tp, attention)  # fmt: skip
+                          checkpointing, gpus, zero, tp, attention, runtime)  # fmt: skip
     if train_tokens is not None and not (0 <= train_tokens < math.inf):
         raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
                            "give the number of tokens to train on, e.g. 2e9")  # fmt: skip
@@ -143,14 +153,14 @@ def train(
 
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,
                    lora_rank: int, lora_targets: str, checkpointing: bool, gpus: int, zero: int,
-                   tp: int, attention: str) -> Any:  # fmt: skip
+                   tp: int, attention: str, runtime: str = "transformers") -> Any:  # fmt: skip
     from gpuwise.workload.plans import LORA_TARGETS, TrainingPlan
 
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) or LORA_TARGETS
     return TrainingPlan(batch=batch, seq=seq, dtype=dtype, optimizer=optimizer,
                         finetune=finetune, lora_rank=lora_rank, lora_targets=targets,
                         checkpointing=checkpointing, attention=attention, gpus=gpus, zero=zero,
-                        tp=tp)  # fmt: skip
+                        tp=tp, runtime=runtime)  # fmt: skip
 
 
 @app.command()
@@ -158,9 +168,13 @@ def probe(
     quick: Annotated[bool, typer.Option("--quick", help="fewer sizes: under 15 s")] = False,
     repeat: Annotated[int, typer.Option(help="probes to take, 1 to 10; each reading is their "
                                         "median (a machine whose speed moves: 3)")] = 1,  # fmt: skip
+    runtime: Annotated[str, typer.Option(
+        "--runtime", help="transformers (its per-op costs, where installed) or llama.cpp "
+        "(also times llama.cpp here through llama-cpp-python: about 2 minutes)")] = "transformers",
     as_json: Json = False,
 ) -> None:
-    """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead) and save it."""
+    """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead, and a
+    runtime's own speed) and save it."""
     from gpuwise.app.probe import probe as probe_machine
     from gpuwise.report.probe_view import probe_view
     from gpuwise.report.progress import progress_bar
@@ -169,7 +183,7 @@ def probe(
         raise GpuwiseError(f"--repeat {repeat}: takes 1 to 10 probes", "3 is enough for a "
                            "machine whose speed moves; 1 (the default) for a steady one")  # fmt: skip
     with progress_bar(quiet=as_json) as progress:
-        answer = probe_machine(quick, repeat, progress)
+        answer = probe_machine(quick, repeat, progress, runtime)
     emit(probe_view(answer), as_json)
 
 

@@ -8,7 +8,24 @@ import typer
 
 Runtime = Annotated[
     str,
-    typer.Option("--runtime", help="whose memory rules: transformers, llama.cpp or vllm"),
+    typer.Option("--runtime", help="whose memory rules and time model: transformers (eager "
+                 "generate()), compiled (torch.compile + CUDA graphs), vllm, sglang or llama.cpp"),
+]
+TrainRuntime = Annotated[
+    str,
+    typer.Option("--runtime", help="whose time model: transformers (eager) or compiled "
+                 "(torch.compile)"),
+]
+Threads = Annotated[
+    int | None,
+    typer.Option("--threads", help="llama.cpp's CPU threads (default: one a core; "
+                 "llama.cpp on a CPU only)"),
+]
+QuantKernel = Annotated[
+    str,
+    typer.Option("--quant-kernel", help="the weight-only kernel for int4/int8/nf4/fp8 weights: "
+                 "marlin, awq-gemm, exllama, bnb-nf4, bnb-int8, torchao-int4, torchao-int8, "
+                 "fp8-w8a8, ... (default: the runtime's own)", show_default=False),
 ]
 Ctx = Annotated[
     int | None,

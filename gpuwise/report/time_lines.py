@@ -18,18 +18,20 @@ def time_lines(rec: dict[str, Any]) -> dict[str, str]:
         return {"time": f"step {format_seconds(rec['step_s'])}{_range(rec, 'step_s')}, "
                         f"{rec['tokens_per_s']:,.0f} tokens/s, MFU {100 * rec['mfu']:.0f}% "
                         f"(backward {rec['bound']['backward']}-bound; {rec['source']}: "
-                        f"{rec['rates']})" + _time_to_train(rec)}  # fmt: skip
-    return {"time": f"prefill {format_seconds(rec['prefill_s'])}{_range(rec, 'prefill_s')} "
-                    f"({rec['bound']['prefill']}-bound), decode "
-                    f"{format_seconds(rec['decode_s_per_token'])}/token"
-                    f"{_range(rec, 'decode_s_per_token')} "
-                    f"({rec['bound']['decode']}-bound), {rec['tokens_per_s']:,.1f} tokens/s "
-                    f"({rec['source']}: {rec['rates']}); runtime {rec['runtime']}"
-                    + (f", {rec['kernel']} kernels" if rec.get("kernel") else "")}  # fmt: skip
+                        f"{rec['rates']}); runtime {rec['runtime']}"
+                        + _time_to_train(rec)}  # fmt: skip
+    kernel = f", {rec['kernel']} kernels" if rec.get("kernel") else ""
+    return {"time": f"prefill {format_seconds(rec['prefill_s'])} "
+                    f"({_range(rec, 'prefill_s', '; ')}{rec['bound']['prefill']}-bound), decode "
+                    f"{format_seconds(rec['decode_s_per_token'])}/token "
+                    f"({_range(rec, 'decode_s_per_token', '; ')}{rec['bound']['decode']}-bound), "
+                    f"{rec['tokens_per_s']:,.1f} tokens/s ({rec['source']}: {rec['rates']}); "
+                    f"runtime {rec['runtime']}{kernel}"}  # fmt: skip
 
 
-def _range(rec: dict[str, Any], key: str) -> str:
-    """" (6.8-9.3 ms, 80%)": the estimate's interval, in the estimate's unit."""
+def _range(rec: dict[str, Any], key: str, then: str = "") -> str:
+    """The estimate's 80% interval: "6.8-9.3 ms, 80%" followed by `then`, or without `then`
+    " (6.8-9.3 ms, 80%)"; "" where there is none."""
     iv = rec.get(f"{key}_interval")
     if not iv:
         return ""
@@ -37,7 +39,8 @@ def _range(rec: dict[str, Any], key: str) -> str:
     unit = high.split(" ")[-1]
     if low.endswith(" " + unit):
         low = low.rsplit(" ", 1)[0]
-    return f" ({low}-{high}, 80%)"
+    text = f"{low}-{high}, 80%"
+    return text + then if then else f" ({text})"
 
 
 def _time_to_train(rec: dict[str, Any]) -> str:

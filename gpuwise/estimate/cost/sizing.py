@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.estimate.cost.prices import Usage
 from gpuwise.estimate.memory.fits import devices_for_inference, devices_for_training
 from gpuwise.estimate.memory.inference import estimate_inference
@@ -95,6 +96,8 @@ def size_serving(arch: Architecture, load: ServeLoad, cand: Candidate, weights: 
     most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
     if cand.rates is None:
         return f"speed not known: {cand.rates_how}"
+    if hw.kind not in runtime_speed(runtime).devices:
+        return f"{runtime} does not run on a {hw.kind}"
     if tp is None or tp > most:
         return f"{weights} weights do not fit on {most} device(s)"
     rows: list[tuple[int, InferenceTime]] = []

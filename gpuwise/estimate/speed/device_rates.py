@@ -169,6 +169,7 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
                             row_curves: dict[str, tuple[tuple[float, float], ...]] | None = None,
                             runtime: dict[str, Any] | None = None,
                             kernels: dict[str, Any] | None = None,
+                            llama_cpp: dict[str, dict[str, float]] | None = None,
                             ) -> DeviceRates:  # fmt: skip
     """Rates measured on this machine by `gpuwise probe` (efficiency already included)."""
     peaks = {k: max(r for _, r in v) for k, v in matmul_curves.items() if v}
@@ -190,4 +191,5 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         runtime_step_s={p: rt[f"{p}_step_s"] for p in PHASES if f"{p}_step_s" in rt},
         runtime_vocab_s=float(rt.get("decode_vocab_s", 0.0)),
         kernels=KernelRates.from_record(kernels) if kernels else None,
+        ggml_measured=dict(llama_cpp or {}),
     )  # fmt: skip

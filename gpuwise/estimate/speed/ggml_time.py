@@ -36,9 +36,9 @@ class GgmlRates:
     kv_bytes_per_s: float  # reading the f16 KV cache
     matmul_flops: float  # prompt processing's matmuls in this type
     attention_flops: float  # flash attention's matmuls (f16)
-    node_s: float  # per graph node
-    token_s: float  # per graph evaluation (a token of tg, a ubatch of pp)
-    nodes_per_layer: float  # graph nodes a layer costs `node_s` for
+    layer_s: float  # per layer per graph evaluation: its nodes' launches or thread barriers
+    token_s: float  # per graph evaluation (a token of tg, a ubatch of pp): the host's share
+    layer_token_s: float  # per layer per prompt token: the norms, rope and softmax of pp
     source: str  # "spec" or "measured"
 
 
@@ -68,11 +68,11 @@ def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
         peak = rates.peak("fp16")
     return GgmlRates(bandwidth * backend.memory[gtype], bandwidth * backend.memory["f16"],
                      peak * backend.matmul[gtype], peak * backend.matmul["f16"],
-                     backend.kernel_s, backend.token_s, backend.nodes_per_layer,
+                     backend.nodes_per_layer * backend.kernel_s, backend.token_s, 0.0,
                      "spec")  # fmt: skip
 
 
-def _weights_read(arch: Architecture, plan: InferencePlan) -> float:
+def weights_read(arch: Architecture, plan: InferencePlan) -> float:
     """Bytes of weights one forward reads: all of them but the input embedding's other rows
     (and, in a mixture of experts, the experts not routed to)."""
     counts = count_params(arch)
@@ -95,31 +95,40 @@ def _phase(name: str, rows: list[tuple[Op, float, float]], overhead_s: float) ->
                      times)  # fmt: skip
 
 
-def _kv_bytes(arch: Architecture, plan: InferencePlan, context: float) -> float:
+def kv_bytes(arch: Architecture, plan: InferencePlan, context: float) -> float:
     kv_type = llama_cpp_runtime().kv_type if plan.kv_dtype is None else plan.kv_dtype
     per = llama_cpp_runtime().kv_type_bytes.get(kv_type, weight_format(kv_type).bytes_per_element)
     return arch.kv_cache_elements_per_token() * per * context * plan.batch
 
 
-def _matmul_flops(arch: Architecture, tokens: int) -> float:
+def matmul_flops(arch: Architecture, tokens: int) -> float:
     """FLOPs of every matmul for `tokens` tokens, the output head's included."""
     counts = count_params(arch)
     head = arch.vocab_size * arch.hidden_size if arch.tie_embeddings else 0
     return 2.0 * tokens * (counts.active - counts.embedding + head)
 
 
+def prefill_flops(arch: Architecture, plan: InferencePlan) -> tuple[float, float]:
+    """(matmul, causal attention) FLOPs of the prompt: logits of each sequence's last
+    position only, as llama_decode computes them unless asked for all."""
+    tokens = plan.batch * plan.prompt_tokens
+    head = 2.0 * plan.batch * (plan.prompt_tokens - 1) * arch.vocab_size * arch.hidden_size
+    attention = 2.0 * arch.num_layers * arch.q_dim * plan.prompt_tokens**2 * plan.batch
+    return matmul_flops(arch, tokens) - head, attention
+
+
 def decode_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str) -> PhaseTime:
     """One step of token generation at the mid-point of generation, for the whole batch."""
-    read = _weights_read(arch, plan)
+    read = weights_read(arch, plan)
     context = plan.prompt_tokens + max(0, plan.new_tokens - 1) / 2 + 1
-    kv = _kv_bytes(arch, plan, context)
-    flops = _matmul_flops(arch, plan.batch)
+    kv = kv_bytes(arch, plan, context)
+    flops = matmul_flops(arch, plan.batch)
     attention = 4.0 * arch.num_layers * arch.q_dim * context * plan.batch
     rows = [(Op(f"weights ({gtype})", "matmul", flops, read), flops / g.matmul_flops,
              read / g.weight_bytes_per_s),
             (Op("attention (KV cache)", "attention", attention, kv),
              attention / g.attention_flops, kv / g.kv_bytes_per_s)]  # fmt: skip
-    return _phase("decode", rows, arch.num_layers * g.nodes_per_layer * g.node_s + g.token_s)
+    return _phase("decode", rows, arch.num_layers * g.layer_s + g.token_s)
 
 
 def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str,
@@ -128,17 +137,15 @@ def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: 
     the matmuls and flash attention over the cache so far."""
     tokens = plan.batch * plan.prompt_tokens
     ubatches = math.ceil(tokens / n_ubatch)
-    read = _weights_read(arch, plan)
-    flops = _matmul_flops(arch, tokens) - 2.0 * plan.batch * (plan.prompt_tokens - 1) * (
-        arch.vocab_size * arch.hidden_size)  # logits of the last position only
-    attention = 2.0 * arch.num_layers * arch.q_dim * plan.prompt_tokens ** 2 * plan.batch
-    kv = _kv_bytes(arch, plan, plan.prompt_tokens / 2) * ubatches
+    read = weights_read(arch, plan)
+    flops, attention = prefill_flops(arch, plan)
+    kv = kv_bytes(arch, plan, plan.prompt_tokens / 2) * ubatches
     rows = [(Op(f"weights ({gtype})", "matmul", flops, read * ubatches, m=tokens),
              flops / g.matmul_flops, read * ubatches / g.weight_bytes_per_s),
             (Op("attention", "attention", attention, kv), attention / g.attention_flops,
              kv / g.kv_bytes_per_s)]  # fmt: skip
-    per_ubatch = arch.num_layers * g.nodes_per_layer * g.node_s + g.token_s
-    return _phase("prefill", rows, ubatches * per_ubatch)
+    fixed = ubatches * (arch.num_layers * g.layer_s + g.token_s)
+    return _phase("prefill", rows, fixed + arch.num_layers * tokens * g.layer_token_s)
 
 
 def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates:

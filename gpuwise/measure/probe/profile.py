@@ -133,6 +133,8 @@ class Profile:
     runtime: dict[str, Any] | None = None
     # Kernels at model shapes (gpuwise.measure.probe.kernels): linear grid, SDPA, elementwise.
     kernels: dict[str, Any] | None = None
+    # llama.cpp's rates on this CPU (gpuwise.measure.llama_cpp.probe), with --runtime llama.cpp.
+    llama_cpp: dict[str, Any] | None = None
     # Headline rates (read, matmul_fp32, matmul_bf16) measured again at the probe's end, as
     # ratios to its own readings (gpuwise.measure.probe.steadiness): 1.0 held still.
     steadiness: dict[str, float] | None = None

@@ -30,6 +30,15 @@ MATMUL_POINT = record({"m": size, "n": size, "k": size, "dtype": text, "seconds"
                        "repeats": number})  # a median of counts after --repeat  # fmt: skip
 # The transformers runtime's costs: seconds and factors by name, GEMV rates by dtype.
 RUNTIME = table_of(number, {"gemv": table_of(list_of(point(1))), "device": text})
+# llama.cpp's rates by "ggml type/threads" (estimate/speed/ggml_time.GgmlRates' fields).
+GGML_RATES = record({key: number for key in (
+    "weight_bytes_per_s", "kv_bytes_per_s", "matmul_flops", "attention_flops", "layer_s",
+    "token_s", "layer_token_s")})  # fmt: skip
+LLAMA_CPP = record({"version": text, "system_info": text, "n_prompt": integer, "n_gen": integer,
+                    "models": list_of(text), "rates": table_of(GGML_RATES),
+                    "timings": list_of(record({"model": text, "type": text, "threads": integer,
+                                               "pp_s": number, "tg_s": number, "bytes": integer,
+                                               "embedding_bytes": integer}))})  # fmt: skip
 PROFILE = record(
     {
         "fingerprint": text, "device": text, "backend": text, "threads": maybe(integer),
@@ -43,6 +52,7 @@ PROFILE = record(
         "cache_bytes": maybe(integer), "spec_id": maybe(text), "quick": flag,
         "notes": list_of(text), "runtime": maybe(RUNTIME), "kernels": maybe(check_kernels),
         "steadiness": maybe(table_of(number)), "warnings": list_of(text),
+        "llama_cpp": maybe(LLAMA_CPP),
     },
 )  # fmt: skip
 

@@ -78,4 +78,5 @@ def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:
     return rates_from_measurements(
         hw, triad * 1e9, {k: tuple(sorted(v)) for k, v in square.items()}, overhead,
         overhead / 3, {k: tuple(sorted(v)) for k, v in rows.items()},
-        getattr(profile, "runtime", None), getattr(profile, "kernels", None))  # fmt: skip
+        getattr(profile, "runtime", None), getattr(profile, "kernels", None),
+        (getattr(profile, "llama_cpp", None) or {}).get("rates"))  # fmt: skip

@@ -1,0 +1,114 @@
+"""`gpuwise probe --runtime llama.cpp`: time llama.cpp on this CPU with two small random-weight
+models in each ggml type and thread count, and fit the llama.cpp time model's rates to them
+(fit.py). The models are not the validation's (benchmarks/validate_llama_cpp.py): what that
+checks is how the rates carry over to models they were not fitted to."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuwise.measure.llama_cpp.bench import tensor_bytes, time_llama_cpp
+from gpuwise.measure.llama_cpp.fit import (
+    GGML_TYPE,
+    ModelTiming,
+    fit_rates,
+    llama_arch,
+    timing_plans,
+)
+from gpuwise.measure.llama_cpp.gguf_model import GgufConfig, quantize, write_random_gguf
+
+# Two shapes whose bytes per layer differ by ~6x, so layer costs and bandwidth separate.
+PROBE_MODELS = (GgufConfig(hidden=384, layers=6, heads=6, kv_heads=2, ffn=1024),
+                GgufConfig(hidden=1280, layers=4, heads=10, kv_heads=2, ffn=3456))  # fmt: skip
+TYPES = ("f16", "q8_0", "q4_0", "q4_k_m")
+N_PROMPT, N_GEN, REPS = 256, 32, 5
+ATTEMPTS, QUIET = 3, 0.05  # runs of a timing at most; others' share of the CPUs that is quiet
+
+Progress = Callable[[str, float], None]
+
+
+def probe_threads(cores: int) -> list[int]:
+    """One thread and every core: llama.cpp's default is one thread a core."""
+    return sorted({1, max(1, cores)})
+
+
+def _model_files(cfg: GgufConfig, folder: Path) -> dict[str, Path]:
+    f16 = write_random_gguf(folder / f"{cfg.name}-f16.gguf", cfg)
+    files = {"f16": f16}
+    for qtype in TYPES[1:]:
+        files[qtype] = quantize(f16, folder / f"{cfg.name}-{qtype}.gguf", qtype)
+    return files
+
+
+def _quiet_run(path: Path, threads: int) -> dict[str, Any]:
+    """The timing with the least of the CPUs taken by other processes, of up to ATTEMPTS: on
+    a few cores one busy neighbour stalls llama.cpp's thread barriers."""
+    best: dict[str, Any] | None = None
+    for _ in range(ATTEMPTS):
+        run = time_llama_cpp(path, threads=threads, n_prompt=N_PROMPT, n_gen=N_GEN, reps=REPS)
+        share = run.get("others_cpu_share") or 0.0
+        if best is None or share < (best.get("others_cpu_share") or 0.0):
+            best = run
+        if share < QUIET:
+            break
+    assert best is not None
+    return best
+
+
+def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, Any]:
+    """One model's pp and tg: the median repetition of the quietest run (a repetition that
+    another process stalled is an outlier, not a reading)."""
+    run = _quiet_run(path, threads)
+    tb = tensor_bytes(path)
+    pp_s = statistics.median(run["pp_samples_s"])
+    tg_s = statistics.median(run["tg_samples_s"]) / N_GEN
+    return {"model": cfg.name, "type": qtype, "threads": threads, "pp_s": pp_s,
+            "tg_s": tg_s, "bytes": tb["total"],
+            "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
+            "system_info": run["system_info"]}  # fmt: skip
+
+
+def rates_from_timings(timings: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """The fitted rates by "ggml type/threads" from the probe models' timings."""
+    models = {cfg.name: cfg for cfg in PROBE_MODELS}
+    pairs: dict[tuple[str, int], list[ModelTiming]] = {}
+    for t in timings:
+        cfg = models[t["model"]]
+        arch = llama_arch(cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
+        pp, tg = timing_plans(t["type"], t["bytes"], t["embedding_bytes"], N_PROMPT, N_GEN,
+                              t["threads"])  # fmt: skip
+        pairs.setdefault((t["type"], t["threads"]), []).append(
+            ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"]))
+    return {f"{GGML_TYPE[q]}/{n}": fit_rates(*found[:2])
+            for (q, n), found in pairs.items() if len(found) >= 2}  # fmt: skip
+
+
+def probe_llama_cpp(cores: int, progress: Progress | None = None) -> dict[str, Any]:
+    """llama.cpp's rates on this machine by "ggml type/threads", with what they came from."""
+    threads = probe_threads(cores)
+    steps = len(PROBE_MODELS) * (1 + len(TYPES) * len(threads))
+    done, timings = 0, []
+    with tempfile.TemporaryDirectory(prefix="gpuwise-llama-") as tmp:
+        for cfg in PROBE_MODELS:
+            if progress:
+                progress(f"llama.cpp: writing {cfg.name}", done / steps)
+            files = _model_files(cfg, Path(tmp))
+            done += 1
+            for qtype in TYPES:
+                for t in threads:
+                    if progress:
+                        progress(f"llama.cpp: {cfg.name} {qtype} on {t} thread(s)", done / steps)
+                    timings.append(_timing(cfg, files[qtype], qtype, t))
+                    done += 1
+            for path in set(files.values()):
+                path.unlink()
+    info = {key: timings[-1][key] for key in ("version", "system_info")}
+    for record in timings:
+        del record["version"], record["system_info"]
+    return {**info, "n_prompt": N_PROMPT, "n_gen": N_GEN,
+            "models": [cfg.name for cfg in PROBE_MODELS], "rates": rates_from_timings(timings),
+            "timings": timings}  # fmt: skip
