@@ -41,6 +41,7 @@ def implausible(profile: Any) -> tuple[str, ...]:
             *_matmul(profile, bounds),
             *_overhead(profile, bounds),
             *_kernels(profile.kernels or {}, bounds),
+            *_llama_cpp(getattr(profile, "llama_cpp", None) or {}, bounds),
             *_steadiness(profile.steadiness or {}),
         ]
     )
@@ -158,3 +159,19 @@ def _steadiness(ratios: dict[str, float]) -> Iterator[str]:
             yield (f"{what} measured again at the probe's end ran at "
                    f"x{ratio:.2f} its reading: the machine changed speed while it was probed "
                    f"(beyond x{low:g}-x{high:g})")  # fmt: skip
+
+
+def _llama_cpp(record: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
+    """llama.cpp's fitted rates: streaming within the elementwise bounds (a small probe model
+    runs from cache), matmuls within the int8 ones (its quantised dot products), and no fixed
+    cost past a stalled op's."""
+    matmul = bounds.matmul_tflops.get("int8", [0.0, math.inf])
+    for key, r in (record.get("rates") or {}).items():
+        yield from _judge(f"llama.cpp {key} weight streaming", r["weight_bytes_per_s"] / 1e9,
+                          bounds.elementwise_gbs, "GB/s", bounds.kind)  # fmt: skip
+        yield from _judge(f"llama.cpp {key} prompt matmuls", r["matmul_flops"] / 1e12, matmul,
+                          "GFLOP/s", bounds.kind, 1e3)  # fmt: skip
+        for cost in ("layer_s", "layer_token_s", "token_s"):
+            if not 0 <= r[cost] <= bounds.overhead_s[1]:
+                yield (f"llama.cpp {key} {cost} read {r[cost] * 1e6:,.0f} us: a stalled run, "
+                       f"not a cost (at most {bounds.overhead_s[1] * 1e6:,.0f} us)")  # fmt: skip
