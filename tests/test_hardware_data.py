@@ -310,3 +310,18 @@ def test_unrented_and_unsold_are_zero_not_missing(devices: list[dict]) -> None:
             assert dev["cloud_usd_per_hour"] > 0, dev["id"]
         if dev["list_price_usd"] == 0 and dev["cloud_usd_per_hour"] == 0:
             pytest.fail(f"{dev['id']}: neither sold nor rented")
+
+
+def test_boost_clocks_are_the_clocks_the_fp32_peaks_are_computed_at(devices: list[dict]) -> None:
+    """fp32 peak = compute units x FP32 lanes x 2 x boost clock, with 64, 128 or 256 lanes a
+    unit (Volta/Turing/GA100, Ampere-Ada-Hopper-Blackwell SMs, CDNA3 CUs)."""
+    problems = []
+    for dev in devices:
+        clock = dev.get("boost_clock_mhz", 0)
+        if not clock:
+            assert dev["kind"] != "gpu", f"{dev['id']}: a GPU without its boost clock"
+            continue
+        lanes = dev["peak_tflops"]["fp32"] * 1e12 / (dev["compute_units"] * 2 * clock * 1e6)
+        if min(abs(lanes / n - 1) for n in (64, 128, 256)) > 0.02:
+            problems.append(f"{dev['id']}: {lanes:.1f} FP32 lanes a unit at {clock} MHz")
+    assert not problems, "\n".join(problems)

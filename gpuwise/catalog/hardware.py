@@ -25,6 +25,7 @@ class Hardware:
     sparse_peak_tflops: dict[str, float] = field(default_factory=dict)
     compute_units: int = 0
     compute_unit_name: str = ""
+    boost_clock_mhz: float = 0.0  # the clock the peaks are computed at (GPUs)
     l2_mib: float = 0.0
     tdp_w: float = 0.0
     interconnect: str = ""

@@ -56,6 +56,10 @@ class GgmlBackend:
     kernel_s: float
     nodes_per_layer: int
     core_bandwidth_gbs: float
+    # Per compute unit per cycle, by ggml type: what the kernels reach where the bandwidth
+    # or the peak would allow more ({}: no such limit).
+    unit_bytes_per_cycle: dict[str, float]
+    unit_flops_per_cycle: dict[str, float]
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
 

@@ -59,6 +59,9 @@ class DeviceRates:
     weight_stream_share: float = 1.0
     attention_memory_share: float = 1.0
     weight_dtype: str = ""
+    # Compute units x boost clock (GPUs; 0 where not known): kernels that keep too few bytes
+    # in flight run at a rate per unit per cycle, whatever the bandwidth (ggml_time.py).
+    unit_cycles_per_s: float = 0.0
     # llama.cpp timed on this machine by `gpuwise probe`, by "ggml type/threads": the
     # fields of estimate/speed/ggml_time.GgmlRates but `source`.
     ggml_measured: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -160,6 +163,7 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         collective_latency_s=d.collective_latency_s,
         kernel_latency_s=d.kernel_latency_s, vector_efficiency=d.vector, source="spec",
         runtime_op_s=dict(d.runtime_op_s), runtime_step_s=dict(d.runtime_step_s),
+        unit_cycles_per_s=units * hw.boost_clock_mhz * 1e6,
     )  # fmt: skip
 
 
@@ -192,4 +196,5 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         runtime_vocab_s=float(rt.get("decode_vocab_s", 0.0)),
         kernels=KernelRates.from_record(kernels) if kernels else None,
         ggml_measured=dict(llama_cpp or {}),
+        unit_cycles_per_s=max(1, hw.compute_units) * hw.boost_clock_mhz * 1e6,
     )  # fmt: skip

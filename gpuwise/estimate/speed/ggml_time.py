@@ -66,8 +66,15 @@ def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
         peak = rates.peak("fp32") * min(threads, cores) / cores
     else:
         peak = rates.peak("fp16")
-    return GgmlRates(bandwidth * backend.memory[gtype], bandwidth * backend.memory["f16"],
-                     peak * backend.matmul[gtype], peak * backend.matmul["f16"],
+
+    def rate(total: float, share: dict[str, float], per_cycle: dict[str, float], t: str) -> float:
+        """The share of `total`, or what the compute units reach a cycle where that is less."""
+        cap = rates.unit_cycles_per_s * per_cycle.get(t, 0.0)
+        return min(total * share[t], cap) if cap else total * share[t]
+
+    b, f = backend.unit_bytes_per_cycle, backend.unit_flops_per_cycle
+    return GgmlRates(rate(bandwidth, backend.memory, b, gtype), rate(bandwidth, backend.memory, b, "f16"),
+                     rate(peak, backend.matmul, f, gtype), rate(peak, backend.matmul, f, "f16"),
                      backend.nodes_per_layer * backend.kernel_s, backend.token_s, 0.0,
                      "spec")  # fmt: skip
 
