@@ -66,6 +66,9 @@ ok "$G" models --json
 ok "$G" check llama-3.1-8b --on h100 --json
 ok "$G" infer llama-3.1-8b --on h100 --ops
 ok "$G" infer qwen2.5-7b --on l4 --weights int4 --kv-dtype fp8 --runtime vllm --json
+ok "$G" infer llama-3.1-8b --on rtx-4090 --runtime llama.cpp --weights q4_k_m --json
+ok "$G" check llama-3.1-8b --on h100 --runtime sglang
+ok "$G" train llama-3.1-8b --on h100 --runtime compiled --json
 ok "$G" train gpt2 --on h100 --json
 ok "$G" train llama-3.1-8b --on a100-80gb --finetune lora --checkpointing --json
 ok "$G" advise qwen2.5-7b --requests-per-day 100000 --prompt 512 --new-tokens 256 --json
@@ -78,6 +81,9 @@ ok "$G" probe --quick --json
 refused "$G" module smoke_model:build --input 8x64      # torch not installed: said, not raised
 refused "$G" infer no-such-model --on h100
 refused "$G" infer llama-3.1-8b --on h1000
+refused "$G" train llama-3.1-8b --on h100 --runtime llama.cpp   # serving runtimes do not train
+refused "$G" infer llama-3.1-8b --on h100 --runtime vlm          # did you mean vllm
+refused "$G" probe --runtime llama.cpp                           # llama-cpp-python not installed
 
 # With torch (the CPU build on this disk, pinned first so no extra pulls a CUDA build).
 "$work/venv/bin/pip" install -q torch==2.13.0

@@ -4,8 +4,10 @@ on this CPU").
 The probe (`gpuwise probe --runtime llama.cpp`: two small random-weight models per ggml type and
 thread count) gives the rates; the cases are other models (benchmarks/measure_llama_cpp.py: S,
 M, L in q8_0, q4_0, q4_k_m and f16 at 1 and 2 threads, llama-bench's pp and tg), none of which
-the rates were fitted to. By default both run here, probe first, so that they see the same
-machine; `--probe FILE` and `--cases FILE` reuse earlier results instead.
+the rates were fitted to. By default all run here: the probe before and after the cases, whose
+mean timings give the rates (a shared machine drifts over minutes; how far it moved is
+recorded), so that probe and cases see the same machine; `--probe FILE` and `--cases FILE`
+reuse earlier results instead. Each case's time is its median repetition, as the probe's.
 
 Run:  .venv/bin/python benchmarks/validate_llama_cpp.py [--probe FILE] [--cases FILE]
         [--out benchmarks/results/llama_cpp_time.json]
@@ -27,20 +29,20 @@ from gpuwise.catalog.hardware import find_hardware
 from gpuwise.estimate.speed.device_rates import rates_from_spec
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.measure.llama_cpp.fit import llama_arch, timing_plans
-from gpuwise.measure.llama_cpp.probe import probe_llama_cpp
+from gpuwise.measure.llama_cpp.probe import probe_llama_cpp, rates_from_timings
 
 ROOT = Path(__file__).resolve().parent
 CASES = ROOT / "results" / "llama_cpp_cpu.json"
 OUT = ROOT / "results" / "llama_cpp_time.json"
 
 
-def _cases(path: Path | None, tmp: Path) -> dict[str, Any]:
+def _cases(path: Path | None) -> dict[str, Any]:
+    """The cases: `path`'s, else measured now (measure_llama_cpp.py, its result file)."""
     if path is not None:
         return json.loads(path.read_text())
-    out = tmp / "cases.json"
     subprocess.run([sys.executable, str(ROOT / "measure_llama_cpp.py"), "--quants",
-                    "f16,q8_0,q4_0,q4_k_m", "--out", str(out)], check=True)  # fmt: skip
-    return json.loads(out.read_text())
+                    "f16,q8_0,q4_0,q4_k_m", "--out", str(CASES)], check=True)  # fmt: skip
+    return json.loads(CASES.read_text())
 
 
 def _rates(probe: dict[str, Any]) -> Any:
@@ -62,6 +64,18 @@ def _estimate(case: dict[str, Any], model: dict[str, Any], rates: Any) -> tuple[
     return prefill, decode
 
 
+def bracketed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """One probe record from two: each timing the mean of both, the rates fitted to that,
+    and how far each timing moved between them."""
+    timings, moved = [], []
+    for a, b in zip(before["timings"], after["timings"], strict=True):
+        timings.append({**a, "pp_s": (a["pp_s"] + b["pp_s"]) / 2, "tg_s": (a["tg_s"] + b["tg_s"]) / 2})
+        moved += [b["pp_s"] / a["pp_s"] - 1, b["tg_s"] / a["tg_s"] - 1]
+    return {**before, "timings": timings, "rates": rates_from_timings(timings),
+            "moved_between_probes": {"median": statistics.median(moved),
+                                     "largest": max(moved, key=abs)}}  # fmt: skip
+
+
 def compare(cases: dict[str, Any], probe: dict[str, Any]) -> list[dict[str, Any]]:
     rates = _rates(probe)
     rows = []
@@ -69,8 +83,11 @@ def compare(cases: dict[str, Any], probe: dict[str, Any]) -> list[dict[str, Any]
         model = cases["models"][case["model_name"]] if "model_name" in case else next(
             m for m in cases["models"].values() if m["size"] == case["size"])  # fmt: skip
         pp_est, tg_est = _estimate(case, model, rates)
-        for phase, est, measured in (("prefill", pp_est, case["pp_s"]),
-                                     ("decode", tg_est, case["tg_s_per_token"])):  # fmt: skip
+        # The median repetition, as the probe takes it: on a few shared cores one stalled
+        # repetition moves a mean by a third.
+        pp_s = statistics.median(case["pp_samples_s"])
+        tg_s = statistics.median(case["tg_samples_s"]) / case["n_gen"]
+        for phase, est, measured in (("prefill", pp_est, pp_s), ("decode", tg_est, tg_s)):
             rows.append({"size": case["size"], "qtype": case["qtype"], "threads": case["threads"],
                          "phase": phase, "estimated_s": est, "measured_s": measured,
                          "error": est / measured - 1})  # fmt: skip
@@ -83,8 +100,13 @@ def main() -> None:
     parser.add_argument("--cases", type=Path, help="a measure_llama_cpp.py result")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    probe = json.loads(args.probe.read_text()) if args.probe else probe_llama_cpp(os.cpu_count() or 1)
-    cases = _cases(args.cases, args.out.parent)
+    if args.probe:
+        probe = json.loads(args.probe.read_text())
+        cases = _cases(args.cases)
+    else:  # the machine drifts: probe before and after the cases, and take the mean
+        before = probe_llama_cpp(os.cpu_count() or 1)
+        cases = _cases(args.cases)
+        probe = bracketed(before, probe_llama_cpp(os.cpu_count() or 1))
     rows = compare(cases, probe)
     print(f"{'size':5s} {'type':7s} {'thr':>3s} {'phase':8s} {'estimated':>10s} "
           f"{'measured':>10s} {'error':>7s}")  # fmt: skip

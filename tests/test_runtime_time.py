@@ -180,3 +180,16 @@ def test_the_probe_fit_recovers_the_rates_that_made_its_timings():
     assert fitted["layer_s"] == pytest.approx(20e-6, rel=0.2)
 
 
+
+
+def test_check_times_a_decode_step_per_precision_under_its_runtime():
+    from gpuwise.app.check import check
+    from gpuwise.catalog import resolve_model
+
+    model = resolve_model("llama-3.1-8b")
+    plan = InferencePlan(runtime="llama.cpp")
+    rows = check(model, LLAMA, find_hardware("rtx-4090"), plan).rows
+    decode = {r["weights"]: r["decode"] for r in rows}
+    assert decode["int4"]["s_per_token"] < decode["bf16"]["s_per_token"]
+    assert decode["int4"]["low"] < decode["int4"]["s_per_token"] < decode["int4"]["high"]
+    assert "no nf4" in decode["nf4"]["unavailable"]  # llama.cpp has no nf4: said, not guessed

@@ -8,8 +8,12 @@ from typing import Any
 from gpuwise.app.infer import ignored_options
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
-from gpuwise.estimate.memory.check_rows import check_rows, precision_row
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS, check_rows, precision_row
 from gpuwise.estimate.memory.fits import precision_that_fits
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
+from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
@@ -23,14 +27,33 @@ class CheckAnswer:
     rows: list[dict[str, Any]]
     precision_that_fits: str | None
     notes: tuple[str, ...] = ()  # options the runtime ignores
+    rates_source: str = ""  # where the decode times' rates came from, or why there are none
 
 
 def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
           plan: InferencePlan) -> CheckAnswer:  # fmt: skip
     """One row per weight precision; a checkpoint's exact stored bytes first."""
+    plans = [replace(plan, stored_weights=None, weights=p) for p in CHECK_PRECISIONS]
     rows = check_rows(arch, replace(plan, stored_weights=None), hw)
     if plan.stored_weights:
+        plans.insert(0, plan)
         rows.insert(0, {**precision_row(arch, plan, hw),
                         "weights": f"{plan.stored_weights.label}, exact"})  # fmt: skip
+    rates, how = rates_for(hw)
+    for row, p in zip(rows, plans, strict=True):
+        row["decode"] = _decode(arch, p, rates) if rates else {"unavailable": how}
     return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw),
-                       ignored_options(plan))  # fmt: skip
+                       ignored_options(plan), how)  # fmt: skip
+
+
+def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates) -> dict[str, Any]:
+    """One decode step of the plan under its runtime, with its 80% interval; or why the
+    runtime cannot run this precision."""
+    try:
+        t = estimate_inference_time(arch, plan, rates)
+    except GpuwiseError as exc:
+        return {"unavailable": str(exc)}
+    iv = t.interval("decode")
+    low, high = iv.around(t.decode_s_per_token) if iv else (None, None)
+    return {"s_per_token": t.decode_s_per_token, "low": low, "high": high,
+            "tokens_per_s": t.tokens_per_s, "kernel": t.kernel, "source": t.source}  # fmt: skip

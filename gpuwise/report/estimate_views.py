@@ -65,9 +65,13 @@ def check_view(a: CheckAnswer) -> View:
         obj["checkpoint"] = checkpoint_record(a.model.checkpoint)
     label = f"{_context_label(a.plan)}, runtime {a.plan.runtime}"
     table = terminal.format_check(a.model.name, a.hardware, a.rows, label)
-    if not a.notes:
-        return obj, table
-    return obj, Group(table, Text("\n".join(f"note: {n}" for n in a.notes)))
+    obj["decode_rates"] = a.rates_source
+    notes = [f"decode: seconds a token, batch {a.plan.batch}, under {a.plan.runtime} "
+             f"({a.rates_source}); `gpuwise infer` gives its interval and the prefill", *a.notes]
+    missing = sorted({r["decode"]["unavailable"] for r in a.rows
+                      if "unavailable" in r.get("decode", {})})  # fmt: skip
+    notes += [f"decode -: {why}" for why in missing]
+    return obj, Group(table, Text("\n".join(f"note: {n}" for n in notes)))
 
 
 def _infer_time_record(a: InferAnswer) -> dict[str, Any]:

@@ -51,13 +51,21 @@ def format_memory(title: str, est: MemoryEstimate, hw: Hardware, extra: dict[str
 
 def format_check(name: str, hw: Hardware, rows: list[dict[str, Any]], context: str) -> Table:
     table = Table(title=f"{name} on {format_hardware_line(hw)}, {context}", title_justify="left")
-    for col in ("weights", "weight memory", "total", "fits", "headroom", "max context (batch 1)"):
+    for col in ("weights", "weight memory", "total", "fits", "headroom", "max context (batch 1)",
+                "decode"):
         table.add_column(col, justify="left" if col == "weights" else "right")
     for r in rows:
         table.add_row(r["weights"], format_bytes(r["weight_bytes"]), format_bytes(r["total_bytes"]),
                       fits_text(r["fits"]), format_bytes(r["headroom_bytes"]),
-                      _context_cell(r["max_context"], r["model_max_context"]))  # fmt: skip
+                      _context_cell(r["max_context"], r["model_max_context"]),
+                      _decode_cell(r.get("decode") or {}))  # fmt: skip
     return table
+
+
+def _decode_cell(decode: dict[str, Any]) -> str:
+    """A decode step's time under the runtime ("-" where it cannot run this precision)."""
+    seconds = decode.get("s_per_token")
+    return "-" if seconds is None else format_seconds(seconds)
 
 
 def _context_cell(ctx: int, model_max: int) -> str:
