@@ -56,9 +56,21 @@ def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
     notes = []
     if plan.context_alloc is not None and plan.runtime == "transformers":
         notes.append("--ctx applies to llama.cpp and vllm; ignored under transformers")
-    if plan.gpu_memory_utilization is not None and plan.runtime != "vllm":
+    if plan.gpu_memory_utilization is not None and plan.runtime not in ("vllm", "sglang"):
         notes.append(f"--gpu-memory-utilization applies to vllm; ignored under {plan.runtime}")
+    if plan.threads is not None and plan.runtime != "llama.cpp":
+        notes.append(f"--threads applies to llama.cpp on a CPU; ignored under {plan.runtime}")
+    notes += RUNTIME_MEMORY_NOTES.get(plan.runtime, [])
     return tuple(notes)
+
+
+# Runtimes timed by their own model whose memory follows another's rules: said.
+RUNTIME_MEMORY_NOTES = {
+    "compiled": ["memory as transformers': torch.compile keeps the same tensors (its static "
+                 "KV cache of the whole context is not modelled)"],
+    "sglang": ["memory as vLLM's: SGLang also takes a fixed share of the device up front "
+               "(mem_fraction_static, set here by --gpu-memory-utilization) for its KV pool"],
+}
 
 
 def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
