@@ -1,10 +1,14 @@
-"""Today's time model vs published measurements of other runtimes (issue 22 baseline).
+"""The runtimes' time models vs published measurements (docs/speed.md, "Runtimes other than
+transformers, against published runs").
 
 Each entry of benchmarks/data/runtime_measurements.json whose device and model map to catalogue
 entries (tables below) is estimated from the datasheet (`rates_from_spec`) with the default
-efficiencies: once with the `compiled` runtime (today's closest model for vLLM, SGLang,
-TensorRT-LLM, llama.cpp, ExLlama, AWQ, Marlin, gpt-fast: no per-op Python dispatch) and once with
-`transformers` (eager). Nothing is fitted to these entries and nothing in gpuwise/ is tuned.
+efficiencies: once with its own runtime's time model (RUNTIME_OF: llama.cpp, vLLM, SGLang,
+torch.compile; AutoAWQ and ExLlama as `compiled` with their kernels) and once with
+`transformers` (eager), the model every runtime had before. Some runtime constants were set
+from some of these entries: catalog/data/runtime_speed.toml names them ("calibrated on
+rm-NNN"); the others set nothing. `--json` writes the rows that tools/write_time_intervals.py
+turns into the 80% intervals.
 
 Run:  .venv/bin/python benchmarks/validate_runtimes.py [--json OUT]
 

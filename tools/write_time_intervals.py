@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from datetime import date
 from pathlib import Path
@@ -29,7 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "gpuwise" / "catalog" / "data" / "time_intervals.toml"
 RESULTS = ROOT / "benchmarks" / "results"
 MIN_ENTRIES = 5
-LOW, HIGH = 0.10, 0.90
 TIME_QUANTITIES = ("tpot_ms", "e2e_latency_s")  # the others are rates
 
 
@@ -58,17 +58,11 @@ def _llama_cpp() -> list[tuple[str, str, str, float]]:
             for r in rows]  # fmt: skip
 
 
-def quantile(values: list[float], q: float) -> float:
-    xs = sorted(values)
-    pos = q * (len(xs) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (pos - lo) * (xs[hi] - xs[lo])
-
-
 def _interval(ratios: list[float]) -> tuple[float, float]:
-    logs = [math.log(r) for r in ratios]
-    return math.exp(quantile(logs, LOW)), math.exp(quantile(logs, HIGH))
+    """The 10th and 90th percentile of the ratios, interpolated between entries on a log
+    scale (a ratio of 2 and one of 0.5 are as far from 1)."""
+    deciles = statistics.quantiles([math.log(r) for r in ratios], n=10, method="inclusive")
+    return math.exp(deciles[0]), math.exp(deciles[-1])
 
 
 def _groups(rows: list[tuple[str, str, str, float]]) -> dict[tuple[str, str, str], list[float]]:
