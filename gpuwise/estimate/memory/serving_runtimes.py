@@ -109,28 +109,36 @@ def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
     return arch.num_layers * arch.kv_cache_elements_per_token() * kv
 
 
-def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
-    """vLLM's budget on one GPU: weights, profiled peak, graphs, and the KV pool they leave.
-
-    The total is the whole budget (vLLM pre-allocates it) unless the plan needs more KV
-    blocks than the pool holds; then the total grows past the budget and does not fit.
-    """
+def vllm_pool(arch: Architecture, plan: InferencePlan,
+              hw: Hardware) -> tuple[int, float, float, float]:  # fmt: skip
+    """vLLM's (budget, weights, profiled activation peak, KV pool) in bytes on one GPU."""
     if hw.kind == "cpu":
         raise GpuwiseError("the vLLM memory model is for GPUs",
                            "on a CPU use --runtime llama.cpp or transformers")  # fmt: skip
     rt = vllm_runtime()
     util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
     budget = math.ceil(hw.memory_bytes * util)
-    weights, _, source = _weights(arch, plan)
+    weights, _, _ = _weights(arch, plan)
     compute = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
-    tokens = rt.max_num_batched_tokens
-    acts = prefill_transient(arch, 1, tokens, compute, "flash")
+    acts = prefill_transient(arch, 1, rt.max_num_batched_tokens, compute, "flash")
     # The dummy sampler run: logits for max_num_seqs sequences, upcast to fp32, with fp32
     # probabilities and log-probabilities beside them (matches the logged 1.19-1.24 GiB peak
     # of Llama-3.1-8B at 8192 batched tokens, docs/checkpoints.md).
     acts += rt.max_num_seqs * arch.vocab_size * (compute + 3 * 4)
     fixed = weights + acts + rt.cuda_graph_bytes + rt.non_torch_bytes
-    pool = max(0.0, budget - fixed)
+    return budget, weights, acts, max(0.0, budget - fixed)
+
+
+def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
+    """vLLM's budget on one GPU: weights, profiled peak, graphs, and the KV pool they leave.
+
+    The total is the whole budget (vLLM pre-allocates it) unless the plan needs more KV
+    blocks than the pool holds; then the total grows past the budget and does not fit.
+    """
+    rt = vllm_runtime()
+    budget, weights, acts, pool = vllm_pool(arch, plan, hw)
+    _, _, source = _weights(arch, plan)
+    util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
     block_bytes = rt.block_size * vllm_kv_bytes_per_token(arch, plan)
     blocks = int(pool // block_bytes)
     max_len = plan.context_alloc or arch.max_position or plan.context_tokens

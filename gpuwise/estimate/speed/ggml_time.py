@@ -105,7 +105,7 @@ def _phase(name: str, rows: list[tuple[Op, float, float]], overhead_s: float) ->
 def kv_bytes(arch: Architecture, plan: InferencePlan, context: float) -> float:
     kv_type = llama_cpp_runtime().kv_type if plan.kv_dtype is None else plan.kv_dtype
     per = llama_cpp_runtime().kv_type_bytes.get(kv_type, weight_format(kv_type).bytes_per_element)
-    return arch.kv_cache_elements_per_token() * per * context * plan.batch
+    return arch.num_layers * arch.kv_cache_elements_per_token() * per * context * plan.batch
 
 
 def matmul_flops(arch: Architecture, tokens: int) -> float:

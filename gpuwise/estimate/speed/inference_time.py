@@ -68,7 +68,7 @@ class InferenceTime:
         return time_interval(self.runtime_id, phase, self.source)
 
 
-def _shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
+def plan_shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
            logits: int) -> Shape:  # fmt: skip
     fmt = weight_format(plan.weights)
     compute = weight_format(fmt.compute_dtype).bytes_per_element
@@ -111,7 +111,7 @@ def _replayed_faults(arch: Architecture, shape: Shape) -> int:
     return replay(prefill_heap_events(arch, shape), passes=2).get("forward", 0)
 
 
-def _tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int) -> float:
+def tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int) -> float:
     """Two all-reduces of the hidden state per layer under tensor parallelism."""
     if tp <= 1:
         return 0.0
@@ -142,10 +142,10 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
         ("prefill", plan.prompt_tokens, plan.prompt_tokens, "inference"),
         ("decode", 1, plan.prompt_tokens + max(0, plan.new_tokens - 1) // 2 + 1, "decode"),
     ):
-        shape = _shape(plan, arch, tokens, context, logits if name == "prefill" else 1)
+        shape = plan_shape(plan, arch, tokens, context, logits if name == "prefill" else 1)
         overhead = dispatch_overhead(arch, mode, plan.attention, count_key, rates) if eager else 0
         phase = phase_time(name, inference_ops(arch, shape, rt.fused, tp), rates, dtype,
-                           overhead, _tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
+                           overhead, tp_allreduce_s(arch, shape, rates, tp))  # fmt: skip
         fresh = fresh_bytes_per_s(rates) if eager and name == "prefill" else 0.0
         if fresh:
             phase = with_faults(phase, prefill_fault_bytes(arch, shape), fresh)

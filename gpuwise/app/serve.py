@@ -1,0 +1,153 @@
+"""`gpuwise serve`: a model served under load, simulated step by step with the runtime's
+scheduler and time model (docs/serve.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuwise.catalog.costs import load_costs
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.models import ResolvedModel
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.serve.metrics import Power, Slo, summary
+from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
+from gpuwise.estimate.serve.simulate import simulate
+from gpuwise.estimate.serve.sweep import sweep
+from gpuwise.files import read_text
+from gpuwise.measure.probe.rates_source import rates_for
+from gpuwise.workload import Architecture
+from gpuwise.workload.limits import check_count, check_number
+from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.requests import (
+    Lengths,
+    Request,
+    closed_loop_lengths,
+    parse_trace,
+    poisson_requests,
+)
+
+__all__ = ["Load", "ReplicaOptions", "ServeAnswer", "Slo", "serve"]  # what cli/ may build
+Progress = Callable[[str, float], None]
+TRACE_MAX_BYTES = 1 << 30  # a million-request trace is ~100 MB
+
+
+@dataclass(frozen=True)
+class Load:
+    """The request stream: a Poisson `rate` a second, `concurrency` clients in a closed loop,
+    or a `trace` file; `requests` of them (or those arriving within `duration_s`)."""
+
+    lengths: Lengths
+    rate: float | None = None
+    concurrency: int | None = None
+    trace: Path | None = None
+    requests: int = 1000
+    duration_s: float | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ServeAnswer:
+    model: ResolvedModel
+    arch: Architecture
+    hardware: Hardware
+    plan: InferencePlan
+    opts: ReplicaOptions
+    load: Load
+    slo: Slo
+    replicas: int
+    rates_source: str
+    no_load: tuple[float, float]  # TTFT, TPOT of one request alone
+    result: dict[str, Any] = field(default_factory=dict)
+    sweep: dict[str, Any] | None = None
+
+
+def _check_load(load: Load, slo: Slo, gpus: int, tp: int) -> None:
+    given = [x for x in (load.rate, load.concurrency, load.trace) if x is not None]
+    if len(given) != 1:
+        raise GpuwiseError("give one of --rate, --concurrency or --trace",
+                           "--rate for arrivals at random, --concurrency for clients that wait")  # fmt: skip
+    if load.trace is None and "trace" in (load.lengths.prompt_dist, load.lengths.output_dist):
+        raise GpuwiseError("a length distribution 'trace' needs --trace",
+                           "fixed, uniform or normal around --prompt and --new-tokens")  # fmt: skip
+    if load.concurrency is not None:
+        check_count(load.concurrency, "--concurrency", 1 << 16)
+    if load.duration_s is not None:
+        check_number(load.duration_s, "--duration", 1e7)
+    for name, value in (("--ttft-ms", slo.ttft_s), ("--tpot-ms", slo.tpot_s)):
+        if value is not None:
+            check_number(value * 1e3, name, 1e9)
+    if gpus % tp:
+        raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {tp}",
+                           "each replica runs on --tp devices")  # fmt: skip
+
+
+def requests_for(load: Load, replicas: int) -> tuple[list[Request], int]:
+    """One replica's requests and clients (0: open loop): the stream split evenly."""
+    lengths = load.lengths
+    if load.trace is not None:
+        text = read_text(load.trace, "--trace", TRACE_MAX_BYTES, "JSON lines of requests")
+        reqs = parse_trace(text, lengths, load.seed)
+        return reqs[::replicas] if replicas > 1 else reqs, 0
+    if load.concurrency is not None:
+        clients = max(1, load.concurrency // replicas)
+        return [Request(0.0, p, o) for p, o in closed_loop_lengths(load.requests, lengths,
+                                                                   load.seed)], clients  # fmt: skip
+    rate = (load.rate if load.rate is not None else 0.0) / replicas
+    count = load.requests
+    if load.duration_s is not None:
+        count = max(1, round(rate * load.duration_s))
+    return poisson_requests(rate, count, lengths, load.seed), 0
+
+
+def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
+          opts: ReplicaOptions, load: Load, slo: Slo, gpus: int = 1, do_sweep: bool = False,
+          progress: Progress | None = None) -> ServeAnswer:  # fmt: skip
+    _check_load(load, slo, gpus, opts.tp)
+    rates, how = rates_for(hw)
+    if rates is None:
+        raise GpuwiseError(f"no speed figures for {hw.name}: {how}",
+                           "run `gpuwise probe` here, or pick catalogue hardware")  # fmt: skip
+    engine = build_engine(arch, plan, hw, rates, opts)
+    replicas = max(1, gpus // opts.tp)
+    reqs, clients = requests_for(load, replicas)
+    prompt = round(sum(r.prompt for r in reqs) / len(reqs))
+    output = round(sum(r.output for r in reqs) / len(reqs))
+    no_load = no_load_latency(engine, prompt, output)
+    _check_slo(slo, no_load)
+    costs = load_costs()
+    power = Power(hw.tdp_w * opts.tp * costs.busy_power_fraction,
+                  hw.tdp_w * opts.tp * costs.idle_power_fraction)  # fmt: skip
+    if progress:
+        progress("simulating", 0.0)
+    result = _scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)
+    swept = None
+    if do_sweep:
+        swept = sweep(engine, load.lengths, min(load.requests, 2000), slo, load.seed, progress)
+        if swept["max_rate_meeting_slo"]:
+            swept["max_rate_meeting_slo"] *= replicas
+    return ServeAnswer(model, arch, hw, plan, opts, load, slo, replicas, how, no_load, result,
+                       swept)  # fmt: skip
+
+
+def _check_slo(slo: Slo, no_load: tuple[float, float]) -> None:
+    """A target below what one request alone takes can never be met: say so, with the figure."""
+    for name, target, alone in (("--ttft-ms", slo.ttft_s, no_load[0]),
+                                ("--tpot-ms", slo.tpot_s, no_load[1])):  # fmt: skip
+        if target is not None and target < alone:
+            raise GpuwiseError(f"{name} {target * 1e3:g} can never be met: one request alone "
+                               f"takes {alone * 1e3:.3g} ms", "raise the target, or serve on "
+                               "faster hardware or a faster runtime")  # fmt: skip
+
+
+def _scaled(rec: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """One replica's figures as the fleet's: throughputs and energy times the replicas."""
+    if replicas == 1:
+        return rec
+    for key in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s"):
+        rec[key] *= replicas
+    if "energy" in rec:
+        rec["energy"]["joules"] *= replicas
+    return rec

@@ -1,0 +1,31 @@
+"""How each serving runtime schedules requests (data/schedulers.toml), every value with its
+source."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+
+from gpuwise.catalog.runtime_speed import RUNTIME_IDS
+from gpuwise.catalog.sourced import sourced_record
+
+FILE = "schedulers.toml"
+POLICIES = ("mixed", "prefill_first", "slots", "static")
+
+
+@dataclass(frozen=True)
+class SchedulerDefaults:
+    runtime: str
+    policy: str
+    max_batched_tokens: int
+    max_seqs: int
+    block_tokens: int
+    prefix_cache: bool
+    sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+@cache
+def scheduler_defaults(runtime: str) -> SchedulerDefaults:
+    """The runtime's scheduler as it ships; `compiled` serves as transformers does."""
+    section = RUNTIME_IDS.get("transformers" if runtime == "compiled" else runtime, runtime)
+    return sourced_record(SchedulerDefaults, FILE, section, runtime=runtime)

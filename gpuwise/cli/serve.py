@@ -1,0 +1,82 @@
+"""`gpuwise serve`: a model served under load (app/serve.py; docs/serve.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuwise.cli.common import NEW_TOKENS, PROMPT_TOKENS, Json, Model, On, app, emit, model_named
+from gpuwise.cli.runtime_options import Ctx, GpuUtil, QuantKernel, Threads, Weights
+
+Dist = Annotated[str | None, typer.Option(
+    help="fixed, uniform (half to 1.5x the mean), normal (sd a quarter of the mean) or trace "
+         "(as recorded; the default with --trace, else fixed)", show_default=False)]  # fmt: skip
+
+
+@app.command()
+def serve(
+    model: Model, on: On = "local",
+    runtime: Annotated[str, typer.Option("--runtime", help="vllm, sglang, llama.cpp, "
+                                         "transformers or compiled")] = "vllm",  # fmt: skip
+    rate: Annotated[float | None, typer.Option(help="requests a second, arriving at random "
+                                               "(Poisson)")] = None,  # fmt: skip
+    concurrency: Annotated[int | None, typer.Option(help="clients that each send a request "
+                                                    "when their last is answered")] = None,  # fmt: skip
+    trace: Annotated[Path | None, typer.Option(help="JSON lines of arrival_s, prompt_tokens, "
+                                               "output_tokens (vLLM/Mooncake keys too)")] = None,  # fmt: skip
+    prompt: Annotated[int, typer.Option("--prompt", help="prompt tokens a request (the "
+                                        "mean)")] = PROMPT_TOKENS,  # fmt: skip
+    new_tokens: Annotated[int, typer.Option("--new-tokens", "--output", help="tokens generated "
+                                            "a request (the mean)")] = NEW_TOKENS,  # fmt: skip
+    prompt_dist: Dist = None,
+    output_dist: Annotated[str | None, typer.Option("--output-dist", "--new-tokens-dist",
+                           help="as --prompt-dist", show_default=False)] = None,  # fmt: skip
+    requests: Annotated[int, typer.Option(help="requests to simulate")] = 1000,
+    duration: Annotated[float | None, typer.Option(help="seconds of arrivals to simulate "
+                                                   "(with --rate; instead of --requests)")] = None,  # fmt: skip
+    ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", "--slo-ttft-ms",
+                       help="target time to first token, ms")] = None,  # fmt: skip
+    tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", "--slo-tpot-ms", "--latency-ms",
+                       help="target time per output token, ms")] = None,  # fmt: skip
+    gpus: Annotated[int, typer.Option(help="devices in all: --gpus / --tp replicas share the "
+                                      "load")] = 1,  # fmt: skip
+    tp: Annotated[int, typer.Option(help="tensor-parallel devices a replica")] = 1,
+    max_seqs: Annotated[int | None, typer.Option(help="sequences running at once: vLLM "
+                        "max_num_seqs, llama.cpp --parallel, a static batch")] = None,  # fmt: skip
+    max_batched_tokens: Annotated[int | None, typer.Option(
+        help="tokens a step: vLLM max_num_batched_tokens, llama.cpp n_batch")] = None,
+    weights: Weights = None, ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
+    threads: Threads = None, quant_kernel: QuantKernel = "",
+    sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
+                                        "targets, and print the latency-throughput curve")] = False,  # fmt: skip
+    seed: Annotated[int, typer.Option(help="random seed of the arrivals and lengths")] = 0,
+    as_json: Json = False,
+) -> None:  # fmt: skip
+    """Serving under load: continuous batching simulated step by step with the runtime's
+    scheduler and time model; latency percentiles, throughput, goodput, energy."""
+    from gpuwise.app.checkpoint_weights import plan_weights
+    from gpuwise.app.lookup import hardware_named
+    from gpuwise.app.serve import Load, ReplicaOptions, Slo
+    from gpuwise.app.serve import serve as serve_model
+    from gpuwise.report.progress import progress_bar
+    from gpuwise.report.serve_view import serve_view
+    from gpuwise.workload.plans import InferencePlan
+    from gpuwise.workload.requests import Lengths
+
+    resolved, arch = model_named(model)
+    chosen = plan_weights(resolved, runtime, weights)
+    plan = InferencePlan(prompt_tokens=prompt, new_tokens=new_tokens, weights=chosen["weights"],
+                         stored_weights=chosen["stored_weights"], runtime=runtime,
+                         context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
+                         threads=threads, quant_kernel=quant_kernel)  # fmt: skip
+    recorded = "trace" if trace is not None else "fixed"
+    lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
+    load = Load(lengths, rate, concurrency, trace, requests, duration, seed)
+    slo = Slo(None if ttft_ms is None else ttft_ms / 1e3, None if tpot_ms is None else tpot_ms / 1e3)
+    opts = ReplicaOptions(tp, max_seqs, max_batched_tokens)
+    with progress_bar(quiet=as_json) as progress:
+        answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo, gpus,
+                             sweep, progress)  # fmt: skip
+    emit(serve_view(answer), as_json)

@@ -1,0 +1,71 @@
+"""The state a serving engine keeps (docs/serve.md, "The simulation"): each request's progress
+through its prompt and output, and the KV cache it holds, in blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuwise.workload.requests import Request
+
+
+@dataclass(eq=False)
+class Seq:
+    """A request inside the engine. `target` is the prompt to (re)compute: the prompt, plus
+    the tokens generated so far after a preemption by recompute."""
+
+    id: int
+    req: Request
+    target: int
+    computed: int = 0  # positions whose keys and values are in the cache
+    generated: int = 0
+    blocks: int = 0
+    first_token_s: float = -1.0
+    done_s: float = -1.0
+
+    @property
+    def prefilling(self) -> bool:
+        return self.computed < self.target
+
+
+@dataclass
+class KvPool:
+    """The KV cache: `blocks` blocks of `block_tokens` positions, shared by the sequences."""
+
+    blocks: int
+    block_tokens: int
+    used: int = 0
+    peak: int = 0
+    timeline: list[tuple[float, float]] = field(default_factory=list)
+
+    def need(self, seq: Seq, positions: int) -> int:
+        """More blocks `seq` needs to hold `positions` positions."""
+        return max(0, -(-positions // self.block_tokens) - seq.blocks)
+
+    def fits(self, blocks: int) -> bool:
+        return self.used + blocks <= self.blocks
+
+    def take(self, seq: Seq, blocks: int) -> None:
+        seq.blocks += blocks
+        self.used += blocks
+        self.peak = max(self.peak, self.used)
+
+    def free(self, seq: Seq) -> None:
+        self.used -= seq.blocks
+        seq.blocks = 0
+
+    def note(self, now: float, every_s: float) -> None:
+        """The fraction in use, at most once every `every_s` seconds of simulated time."""
+        if not self.timeline or now - self.timeline[-1][0] >= every_s:
+            self.timeline.append((now, self.used / self.blocks if self.blocks else 0.0))
+
+
+@dataclass
+class Step:
+    """What one engine step runs: (sequence, new tokens) pairs."""
+
+    work: list[tuple[Seq, int]] = field(default_factory=list)
+    preempted: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return sum(n for _, n in self.work)

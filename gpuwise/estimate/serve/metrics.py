@@ -1,0 +1,97 @@
+"""What a simulated serving run measured (docs/serve.md, "What it reports"): latency
+percentiles, throughput, goodput under the latency targets, whether the load was past what
+the replica sustains, and energy from the device's power model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuwise.estimate.serve.simulate import Trace
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def met(self, ttft: float, tpot: float) -> bool:
+        return ((self.ttft_s is None or ttft <= self.ttft_s)
+                and (self.tpot_s is None or tpot <= self.tpot_s))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Power:
+    """Watts of the replica's devices when busy and when idle (catalog/data/costs.toml)."""
+
+    busy_w: float
+    idle_w: float
+
+
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50/p90/p99 by the nearest rank (None where there are no values)."""
+    if not values:
+        return {f"p{p}": None for p in PERCENTILES}
+    xs = sorted(values)
+    return {f"p{p}": xs[min(len(xs) - 1, max(0, math.ceil(p / 100 * len(xs)) - 1))]
+            for p in PERCENTILES}  # fmt: skip
+
+
+def _weighted(pairs: list[tuple[float, int]]) -> dict[str, float | None]:
+    """Percentiles of step lengths, each counted once for every token it delivered."""
+    pairs = sorted(p for p in pairs if p[1] > 0)
+    total = sum(n for _, n in pairs)
+    out: dict[str, float | None] = {}
+    for p in PERCENTILES:
+        rank, seen, value = p / 100 * total, 0, None
+        for seconds, n in pairs:
+            seen += n
+            value = seconds
+            if seen >= rank:
+                break
+        out[f"p{p}"] = value
+    return out
+
+
+def saturated(trace: Trace) -> bool:
+    """Past what the replica sustains: the queue at the last arrival's time is at least a
+    tenth of the requests and grew over the run's second half."""
+    if len(trace.waiting_at) < 4 or not trace.seqs:
+        return False
+    half = trace.waiting_at[len(trace.waiting_at) // 2][1]
+    last = max(q for _, q in trace.waiting_at[-len(trace.waiting_at) // 4 :])
+    return last >= max(2, len(trace.seqs) // 10) and last > half
+
+
+def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:
+    """The run's figures in seconds, tokens and requests, as `gpuwise serve --json` gives them."""
+    seqs = trace.seqs
+    ttft = [s.first_token_s - s.req.arrival_s for s in seqs]
+    e2e = [s.done_s - s.req.arrival_s for s in seqs]
+    tpot = [(s.done_s - s.first_token_s) / (s.req.output - 1) for s in seqs if s.req.output > 1]
+    start = min(s.req.arrival_s for s in seqs)
+    window = max(trace.end_s - start, 1e-12)
+    out_tokens = sum(s.req.output for s in seqs)
+    good = sum(slo.met(t, (s.done_s - s.first_token_s) / max(1, s.req.output - 1))
+               for t, s in zip(ttft, seqs, strict=True))  # fmt: skip
+    rec = {"requests": len(seqs), "duration_s": window, "ttft_s": percentiles(ttft),
+           "tpot_s": percentiles(tpot), "itl_s": _weighted(trace.steps),
+           "e2e_s": percentiles(e2e), "output_tokens_per_s": out_tokens / window,
+           "requests_per_s": len(seqs) / window, "goodput_requests_per_s": good / window,
+           "slo_met_fraction": good / len(seqs), "preemptions": trace.preemptions,
+           "kv_peak_fraction": trace.kv_peak_fraction, "busy_fraction": trace.busy_s / window,
+           "steps": len(trace.steps), "saturated": saturated(trace),
+           "kv_timeline": [[round(t, 4), round(f, 4)] for t, f in trace.kv_timeline]}  # fmt: skip
+    if power is not None:
+        rec["energy"] = energy(trace.busy_s, window, len(seqs), out_tokens, power)
+    return rec
+
+
+def energy(busy_s: float, window_s: float, requests: int, tokens: int, power: Power) -> dict:
+    """Joules over the run: busy time at the busy power, the rest at idle."""
+    joules = busy_s * power.busy_w + max(0.0, window_s - busy_s) * power.idle_w
+    return {"joules": joules, "per_1000_requests_j": 1000 * joules / requests,
+            "per_million_tokens_j": 1e6 * joules / tokens, "per_output_token_j": joules / tokens,
+            "busy_w": power.busy_w, "idle_w": power.idle_w}  # fmt: skip

@@ -1,0 +1,85 @@
+"""One serving replica as the simulation sees it (docs/serve.md, "A replica"): the runtime's
+scheduler limits, the KV cache its memory leaves, and its step time."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.runtimes import runtime
+from gpuwise.catalog.schedulers import scheduler_defaults
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.memory.serving_runtimes import vllm_pool
+from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.serve.schedulers import Limits
+from gpuwise.estimate.serve.simulate import Engine
+from gpuwise.estimate.serve.step_time import StepTime
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan
+
+
+@dataclass(frozen=True)
+class ReplicaOptions:
+    """What the user may set of the runtime's scheduler (None: its default)."""
+
+    tp: int = 1
+    max_seqs: int | None = None  # vLLM max_num_seqs, llama.cpp --parallel, a static batch
+    max_batched_tokens: int | None = None  # vLLM max_num_batched_tokens, llama.cpp n_batch
+
+
+def kv_positions(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
+                 slots: int) -> int:  # fmt: skip
+    """Positions of keys and values the replica's memory holds under the runtime."""
+    fmt = weight_format(plan.weights)
+    per_token = arch.num_layers * arch.kv_cache_elements_per_token() * weight_format(
+        plan.kv_dtype or fmt.compute_dtype).bytes_per_element  # fmt: skip
+    if plan.runtime in ("vllm", "sglang"):
+        _, _, _, pool = vllm_pool(arch, plan, replace(hw, memory_bytes=hw.memory_bytes))
+        return int(pool * tp // per_token)
+    if plan.runtime == "llama.cpp":  # one context of n_ctx cells, shared by the slots
+        return plan.context_alloc or max(4096, slots * plan.context_tokens)
+    weights = plan.stored_weights.total_bytes if plan.stored_weights else weight_bytes(arch, fmt)
+    left = hw.memory_bytes * tp - weights - runtime(hw.kind).baseline_bytes * tp
+    return max(0, int(left // per_token))
+
+
+def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
+                 opts: ReplicaOptions) -> Engine:  # fmt: skip
+    sched = scheduler_defaults(plan.runtime)
+    limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
+                    opts.max_seqs or sched.max_seqs)  # fmt: skip
+    positions = kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
+    if positions <= 0:
+        raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
+                           "more devices (--tp), lower-precision weights or a smaller model")  # fmt: skip
+    block = sched.block_tokens
+    step = StepTime(arch, plan, rates, opts.tp)
+    pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
+    return Engine(sched.policy, limits, positions // block, block,
+                  lambda t, p, kv, f: step.seconds(t, p, kv, f), pair_flops)  # fmt: skip
+
+
+def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:
+    """(TTFT, TPOT) of one request alone: its prompt in chunks, then one token a step."""
+    budget, done, ttft = engine.limits.max_batched_tokens, 0, 0.0
+    while done < prompt:
+        n = min(budget, prompt - done)
+        ttft += engine.step_seconds(n, n, done + n, n * (done + n / 2) * engine.attention_flops_per_pair)
+        done += n
+    mid = prompt + output / 2
+    tpot = engine.step_seconds(1, 0, mid, 0.0) if output > 1 else 0.0
+    return ttft, tpot
+
+
+def rate_ceiling(engine: Engine, prompt: int, output: int) -> float:
+    """Requests a second the replica cannot exceed: at its fullest batch, each request costs
+    its prompt and its share of the decode steps."""
+    seqs = max(1, engine.limits.max_seqs)
+    mid = prompt + output / 2
+    decode = engine.step_seconds(seqs, 0, seqs * mid, 0.0) / seqs
+    prefill = engine.step_seconds(prompt, prompt, prompt, prompt * prompt / 2 *
+                                  engine.attention_flops_per_pair)  # fmt: skip
+    return 1.0 / max(1e-12, prefill + output * decode) if math.isfinite(decode) else 0.0

@@ -1,0 +1,129 @@
+"""Which sequences each runtime's scheduler runs in the next step (catalog/data/schedulers.toml,
+docs/serve.md, "Schedulers"). A scheduler moves sequences from `waiting` into `running` and
+returns the step's work; the simulation applies it."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gpuwise.estimate.serve.engine import KvPool, Seq, Step
+
+
+@dataclass
+class Limits:
+    max_batched_tokens: int
+    max_seqs: int
+
+
+def _grow(seq: Seq, n: int, kv: KvPool) -> bool:
+    """Give `seq` the blocks for `n` more positions, if the pool has them."""
+    blocks = kv.need(seq, seq.computed + n)
+    if not kv.fits(blocks):
+        return False
+    kv.take(seq, blocks)
+    return True
+
+
+def _preempt(victim: Seq, running: list[Seq], waiting: deque[Seq], kv: KvPool) -> None:
+    """Preemption by recompute: the blocks freed, the prompt and its output so far to be
+    computed again, the request first in line."""
+    kv.free(victim)
+    running.remove(victim)
+    victim.target = victim.req.prompt + victim.generated
+    victim.computed = 0
+    waiting.appendleft(victim)
+
+
+def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+    """vLLM V1: running sequences first (a token each, or their next prompt chunk), newest
+    preempted while blocks run out; then waiting ones, in order, within the token budget."""
+    step, budget = Step(), lim.max_batched_tokens
+    gone: set[int] = set()
+    for seq in list(running):
+        if budget <= 0 or seq.id in gone:
+            continue
+        left = seq.target - seq.computed  # > 0: a prompt (chunk) to compute
+        n = min(left, budget) if left > 0 else 1
+        if left <= 0 and seq.computed % kv.block_tokens:
+            step.work.append((seq, n))  # room in its last block: nothing to allocate
+            budget -= n
+            continue
+        while not _grow(seq, n, kv):
+            victim = running[-1]
+            _preempt(victim, running, waiting, kv)
+            gone.add(victim.id)
+            step.preempted += 1
+            if victim is seq:
+                break
+        else:
+            step.work.append((seq, n))
+            budget -= n
+    if step.preempted:
+        return step
+    _admit(waiting, running, kv, lim, step, budget)
+    return step
+
+
+def _admit(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits, step: Step,
+           budget: int) -> None:  # fmt: skip
+    while waiting and budget > 0 and len(running) < lim.max_seqs:
+        seq = waiting[0]
+        n = min(seq.target - seq.computed, budget)
+        if not _grow(seq, n, kv):
+            return
+        running.append(waiting.popleft())
+        step.work.append((seq, n))
+        budget -= n
+
+
+def prefill_first(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+    """SGLang: a step of prompt chunks (unfinished ones first, then new requests) whenever
+    any wait and fit, else a step of every running sequence's next token."""
+    step, budget = Step(), lim.max_batched_tokens
+    for seq in running:
+        if seq.prefilling and budget > 0:
+            n = min(seq.target - seq.computed, budget)
+            if _grow(seq, n, kv):
+                step.work.append((seq, n))
+                budget -= n
+    _admit(waiting, running, kv, lim, step, budget)
+    if step.work:
+        return step
+    return mixed(waiting, running, kv, Limits(lim.max_batched_tokens, len(running)))
+
+
+def slots(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+    """llama.cpp server: free slots take waiting requests; one batch carries every generating
+    slot's next token and prompt tokens up to n_batch. Each slot holds its own share of
+    the context, so blocks here are slots' cells and never run out mid-request."""
+    while waiting and len(running) < lim.max_seqs:
+        running.append(waiting.popleft())
+    step, budget = Step(), lim.max_batched_tokens
+    for seq in running:
+        if not seq.prefilling:
+            step.work.append((seq, 1))
+            budget -= 1
+    for seq in running:
+        if seq.prefilling and budget > 0:
+            n = min(seq.target - seq.computed, budget)
+            step.work.append((seq, n))
+            budget -= n
+    return step
+
+
+def static(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+    """transformers' generate(): a batch of the requests waiting when it is free (up to
+    max_seqs), prompts padded to the longest, run until its longest output is done; finished
+    sequences keep their rows (padding) until then."""
+    if not running:
+        while waiting and len(running) < lim.max_seqs:
+            running.append(waiting.popleft())
+        longest = max((s.target for s in running), default=0)
+        for seq in running:
+            seq.target = longest  # padded: every row computes the longest prompt
+        return Step([(seq, longest) for seq in running])
+    return Step([(seq, 1) for seq in running])
+
+
+POLICY = {"mixed": mixed, "prefill_first": prefill_first, "slots": slots, "static": static}

@@ -1,0 +1,157 @@
+"""A discrete-event simulation of a serving engine (docs/serve.md, "The simulation"): requests
+arrive (open loop) or are sent by clients that wait for each answer (closed loop), the
+runtime's scheduler picks each step's work, and the runtime's time model times the step."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.serve.engine import KvPool, Seq, Step
+from gpuwise.estimate.serve.schedulers import POLICY, Limits
+from gpuwise.workload.requests import Request
+
+# seconds of a step: (tokens, prompt tokens, cached positions read, prompt attention FLOPs)
+StepSeconds = Callable[[int, int, float, float], float]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One replica: its scheduler, its KV pool and how long its steps take."""
+
+    policy: str
+    limits: Limits
+    kv_blocks: int
+    block_tokens: int
+    step_seconds: StepSeconds
+    attention_flops_per_pair: float  # per (query, key) pair of prompt attention, all layers
+
+
+@dataclass
+class Trace:
+    """What happened: every request's times, every step's length and decode tokens."""
+
+    seqs: list[Seq]
+    steps: list[tuple[float, int]] = field(default_factory=list)  # (seconds, decode tokens)
+    busy_s: float = 0.0
+    end_s: float = 0.0
+    preemptions: int = 0
+    kv_peak_fraction: float = 0.0
+    kv_timeline: list[tuple[float, float]] = field(default_factory=list)
+    waiting_at: list[tuple[float, int]] = field(default_factory=list)  # queue length over time
+
+
+def simulate(engine: Engine, requests: list[Request], clients: int = 0,
+             max_steps: int = 10_000_000) -> Trace:  # fmt: skip
+    """Run `requests` (arrival times used when `clients` is 0; else `clients` send them one
+    after another, each as soon as its previous answer is done)."""
+    seqs = [Seq(i, r, r.prompt) for i, r in enumerate(requests)]
+    _check_fits(engine, seqs)
+    least = sum(r.output for r in requests) / max(1, engine.limits.max_seqs)
+    if least > max_steps:
+        raise GpuwiseError(f"{len(requests):,} requests of these lengths take at least "
+                           f"{least:,.0f} engine steps, more than the {max_steps:,} simulated",
+                           "fewer --requests, or fewer --new-tokens")  # fmt: skip
+    kv = KvPool(engine.kv_blocks, engine.block_tokens)
+    trace = Trace(seqs)
+    pending: deque[Seq] = deque(seqs)
+    arrivals: dict[int, float] = {}
+    if clients:
+        for _ in range(min(clients, len(seqs))):
+            arrivals[pending[0].id] = 0.0
+            pending.popleft()
+    waiting: deque[Seq] = deque(s for s in seqs if s.id in arrivals)
+    running: list[Seq] = []
+    now, done = 0.0, 0
+    schedule = POLICY[engine.policy]
+    note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
+    for _ in range(max_steps):
+        if not clients:
+            while pending and pending[0].req.arrival_s <= now:
+                seq = pending.popleft()
+                arrivals[seq.id] = seq.req.arrival_s
+                waiting.append(seq)
+        if not running and not waiting:
+            if not pending:
+                break
+            now = pending[0].req.arrival_s
+            continue
+        step = schedule(waiting, running, kv, engine.limits)
+        trace.preemptions += step.preempted
+        if not step.work:
+            continue
+        dt = engine.step_seconds(*_step_work(engine, step))
+        now += dt
+        trace.busy_s += dt
+        finished, decoded = _apply(step, now, engine.policy)
+        trace.steps.append((dt, decoded))
+        for seq in finished:
+            running.remove(seq)
+            kv.free(seq)
+            done += 1
+            if clients and pending:
+                nxt = pending.popleft()
+                arrivals[nxt.id] = now
+                waiting.append(nxt)
+        kv.note(now, note_every)
+        if len(trace.waiting_at) < 2000 or not done % 50:
+            trace.waiting_at.append((now, len(waiting)))
+    else:
+        raise GpuwiseError(f"the simulation did not finish in {max_steps:,} steps",
+                           "fewer --requests, or a lower --rate")  # fmt: skip
+    trace.end_s, trace.kv_timeline = now, kv.timeline
+    trace.kv_peak_fraction = kv.peak / kv.blocks if kv.blocks else 0.0
+    for seq in seqs:  # arrival times as the clients sent them (closed loop)
+        seq.req = Request(arrivals.get(seq.id, seq.req.arrival_s), seq.req.prompt, seq.req.output)
+    return trace
+
+
+def _check_fits(engine: Engine, seqs: list[Seq]) -> None:
+    """Refuse a workload whose longest request cannot fit in the KV cache on its own."""
+    longest = max(seqs, key=lambda s: s.req.prompt + s.req.output)
+    positions = longest.req.prompt + longest.req.output
+    per_seq = engine.kv_blocks * engine.block_tokens
+    if engine.policy == "slots":
+        per_seq //= max(1, engine.limits.max_seqs)
+    if positions > per_seq:
+        raise GpuwiseError(f"the KV cache holds {per_seq:,} positions a sequence; a request of "
+                           f"{longest.req.prompt:,} + {longest.req.output:,} tokens needs "
+                           f"{positions:,}", "shorter requests, a larger --ctx, more memory "
+                           "(--gpus, --tp) or lower-precision weights")  # fmt: skip
+
+
+def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float]:
+    tokens = prompt = 0
+    kv_read = pairs = 0.0
+    for seq, n in step.work:
+        tokens += n
+        kv_read += seq.computed + n
+        if seq.computed < seq.target:  # a prompt chunk (the property, inlined: a hot loop)
+            prompt += n
+            pairs += n * (seq.computed + n / 2)
+    return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair
+
+
+def _apply(step: Step, now: float, policy: str) -> tuple[list[Seq], int]:
+    """Advance each sequence by its work: the ones whose last token came out (a static batch:
+    when its longest is done), and how many tokens came out after a first one."""
+    finished, decoded = [], 0
+    for seq, n in step.work:
+        was_prefilling = seq.computed < seq.target
+        seq.computed += n
+        if was_prefilling and seq.computed < seq.target:
+            continue  # a prompt chunk: no token yet
+        if seq.generated < seq.req.output:
+            seq.generated += 1
+            decoded += seq.generated > 1
+            if seq.first_token_s < 0:
+                seq.first_token_s = now
+            if seq.generated == seq.req.output:
+                seq.done_s = now
+        if seq.done_s >= 0 and policy != "static":
+            finished.append(seq)
+    if policy == "static" and all(s.done_s >= 0 for s, _ in step.work):
+        finished = [s for s, _ in step.work]
+    return finished, decoded
