@@ -118,10 +118,10 @@ def parse_trace(text: str, lengths: Lengths | None = None, seed: int = 0) -> lis
 
 
 def _in_seconds(reqs: list[Request]) -> list[Request]:
-    """Arrivals from 0; a trace of millisecond timestamps (a span over a day) read as ms."""
+    """Arrivals from 0; epoch timestamps in milliseconds (past 1e11: after 1973 in ms, the
+    year 5138 in seconds) read as milliseconds."""
     start = reqs[0].arrival_s
-    span = reqs[-1].arrival_s - start
-    scale = 1e-3 if span > 86_400 else 1.0
+    scale = 1e-3 if start > 1e11 else 1.0
     return [Request((r.arrival_s - start) * scale, r.prompt, r.output) for r in reqs]
 
 

@@ -56,13 +56,10 @@ def _weighted(pairs: list[tuple[float, int]]) -> dict[str, float | None]:
 
 
 def saturated(trace: Trace) -> bool:
-    """Past what the replica sustains: the queue at the last arrival's time is at least a
-    tenth of the requests and grew over the run's second half."""
-    if len(trace.waiting_at) < 4 or not trace.seqs:
-        return False
-    half = trace.waiting_at[len(trace.waiting_at) // 2][1]
-    last = max(q for _, q in trace.waiting_at[-len(trace.waiting_at) // 4 :])
-    return last >= max(2, len(trace.seqs) // 10) and last > half
+    """Past what the replica sustains: when the last request arrived, a tenth of all the
+    requests (at least 2) were still waiting to start. A closed loop never is: its clients
+    wait for their answers."""
+    return trace.queue_at_last_arrival >= max(2, len(trace.seqs) // 10)
 
 
 def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:

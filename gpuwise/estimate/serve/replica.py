@@ -58,8 +58,9 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
     block = sched.block_tokens
     step = StepTime(arch, plan, rates, opts.tp)
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
+    max_len = min(x for x in (plan.context_alloc, arch.max_position, 1 << 40) if x)
     return Engine(sched.policy, limits, positions // block, block,
-                  lambda t, p, kv, f: step.seconds(t, p, kv, f), pair_flops)  # fmt: skip
+                  lambda t, p, kv, f: step.seconds(t, p, kv, f), pair_flops, max_len)  # fmt: skip
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:

@@ -27,6 +27,7 @@ class Engine:
     block_tokens: int
     step_seconds: StepSeconds
     attention_flops_per_pair: float  # per (query, key) pair of prompt attention, all layers
+    max_len: int = 0  # positions a sequence may reach (the model's or the runtime's; 0: any)
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Trace:
     preemptions: int = 0
     kv_peak_fraction: float = 0.0
     kv_timeline: list[tuple[float, float]] = field(default_factory=list)
-    waiting_at: list[tuple[float, int]] = field(default_factory=list)  # queue length over time
+    queue_at_last_arrival: int = 0  # waiting when the last request arrived (open loop)
 
 
 def simulate(engine: Engine, requests: list[Request], clients: int = 0,
@@ -73,6 +74,8 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                 seq = pending.popleft()
                 arrivals[seq.id] = seq.req.arrival_s
                 waiting.append(seq)
+                if not pending:
+                    trace.queue_at_last_arrival = len(waiting)
         if not running and not waiting:
             if not pending:
                 break
@@ -96,8 +99,6 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                 arrivals[nxt.id] = now
                 waiting.append(nxt)
         kv.note(now, note_every)
-        if len(trace.waiting_at) < 2000 or not done % 50:
-            trace.waiting_at.append((now, len(waiting)))
     else:
         raise GpuwiseError(f"the simulation did not finish in {max_steps:,} steps",
                            "fewer --requests, or a lower --rate")  # fmt: skip
@@ -115,6 +116,10 @@ def _check_fits(engine: Engine, seqs: list[Seq]) -> None:
     per_seq = engine.kv_blocks * engine.block_tokens
     if engine.policy == "slots":
         per_seq //= max(1, engine.limits.max_seqs)
+    if engine.max_len and positions > engine.max_len:
+        raise GpuwiseError(f"a request of {longest.req.prompt:,} + {longest.req.output:,} tokens "
+                           f"is longer than the {engine.max_len:,} positions the model takes",
+                           "shorter requests (the runtime refuses longer ones)")  # fmt: skip
     if positions > per_seq:
         raise GpuwiseError(f"the KV cache holds {per_seq:,} positions a sequence; a request of "
                            f"{longest.req.prompt:,} + {longest.req.output:,} tokens needs "

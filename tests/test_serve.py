@@ -1,0 +1,150 @@
+"""`gpuwise serve`: the serving simulation's properties, its schedulers, and bad input."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from catalogue_archs import arch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuwise.catalog import find_hardware
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.serve.metrics import Slo, summary
+from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
+from gpuwise.estimate.serve.simulate import simulate
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.requests import Lengths, Request, parse_trace, poisson_requests
+
+LLAMA = arch("llama-3.1-8b")
+H100 = find_hardware("h100-sxm")
+LENGTHS = Lengths(512, 128)
+NO_TARGETS = Slo()
+
+
+def engine(runtime="vllm", hw=H100, **opts):
+    plan = InferencePlan(prompt_tokens=512, new_tokens=128, runtime=runtime,
+                         weights="q4_k_m" if runtime == "llama.cpp" else "bf16")  # fmt: skip
+    return build_engine(LLAMA, plan, hw, rates_from_spec(hw), ReplicaOptions(**opts))
+
+
+def run(eng, rate, count=300, lengths=LENGTHS, slo=NO_TARGETS):
+    return summary(simulate(eng, poisson_requests(rate, count, lengths, seed=1)), slo)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.floats(2.0, 20.0), st.floats(1.2, 3.0))
+def test_more_load_never_lowers_the_latency_percentiles(rate, more):
+    eng = engine()
+    light, heavy = run(eng, rate), run(eng, rate * more)
+    for key in ("ttft_s", "e2e_s"):
+        assert heavy[key]["p90"] >= light[key]["p90"] * 0.999
+    assert heavy["tpot_s"]["p50"] >= light["tpot_s"]["p50"] * 0.999
+
+
+def test_more_kv_memory_never_adds_preemptions():
+    base = engine()
+    long = Lengths(2048, 1024)
+    counts = []
+    for blocks in (3000, 6000, 12000, 48000):
+        small = replace(base, kv_blocks=blocks)
+        counts.append(run(small, 30.0, 200, long)["preemptions"])
+    assert counts == sorted(counts, reverse=True) and counts[0] > 0 == counts[-1]
+
+
+def test_a_rate_past_saturation_grows_the_queue_and_says_so():
+    eng = engine()
+    assert not run(eng, 10.0)["saturated"]
+    over = run(eng, 200.0, 1000)
+    assert over["saturated"] and over["ttft_s"]["p90"] > 10 * run(eng, 10.0)["ttft_s"]["p90"]
+
+
+def test_one_client_at_a_time_sees_the_no_load_latency():
+    eng = engine()
+    reqs = [Request(0.0, 512, 128) for _ in range(20)]
+    rec = summary(simulate(eng, reqs, clients=1), Slo())
+    ttft, tpot = no_load_latency(eng, 512, 128)
+    assert rec["ttft_s"]["p50"] == pytest.approx(ttft, rel=0.02)
+    assert rec["tpot_s"]["p50"] == pytest.approx(tpot, rel=0.05)
+    assert not rec["saturated"] and rec["preemptions"] == 0
+
+
+def test_llama_cpp_with_one_slot_answers_one_request_at_a_time():
+    eng = engine("llama.cpp", find_hardware("rtx-4090"))
+    reqs = [Request(0.0, 512, 128) for _ in range(4)]
+    trace = simulate(eng, reqs)
+    starts = sorted(s.first_token_s for s in trace.seqs)
+    ends = sorted(s.done_s for s in trace.seqs)
+    assert all(start >= end for start, end in zip(starts[1:], ends[:-1], strict=True))
+
+
+def test_a_static_batch_gives_its_requests_one_first_token_time():
+    eng = engine("transformers")
+    reqs = [Request(0.0, p, o) for p, o in ((100, 10), (400, 50), (200, 30))]
+    trace = simulate(eng, reqs)
+    assert len({s.first_token_s for s in trace.seqs}) == 1
+    assert len({s.done_s for s in trace.seqs}) == 3  # each answer done at its own last token
+
+
+def test_sglang_runs_prompts_before_decodes():
+    vllm, sglang = run(engine("vllm"), 20.0), run(engine("sglang"), 20.0)
+    assert sglang["ttft_s"]["p90"] <= vllm["ttft_s"]["p90"] * 1.05
+
+
+def test_traces_of_the_common_benchmarks_read_in_seconds():
+    text = "\n".join(json.dumps({"timestamp": 1_700_000_000_000 + 250 * i, "input_length": 100,
+                                 "output_length": 20}) for i in range(5))  # fmt: skip
+    reqs = parse_trace(text)
+    assert [r.arrival_s for r in reqs] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert {(r.prompt, r.output) for r in reqs} == {(100, 20)}
+
+
+@pytest.mark.parametrize("text,message", [
+    ("not json", "not JSON"), ('{"arrival_s": 0}', "no prompt length"),
+    ('{"arrival_s": -1, "prompt_tokens": 5, "output_tokens": 5}', "arrivals at 0"), ("", "no requests"),
+])  # fmt: skip
+def test_a_bad_trace_is_one_line(text, message):
+    with pytest.raises(GpuwiseError) as err:
+        parse_trace(text)
+    assert message in str(err.value) + (err.value.hint or "")
+
+
+def serve_cli(*args):
+    from gpuwise.cli import main
+
+    try:
+        main(["serve", "llama-3.1-8b", "--on", "h100", *args])
+    except SystemExit as exc:
+        return exc.code
+    return 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--rate", "-1"], "positive number"),
+    (["--rate", "5", "--ttft-ms", "1"], "can never be met"),
+    (["--rate", "5", "--concurrency", "2"], "one of --rate"),
+    (["--rate", "1", "--prompt", "200000"], "positions the model takes"),
+    (["--rate", "1", "--prompt", "100000", "--runtime", "sglang", "--gpu-memory-utilization",
+      "0.3"], "KV cache holds"),
+    (["--rate", "1", "--runtime", "vlm"], "did you mean"),
+])  # fmt: skip
+def test_bad_serving_input_is_one_line_and_exit_2(args, message, capsys):
+    assert serve_cli(*args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_the_json_has_what_a_capacity_plan_reads(capsys):
+    assert serve_cli("--rate", "8", "--requests", "200", "--ttft-ms", "500", "--tpot-ms", "40",
+                     "--sweep", "--json") == 0  # fmt: skip
+    rec = json.loads(capsys.readouterr().out)
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert set(rec[key]) == {"p50", "p90", "p99"}
+    for key in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s",
+                "preemptions", "kv_peak_fraction", "runtime", "curve", "max_rate_meeting_slo"):
+        assert key in rec, key
+    assert rec["runtime"] == "vllm" and rec["max_rate_meeting_slo"] > 8
+    assert rec["energy"]["per_million_tokens_j"] > 0
