@@ -19,7 +19,8 @@ from gpuwise.estimate.cost.advise import (
     training_options,
 )
 from gpuwise.estimate.cost.prices import api_cost
-from gpuwise.estimate.cost.sizing import Candidate, size_serving, size_training
+from gpuwise.estimate.cost.serving_sim import size_serving_simulated
+from gpuwise.estimate.cost.sizing import Candidate, size_training
 from gpuwise.files import file_type, shown
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.units import format_count, parse_fraction
@@ -177,6 +178,9 @@ def _target(load: ServeLoad | TrainLoad) -> str:
     return ", ".join(parts) if parts else "the load (no latency target given)"
 
 
+RUNTIME_AUTO = "vllm on GPUs, llama.cpp on CPUs and Macs"
+
+
 def _header(model: Any, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> dict[str, Any]:
     if isinstance(load, TrainLoad):
         amount = (f"{format_count(load.tokens_per_month)} tokens/month" if load.tokens_per_month
@@ -187,8 +191,9 @@ def _header(model: Any, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> dict
         text = (f"serving {model.name}: {load.requests_per_day:,.0f} requests/day "
                 f"({format_count(load.tokens_per_month)} tokens/month) of {load.prompt_tokens} "
                 f"prompt + {load.output_tokens} generated tokens over {load.hours_per_day:g} "
-                f"h/day; replicas sized for {load.max_utilisation:.0%} busy; runtime "
-                f"{kw['runtime']}")  # fmt: skip
+                f"h/day; each replica at {load.max_utilisation:.0%} of the highest rate it "
+                f"serves within the targets (simulated); runtime "
+                f"{RUNTIME_AUTO if kw['runtime'] == 'auto' else kw['runtime']}")  # fmt: skip
     if load.measured_util is not None:
         text += f"; measured utilisation {load.measured_util:.0%}"
     return {"model": model.name, "workload": {k: v for k, v in vars(load).items()},
@@ -242,7 +247,7 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
     if isinstance(load, TrainLoad):
         sizing = size_training(arch, training_plan(kw), load, cand)
     else:
-        sizing = size_serving(arch, load, cand, kw["weights"], kw["runtime"])
+        sizing = size_serving_simulated(arch, load, cand, kw["weights"], kw["runtime"])
     if isinstance(sizing, str):
         raise GpuwiseError(f"no {model.name} option on {hw.name}: {sizing}",
                            f"see `gpuwise check {kw['model']} --on {kw['on']}`")  # fmt: skip

@@ -38,8 +38,8 @@ WORKLOAD = [
     _opt("hours_per_day", float, 24.0, "inference: hours a day the service runs"),
     _opt("weights", str, "bf16", "inference: accelerator weight precision (CPUs try fp32, int8 "
          "and int4)"),
-    _opt("runtime", str, "transformers", "inference: whose speed: transformers (eager), "
-         "compiled, vllm, sglang or llama.cpp"),
+    _opt("runtime", str, "auto", "inference: the serving runtime: auto (vllm on GPUs, "
+         "llama.cpp on CPUs and Macs), vllm, sglang, llama.cpp, transformers or compiled"),
     _opt("train_tokens", float | None, None, "training: tokens to train on per month"),
     _opt("hours_per_month", float | None, None, "training: hours a month the hardware trains, "
          "instead of --train-tokens"),

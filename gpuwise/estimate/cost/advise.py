@@ -14,7 +14,8 @@ from gpuwise.estimate.cost.prices import (
     owned_cost,
     rent_cost,
 )
-from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_serving, size_training
+from gpuwise.estimate.cost.serving_sim import size_serving_simulated
+from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_training
 from gpuwise.units import HOURS_PER_MONTH
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
@@ -93,7 +94,7 @@ Skipped = list[tuple[str, str]]
 
 
 def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candidate],
-                    a: CostAssumptions, weights: str = "bf16", runtime: str = "transformers",
+                    a: CostAssumptions, weights: str = "bf16", runtime: str = "auto",
                     api_usd_per_mtok: tuple[float, float] | None = None,
                     max_wall_kw: float | None = None,
                     skipped: Skipped | None = None) -> list[Option]:  # fmt: skip
@@ -103,7 +104,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
     for cand in candidates:
         formats = CPU_WEIGHTS if cand.hw.kind == "cpu" else (weights,)
         for fmt in formats:
-            sizing = size_serving(arch, load, cand, fmt, runtime)
+            sizing = size_serving_simulated(arch, load, cand, fmt, runtime)
             if isinstance(sizing, str) and skipped is not None:
                 skipped.append((f"{cand.name} {fmt}", sizing))
             elif not isinstance(sizing, str):

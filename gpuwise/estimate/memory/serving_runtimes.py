@@ -109,9 +109,10 @@ def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
     return arch.num_layers * arch.kv_cache_elements_per_token() * kv
 
 
-def vllm_pool(arch: Architecture, plan: InferencePlan,
-              hw: Hardware) -> tuple[int, float, float, float]:  # fmt: skip
-    """vLLM's (budget, weights, profiled activation peak, KV pool) in bytes on one GPU."""
+def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware,
+              tp: int = 1) -> tuple[int, float, float, float]:  # fmt: skip
+    """vLLM's (budget, weights, profiled activation peak, KV pool) in bytes on one GPU of
+    `tp` that split the weights (tensor parallel)."""
     if hw.kind == "cpu":
         raise GpuwiseError("the vLLM memory model is for GPUs",
                            "on a CPU use --runtime llama.cpp or transformers")  # fmt: skip
@@ -119,6 +120,7 @@ def vllm_pool(arch: Architecture, plan: InferencePlan,
     util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
     budget = math.ceil(hw.memory_bytes * util)
     weights, _, _ = _weights(arch, plan)
+    weights /= tp
     compute = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
     acts = prefill_transient(arch, 1, rt.max_num_batched_tokens, compute, "flash")
     # The dummy sampler run: logits for max_num_seqs sequences, upcast to fp32, with fp32

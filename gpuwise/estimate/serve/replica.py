@@ -4,7 +4,7 @@ scheduler limits, the KV cache its memory leaves, and its step time."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
@@ -37,7 +37,7 @@ def kv_positions(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
     per_token = arch.num_layers * arch.kv_cache_elements_per_token() * weight_format(
         plan.kv_dtype or fmt.compute_dtype).bytes_per_element  # fmt: skip
     if plan.runtime in ("vllm", "sglang"):
-        _, _, _, pool = vllm_pool(arch, plan, replace(hw, memory_bytes=hw.memory_bytes))
+        _, _, _, pool = vllm_pool(arch, plan, hw, tp)
         return int(pool * tp // per_token)
     if plan.runtime == "llama.cpp":  # one context of n_ctx cells, shared by the slots
         return plan.context_alloc or max(4096, slots * plan.context_tokens)

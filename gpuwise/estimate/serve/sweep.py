@@ -20,12 +20,13 @@ def meets(rec: dict, slo: Slo) -> bool:
 
 
 def sweep(engine: Engine, lengths: Lengths, count: int, slo: Slo, seed: int = 0,
-          progress: Callable[[str, float], None] | None = None) -> dict:  # fmt: skip
+          progress: Callable[[str, float], None] | None = None, points: int = CURVE_POINTS,
+          bisections: int = BISECTIONS) -> dict:  # fmt: skip
     """The curve over rates up to 1.5x the replica's ceiling, and the knee found between the
     last rate that met the targets and the first that did not."""
     top = 1.5 * rate_ceiling(engine, lengths.prompt, lengths.output)
-    rates = [top * (i + 1) / CURVE_POINTS for i in range(CURVE_POINTS)]
-    steps = len(rates) + BISECTIONS
+    rates = [top * (i + 1) / points for i in range(points)]
+    steps = len(rates) + bisections
 
     def run(rate: float, i: int) -> dict:
         if progress:
@@ -37,7 +38,7 @@ def sweep(engine: Engine, lengths: Lengths, count: int, slo: Slo, seed: int = 0,
     ok = [p["rate"] for p in curve if meets(p, slo)]
     low = max(ok, default=0.0)
     high = min((p["rate"] for p in curve if p["rate"] > low and not meets(p, slo)), default=None)
-    for i in range(BISECTIONS if high is not None else 0):
+    for i in range(bisections if high is not None else 0):
         mid = (low + high) / 2  # type: ignore[operator]
         point = run(mid, len(rates) + i)
         low, high = (mid, high) if meets(point, slo) else (low, mid)

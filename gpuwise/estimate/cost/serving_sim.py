@@ -1,0 +1,108 @@
+"""Replicas for a serving load from the serving simulation (estimate/serve/; docs/cost.md,
+"Serving: replicas from the simulation"): the highest request rate a replica sustains within
+the latency targets, with the headroom asked for, under the runtime each device really runs."""
+
+from __future__ import annotations
+
+import math
+
+from gpuwise.catalog.runtime_speed import runtime_speed
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.cost.prices import Usage
+from gpuwise.estimate.cost.sizing import MAX_TENSOR_PARALLEL, Candidate, Sizing
+from gpuwise.estimate.memory.fits import devices_for_inference
+from gpuwise.estimate.serve.metrics import Slo, summary
+from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
+from gpuwise.estimate.serve.simulate import Engine, simulate
+from gpuwise.estimate.serve.sweep import sweep
+from gpuwise.workload import Architecture
+from gpuwise.workload.deployments import ServeLoad
+from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.requests import Lengths, poisson_requests
+
+SIZING_REQUESTS = 200  # a sizing sweep's requests a rate: p90s within ~5% of 1000 requests
+# What each kind of device serves with when the user does not say (issue 23): vLLM on GPUs,
+# llama.cpp on CPUs and Apple silicon, transformers elsewhere.
+DEFAULT_RUNTIME = {"gpu": "vllm", "cpu": "llama.cpp", "apple": "llama.cpp"}
+
+
+def runtime_for(kind: str, asked: str) -> str:
+    return DEFAULT_RUNTIME.get(kind, "transformers") if asked == "auto" else asked
+
+
+def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
+                           runtime: str = "auto") -> Sizing | str:  # fmt: skip
+    """Replicas of `tp` devices at the highest rate a replica meets the targets at (for 90%
+    of requests; without targets, short of saturation), times the busy share asked for. A
+    string says why there is no sizing."""
+    hw, rt = cand.hw, runtime_for(cand.hw.kind, runtime)
+    if cand.rates is None:
+        return f"speed not known: {cand.rates_how}"
+    if hw.kind not in runtime_speed(rt).devices:
+        return f"{rt} does not run on a {hw.kind}"
+    plan = InferencePlan(prompt_tokens=load.prompt_tokens, new_tokens=load.output_tokens,
+                         weights=weights, runtime=rt)  # fmt: skip
+    tp = devices_for_inference(arch, plan, hw)
+    most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
+    if tp is None or tp > most:
+        return f"{weights} weights do not fit on {most} device(s) under {rt}"
+    try:
+        engine = build_engine(arch, plan, hw, cand.rates, ReplicaOptions(tp=tp))
+        return _sized(arch, load, cand, weights, rt, tp, engine)
+    except GpuwiseError as exc:
+        return str(exc)
+
+
+# The knee of one replica does not depend on the volume of requests: computed once for the
+# sizings of a sweep of loads (advise's candidates, a property test's examples).
+_KNEES: dict[tuple[object, ...], dict] = {}
+
+
+def _knee(engine: Engine, key: tuple[object, ...], lengths: Lengths, slo: Slo) -> dict:
+    if key not in _KNEES:
+        if len(_KNEES) > 256:
+            _KNEES.clear()
+        _KNEES[key] = sweep(engine, lengths, SIZING_REQUESTS, slo, points=5, bisections=4)
+    return _KNEES[key]
+
+
+def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str, rt: str, tp: int,
+           engine: Engine) -> Sizing:  # fmt: skip
+    lengths = Lengths(load.prompt_tokens, load.output_tokens)
+    slo = Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
+              None if load.tpot_ms is None else load.tpot_ms / 1e3)  # fmt: skip
+    ttft0, tpot0 = no_load_latency(engine, load.prompt_tokens, load.output_tokens)
+    key = (arch, cand.hw.id, id(cand.rates), weights, rt, tp, lengths, slo)
+    knee = _knee(engine, key, lengths, slo)
+    per_replica = (knee["max_rate_meeting_slo"] or knee["rate_ceiling"] / 5) * load.max_utilisation
+    replicas = max(1, math.ceil(load.arrivals_per_s / per_replica))
+    misses, ratio = _misses(load, ttft0, tpot0, knee["max_rate_meeting_slo"])
+    if cand.max_replicas is not None and replicas > cand.max_replicas:
+        misses.append(f"load needs {replicas}")
+        ratio, replicas = max(ratio, replicas / cand.max_replicas), cand.max_replicas
+    rate = load.arrivals_per_s / replicas
+    rec = summary(simulate(engine, poisson_requests(rate, SIZING_REQUESTS, lengths)), slo)
+    usage = Usage(tp * replicas, rec["busy_fraction"] * load.service_hours_per_month,
+                  load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)  # fmt: skip
+    tpot = rec["tpot_s"]["p50"] or 0.0
+    batch = max(1, round(rec["output_tokens_per_s"] * tpot))  # sequences decoding at once
+    return Sizing(cand, f"{weights} ({rt})", tp, replicas, batch, usage, not misses,
+                  tuple(misses), ratio, rec["ttft_s"]["p90"], rec["tpot_s"]["p90"],
+                  rec["output_tokens_per_s"])  # fmt: skip
+
+
+def _misses(load: ServeLoad, ttft0: float, tpot0: float,
+            knee: float | None) -> tuple[list[str], float]:  # fmt: skip
+    """What no rate meets: a target below one request's own latency."""
+    misses, ratios = [], [0.0]
+    if load.tpot_ms is not None:
+        ratios.append(tpot0 * 1e3 / load.tpot_ms)
+        if ratios[-1] > 1:
+            misses.append("ms/tok")
+    if load.ttft_ms is not None:
+        ratios.append(ttft0 * 1e3 / load.ttft_ms)
+        if ratios[-1] > 1:
+            misses.append("TTFT")
+    if not misses and not knee:
+        misses.append("no rate meets the targets")
+    return misses, max(ratios)
