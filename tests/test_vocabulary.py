@@ -37,6 +37,10 @@ DIFFERENT_DEFAULT = {
     ("module", "--batch"): "the inputs' own",
     ("module", "--dtype"): "as built",
     ("infer", "--weights"): "as stored in a checkpoint, else bf16",
+    ("serve", "--weights"): "as stored in a checkpoint, else bf16",
+    ("serve", "--runtime"): "what serves under load",
+    ("advise", "--runtime"): "auto (vllm on GPUs",
+    ("cost", "--runtime"): "auto (vllm on GPUs",
 }
 
 

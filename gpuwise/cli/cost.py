@@ -33,8 +33,9 @@ WORKLOAD = [
          "(default: no target)"),
     _opt("ttft_ms", float | None, None, "inference: target time to first token, ms (default: "
          "no target)"),
-    _opt("utilisation", str, "60%", "inference: the busy share each replica is sized for, "
-         "0.6 or 60% (the rest is headroom for peaks)", "--target-utilization"),
+    _opt("utilisation", str, "60%", "inference: the share of its highest rate within the "
+         "targets each replica is sized for, 0.6 or 60% (the rest is headroom for peaks)",
+         "--target-utilization"),
     _opt("hours_per_day", float, 24.0, "inference: hours a day the service runs"),
     _opt("weights", str, "bf16", "inference: accelerator weight precision (CPUs try fp32, int8 "
          "and int4)"),

@@ -18,8 +18,9 @@ Dist = Annotated[str | None, typer.Option(
 @app.command()
 def serve(
     model: Model, on: On = "local",
-    runtime: Annotated[str, typer.Option("--runtime", help="vllm, sglang, llama.cpp, "
-                                         "transformers or compiled")] = "vllm",  # fmt: skip
+    runtime: Annotated[str, typer.Option("--runtime", help="vllm (the default: what serves "
+                                         "under load), sglang, llama.cpp, transformers or "
+                                         "compiled")] = "vllm",  # fmt: skip
     rate: Annotated[float | None, typer.Option(help="requests a second, arriving at random "
                                                "(Poisson)")] = None,  # fmt: skip
     concurrency: Annotated[int | None, typer.Option(help="clients that each send a request "
@@ -28,10 +29,10 @@ def serve(
                                                "output_tokens (vLLM/Mooncake keys too)")] = None,  # fmt: skip
     prompt: Annotated[int, typer.Option("--prompt", help="prompt tokens a request (the "
                                         "mean)")] = PROMPT_TOKENS,  # fmt: skip
-    new_tokens: Annotated[int, typer.Option("--new-tokens", "--output", help="tokens generated "
-                                            "a request (the mean)")] = NEW_TOKENS,  # fmt: skip
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="tokens generated a request "
+                                            "(the mean)")] = NEW_TOKENS,  # fmt: skip
     prompt_dist: Dist = None,
-    output_dist: Annotated[str | None, typer.Option("--output-dist", "--new-tokens-dist",
+    output_dist: Annotated[str | None, typer.Option("--new-tokens-dist",
                            help="as --prompt-dist", show_default=False)] = None,  # fmt: skip
     requests: Annotated[int, typer.Option(help="requests to simulate")] = 1000,
     duration: Annotated[float | None, typer.Option(help="seconds of arrivals to simulate "

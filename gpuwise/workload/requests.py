@@ -39,7 +39,8 @@ class Lengths:
     def __post_init__(self) -> None:
         check_count(self.prompt, "--prompt", 1 << 24)
         check_count(self.output, "--output", 1 << 24)
-        for name, dist in (("--prompt-dist", self.prompt_dist), ("--output-dist", self.output_dist)):
+        for name, dist in (("--prompt-dist", self.prompt_dist),
+                           ("--new-tokens-dist", self.output_dist)):
             if dist not in LENGTH_DISTS:
                 raise GpuwiseError(f"{name} {dist!r} is not a length distribution",
                                    f"choose one of: {', '.join(LENGTH_DISTS)}")  # fmt: skip

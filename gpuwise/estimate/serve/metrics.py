@@ -78,7 +78,8 @@ def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:
            "e2e_s": percentiles(e2e), "output_tokens_per_s": out_tokens / window,
            "requests_per_s": len(seqs) / window, "goodput_requests_per_s": good / window,
            "slo_met_fraction": good / len(seqs), "preemptions": trace.preemptions,
-           "kv_peak_fraction": trace.kv_peak_fraction, "busy_fraction": trace.busy_s / window,
+           "kv_peak_fraction": trace.kv_peak_fraction,
+           "busy_fraction": min(1.0, trace.busy_s / window),
            "steps": len(trace.steps), "saturated": saturated(trace),
            "kv_timeline": [[round(t, 4), round(f, 4)] for t, f in trace.kv_timeline]}  # fmt: skip
     if power is not None:
