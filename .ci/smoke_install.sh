@@ -69,6 +69,8 @@ ok "$G" infer qwen2.5-7b --on l4 --weights int4 --kv-dtype fp8 --runtime vllm --
 ok "$G" infer llama-3.1-8b --on rtx-4090 --runtime llama.cpp --weights q4_k_m --json
 ok "$G" check llama-3.1-8b --on h100 --runtime sglang
 ok "$G" train llama-3.1-8b --on h100 --runtime compiled --json
+ok "$G" serve llama-3.1-8b --on h100 --rate 8 --ttft-ms 500 --tpot-ms 40 --sweep --json
+ok "$G" serve llama-3.1-8b --on rtx-4090 --runtime llama.cpp --weights q4_k_m --concurrency 2
 ok "$G" train gpt2 --on h100 --json
 ok "$G" train llama-3.1-8b --on a100-80gb --finetune lora --checkpointing --json
 ok "$G" advise qwen2.5-7b --requests-per-day 100000 --prompt 512 --new-tokens 256 --json
@@ -84,6 +86,8 @@ refused "$G" infer llama-3.1-8b --on h1000
 refused "$G" train llama-3.1-8b --on h100 --runtime llama.cpp   # serving runtimes do not train
 refused "$G" infer llama-3.1-8b --on h100 --runtime vlm          # did you mean vllm
 refused "$G" probe --runtime llama.cpp                           # llama-cpp-python not installed
+refused "$G" serve llama-3.1-8b --on h100 --rate 5 --ttft-ms 1    # below one request's own TTFT
+refused "$G" serve llama-3.1-8b --on h100 --trace /etc/hostname   # not JSON lines
 
 # With torch (the CPU build on this disk, pinned first so no extra pulls a CUDA build).
 "$work/venv/bin/pip" install -q torch==2.13.0
