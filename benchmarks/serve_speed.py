@@ -42,7 +42,7 @@ def main() -> None:
             summary(trace, Slo())
             wall = time.perf_counter() - start
             print(f"{runtime:10s} {device:9s} {load:5.1f} {load * ceiling:7.2f} {wall:7.2f} "
-                  f"{len(trace.steps):8,d} {trace.end_s:12,.0f} {trace.end_s / wall:8,.0f}x")  # fmt: skip
+                  f"{trace.steps:8,d} {trace.end_s:12,.0f} {trace.end_s / wall:8,.0f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

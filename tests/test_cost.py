@@ -30,7 +30,7 @@ from gpuwise.workload.deployments import ServeLoad
 ROUND = with_overrides(
     load_costs(), electricity_usd_per_kwh=0.1, pue=1.5, depreciation_years=4,
     hosting_usd_per_kw_month=100, ops_usd_per_device_year=120, idle_power_fraction=0.1,
-    busy_power_fraction=1.0, grid_gco2_per_kwh=500, reserved_discount=0.25,
+    busy_power_fraction=1.0, memory_power_fraction=0.75, grid_gco2_per_kwh=500, reserved_discount=0.25,
     host_power_fraction=0.0, host_price_fraction=0.0,
 )  # fmt: skip
 DEVICE = replace(find_hardware("h100"), tdp_w=1000, list_price_usd=12000, cloud_usd_per_hour=2.0)

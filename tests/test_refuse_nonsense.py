@@ -142,7 +142,7 @@ OPTIONS: list[tuple[list[str], str, tuple[str, ...], str]] = [
     ([*ADVISE, *SERVE], "--local-price", ("0",), ""),
     *[([*ADVISE, *SERVE], o, ("0",), "") for o in (
         "--electricity", "--hosting-per-kw-month", "--ops-per-year", "--idle-power",
-        "--busy-power", "--grid-co2", "--reserved-discount", "--host-power-fraction",
+        "--busy-power", "--memory-power", "--grid-co2", "--reserved-discount", "--host-power-fraction",
         "--host-price-fraction")],
     *[(ADVISE, o, (), "") for o in ("--requests-per-day", "--tokens-per-day",
                                     "--train-tokens", "--hours-per-month")],

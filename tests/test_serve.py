@@ -40,9 +40,11 @@ def run(eng, rate, count=300, lengths=LENGTHS, slo=NO_TARGETS):
 def test_more_load_never_lowers_the_latency_percentiles(rate, more):
     eng = engine()
     light, heavy = run(eng, rate), run(eng, rate * more)
+    # The same arrival draws, compressed: a percentile may move by its rank's neighbour
+    # (under 1%), never down by more.
     for key in ("ttft_s", "e2e_s"):
-        assert heavy[key]["p90"] >= light[key]["p90"] * 0.999
-    assert heavy["tpot_s"]["p50"] >= light["tpot_s"]["p50"] * 0.999
+        assert heavy[key]["p90"] >= light[key]["p90"] * 0.99
+    assert heavy["tpot_s"]["p50"] >= light["tpot_s"]["p50"] * 0.99
 
 
 def test_more_kv_memory_never_adds_preemptions():

@@ -32,7 +32,8 @@ ASSUMPTION_FLAGS = {
     "electricity": "electricity_usd_per_kwh", "pue": "pue",
     "depreciation_years": "depreciation_years", "hosting_per_kw_month": "hosting_usd_per_kw_month",
     "ops_per_year": "ops_usd_per_device_year", "idle_power": "idle_power_fraction",
-    "busy_power": "busy_power_fraction", "grid_co2": "grid_gco2_per_kwh",
+    "busy_power": "busy_power_fraction", "memory_power": "memory_power_fraction",
+    "grid_co2": "grid_gco2_per_kwh",
     "reserved_discount": "reserved_discount", "host_power_fraction": "host_power_fraction",
     "host_price_fraction": "host_price_fraction",
 }  # fmt: skip

@@ -118,8 +118,9 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     no_load = no_load_latency(engine, prompt, output)
     _check_slo(slo, no_load)
     costs = load_costs()
-    power = Power(hw.tdp_w * opts.tp * costs.busy_power_fraction,
-                  hw.tdp_w * opts.tp * costs.idle_power_fraction)  # fmt: skip
+    tdp = hw.tdp_w * opts.tp
+    power = Power(tdp * costs.busy_power_fraction, tdp * costs.idle_power_fraction,
+                  tdp * costs.memory_power_fraction)  # fmt: skip
     if progress:
         progress("simulating", 0.0)
     result = _scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)

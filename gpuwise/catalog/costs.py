@@ -16,12 +16,13 @@ from gpuwise.errors import GpuwiseError
 
 SCALARS = ("electricity_usd_per_kwh", "pue", "depreciation_years", "hosting_usd_per_kw_month",
            "ops_usd_per_device_year", "idle_power_fraction", "busy_power_fraction",
-           "grid_gco2_per_kwh", "reserved_discount")  # fmt: skip
+           "memory_power_fraction", "grid_gco2_per_kwh", "reserved_discount")  # fmt: skip
 # (low, high) accepted for each override; fractions are 0-1.
 LIMITS = {
     "electricity_usd_per_kwh": (0.0, 10.0), "pue": (1.0, 5.0), "depreciation_years": (0.1, 30.0),
     "hosting_usd_per_kw_month": (0.0, 1e5), "ops_usd_per_device_year": (0.0, 1e7),
     "idle_power_fraction": (0.0, 1.0), "busy_power_fraction": (0.0, 1.5),
+    "memory_power_fraction": (0.0, 1.5),
     "grid_gco2_per_kwh": (0.0, 2000.0), "reserved_discount": (0.0, 0.99),
     "host_power_fraction": (0.0, 10.0), "host_price_fraction": (0.0, 10.0),
 }  # fmt: skip
@@ -49,6 +50,7 @@ class CostAssumptions:
     ops_usd_per_device_year: float
     idle_power_fraction: float
     busy_power_fraction: float
+    memory_power_fraction: float
     grid_gco2_per_kwh: float
     reserved_discount: float
     host_power_fraction: dict[str, float] = field(default_factory=dict)

@@ -21,6 +21,7 @@ class DeviceEfficiency:
     matmul_max: float  # of the dense peak, for large matmuls
     tile: int  # output tile per compute unit per wave (rows and columns)
     min_rows: int  # rows below which a matmul leaves the matrix units idle
+    split_k_min: int  # K a split-K GEMM gives each compute unit at least (0: none)
     memory: float  # of the memory bandwidth
     vector: float  # of the fp32 peak, for elementwise math
     op_overhead_s: float  # eager dispatch and launch per kernel

@@ -21,6 +21,7 @@ class SchedulerDefaults:
     max_seqs: int
     block_tokens: int
     prefix_cache: bool
+    reserve_output: float
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
 

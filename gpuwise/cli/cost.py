@@ -73,6 +73,8 @@ ASSUMPTIONS = [
     _opt("ops_per_year", float | None, None, "staff and support, USD per device a year"),
     _opt("idle_power", float | None, None, "idle power, as a fraction of TDP"),
     _opt("busy_power", float | None, None, "busy power, as a fraction of TDP"),
+    _opt("memory_power", float | None, None, "power of memory-bound work (decode), as a "
+         "fraction of TDP"),
     _opt("grid_co2", float | None, None, "grid intensity, g CO2 per kWh"),
     _opt("reserved_discount", float | None, None, "reserved price discount vs on demand, 0-1"),
     _opt("host_power_fraction", float | None, None, "server power on top of the device's TDP, "

@@ -59,8 +59,10 @@ def _lines(a: ServeAnswer, rec: dict[str, Any]) -> list[str]:
     if "energy" in rec:
         e = rec["energy"]
         lines.append(f"energy: {e['per_1000_requests_j'] / 3.6e3:,.2f} Wh per 1000 requests, "
-                     f"{e['per_output_token_j']:.3g} J an output token (busy {e['busy_w']:,.0f} "
-                     f"W, idle {e['idle_w']:,.0f} W: the TDP model, an upper bound)")  # fmt: skip
+                     f"{e['per_output_token_j']:.3g} J an output token, {e['average_w']:,.0f} W "
+                     f"on average (compute-bound {e['busy_w']:,.0f} W, memory-bound "
+                     f"{e['memory_w']:,.0f} W, idle {e['idle_w']:,.0f} W; "
+                     f"{e['compute_bound_share']:.0%} of the busy time compute-bound)")  # fmt: skip
     if rec["saturated"]:
         lines.append("saturated: requests arrive faster than the replica answers them; the "
                      "queue grows without bound and so do the latencies (lower --rate, or "

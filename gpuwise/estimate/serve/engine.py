@@ -3,6 +3,7 @@ through its prompt and output, and the KV cache it holds, in blocks."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gpuwise.workload.requests import Request
@@ -20,6 +21,7 @@ class Seq:
     generated: int = 0
     blocks: int = 0
     first_token_s: float = -1.0
+    last_token_s: float = -1.0
     done_s: float = -1.0
 
     @property
@@ -69,3 +71,34 @@ class Step:
     @property
     def tokens(self) -> int:
         return sum(n for _, n in self.work)
+
+
+@dataclass
+class Histogram:
+    """Counts of values in bins 1% wide (log scale): percentiles within 1% of the exact ones,
+    in constant memory, for the millions of inter-token gaps of a long run."""
+
+    bins: dict[int, int] = field(default_factory=dict)
+    total: int = 0
+    STEP = math.log(1.01)
+
+    def add(self, value: float, count: int = 1) -> None:
+        b = math.floor(math.log(max(value, 1e-9)) / self.STEP)
+        self.bins[b] = self.bins.get(b, 0) + count
+        self.total += count
+
+    def percentile(self, p: float) -> float | None:
+        """The bin's middle value where the p-th percentile falls (None: empty)."""
+        if not self.total:
+            return None
+        rank, seen = p / 100 * self.total, 0
+        for b in sorted(self.bins):
+            seen += self.bins[b]
+            if seen >= rank:
+                return math.exp((b + 0.5) * self.STEP)
+        return math.exp((max(self.bins) + 0.5) * self.STEP)
+
+    def mean(self) -> float | None:
+        if not self.total:
+            return None
+        return sum(n * math.exp((b + 0.5) * self.STEP) for b, n in self.bins.items()) / self.total

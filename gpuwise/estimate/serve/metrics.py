@@ -24,10 +24,13 @@ class Slo:
 
 @dataclass(frozen=True)
 class Power:
-    """Watts of the replica's devices when busy and when idle (catalog/data/costs.toml)."""
+    """Watts of the replica's devices (catalog/data/costs.toml): compute-bound work at
+    `busy_w`, memory-bound work at `memory_w` (None: `busy_w`), the host's share of a step
+    and idle time at `idle_w`."""
 
     busy_w: float
     idle_w: float
+    memory_w: float | None = None
 
 
 def percentiles(values: list[float]) -> dict[str, float | None]:
@@ -37,22 +40,6 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     xs = sorted(values)
     return {f"p{p}": xs[min(len(xs) - 1, max(0, math.ceil(p / 100 * len(xs)) - 1))]
             for p in PERCENTILES}  # fmt: skip
-
-
-def _weighted(pairs: list[tuple[float, int]]) -> dict[str, float | None]:
-    """Percentiles of step lengths, each counted once for every token it delivered."""
-    pairs = sorted(p for p in pairs if p[1] > 0)
-    total = sum(n for _, n in pairs)
-    out: dict[str, float | None] = {}
-    for p in PERCENTILES:
-        rank, seen, value = p / 100 * total, 0, None
-        for seconds, n in pairs:
-            seen += n
-            value = seconds
-            if seen >= rank:
-                break
-        out[f"p{p}"] = value
-    return out
 
 
 def saturated(trace: Trace) -> bool:
@@ -74,22 +61,27 @@ def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:
     good = sum(slo.met(t, (s.done_s - s.first_token_s) / max(1, s.req.output - 1))
                for t, s in zip(ttft, seqs, strict=True))  # fmt: skip
     rec = {"requests": len(seqs), "duration_s": window, "ttft_s": percentiles(ttft),
-           "tpot_s": percentiles(tpot), "itl_s": _weighted(trace.steps),
+           "tpot_s": percentiles(tpot), "itl_s": {f"p{p}": trace.itl.percentile(p) for p in PERCENTILES},
            "e2e_s": percentiles(e2e), "output_tokens_per_s": out_tokens / window,
            "requests_per_s": len(seqs) / window, "goodput_requests_per_s": good / window,
            "slo_met_fraction": good / len(seqs), "preemptions": trace.preemptions,
            "kv_peak_fraction": trace.kv_peak_fraction,
            "busy_fraction": min(1.0, trace.busy_s / window),
-           "steps": len(trace.steps), "saturated": saturated(trace),
+           "steps": trace.steps, "saturated": saturated(trace),
            "kv_timeline": [[round(t, 4), round(f, 4)] for t, f in trace.kv_timeline]}  # fmt: skip
     if power is not None:
-        rec["energy"] = energy(trace.busy_s, window, len(seqs), out_tokens, power)
+        rec["energy"] = energy(trace, window, len(seqs), out_tokens, power)
     return rec
 
 
-def energy(busy_s: float, window_s: float, requests: int, tokens: int, power: Power) -> dict:
-    """Joules over the run: busy time at the busy power, the rest at idle."""
-    joules = busy_s * power.busy_w + max(0.0, window_s - busy_s) * power.idle_w
+def energy(trace: Trace, window_s: float, requests: int, tokens: int, power: Power) -> dict:
+    """Joules over the run: each step's compute-bound time at the busy power, its
+    memory-bound time at the memory power, the host's share and the idle time at idle."""
+    memory_w = power.busy_w if power.memory_w is None else power.memory_w
+    memory_s = trace.busy_s - trace.compute_s - trace.host_s
+    idle_s = max(0.0, window_s - trace.busy_s) + trace.host_s
+    joules = trace.compute_s * power.busy_w + memory_s * memory_w + idle_s * power.idle_w
     return {"joules": joules, "per_1000_requests_j": 1000 * joules / requests,
             "per_million_tokens_j": 1e6 * joules / tokens, "per_output_token_j": joules / tokens,
-            "busy_w": power.busy_w, "idle_w": power.idle_w}  # fmt: skip
+            "average_w": joules / window_s, "busy_w": power.busy_w, "memory_w": memory_w,
+            "idle_w": power.idle_w, "compute_bound_share": trace.compute_s / max(trace.busy_s, 1e-12)}  # fmt: skip

@@ -50,7 +50,7 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                  opts: ReplicaOptions) -> Engine:  # fmt: skip
     sched = scheduler_defaults(plan.runtime)
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
-                    opts.max_seqs or sched.max_seqs)  # fmt: skip
+                    opts.max_seqs or sched.max_seqs, sched.reserve_output)  # fmt: skip
     positions = kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
     if positions <= 0:
         raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
@@ -60,7 +60,7 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
     max_len = min(x for x in (plan.context_alloc, arch.max_position, 1 << 40) if x)
     return Engine(sched.policy, limits, positions // block, block,
-                  lambda t, p, kv, f: step.seconds(t, p, kv, f), pair_flops, max_len)  # fmt: skip
+                  step.parts, pair_flops, max_len)  # fmt: skip
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:

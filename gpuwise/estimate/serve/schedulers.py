@@ -4,6 +4,7 @@ returns the step's work; the simulation applies it."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ from gpuwise.estimate.serve.engine import KvPool, Seq, Step
 class Limits:
     max_batched_tokens: int
     max_seqs: int
+    reserve_output: float = 0.0  # share of outputs kept free at admission (SGLang)
 
 
 def _grow(seq: Seq, n: int, kv: KvPool) -> bool:
@@ -39,6 +41,10 @@ def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> S
     """vLLM V1: running sequences first (a token each, or their next prompt chunk), newest
     preempted while blocks run out; then waiting ones, in order, within the token budget."""
     step, budget = Step(), lim.max_batched_tokens
+    if _all_decode(running, kv, budget, step):
+        budget -= len(running)
+        _admit(waiting, running, kv, lim, step, budget)
+        return step
     gone: set[int] = set()
     for seq in list(running):
         if budget <= 0 or seq.id in gone:
@@ -65,11 +71,39 @@ def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> S
     return step
 
 
+def _all_decode(running: list[Seq], kv: KvPool, budget: int, step: Step) -> bool:
+    """The common step of a busy engine, in one pass: every running sequence decoding, one
+    token each, the blocks they need free (a sequence needs one when its last is full)."""
+    if not running or budget < len(running) or any(s.computed < s.target for s in running):
+        return False
+    full = [s for s in running if s.computed % kv.block_tokens == 0]
+    if not kv.fits(len(full)):
+        return False
+    for seq in full:
+        seq.blocks += 1
+    kv.used += len(full)
+    kv.peak = max(kv.peak, kv.used)
+    step.work = [(s, 1) for s in running]
+    return True
+
+
 def _admit(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits, step: Step,
            budget: int) -> None:  # fmt: skip
+    """Waiting requests in order, while the budget, the running limit and the KV cache allow:
+    with `reserve_output`, the cache must also keep that share of every admitted request's
+    remaining output free (SGLang), so few are ever preempted."""
+    reserved = 0.0
+    if lim.reserve_output:
+        left = sum(s.req.output - s.generated for s in running)
+        reserved = lim.reserve_output * left / kv.block_tokens
     while waiting and budget > 0 and len(running) < lim.max_seqs:
         seq = waiting[0]
         n = min(seq.target - seq.computed, budget)
+        more = lim.reserve_output * (seq.req.output - seq.generated) / kv.block_tokens
+        if lim.reserve_output and not kv.fits(kv.need(seq, seq.computed + n)
+                                              + math.ceil(reserved + more)):
+            return
+        reserved += more
         if not _grow(seq, n, kv):
             return
         running.append(waiting.popleft())

@@ -10,12 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.serve.engine import KvPool, Seq, Step
+from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq, Step
 from gpuwise.estimate.serve.schedulers import POLICY, Limits
 from gpuwise.workload.requests import Request
 
-# seconds of a step: (tokens, prompt tokens, cached positions read, prompt attention FLOPs)
-StepSeconds = Callable[[int, int, float, float], float]
+# A step's (compute-bound, memory-bound, host) seconds, from (tokens, prompt tokens, cached
+# positions read, prompt attention FLOPs).
+StepParts = Callable[[int, int, float, float], tuple[float, float, float]]
 
 
 @dataclass(frozen=True)
@@ -26,9 +27,12 @@ class Engine:
     limits: Limits
     kv_blocks: int
     block_tokens: int
-    step_seconds: StepSeconds
+    step_parts: StepParts
     attention_flops_per_pair: float  # per (query, key) pair of prompt attention, all layers
     max_len: int = 0  # positions a sequence may reach (the model's or the runtime's; 0: any)
+
+    def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float) -> float:
+        return sum(self.step_parts(tokens, prompt, kv_read, flops))
 
 
 @dataclass
@@ -36,8 +40,11 @@ class Trace:
     """What happened: every request's times, every step's length and decode tokens."""
 
     seqs: list[Seq]
-    steps: list[tuple[float, int]] = field(default_factory=list)  # (seconds, decode tokens)
+    steps: int = 0
+    itl: Histogram = field(default_factory=Histogram)  # every gap between a request's tokens
     busy_s: float = 0.0
+    compute_s: float = 0.0  # of busy_s, compute-bound
+    host_s: float = 0.0  # of busy_s, the host's (dispatch, scheduler, collectives' waits)
     end_s: float = 0.0
     preemptions: int = 0
     kv_peak_fraction: float = 0.0
@@ -85,21 +92,22 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
         nxt_arrival = pending[0].req.arrival_s if pending and not clients else math.inf
         run = _steady_run(engine, running, waiting, kv, now, nxt_arrival)
         if run is not None:
-            dt, k = run
-            finished, decoded = _apply_run(running, k, now + dt, engine.policy)
+            parts, k = run
+            dt = sum(parts)
+            finished = _apply_run(running, k, now, now + dt, engine.policy, trace.itl)
             now += dt
-            trace.busy_s += dt
-            trace.steps.append((dt / k, decoded))
+            _account(trace, parts)
+            trace.steps += k
         else:
             step = schedule(waiting, running, kv, engine.limits)
             trace.preemptions += step.preempted
             if not step.work:
                 continue
-            dt = engine.step_seconds(*_step_work(engine, step))
-            now += dt
-            trace.busy_s += dt
-            finished, decoded = _apply(step, now, engine.policy)
-            trace.steps.append((dt, decoded))
+            parts = engine.step_parts(*_step_work(engine, step))
+            now += sum(parts)
+            _account(trace, parts)
+            finished = _apply(step, now, engine.policy, trace.itl)
+            trace.steps += 1
         for seq in finished:
             running.remove(seq)
             kv.free(seq)
@@ -117,6 +125,12 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
     for seq in seqs:  # arrival times as the clients sent them (closed loop)
         seq.req = Request(arrivals.get(seq.id, seq.req.arrival_s), seq.req.prompt, seq.req.output)
     return trace
+
+
+def _account(trace: Trace, parts: tuple[float, float, float]) -> None:
+    trace.busy_s += sum(parts)
+    trace.compute_s += parts[0]
+    trace.host_s += parts[2]
 
 
 def _check_fits(engine: Engine, seqs: list[Seq]) -> None:
@@ -149,10 +163,11 @@ def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float]:
     return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair
 
 
-def _apply(step: Step, now: float, policy: str) -> tuple[list[Seq], int]:
-    """Advance each sequence by its work: the ones whose last token came out (a static batch:
-    when its longest is done), and how many tokens came out after a first one."""
-    finished, decoded = [], 0
+def _apply(step: Step, now: float, policy: str, itl: Histogram) -> list[Seq]:
+    """Advance each sequence by its work, counting each token's gap since the request's last
+    one; the ones whose last token came out (a static batch: when its longest is done)."""
+    finished: list[Seq] = []
+    since: dict[float, int] = {}  # previous token's time -> tokens out now (one log each)
     for seq, n in step.work:
         was_prefilling = seq.computed < seq.target
         seq.computed += n
@@ -160,16 +175,20 @@ def _apply(step: Step, now: float, policy: str) -> tuple[list[Seq], int]:
             continue  # a prompt chunk: no token yet
         if seq.generated < seq.req.output:
             seq.generated += 1
-            decoded += seq.generated > 1
             if seq.first_token_s < 0:
                 seq.first_token_s = now
+            else:
+                since[seq.last_token_s] = since.get(seq.last_token_s, 0) + 1
+            seq.last_token_s = now
             if seq.generated == seq.req.output:
                 seq.done_s = now
         if seq.done_s >= 0 and policy != "static":
             finished.append(seq)
+    for last, count in since.items():
+        itl.add(now - last, count)
     if policy == "static" and all(s.done_s >= 0 for s, _ in step.work):
         finished = [s for s, _ in step.work]
-    return finished, decoded
+    return finished
 
 
 # Fewer steps than this in a steady run are simulated one by one.
@@ -177,7 +196,7 @@ STEADY_MIN_STEPS = 4
 
 
 def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPool, now: float,
-                next_arrival: float) -> tuple[float, int] | None:  # fmt: skip
+                next_arrival: float) -> tuple[tuple[float, float, float], int] | None:  # fmt: skip
     """(seconds, steps) of the decode steps that run unchanged from here: every running
     sequence past its prompt, nobody admitted (none waiting, or no free slot or batch), the
     first of them to finish or the next arrival ends the run. Simulated as one: its steps'
@@ -200,20 +219,26 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
         return None
     for s in running:
         kv.take(s, kv.need(s, s.computed + k))
-    return k * engine.step_seconds(n, 0, kv_now + n * (k + 1) / 2, 0.0), k
+    middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0)
+    return (k * middle[0], k * middle[1], k * middle[2]), k
 
 
-def _apply_run(running: list[Seq], k: int, end: float, policy: str) -> tuple[list[Seq], int]:
-    """`k` decode steps of every running sequence, ending at `end`."""
-    decoded = 0
+def _apply_run(running: list[Seq], k: int, start: float, end: float, policy: str,
+               itl: Histogram) -> list[Seq]:  # fmt: skip
+    """`k` decode steps of every running sequence from `start` to `end`, evenly spaced."""
+    gap = (end - start) / k
+    since: dict[float, int] = {}
     for seq in running:
         seq.computed += k
         if seq.generated < seq.req.output:
-            decoded += k
             seq.generated += k
+            since[seq.last_token_s] = since.get(seq.last_token_s, 0) + 1
+            seq.last_token_s = end
             if seq.generated == seq.req.output:
                 seq.done_s = end
+    for last, count in since.items():
+        itl.add(start + gap - last, count)
+        itl.add(gap, count * (k - 1))
     if policy == "static":
-        done = all(s.done_s >= 0 for s in running)
-        return (list(running) if done else []), decoded
-    return [s for s in running if s.done_s == end], decoded
+        return list(running) if all(s.done_s >= 0 for s in running) else []
+    return [s for s in running if s.done_s == end]

@@ -55,14 +55,21 @@ class StepTime:
                 prompt_attention_flops: float = 0.0) -> float:  # fmt: skip
         """A step of `tokens` new tokens, `prompt_tokens` of them from prompts, whose attention
         reads `kv_read` cached positions (summed over its sequences)."""
+        return sum(self.parts(tokens, prompt_tokens, kv_read, prompt_attention_flops))
+
+    def parts(self, tokens: int, prompt_tokens: int, kv_read: float,
+              prompt_attention_flops: float = 0.0) -> tuple[float, float, float]:  # fmt: skip
+        """The step's seconds as (compute-bound, memory-bound, host): what the power model
+        charges each at (metrics.Power)."""
         if tokens <= 0:
-            return 0.0
+            return 0.0, 0.0, 0.0
         if self.rt.model == "ggml":
             return _ggml_step(self, tokens, prompt_tokens, kv_read, prompt_attention_flops)
-        dense = _dense_s(self, bucket(tokens), prompt_tokens > 0)
+        compute, memory, host = _dense_parts(self, bucket(tokens), prompt_tokens > 0)
         attention = kv_read * self.kv_bytes_per_token / self.tp / _kv_rate(self)
         attention *= 1.0 if self.rt.fused else 3.0  # eager: read, then torch.cat's copy
-        return dense + attention + prompt_attention_flops / self.tp / _attention_flops(self)
+        compute += prompt_attention_flops / self.tp / _attention_flops(self)
+        return compute, memory + attention, host
 
 
 @lru_cache(maxsize=256)
@@ -72,9 +79,10 @@ def _runtime_rates(step: StepTime) -> DeviceRates:
 
 
 @lru_cache(maxsize=4096)
-def _dense_s(step: StepTime, tokens: int, prompt: bool) -> float:
-    """The weights' part of a step of `tokens` tokens: every op but attention, with the
-    runtime's dispatch and step costs."""
+def _dense_parts(step: StepTime, tokens: int, prompt: bool) -> tuple[float, float, float]:
+    """The weights' part of a step of `tokens` tokens, every op but attention, as (compute-
+    bound, memory-bound, host) seconds: the host's the runtime's dispatch the device cannot
+    hide, its step cost and the collectives' waits."""
     arch, plan, rates = step.arch, step.plan, _runtime_rates(step)
     shape = plan_shape(plan, arch, tokens, 1, 1)
     ops = [op for op in inference_ops(arch, shape, step.rt.fused, step.tp)
@@ -84,9 +92,12 @@ def _dense_s(step: StepTime, tokens: int, prompt: bool) -> float:
     if step.rt.dispatch == "eager":
         phase = "inference" if prompt else "decode"
         overhead = dispatch_overhead(arch, op_count_mode(dtype), plan.attention, phase, rates)
-    seconds = phase_time("step", ops, rates, dtype, overhead,
-                         tp_allreduce_s(arch, shape, rates, step.tp)).seconds  # fmt: skip
-    return seconds + step.rt.step_s.get("inference" if prompt else "decode", 0.0)
+    timed = phase_time("step", ops, rates, dtype, overhead,
+                       tp_allreduce_s(arch, shape, rates, step.tp))  # fmt: skip
+    compute = sum(t.seconds for t in timed.ops if t.bound == "compute")
+    memory = timed.ops_s - compute
+    host = timed.overhead_s + timed.comm_s + step.rt.step_s.get("inference" if prompt else "decode", 0.0)
+    return compute, memory, host
 
 
 @lru_cache(maxsize=256)
@@ -103,21 +114,30 @@ def _attention_flops(step: StepTime) -> float:
 
 
 @lru_cache(maxsize=64)
-def _ggml(step: StepTime) -> tuple[GgmlRates, float, float]:
-    """llama.cpp's rates, the weight bytes a step reads and the matmul FLOPs a token costs."""
+def _ggml(step: StepTime) -> tuple[GgmlRates, float, float, float]:
+    """llama.cpp's rates, the weight bytes a step reads, the matmul FLOPs a token costs
+    through the layers and those of one token's logits."""
     g = ggml_rates(step.rates, ggml_type(step.plan), step.plan.threads)
     counts = count_params(step.arch)
-    head = step.arch.vocab_size * step.arch.hidden_size if step.arch.tie_embeddings else 0
-    return g, weights_read(step.arch, step.plan), 2.0 * (counts.active - counts.embedding + head)
+    head = step.arch.vocab_size * step.arch.hidden_size
+    layers = counts.active - counts.embedding - (0 if step.arch.tie_embeddings else head)
+    return g, weights_read(step.arch, step.plan), 2.0 * layers, 2.0 * head
 
 
 def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
-               prompt_attention_flops: float) -> float:  # fmt: skip
+               prompt_attention_flops: float) -> tuple[float, float, float]:  # fmt: skip
     """llama.cpp's batch: the weights streamed once, or their matmuls, whichever is longer,
     plus the KV cache and the graph's fixed costs (estimate/speed/ggml_time.py)."""
-    g, read, flops_per_token = _ggml(step)
+    g, read, per_token, per_logit = _ggml(step)
+    # logits of every token, or (llama.cpp's default) of decodes and each prompt's last
+    logits = tokens if step.plan.logits == "all" else tokens - prompt_tokens + (prompt_tokens > 0)
+    streamed = read / g.weight_bytes_per_s
+    computed = (tokens * per_token + logits * per_logit) / g.matmul_flops
+    memory = kv_read * step.kv_bytes_per_token / g.kv_bytes_per_s
+    compute = prompt_attention_flops / g.attention_flops
+    if computed > streamed:
+        compute += computed
+    else:
+        memory += streamed
     layers = step.arch.num_layers
-    dense = max(read / g.weight_bytes_per_s, tokens * flops_per_token / g.matmul_flops)
-    attention = (kv_read * step.kv_bytes_per_token / g.kv_bytes_per_s
-                 + prompt_attention_flops / g.attention_flops)  # fmt: skip
-    return dense + attention + layers * (g.layer_s + prompt_tokens * g.layer_token_s) + g.token_s
+    return compute, memory, layers * (g.layer_s + prompt_tokens * g.layer_token_s) + g.token_s

@@ -62,6 +62,7 @@ class DeviceRates:
     # Compute units x boost clock (GPUs; 0 where not known): kernels that keep too few bytes
     # in flight run at a rate per unit per cycle, whatever the bandwidth (ggml_time.py).
     unit_cycles_per_s: float = 0.0
+    split_k_min: int = 0  # K per split where a GEMM splits K over idle units (0: never)
     # llama.cpp timed on this machine by `gpuwise probe`, by "ggml type/threads": the
     # fields of estimate/speed/ggml_time.GgmlRates but `source`.
     ggml_measured: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -124,6 +125,9 @@ class DeviceRates:
             # the output, so only the idle rows of the matrix units are lost.
             return best * max(1, m) / self.min_rows
         tiles = math.ceil(m / self.tile) * math.ceil(max(1, n) / self.tile)
+        if self.split_k_min and tiles < self.compute_units:  # split-K fills the idle units
+            k = flops / (2.0 * m * max(1, n))
+            tiles = min(self.compute_units, tiles * max(1, int(k // self.split_k_min)))
         waves = math.ceil(tiles / self.compute_units)
         return best * tiles / (waves * self.compute_units)
 
@@ -163,7 +167,7 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         collective_latency_s=d.collective_latency_s,
         kernel_latency_s=d.kernel_latency_s, vector_efficiency=d.vector, source="spec",
         runtime_op_s=dict(d.runtime_op_s), runtime_step_s=dict(d.runtime_step_s),
-        unit_cycles_per_s=units * hw.boost_clock_mhz * 1e6,
+        unit_cycles_per_s=units * hw.boost_clock_mhz * 1e6, split_k_min=d.split_k_min,
     )  # fmt: skip
 
 

@@ -117,9 +117,12 @@ def matmul_flops(arch: Architecture, tokens: int) -> float:
 
 def prefill_flops(arch: Architecture, plan: InferencePlan) -> tuple[float, float]:
     """(matmul, causal attention) FLOPs of the prompt: logits of each sequence's last
-    position only, as llama_decode computes them unless asked for all."""
+    position only, as llama_decode computes them unless asked for all (`logits="all"`, as
+    llama-cpp-python's server does: `logits_all`)."""
     tokens = plan.batch * plan.prompt_tokens
     head = 2.0 * plan.batch * (plan.prompt_tokens - 1) * arch.vocab_size * arch.hidden_size
+    if plan.logits == "all":
+        head = 0.0
     attention = 2.0 * arch.num_layers * arch.q_dim * plan.prompt_tokens**2 * plan.batch
     return matmul_flops(arch, tokens) - head, attention
 

@@ -1,0 +1,108 @@
+"""`gpuwise serve --runtime llama.cpp` against real serving on this CPU (docs/serve.md,
+"Checked against real serving").
+
+benchmarks/serve_llama_cpp.py drove llama-cpp-python's OpenAI server (one request at a time,
+in arrival order) with a random-weight llama model at Poisson rates from light load to past
+saturation and with 4 closed-loop clients, for two prompt/output mixes. This replays each
+point's recorded arrivals (a trace) through the simulation, with the rates the llama.cpp
+probe measured on this machine (benchmarks/results/llama_cpp_time.json: the probe of the last
+llama.cpp validation), one slot, and the server's own setting of logits for every prompt
+position (llama-cpp-python's `logits_all`), and compares TTFT and TPOT (p50, p90) and the
+output tokens/s. Points the benchmark flagged `disturbed` (other processes took over 5% of the
+CPUs) are reported apart.
+
+Run:  .venv/bin/python benchmarks/validate_serve_llama_cpp.py [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from gpuwise.catalog.hardware import find_hardware
+from gpuwise.estimate.serve.metrics import Slo, summary
+from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine
+from gpuwise.estimate.serve.simulate import simulate
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.measure.llama_cpp.fit import llama_arch
+from gpuwise.workload.plans import InferencePlan, StoredWeights
+from gpuwise.workload.requests import Request
+
+RESULTS = Path(__file__).resolve().parent / "results"
+QUANTITIES = (("ttft_ms", "p50"), ("ttft_ms", "p90"), ("tpot_ms", "p50"), ("tpot_ms", "p90"))
+
+
+def engine_for(run: dict, probe: dict, prompt: int, output: int) -> object:
+    cfg = run["model"]["config"]
+    arch = llama_arch(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["ffn"],
+                      cfg["vocab"])  # fmt: skip
+    embedding = cfg["vocab"] * cfg["hidden"] * 18 // 32  # token_embd in q4_0 blocks
+    stored = StoredWeights(run["model"]["file_bytes"], embedding, "Q4_0 (gguf)", "q4_0")
+    plan = InferencePlan(prompt_tokens=prompt, new_tokens=output, weights="fp16", logits="all",
+                         stored_weights=stored, runtime="llama.cpp", threads=2,
+                         context_alloc=2048)  # fmt: skip
+    spec = rates_from_spec(find_hardware("cpu-cloud-32vcpu"))
+    rates = replace(spec, compute_units=os.cpu_count() or 1, ggml_measured=probe["rates"],
+                    source="measured")  # fmt: skip
+    return build_engine(arch, plan, find_hardware("cpu-cloud-32vcpu"), rates,
+                        ReplicaOptions(max_seqs=1, max_batched_tokens=512))  # fmt: skip
+
+
+def simulated(point: dict, engine: object) -> dict:
+    closed = point["mode"] != "open"
+    reqs = sorted((Request(0.0 if closed else r[0], point["prompt_tokens"],
+                           r[5] or point["output_tokens"]) for r in point["records"]),
+                  key=lambda r: r.arrival_s)  # fmt: skip
+    clients = point.get("concurrency") or 4 if closed else 0
+    rec = summary(simulate(engine, reqs, clients), Slo())  # type: ignore[arg-type]
+    return {"ttft_ms": {k: 1e3 * v for k, v in rec["ttft_s"].items()},
+            "tpot_ms": {k: 1e3 * v for k, v in rec["tpot_s"].items()},
+            "output_tokens_per_s": rec["output_tokens_per_s"]}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    run = json.loads((RESULTS / "serve_llama_cpp.json").read_text())
+    probe = json.loads((RESULTS / "llama_cpp_time.json").read_text())["probe"]
+    rows = []
+    for point in run["points"]:
+        engine = engine_for(run, probe, point["prompt_tokens"], point["output_tokens"])
+        sim, real = simulated(point, engine), point["summary"]
+        label = (f"{point['mix']} {point['mode']} "
+                 + (f"{point['rate']:.3g}/s" if point["mode"] == "open" else "4 clients"))  # fmt: skip
+        for key, stat in QUANTITIES:
+            rows.append({"point": label, "quantity": f"{key[:-3]} {stat}",
+                         "measured": real[key][stat], "simulated": sim[key][stat],
+                         "disturbed": bool(point.get("disturbed"))})  # fmt: skip
+        rows.append({"point": label, "quantity": "output tokens/s",
+                     "measured": real["output_tokens_per_s"],
+                     "simulated": sim["output_tokens_per_s"],
+                     "disturbed": bool(point.get("disturbed"))})  # fmt: skip
+    print(f"{'point':22s} {'quantity':16s} {'measured':>10s} {'simulated':>10s} {'error':>7s}")
+    for r in rows:
+        r["error"] = r["simulated"] / r["measured"] - 1
+        print(f"{r['point']:22s} {r['quantity']:16s} {r['measured']:10.1f} {r['simulated']:10.1f} "
+              f"{100 * r['error']:+6.0f}%{'  (disturbed)' if r['disturbed'] else ''}")  # fmt: skip
+    summaries = {}
+    for name, subset in (("quiet points", [r for r in rows if not r["disturbed"]]),
+                         ("all points", rows)):  # fmt: skip
+        for q in sorted({r["quantity"].split()[0] for r in subset}):
+            errs = [abs(r["error"]) for r in subset if r["quantity"].startswith(q)]
+            summaries[f"{name}: {q}"] = {"n": len(errs), "median_abs_error": statistics.median(errs),
+                                         "worst": max(errs)}  # fmt: skip
+    print()
+    for key, s in summaries.items():
+        print(f"{key:28s} n {s['n']:3d}  median |error| {100 * s['median_abs_error']:5.1f}%  "
+              f"worst {100 * s['worst']:5.0f}%")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "summaries": summaries}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
