@@ -193,3 +193,24 @@ def test_check_times_a_decode_step_per_precision_under_its_runtime():
     assert decode["int4"]["s_per_token"] < decode["bf16"]["s_per_token"]
     assert decode["int4"]["low"] < decode["int4"]["s_per_token"] < decode["int4"]["high"]
     assert "no nf4" in decode["nf4"]["unavailable"]  # llama.cpp has no nf4: said, not guessed
+
+
+def test_llama_cpp_layers_left_on_the_host_slow_decode_and_leave_the_gpu_memory():
+    from gpuwise.app.infer import offload_host
+    from gpuwise.estimate.memory.inference import estimate_inference
+
+    hw = find_hardware("rtx-4090")
+    times, weights = [], []
+    for layers in (None, 24, 8, 0):
+        plan = InferencePlan(weights="q4_k_m", runtime="llama.cpp", gpu_layers=layers)
+        times.append(estimate_inference_time(LLAMA, plan, RTX4090,
+                                             host=offload_host(plan, hw)).decode_s_per_token)  # fmt: skip
+        weights.append(estimate_inference(LLAMA, plan, hw).breakdown["weights"])
+    assert times == sorted(times) and times[-1] > 5 * times[0]  # host DRAM is far slower
+    assert weights == sorted(weights, reverse=True) and weights[-1] == 0
+
+
+def test_llama_cpp_without_flash_attention_reads_its_scores_back():
+    fa = infer(RTX4090, "llama.cpp", "q4_k_m", prompt=4096)
+    no_fa = infer(RTX4090, "llama.cpp", "q4_k_m", prompt=4096, attention="eager")
+    assert no_fa.prefill_s > fa.prefill_s and no_fa.decode_s_per_token == fa.decode_s_per_token

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuwise.app.fp32_line import Fp32Alternative
-from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.hardware import Hardware, find_hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.inference import estimate_inference
-from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
 from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
 from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_weights
 from gpuwise.measure.probe.rates_source import rates_for
@@ -58,6 +58,8 @@ def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
         notes.append("--ctx applies to llama.cpp and vllm; ignored under transformers")
     if plan.gpu_memory_utilization is not None and plan.runtime not in ("vllm", "sglang"):
         notes.append(f"--gpu-memory-utilization applies to vllm; ignored under {plan.runtime}")
+    if plan.gpu_layers is not None and plan.runtime != "llama.cpp":
+        notes.append(f"--gpu-layers applies to llama.cpp; ignored under {plan.runtime}")
     if plan.threads is not None and plan.runtime != "llama.cpp":
         notes.append(f"--threads applies to llama.cpp on a CPU; ignored under {plan.runtime}")
     notes += RUNTIME_MEMORY_NOTES.get(plan.runtime, [])
@@ -81,13 +83,33 @@ def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
                           fits.precision_that_fits(arch, plan, hw),
                           fits.devices_for_inference(arch, plan, hw))  # fmt: skip
     rates, how = rates_for(hw)
-    timing = estimate_inference_time(arch, plan, rates) if rates else None
+    host = offload_host(plan, hw)
+    timing = estimate_inference_time(arch, plan, rates, host=host) if rates else None
     curve = throughput_curve(arch, plan, hw, rates) if rates else []
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
     memory = estimate_inference(arch, plan, hw)
     memory = replace(memory, notes=(*memory.notes, *ignored_options(plan)))
     return InferAnswer(model, arch, hw, plan, weights_source or f"estimated ({plan.weights})",
                        memory, found, timing, how, curve, fp32)  # fmt: skip
+
+
+# The host of layers llama.cpp keeps off the GPU (-ngl) when the device is from the catalogue:
+# a 32-vCPU cloud host (DDR5, ~100 GB/s), what a rented single GPU comes with.
+OFFLOAD_HOST = "cpu-cloud-32vcpu"
+
+
+def offload_host(plan: InferencePlan, hw: Hardware) -> DeviceRates | None:
+    """The rates layers past --gpu-layers run at: this machine's CPU where it is the GPU's
+    host (`--on local`), else a catalogue cloud host; None without --gpu-layers."""
+    if plan.gpu_layers is None or hw.kind == "cpu":
+        return None
+    if hw.source == "measured":
+        from gpuwise.measure.hardware.detect import cpu_hardware, detect_local
+
+        cpu = cpu_hardware(detect_local(use_torch=False))
+    else:
+        cpu = find_hardware(OFFLOAD_HOST)
+    return rates_for(cpu)[0] or rates_from_spec(find_hardware(OFFLOAD_HOST))
 
 
 def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
@@ -99,7 +121,7 @@ def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
         p = replace(plan, batch=batch)
         if not estimate_inference(arch, p, hw).fits:
             break
-        t = estimate_inference_time(arch, p, rates)
+        t = estimate_inference_time(arch, p, rates, host=offload_host(p, hw))
         curve.append(ThroughputPoint(batch, t.tokens_per_s, t.decode_s_per_token))
         batch *= 2
     return curve

@@ -96,8 +96,11 @@ def infer(
     logits: Annotated[str, typer.Option(help="logits kept: last (generate's default) or "
                                         "all")] = "last",  # fmt: skip
     runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
-    threads: Threads = None, quant_kernel: QuantKernel = "", ops: Ops = False,
-    as_json: Json = False,
+    threads: Threads = None, quant_kernel: QuantKernel = "",
+    gpu_layers: Annotated[int | None, typer.Option(
+        "--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "
+        "(default: all on the GPU)", show_default=False)] = None,
+    ops: Ops = False, as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory and time of generating text with a model, a .gguf or a .safetensors checkpoint,
     under transformers (default), torch.compile, vLLM, SGLang or llama.cpp."""
@@ -112,7 +115,8 @@ def infer(
                          weights=chosen["weights"], stored_weights=chosen["stored_weights"],
                          kv_dtype=kv_dtype, attention=attention, logits=logits, runtime=runtime,
                          context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
-                         threads=threads, quant_kernel=quant_kernel)  # fmt: skip
+                         threads=threads, quant_kernel=quant_kernel,
+                         gpu_layers=gpu_layers)  # fmt: skip
     answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"])
     emit(infer_view(answer, ops), as_json)
 

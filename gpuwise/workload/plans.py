@@ -56,6 +56,7 @@ class InferencePlan:
     context_alloc: int | None = None  # llama.cpp n_ctx / vLLM max_model_len; None: the model's
     gpu_memory_utilization: float | None = None  # vLLM's pre-allocated share; None: 0.9
     threads: int | None = None  # llama.cpp's CPU threads; None: one a core
+    gpu_layers: int | None = None  # llama.cpp -ngl: layers on the device; None: all of them
     quant_kernel: str = ""  # the weight-only kernel; "": the runtime's own for the format
 
     def __post_init__(self) -> None:
@@ -69,6 +70,8 @@ class InferencePlan:
             _check_size("ctx", self.context_alloc)
         if self.threads is not None:
             _check_size("threads", self.threads, high=1 << 12)
+        if self.gpu_layers is not None:
+            _check_size("gpu_layers", self.gpu_layers, low=0, high=1 << 12)
         util = self.gpu_memory_utilization
         if util is not None and not 0.0 < util <= 1.0:
             raise GpuwiseError(f"--gpu-memory-utilization must be in (0, 1], got "

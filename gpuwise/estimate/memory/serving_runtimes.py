@@ -57,6 +57,13 @@ def llama_cpp_kv_cells(arch: Architecture, plan: InferencePlan) -> int:
     return _padded(max(asked, plan.batch * plan.context_tokens), rt.ctx_pad)
 
 
+def _offloaded_share(arch: Architecture, plan: InferencePlan, hw: Hardware) -> float:
+    """The share of the layers on the device (llama.cpp -ngl; all of them by default)."""
+    if hw.kind == "cpu" or plan.gpu_layers is None:
+        return 1.0
+    return min(plan.gpu_layers, arch.num_layers) / arch.num_layers
+
+
 def estimate_llama_cpp(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
     """Memory of llama.cpp with every layer offloaded to `hw` (or all in RAM on a CPU)."""
     rt = llama_cpp_runtime()
@@ -73,6 +80,10 @@ def estimate_llama_cpp(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
     on_gpu = hw.kind != "cpu"
     if on_gpu and not arch.tie_embeddings:
         weights -= embedding  # token_embd stays in host memory (llama.cpp's input layer)
+    share = _offloaded_share(arch, plan, hw)
+    kv *= share  # each layer's cache lives with the layer
+    on_host = weights * (1 - share)
+    weights -= on_host
     flash = rt.flash_attention and plan.attention != "eager"
     ub = min(n_ctx, rt.n_ubatch)
     stream = 4 * arch.hidden_size * ub * 4  # f32 hidden states alive around each op
@@ -96,6 +107,10 @@ def estimate_llama_cpp(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
              f"{'on' if flash else 'off'}"]  # fmt: skip
     if on_gpu and not arch.tie_embeddings:
         notes.append(f"token embeddings ({embedding / 2**20:,.0f} MiB) stay in host memory")
+    if share < 1:
+        notes.append(f"--gpu-layers {plan.gpu_layers}: {arch.num_layers - (plan.gpu_layers or 0)} "
+                     f"of {arch.num_layers} layers, {on_host / 2**30:,.2f} GiB of weights and "
+                     "their KV cache, stay in host memory")  # fmt: skip
     if plan.batch > 1:
         notes.append(f"{plan.batch} sequences share the one cache (llama-server -np "
                      f"{plan.batch} -c {n_ctx})")  # fmt: skip

@@ -63,6 +63,7 @@ class DeviceRates:
     # in flight run at a rate per unit per cycle, whatever the bandwidth (ggml_time.py).
     unit_cycles_per_s: float = 0.0
     split_k_min: int = 0  # K per split where a GEMM splits K over idle units (0: never)
+    host_link_bytes_per_s: float = 0.0  # one way between host and device (0: not known)
     # llama.cpp timed on this machine by `gpuwise probe`, by "ggml type/threads": the
     # fields of estimate/speed/ggml_time.GgmlRates but `source`.
     ggml_measured: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -168,6 +169,7 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         kernel_latency_s=d.kernel_latency_s, vector_efficiency=d.vector, source="spec",
         runtime_op_s=dict(d.runtime_op_s), runtime_step_s=dict(d.runtime_step_s),
         unit_cycles_per_s=units * hw.boost_clock_mhz * 1e6, split_k_min=d.split_k_min,
+        host_link_bytes_per_s=hw.host_link_gbs * 1e9,
     )  # fmt: skip
 
 

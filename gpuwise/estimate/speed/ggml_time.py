@@ -6,7 +6,7 @@ graph evaluation pays the host's fixed cost and every node the backend's cost pe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.runtime_speed import GgmlBackend, ggml_backend
@@ -150,6 +150,8 @@ def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: 
     read = weights_read(arch, plan)
     flops, attention = prefill_flops(arch, plan)
     kv = kv_bytes(arch, plan, plan.prompt_tokens / 2) * ubatches
+    if plan.attention == "eager":  # -fa off: each layer's f32 scores written and read back
+        kv += 2 * 4 * arch.num_layers * arch.num_heads * plan.prompt_tokens**2 / 2 * plan.batch
     rows = [(Op(f"weights ({gtype})", "matmul", flops, read * ubatches, m=tokens),
              flops / g.matmul_flops, read * ubatches / g.weight_bytes_per_s),
             (Op("attention", "attention", attention, kv), attention / g.attention_flops,
@@ -169,9 +171,39 @@ def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates
 
 
 def ggml_phases(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-                threads: int | None = None) -> tuple[PhaseTime, PhaseTime, GgmlRates]:  # fmt: skip
-    """(prefill, one decode step, the rates used) of the plan under llama.cpp."""
+                threads: int | None = None,
+                host: DeviceRates | None = None) -> tuple[PhaseTime, PhaseTime, GgmlRates]:  # fmt: skip
+    """(prefill, one decode step, the rates used) of the plan under llama.cpp; with
+    `plan.gpu_layers` below the model's layers, the rest run on `host` (llama.cpp `-ngl`)."""
     gtype = ggml_type(plan)
-    g = ggml_rates(rates, gtype, threads)
+    g = ggml_rates(rates, gtype, None if rates.kind != "cpu" else threads)
     n_ubatch = llama_cpp_runtime().n_ubatch
-    return prefill_phase(arch, plan, g, gtype, n_ubatch), decode_phase(arch, plan, g, gtype), g
+    prefill, decode = prefill_phase(arch, plan, g, gtype, n_ubatch), decode_phase(arch, plan, g, gtype)
+    on = plan.gpu_layers
+    if on is None or on >= arch.num_layers or rates.kind == "cpu" or host is None:
+        return prefill, decode, g
+    share = on / arch.num_layers
+    on_host = decode_phase(arch, plan, ggml_rates(host, gtype, threads), gtype)
+    decode = _mixed("decode", ((decode, share, "GPU"), (on_host, 1 - share, "host")))
+    # Prompts run every layer on the device (ggml offloads a big batch's matmuls), the host
+    # layers' weights copied over the host link for each ubatch.
+    copied = (1 - share) * weights_read(arch, plan) * math.ceil(
+        plan.batch * plan.prompt_tokens / n_ubatch)  # fmt: skip
+    link = rates.host_link_bytes_per_s or rates.memory_bytes_per_s
+    prefill = _mixed("prefill", ((prefill, 1.0, "GPU"),))
+    prefill = replace(prefill, seconds=prefill.seconds + copied / link,
+                      ops_s=prefill.ops_s + copied / link,
+                      ops=(*prefill.ops, OpTime(Op("host layers' weights to the GPU", "copy", 0.0,
+                                                   copied), 0.0, copied / link)))  # fmt: skip
+    return prefill, decode, g
+
+
+def _mixed(name: str, parts: tuple[tuple[PhaseTime, float, str], ...]) -> PhaseTime:
+    """Shares of phases run one after the other (layers on the GPU, then on the host)."""
+    ops = tuple(OpTime(replace(t.op, name=f"{t.op.name} [{where}]"), t.compute_s * f,
+                       t.memory_s * f) for p, f, where in parts for t in p.ops)  # fmt: skip
+    overhead = sum(p.overhead_s * f for p, f, _ in parts)
+    ops_s = sum(t.seconds for t in ops)
+    return PhaseTime(name, ops_s + overhead, ops_s, overhead, 0.0,
+                     sum(p.flops * f for p, f, _ in parts), sum(p.bytes * f for p, f, _ in parts),
+                     ops)  # fmt: skip

@@ -121,13 +121,15 @@ def tp_allreduce_s(arch: Architecture, shape: Shape, rates: DeviceRates, tp: int
 
 
 def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-                            runtime: str | None = None, tp: int = 1) -> InferenceTime:  # fmt: skip
+                            runtime: str | None = None, tp: int = 1,
+                            host: DeviceRates | None = None) -> InferenceTime:  # fmt: skip
     """Time to first token (prefill) and per output token (decode) under the plan's runtime
-    (or `runtime`): transformers' generate(), torch.compile, vLLM, SGLang or llama.cpp."""
+    (or `runtime`): transformers' generate(), torch.compile, vLLM, SGLang or llama.cpp
+    (whose layers past `plan.gpu_layers` run on `host`)."""
     rt = runtime_speed(runtime or plan.runtime)
     rt.check_device(rates.kind, rates.name)
     if rt.model == "ggml":
-        prefill, decode, g = ggml_phases(arch, plan, rates, plan.threads)
+        prefill, decode, g = ggml_phases(arch, plan, rates, plan.threads, host)
         return InferenceTime(prefill, decode, plan.batch, plan.new_tokens, g.source, rt.name,
                              rt.id, ggml_type(plan))  # fmt: skip
     kernel = kernel_for(rt, plan.weights, rates.kind, plan.quant_kernel)
