@@ -150,3 +150,20 @@ def test_the_json_has_what_a_capacity_plan_reads(capsys):
         assert key in rec, key
     assert rec["runtime"] == "vllm" and rec["max_rate_meeting_slo"] > 8
     assert rec["energy"]["per_million_tokens_j"] > 0
+
+
+@pytest.mark.parametrize("runtime,rate", [("vllm", 5.0), ("sglang", 10.0), ("llama.cpp", 0.05),
+                                          ("transformers", 1.0)])  # fmt: skip
+def test_steady_decode_runs_simulated_as_one_give_the_step_by_step_answer(runtime, rate,
+                                                                          monkeypatch):  # fmt: skip
+    import gpuwise.estimate.serve.simulate as sim
+
+    hw = find_hardware("rtx-4090") if runtime == "llama.cpp" else H100
+    eng = engine(runtime, hw)
+    fast = run(eng, rate, 120)
+    monkeypatch.setattr(sim, "STEADY_MIN_STEPS", 10**9)
+    slow = run(eng, rate, 120)
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        for p in ("p50", "p90"):
+            assert fast[key][p] == pytest.approx(slow[key][p], rel=1e-6)
+    assert fast["output_tokens_per_s"] == pytest.approx(slow["output_tokens_per_s"], rel=1e-6)
