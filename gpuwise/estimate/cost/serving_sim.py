@@ -72,7 +72,11 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str, r
     slo = Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
               None if load.tpot_ms is None else load.tpot_ms / 1e3)  # fmt: skip
     ttft0, tpot0 = no_load_latency(engine, load.prompt_tokens, load.output_tokens)
-    key = (arch, cand.hw.id, id(cand.rates), weights, rt, tp, lengths, slo)
+    rates = cand.rates
+    assert rates is not None
+    # What the knee depends on, by value (an object's id may be reused once it is freed).
+    key = (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
+           tuple(sorted(rates.peak_flops.items())), weights, rt, tp, lengths, slo)  # fmt: skip
     knee = _knee(engine, key, lengths, slo)
     per_replica = (knee["max_rate_meeting_slo"] or knee["rate_ceiling"] / 5) * load.max_utilisation
     replicas = max(1, math.ceil(load.arrivals_per_s / per_replica))
