@@ -120,7 +120,7 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     costs = load_costs()
     tdp = hw.tdp_w * opts.tp
     power = Power(tdp * costs.busy_power_fraction, tdp * costs.idle_power_fraction,
-                  tdp * costs.memory_power_fraction)  # fmt: skip
+                  tdp * costs.memory_power_fraction) if tdp > 0 else None  # fmt: skip
     if progress:
         progress("simulating", 0.0)
     result = _scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)

@@ -63,6 +63,9 @@ def _lines(a: ServeAnswer, rec: dict[str, Any]) -> list[str]:
                      f"on average (compute-bound {e['busy_w']:,.0f} W, memory-bound "
                      f"{e['memory_w']:,.0f} W, idle {e['idle_w']:,.0f} W; "
                      f"{e['compute_bound_share']:.0%} of the busy time compute-bound)")  # fmt: skip
+    if "energy" not in rec:
+        lines.append(f"energy: not estimated: {a.hardware.name}'s power is not known (a "
+                     "catalogue device has its TDP)")  # fmt: skip
     if rec["saturated"]:
         lines.append("saturated: requests arrive faster than the replica answers them; the "
                      "queue grows without bound and so do the latencies (lower --rate, or "
