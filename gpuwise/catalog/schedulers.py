@@ -22,6 +22,8 @@ class SchedulerDefaults:
     block_tokens: int
     prefix_cache: bool
     reserve_output: float
+    token_host_s: float
+    request_host_s: float
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
 

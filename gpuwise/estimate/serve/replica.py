@@ -60,7 +60,8 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
     max_len = min(x for x in (plan.context_alloc, arch.max_position, 1 << 40) if x)
     return Engine(sched.policy, limits, positions // block, block,
-                  step.parts, pair_flops, max_len)  # fmt: skip
+                  step.parts, pair_flops, max_len, sched.token_host_s,
+                  sched.request_host_s)  # fmt: skip
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:
@@ -71,8 +72,8 @@ def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, fl
         ttft += engine.step_seconds(n, n, done + n, n * (done + n / 2) * engine.attention_flops_per_pair)
         done += n
     mid = prompt + output / 2
-    tpot = engine.step_seconds(1, 0, mid, 0.0) if output > 1 else 0.0
-    return ttft, tpot
+    tpot = engine.step_seconds(1, 0, mid, 0.0) + engine.token_host_s if output > 1 else 0.0
+    return ttft + engine.request_host_s + engine.token_host_s, tpot
 
 
 def rate_ceiling(engine: Engine, prompt: int, output: int) -> float:

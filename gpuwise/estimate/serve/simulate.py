@@ -30,6 +30,8 @@ class Engine:
     step_parts: StepParts
     attention_flops_per_pair: float  # per (query, key) pair of prompt attention, all layers
     max_len: int = 0  # positions a sequence may reach (the model's or the runtime's; 0: any)
+    token_host_s: float = 0.0  # the server's host time per streamed token, between steps
+    request_host_s: float = 0.0  # and per request, before its first step
 
     def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float) -> float:
         return sum(self.step_parts(tokens, prompt, kv_read, flops))
@@ -103,7 +105,8 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             trace.preemptions += step.preempted
             if not step.work:
                 continue
-            parts = engine.step_parts(*_step_work(engine, step))
+            c, m, h = engine.step_parts(*_step_work(engine, step))
+            parts = (c, m, h + _server_s(engine, step))
             now += sum(parts)
             _account(trace, parts)
             finished = _apply(step, now, engine.policy, trace.itl)
@@ -149,6 +152,14 @@ def _check_fits(engine: Engine, seqs: list[Seq]) -> None:
                            f"{longest.req.prompt:,} + {longest.req.output:,} tokens needs "
                            f"{positions:,}", "shorter requests, a larger --ctx, more memory "
                            "(--gpus, --tp) or lower-precision weights")  # fmt: skip
+
+
+def _server_s(engine: Engine, step: Step) -> float:
+    """The server's own host time in a step: each token it streams, each request it starts."""
+    if not (engine.token_host_s or engine.request_host_s):
+        return 0.0
+    started = sum(1 for seq, _ in step.work if seq.computed == 0)
+    return started * engine.request_host_s + len(step.work) * engine.token_host_s
 
 
 def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float]:
@@ -220,7 +231,7 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
     for s in running:
         kv.take(s, kv.need(s, s.computed + k))
     middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0)
-    return (k * middle[0], k * middle[1], k * middle[2]), k
+    return (k * middle[0], k * middle[1], k * (middle[2] + n * engine.token_host_s)), k
 
 
 def _apply_run(running: list[Seq], k: int, start: float, end: float, policy: str,
