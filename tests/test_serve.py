@@ -167,3 +167,15 @@ def test_steady_decode_runs_simulated_as_one_give_the_step_by_step_answer(runtim
         for p in ("p50", "p90"):
             assert fast[key][p] == pytest.approx(slow[key][p], rel=1e-6)
     assert fast["output_tokens_per_s"] == pytest.approx(slow["output_tokens_per_s"], rel=1e-6)
+
+
+def test_the_prefix_cache_computes_a_shared_system_prompt_once():
+    lengths = Lengths(2048, 64)
+    on = engine()
+    off = replace(on, prefix_cache=False)
+    shared_on, shared_off = replace(on, shared_prefix=1536), replace(off, shared_prefix=1536)
+    cached, uncached = run(shared_on, 12.0, 200, lengths), run(shared_off, 12.0, 200, lengths)
+    assert cached["ttft_s"]["p50"] < 0.5 * uncached["ttft_s"]["p50"]
+    assert cached["kv_peak_fraction"] < uncached["kv_peak_fraction"]
+    # Without a shared prefix the cache changes nothing.
+    assert run(on, 12.0, 200, lengths)["ttft_s"] == run(off, 12.0, 200, lengths)["ttft_s"]

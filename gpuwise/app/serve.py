@@ -64,7 +64,7 @@ class ServeAnswer:
     sweep: dict[str, Any] | None = None
 
 
-def _check_load(load: Load, slo: Slo, gpus: int, tp: int) -> None:
+def _check_load(load: Load, slo: Slo, gpus: int, tp: int, shared_prefix: int = 0) -> None:
     given = [x for x in (load.rate, load.concurrency, load.trace) if x is not None]
     if len(given) != 1:
         raise GpuwiseError("give one of --rate, --concurrency or --trace",
@@ -74,6 +74,9 @@ def _check_load(load: Load, slo: Slo, gpus: int, tp: int) -> None:
                            "fixed, uniform or normal around --prompt and --new-tokens")  # fmt: skip
     if load.concurrency is not None:
         check_count(load.concurrency, "--concurrency", 1 << 16)
+    if shared_prefix:
+        check_count(shared_prefix, "--shared-prefix", load.lengths.prompt, low=0,
+                    hint="the shared part of a prompt is at most --prompt tokens")  # fmt: skip
     if load.duration_s is not None:
         check_number(load.duration_s, "--duration", 1e7)
     for name, value in (("--ttft-ms", slo.ttft_s), ("--tpot-ms", slo.tpot_s)):
@@ -105,7 +108,7 @@ def requests_for(load: Load, replicas: int) -> tuple[list[Request], int]:
 def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
           opts: ReplicaOptions, load: Load, slo: Slo, gpus: int = 1, do_sweep: bool = False,
           progress: Progress | None = None) -> ServeAnswer:  # fmt: skip
-    _check_load(load, slo, gpus, opts.tp)
+    _check_load(load, slo, gpus, opts.tp, opts.shared_prefix)
     rates, how = rates_for(hw)
     if rates is None:
         raise GpuwiseError(f"no speed figures for {hw.name}: {how}",

@@ -48,6 +48,12 @@ def serve(
                         "max_num_seqs, llama.cpp --parallel, a static batch")] = None,  # fmt: skip
     max_batched_tokens: Annotated[int | None, typer.Option(
         help="tokens a step: vLLM max_num_batched_tokens, llama.cpp n_batch")] = None,
+    shared_prefix: Annotated[int, typer.Option(help="prompt tokens every request begins with "
+                                               "(a system prompt)")] = 0,  # fmt: skip
+    prefix_cache: Annotated[bool | None, typer.Option(
+        "--prefix-cache/--no-prefix-cache", help="keep the shared prefix's KV cache and skip "
+        "its prefill (default: the runtime's: on for vLLM and SGLang)",
+        show_default=False)] = None,
     weights: Weights = None, ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     threads: Threads = None, quant_kernel: QuantKernel = "",
     sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
@@ -76,7 +82,7 @@ def serve(
     lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
     load = Load(lengths, rate, concurrency, trace, requests, duration, seed)
     slo = Slo(None if ttft_ms is None else ttft_ms / 1e3, None if tpot_ms is None else tpot_ms / 1e3)
-    opts = ReplicaOptions(tp, max_seqs, max_batched_tokens)
+    opts = ReplicaOptions(tp, max_seqs, max_batched_tokens, shared_prefix, prefix_cache)
     with progress_bar(quiet=as_json) as progress:
         answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo, gpus,
                              sweep, progress)  # fmt: skip

@@ -18,6 +18,7 @@ class Seq:
     req: Request
     target: int
     computed: int = 0  # positions whose keys and values are in the cache
+    base: int = 0  # of them, the shared prefix the prefix cache holds (not this sequence's blocks)
     generated: int = 0
     blocks: int = 0
     first_token_s: float = -1.0
@@ -41,7 +42,7 @@ class KvPool:
 
     def need(self, seq: Seq, positions: int) -> int:
         """More blocks `seq` needs to hold `positions` positions."""
-        return max(0, -(-positions // self.block_tokens) - seq.blocks)
+        return max(0, -(-(positions - seq.base) // self.block_tokens) - seq.blocks)
 
     def fits(self, blocks: int) -> bool:
         return self.used + blocks <= self.blocks

@@ -28,6 +28,8 @@ class ReplicaOptions:
     tp: int = 1
     max_seqs: int | None = None  # vLLM max_num_seqs, llama.cpp --parallel, a static batch
     max_batched_tokens: int | None = None  # vLLM max_num_batched_tokens, llama.cpp n_batch
+    shared_prefix: int = 0  # prompt tokens every request begins with (a system prompt)
+    prefix_cache: bool | None = None  # None: the runtime's default
 
 
 def kv_positions(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
@@ -60,8 +62,9 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
     max_len = min(x for x in (plan.context_alloc, arch.max_position, 1 << 40) if x)
     return Engine(sched.policy, limits, positions // block, block,
-                  step.parts, pair_flops, max_len, sched.token_host_s,
-                  sched.request_host_s)  # fmt: skip
+                  step.parts, pair_flops, max_len, sched.token_host_s, sched.request_host_s,
+                  opts.shared_prefix,
+                  sched.prefix_cache if opts.prefix_cache is None else opts.prefix_cache)  # fmt: skip
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:

@@ -33,7 +33,7 @@ def _preempt(victim: Seq, running: list[Seq], waiting: deque[Seq], kv: KvPool) -
     kv.free(victim)
     running.remove(victim)
     victim.target = victim.req.prompt + victim.generated
-    victim.computed = 0
+    victim.computed = victim.base = 0
     waiting.appendleft(victim)
 
 
@@ -51,7 +51,7 @@ def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> S
             continue
         left = seq.target - seq.computed  # > 0: a prompt (chunk) to compute
         n = min(left, budget) if left > 0 else 1
-        if left <= 0 and seq.computed % kv.block_tokens:
+        if left <= 0 and (seq.computed - seq.base) % kv.block_tokens:
             step.work.append((seq, n))  # room in its last block: nothing to allocate
             budget -= n
             continue
@@ -76,7 +76,7 @@ def _all_decode(running: list[Seq], kv: KvPool, budget: int, step: Step) -> bool
     token each, the blocks they need free (a sequence needs one when its last is full)."""
     if not running or budget < len(running) or any(s.computed < s.target for s in running):
         return False
-    full = [s for s in running if s.computed % kv.block_tokens == 0]
+    full = [s for s in running if (s.computed - s.base) % kv.block_tokens == 0]
     if not kv.fits(len(full)):
         return False
     for seq in full:

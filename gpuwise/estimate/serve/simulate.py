@@ -32,6 +32,8 @@ class Engine:
     max_len: int = 0  # positions a sequence may reach (the model's or the runtime's; 0: any)
     token_host_s: float = 0.0  # the server's host time per streamed token, between steps
     request_host_s: float = 0.0  # and per request, before its first step
+    shared_prefix: int = 0  # prompt tokens every request begins with
+    prefix_cache: bool = False  # computed once and kept, its blocks shared (vLLM, SGLang)
 
     def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float) -> float:
         return sum(self.step_parts(tokens, prompt, kv_read, flops))
@@ -75,7 +77,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             pending.popleft()
     waiting: deque[Seq] = deque(s for s in seqs if s.id in arrivals)
     running: list[Seq] = []
-    now, done = 0.0, 0
+    now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
     for _ in range(max_steps):
@@ -91,6 +93,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                 break
             now = pending[0].req.arrival_s
             continue
+        cached = _prefix(engine, waiting, running, kv, cached)
         nxt_arrival = pending[0].req.arrival_s if pending and not clients else math.inf
         run = _steady_run(engine, running, waiting, kv, now, nxt_arrival)
         if run is not None:
@@ -128,6 +131,34 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
     for seq in seqs:  # arrival times as the clients sent them (closed loop)
         seq.req = Request(arrivals.get(seq.id, seq.req.arrival_s), seq.req.prompt, seq.req.output)
     return trace
+
+
+def _prefix(engine: Engine, waiting: deque[Seq], running: list[Seq], kv: KvPool,
+            cached: bool) -> bool:  # fmt: skip
+    """The prefix cache: once a request has computed the shared prefix, its blocks stay in
+    the pool (counted once), and every request that starts after it skips those tokens."""
+    if not engine.prefix_cache or engine.shared_prefix <= 0:
+        return False
+    if not cached:
+        if not any(s.computed >= engine.shared_prefix for s in running):
+            return False
+        kv.used += -(-engine.shared_prefix // kv.block_tokens)
+        kv.peak = max(kv.peak, kv.used)
+        for seq in waiting:
+            _skip_prefix(engine, seq)
+        return True
+    if waiting:  # the newest arrivals (and a request preempted to the front)
+        _skip_prefix(engine, waiting[0])
+        for seq in reversed(waiting):
+            if seq.base or seq.computed:
+                break
+            _skip_prefix(engine, seq)
+    return True
+
+
+def _skip_prefix(engine: Engine, seq: Seq) -> None:
+    if seq.computed == 0 and seq.target > engine.shared_prefix:
+        seq.computed = seq.base = engine.shared_prefix
 
 
 def _account(trace: Trace, parts: tuple[float, float, float]) -> None:
