@@ -48,7 +48,7 @@ def serve(
                         "max_num_seqs, llama.cpp --parallel, a static batch")] = None,  # fmt: skip
     max_batched_tokens: Annotated[int | None, typer.Option(
         help="tokens a step: vLLM max_num_batched_tokens, llama.cpp n_batch")] = None,
-    shared_prefix: Annotated[int, typer.Option(help="prompt tokens every request begins with "
+    shared_prefix: Annotated[int, typer.Option(help="tokens every request's prompt begins with "
                                                "(a system prompt)")] = 0,  # fmt: skip
     prefix_cache: Annotated[bool | None, typer.Option(
         "--prefix-cache/--no-prefix-cache", help="keep the shared prefix's KV cache and skip "
