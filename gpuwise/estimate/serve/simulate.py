@@ -61,12 +61,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
     """Run `requests` (arrival times used when `clients` is 0; else `clients` send them one
     after another, each as soon as its previous answer is done)."""
     seqs = [Seq(i, r, r.prompt) for i, r in enumerate(requests)]
-    _check_fits(engine, seqs)
-    least = sum(r.output for r in requests) / max(1, engine.limits.max_seqs)
-    if least > max_steps:
-        raise GpuwiseError(f"{len(requests):,} requests of these lengths take at least "
-                           f"{least:,.0f} engine steps, more than the {max_steps:,} simulated",
-                           "fewer --requests, or fewer --new-tokens")  # fmt: skip
+    _check_fits(engine, seqs, max_steps)
     kv = KvPool(engine.kv_blocks, engine.block_tokens)
     trace = Trace(seqs)
     pending: deque[Seq] = deque(seqs)
@@ -82,12 +77,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
     for _ in range(max_steps):
         if not clients:
-            while pending and pending[0].req.arrival_s <= now:
-                seq = pending.popleft()
-                arrivals[seq.id] = seq.req.arrival_s
-                waiting.append(seq)
-                if not pending:
-                    trace.queue_at_last_arrival = len(waiting)
+            _arrive(pending, waiting, arrivals, now, trace)
         if not running and not waiting:
             if not pending:
                 break
@@ -98,22 +88,17 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
         run = _steady_run(engine, running, waiting, kv, now, nxt_arrival)
         if run is not None:
             parts, k = run
-            dt = sum(parts)
-            finished = _apply_run(running, k, now, now + dt, engine.policy, trace.itl)
-            now += dt
-            _account(trace, parts)
-            trace.steps += k
+            finished = _apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl)
         else:
             step = schedule(waiting, running, kv, engine.limits)
             trace.preemptions += step.preempted
             if not step.work:
                 continue
             c, m, h = engine.step_parts(*_step_work(engine, step))
-            parts = (c, m, h + _server_s(engine, step))
-            now += sum(parts)
-            _account(trace, parts)
-            finished = _apply(step, now, engine.policy, trace.itl)
-            trace.steps += 1
+            parts, k = (c, m, h + _server_s(engine, step)), 1
+            finished = _apply(step, now + sum(parts), engine.policy, trace.itl)
+        now += sum(parts)
+        _account(trace, parts, k)
         for seq in finished:
             running.remove(seq)
             kv.free(seq)
@@ -161,14 +146,32 @@ def _skip_prefix(engine: Engine, seq: Seq) -> None:
         seq.computed = seq.base = engine.shared_prefix
 
 
-def _account(trace: Trace, parts: tuple[float, float, float]) -> None:
+def _arrive(pending: deque[Seq], waiting: deque[Seq], arrivals: dict[int, float], now: float,
+            trace: Trace) -> None:  # fmt: skip
+    """Requests that have arrived by `now` join the queue (open loop)."""
+    while pending and pending[0].req.arrival_s <= now:
+        seq = pending.popleft()
+        arrivals[seq.id] = seq.req.arrival_s
+        waiting.append(seq)
+        if not pending:
+            trace.queue_at_last_arrival = len(waiting)
+
+
+def _account(trace: Trace, parts: tuple[float, float, float], steps: int) -> None:
+    trace.steps += steps
     trace.busy_s += sum(parts)
     trace.compute_s += parts[0]
     trace.host_s += parts[2]
 
 
-def _check_fits(engine: Engine, seqs: list[Seq]) -> None:
-    """Refuse a workload whose longest request cannot fit in the KV cache on its own."""
+def _check_fits(engine: Engine, seqs: list[Seq], max_steps: int) -> None:
+    """Refuse a workload whose longest request cannot fit in the KV cache on its own, or
+    that takes more steps than are simulated."""
+    least = sum(s.req.output for s in seqs) / max(1, engine.limits.max_seqs)
+    if least > max_steps:
+        raise GpuwiseError(f"{len(seqs):,} requests of these lengths take at least "
+                           f"{least:,.0f} engine steps, more than the {max_steps:,} simulated",
+                           "fewer --requests, or fewer --new-tokens")  # fmt: skip
     longest = max(seqs, key=lambda s: s.req.prompt + s.req.output)
     positions = longest.req.prompt + longest.req.output
     per_seq = engine.kv_blocks * engine.block_tokens
