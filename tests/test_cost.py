@@ -21,7 +21,8 @@ from gpuwise.estimate.cost.prices import (
     owned_cost,
     rent_cost,
 )
-from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_serving
+from gpuwise.estimate.cost.serving_sim import size_serving_simulated
+from gpuwise.estimate.cost.sizing import Candidate, Sizing
 from gpuwise.estimate.speed.device_rates import rates_from_spec
 from gpuwise.units import HOURS_PER_MONTH, parse_fraction
 from gpuwise.workload.deployments import ServeLoad
@@ -134,7 +135,7 @@ def test_more_requests_never_fewer_devices(small, l4, r1, r2, util):
 
     def devices(requests: float) -> int:
         load = ServeLoad(requests, 256, 64, tpot_ms=100, max_utilisation=util)
-        sizing = size_serving(small, load, l4, "bf16")
+        sizing = size_serving_simulated(small, load, l4, "bf16")
         assert isinstance(sizing, Sizing)
         return sizing.devices
 
@@ -148,7 +149,8 @@ def test_higher_target_utilisation_never_raises_owned_cost(small, l4, requests, 
     a = load_costs()
 
     def per_token(util: float) -> float:
-        sizing = size_serving(small, ServeLoad(requests, 256, 64, max_utilisation=util), l4, "bf16")
+        sizing = size_serving_simulated(small, ServeLoad(requests, 256, 64, max_utilisation=util),
+                                        l4, "bf16")  # fmt: skip
         assert isinstance(sizing, Sizing)
         return owned_cost(l4.hw, sizing.usage, a).usd_per_million_tokens
 

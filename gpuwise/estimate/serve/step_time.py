@@ -51,16 +51,11 @@ class StepTime:
                            self.arch.num_layers * self.arch.kv_cache_elements_per_token()
                            * kv.bytes_per_element)  # fmt: skip
 
-    def seconds(self, tokens: int, prompt_tokens: int, kv_read: float,
-                prompt_attention_flops: float = 0.0) -> float:  # fmt: skip
-        """A step of `tokens` new tokens, `prompt_tokens` of them from prompts, whose attention
-        reads `kv_read` cached positions (summed over its sequences)."""
-        return sum(self.parts(tokens, prompt_tokens, kv_read, prompt_attention_flops))
-
     def parts(self, tokens: int, prompt_tokens: int, kv_read: float,
               prompt_attention_flops: float = 0.0) -> tuple[float, float, float]:  # fmt: skip
-        """The step's seconds as (compute-bound, memory-bound, host): what the power model
-        charges each at (metrics.Power)."""
+        """A step of `tokens` new tokens, `prompt_tokens` of them from prompts, whose attention
+        reads `kv_read` cached positions (summed over its sequences), as (compute-bound,
+        memory-bound, host) seconds: what the power model charges each at (metrics.Power)."""
         if tokens <= 0:
             return 0.0, 0.0, 0.0
         if self.rt.model == "ggml":
