@@ -69,7 +69,11 @@ def bracketed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     and how far each timing moved between them."""
     timings, moved = [], []
     for a, b in zip(before["timings"], after["timings"], strict=True):
-        timings.append({**a, "pp_s": (a["pp_s"] + b["pp_s"]) / 2, "tg_s": (a["tg_s"] + b["tg_s"]) / 2})
+        mean = {"pp_s": (a["pp_s"] + b["pp_s"]) / 2, "tg_s": (a["tg_s"] + b["tg_s"]) / 2}
+        if a.get("decode_steps") and b.get("decode_steps"):
+            mean["decode_steps"] = {k: (v + b["decode_steps"][k]) / 2
+                                    for k, v in a["decode_steps"].items()}  # fmt: skip
+        timings.append({**a, **mean})
         moved += [b["pp_s"] / a["pp_s"] - 1, b["tg_s"] / a["tg_s"] - 1]
     return {**before, "timings": timings, "rates": rates_from_timings(timings),
             "moved_between_probes": {"median": statistics.median(moved),

@@ -1,17 +1,17 @@
 """`gpuwise serve --runtime llama.cpp` against real serving on this CPU (docs/serve.md,
 "Checked against real serving").
 
-benchmarks/serve_llama_cpp.py drove llama-cpp-python's OpenAI server (one request at a time,
-in arrival order) with a random-weight llama model at Poisson rates from light load to past
-saturation and with 4 closed-loop clients, for two prompt/output mixes. This replays each
-point's recorded arrivals (a trace) through the simulation, with the rates the llama.cpp
-probe measured on this machine (benchmarks/results/llama_cpp_time.json: the probe of the last
-llama.cpp validation), one slot, and the server's own setting of logits for every prompt
-position (llama-cpp-python's `logits_all`), and compares TTFT and TPOT (p50, p90) and the
-output tokens/s. Points the benchmark flagged `disturbed` (other processes took over 5% of the
-CPUs) are reported apart.
+benchmarks/serve_llama_server.py drives llama.cpp's own server (`llama-server`, 4 slots with
+continuous batching, its defaults) with a random-weight llama model at Poisson rates from
+light load to past saturation and with 4 closed-loop clients, for two prompt/output mixes;
+benchmarks/serve_llama_cpp.py does the same with llama-cpp-python's server (one request at a
+time). This replays each point's recorded arrivals (a trace) through the simulation with the
+rates the llama.cpp probe measured just before the load (the run's own `probe`; older runs:
+benchmarks/results/llama_cpp_time.json), the server's slots, batch and logits settings, and
+compares TTFT and TPOT (p50, p90) and the output tokens/s. Points the benchmark flagged
+`disturbed` (other processes took over 5% of the CPUs) are reported apart.
 
-Run:  .venv/bin/python benchmarks/validate_serve_llama_cpp.py [--json OUT]
+Run:  .venv/bin/python benchmarks/validate_serve_llama_cpp.py [--run RESULT] [--json OUT]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine
 from gpuwise.estimate.serve.simulate import simulate
 from gpuwise.estimate.speed.device_rates import rates_from_spec
 from gpuwise.measure.llama_cpp.fit import llama_arch
+from gpuwise.measure.llama_cpp.probe import rates_from_timings
 from gpuwise.workload.plans import InferencePlan, StoredWeights
 from gpuwise.workload.requests import Request
 
@@ -36,20 +37,35 @@ RESULTS = Path(__file__).resolve().parent / "results"
 QUANTITIES = (("ttft_ms", "p50"), ("ttft_ms", "p90"), ("tpot_ms", "p50"), ("tpot_ms", "p90"))
 
 
+def server_settings(run: dict) -> dict:
+    """Slots, n_batch, logits and context of the server the run measured."""
+    if run.get("server") == "llama-server":  # its defaults: tools/server/server.cpp
+        ctx = run["server_settings"].get("n_ctx_slot", 4096)
+        return {"slots": run["server_settings"]["slots"], "batch": 2048, "logits": "last",
+                "context": ctx, "host": None}  # fmt: skip
+    # llama-cpp-python: one request at a time, n_batch 512, logits_all; its own host costs
+    # measured at no load against the same Llama object in-process (serve_llama_cpp.py)
+    return {"slots": 1, "batch": 512, "logits": "all", "context": 2048,
+            "host": (0.8e-3, 6.0e-3)}  # fmt: skip
+
+
 def engine_for(run: dict, probe: dict, prompt: int, output: int) -> object:
-    cfg = run["model"]["config"]
+    cfg, srv = run["model"]["config"], server_settings(run)
     arch = llama_arch(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["ffn"],
                       cfg["vocab"])  # fmt: skip
     embedding = cfg["vocab"] * cfg["hidden"] * 18 // 32  # token_embd in q4_0 blocks
     stored = StoredWeights(run["model"]["file_bytes"], embedding, "Q4_0 (gguf)", "q4_0")
-    plan = InferencePlan(prompt_tokens=prompt, new_tokens=output, weights="fp16", logits="all",
-                         stored_weights=stored, runtime="llama.cpp", threads=2,
-                         context_alloc=2048)  # fmt: skip
+    plan = InferencePlan(prompt_tokens=prompt, new_tokens=output, weights="fp16",
+                         logits=srv["logits"], stored_weights=stored, runtime="llama.cpp",
+                         threads=2, context_alloc=srv["context"])  # fmt: skip
     spec = rates_from_spec(find_hardware("cpu-cloud-32vcpu"))
     rates = replace(spec, compute_units=os.cpu_count() or 1, ggml_measured=probe["rates"],
                     source="measured")  # fmt: skip
-    return build_engine(arch, plan, find_hardware("cpu-cloud-32vcpu"), rates,
-                        ReplicaOptions(max_seqs=1, max_batched_tokens=512))  # fmt: skip
+    engine = build_engine(arch, plan, find_hardware("cpu-cloud-32vcpu"), rates,
+                          ReplicaOptions(max_seqs=srv["slots"], max_batched_tokens=srv["batch"]))  # fmt: skip
+    if srv["host"]:
+        engine = replace(engine, token_host_s=srv["host"][0], request_host_s=srv["host"][1])
+    return engine
 
 
 def simulated(point: dict, engine: object) -> dict:
@@ -57,7 +73,7 @@ def simulated(point: dict, engine: object) -> dict:
     reqs = sorted((Request(0.0 if closed else r[0], point["prompt_tokens"],
                            r[5] or point["output_tokens"]) for r in point["records"]),
                   key=lambda r: r.arrival_s)  # fmt: skip
-    clients = point.get("concurrency") or 4 if closed else 0
+    clients = (point.get("concurrency") or 4) if closed else 0
     rec = summary(simulate(engine, reqs, clients), Slo())  # type: ignore[arg-type]
     return {"ttft_ms": {k: 1e3 * v for k, v in rec["ttft_s"].items()},
             "tpot_ms": {k: 1e3 * v for k, v in rec["tpot_s"].items()},
@@ -66,10 +82,13 @@ def simulated(point: dict, engine: object) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=RESULTS / "serve_llama_server.json")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    run = json.loads((RESULTS / "serve_llama_cpp.json").read_text())
-    probe = json.loads((RESULTS / "llama_cpp_time.json").read_text())["probe"]
+    run = json.loads(args.run.read_text())
+    probe = run.get("probe") or json.loads((RESULTS / "llama_cpp_time.json").read_text())["probe"]
+    if "timings" in probe:  # fitted again, so the comparison follows the current fit
+        probe = {**probe, "rates": rates_from_timings(probe["timings"])}
     rows = []
     for point in run["points"]:
         engine = engine_for(run, probe, point["prompt_tokens"], point["output_tokens"])

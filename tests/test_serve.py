@@ -75,12 +75,21 @@ def test_one_client_at_a_time_sees_the_no_load_latency():
 
 
 def test_llama_cpp_with_one_slot_answers_one_request_at_a_time():
-    eng = engine("llama.cpp", find_hardware("rtx-4090"))
+    eng = engine("llama.cpp", find_hardware("rtx-4090"), max_seqs=1)
     reqs = [Request(0.0, 512, 128) for _ in range(4)]
     trace = simulate(eng, reqs)
     starts = sorted(s.first_token_s for s in trace.seqs)
     ends = sorted(s.done_s for s in trace.seqs)
     assert all(start >= end for start, end in zip(starts[1:], ends[:-1], strict=True))
+
+
+def test_llama_server_runs_its_four_default_slots_together():
+    eng = engine("llama.cpp", find_hardware("rtx-4090"))
+    assert eng.limits.max_seqs == 4  # llama-server's --parallel auto
+    trace = simulate(eng, [Request(0.0, 512, 128) for _ in range(5)])
+    firsts = sorted(s.first_token_s for s in trace.seqs)
+    dones = sorted(s.done_s for s in trace.seqs)
+    assert firsts[3] < dones[0] <= firsts[4]  # four run at once, the fifth waits for a slot
 
 
 def test_a_static_batch_gives_its_requests_one_first_token_time():

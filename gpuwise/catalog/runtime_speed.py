@@ -60,6 +60,11 @@ class GgmlBackend:
     # or the peak would allow more ({}: no such limit).
     unit_bytes_per_cycle: dict[str, float]
     unit_flops_per_cycle: dict[str, float]
+    # Where decode steps are not measured (a CPU not probed): shares of prompt processing's
+    # matmul rate ("batch_matmul": a 4-token decode step's; "decode_attention",
+    # "batch_attention", "prompt_attention": of the f16 rate). {}: a batch costs about one
+    # token's time and attention runs at the matmul rate (GPUs).
+    decode_shares: dict[str, float] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
 

@@ -13,7 +13,14 @@ from functools import lru_cache
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.runtime_speed import RuntimeSpeed, runtime_speed
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.ggml_time import GgmlRates, ggml_rates, ggml_type, weights_read
+from gpuwise.estimate.speed.ggml_time import (
+    GgmlRates,
+    decode_attention_rate,
+    ggml_rates,
+    ggml_type,
+    matmul_seconds,
+    weights_read,
+)
 from gpuwise.estimate.speed.inference_time import inference_ops, plan_shape, tp_allreduce_s
 from gpuwise.estimate.speed.roofline import dispatch_overhead, op_count_mode, phase_time
 from gpuwise.estimate.speed.runtime_time import kernel_for, runtime_rates
@@ -127,9 +134,14 @@ def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
     # logits of every token, or (llama.cpp's default) of decodes and each prompt's last
     logits = tokens if step.plan.logits == "all" else tokens - prompt_tokens + (prompt_tokens > 0)
     streamed = read / g.weight_bytes_per_s
-    computed = (tokens * per_token + logits * per_logit) / g.matmul_flops
+    computed = matmul_seconds(g, tokens, tokens * per_token + logits * per_logit, streamed)
     memory = kv_read * step.kv_bytes_per_token / g.kv_bytes_per_s
     compute = prompt_attention_flops / g.attention_flops
+    decoding = tokens - prompt_tokens
+    att_rate = decode_attention_rate(g, decoding) if decoding else 0.0
+    if att_rate:  # measured: decode attention runs at its own rate (kv_read: its positions)
+        compute += 4.0 * step.arch.num_layers * step.arch.q_dim * kv_read / att_rate
+        memory = 0.0
     if computed > streamed:
         compute += computed
     else:

@@ -40,6 +40,51 @@ class GgmlRates:
     token_s: float  # per graph evaluation (a token of tg, a ubatch of pp): the host's share
     layer_token_s: float  # per layer per prompt token: the norms, rope and softmax of pp
     source: str  # "spec" or "measured"
+    # Measured decode steps (the probe's; 0.0: not measured, the rates above stand in):
+    decode_attention_flops: float = 0.0  # one token's attention over its cached positions
+    batch_attention_flops: float = 0.0  # the same, in a step of BATCH_SEQS tokens
+    batch_matmul_flops: float = 0.0  # the matmuls of a step of BATCH_SEQS tokens
+
+
+BATCH_SEQS = 4  # the batch the probe times decode steps at (measure/llama_cpp/probe.py)
+UBATCH_TOKENS = 512  # where prompt processing's matmul rate is measured (pp, one ubatch)
+
+
+def _log_between(n: float, points: tuple[tuple[float, float], ...]) -> float:
+    """The value at n, linear in log2(n) between the (n, value) points; the ends beyond."""
+    if n <= points[0][0]:
+        return points[0][1]
+    for (n0, v0), (n1, v1) in zip(points, points[1:], strict=False):
+        if n <= n1:
+            return v0 + (v1 - v0) * math.log2(n / n0) / math.log2(n1 / n0)
+    return points[-1][1]
+
+
+def matmul_seconds(g: GgmlRates, tokens: int, flops: float, single_s: float) -> float:
+    """Seconds of the matmuls of a step of `tokens` tokens and `flops` FLOPs, where one token
+    alone takes `single_s` (its weights' streaming time). Measured on a CPU (the probe's
+    4-token step): ggml-cpu's repacked kernels run a gemm over each four tokens and a gemv for
+    each token left over (ggml-cpu/repack.cpp forward_mul_mat: "more than three rows ... use
+    gemm; otherwise, use gemv"), so a leftover token costs `single_s`, and the fours run at
+    the four's rate, rising linear in log2(tokens) to prompt processing's at a 512-token
+    ubatch. Not measured: prompt processing's rate (a GPU's small batches cost about one
+    token's time)."""
+    if not g.batch_matmul_flops:
+        return flops / g.matmul_flops
+    per_token = flops / tokens
+    fours = tokens - tokens % BATCH_SEQS
+    points = ((float(BATCH_SEQS), g.batch_matmul_flops), (float(UBATCH_TOKENS), g.matmul_flops))
+    gemm = fours * per_token / _log_between(float(fours), points) if fours else 0.0
+    return gemm + tokens % BATCH_SEQS * single_s
+
+
+def decode_attention_rate(g: GgmlRates, seqs: int) -> float:
+    """FLOPs a second of decode attention (QK^T and PV over the cached positions) in a step
+    of `seqs` decoding sequences; 0.0 where the probe did not measure it."""
+    if not g.decode_attention_flops:
+        return 0.0
+    batch = g.batch_attention_flops or g.decode_attention_flops
+    return _log_between(float(seqs), ((1.0, g.decode_attention_flops), (float(BATCH_SEQS), batch)))
 
 
 def ggml_type(plan: InferencePlan) -> str:
@@ -73,10 +118,13 @@ def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
         return min(total * share[t], cap) if cap else total * share[t]
 
     b, f = backend.unit_bytes_per_cycle, backend.unit_flops_per_cycle
+    matmul, f16 = rate(peak, backend.matmul, f, gtype), rate(peak, backend.matmul, f, "f16")
+    d = backend.decode_shares
     return GgmlRates(rate(bandwidth, backend.memory, b, gtype), rate(bandwidth, backend.memory, b, "f16"),
-                     rate(peak, backend.matmul, f, gtype), rate(peak, backend.matmul, f, "f16"),
+                     matmul, f16 * d.get("prompt_attention", 1.0),
                      backend.nodes_per_layer * backend.kernel_s, backend.token_s, 0.0,
-                     "spec")  # fmt: skip
+                     "spec", f16 * d.get("decode_attention", 0.0),
+                     f16 * d.get("batch_attention", 0.0), matmul * d.get("batch_matmul", 0.0))  # fmt: skip
 
 
 def weights_read(arch: Architecture, plan: InferencePlan) -> float:
@@ -133,11 +181,13 @@ def decode_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: s
     context = plan.prompt_tokens + max(0, plan.new_tokens - 1) / 2 + 1
     kv = kv_bytes(arch, plan, context)
     flops = matmul_flops(arch, plan.batch)
+    streamed = read / g.weight_bytes_per_s
     attention = 4.0 * arch.num_layers * arch.q_dim * context * plan.batch
-    rows = [(Op(f"weights ({gtype})", "matmul", flops, read), flops / g.matmul_flops,
-             read / g.weight_bytes_per_s),
+    att_rate = decode_attention_rate(g, plan.batch) or g.attention_flops
+    rows = [(Op(f"weights ({gtype})", "matmul", flops, read),
+             matmul_seconds(g, plan.batch, flops, streamed), streamed),
             (Op("attention (KV cache)", "attention", attention, kv),
-             attention / g.attention_flops, kv / g.kv_bytes_per_s)]  # fmt: skip
+             attention / att_rate, kv / g.kv_bytes_per_s)]  # fmt: skip
     return _phase("decode", rows, arch.num_layers * g.layer_s + g.token_s)
 
 

@@ -113,6 +113,28 @@ def time_llama_cpp(
     }  # fmt: skip
 
 
+def time_decode_steps(path: str | os.PathLike[str], *, threads: int,
+                      cases: list[tuple[int, ...]], n_gen: int = 32, reps: int = 3,
+                      timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:  # fmt: skip
+    """Seconds of one step at each (depth, sequences[, tokens]) case, llama-batched-bench
+    style (decode_child.py), in a fresh process: the median of `reps` runs. Keys
+    "d{depth}/s{seqs}", and "/t{tokens}" for a prompt chunk of more than one token."""
+    model = _gguf_file(path)
+    if min(threads, n_gen, reps) < 1 or any(c[0] < 0 or min(c[1:]) < 1 for c in cases):
+        raise GpuwiseError("threads, n_gen, reps, sequences and tokens must be >= 1, "
+                           "depths >= 0")  # fmt: skip
+    need_llama_cpp()
+    job = {"kind": "decode", "path": str(model.resolve()), "threads": threads,
+           "cases": [list(c) for c in cases], "n_gen": n_gen, "reps": reps, "seed": SEED}  # fmt: skip
+    others_before, started = others_cpu_s(), time.perf_counter()
+    raw = run_child(job, timeout_s, f"llama.cpp decode steps of {model.name} ({threads} threads)")
+    others = _others_share(others_before, time.perf_counter() - started)
+    steps = {f"d{c['depth']}/s{c['seqs']}" + (f"/t{c['tokens']}" if c["tokens"] > 1 else ""):
+             statistics.median(c["step_s"]) for c in raw["cases"]}  # fmt: skip
+    return {"model": model.name, "threads": threads, "n_gen": n_gen, "reps": reps,
+            "step_s": steps, "others_cpu_share": others}  # fmt: skip
+
+
 def tensor_bytes(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The bytes of the GGUF's weight tensors: in all, by ggml type name, and those of the
     token embedding and the output head apart (with the bytes of one embedding row)."""

@@ -14,6 +14,7 @@ Jobs:
   an empty cache. Each test has its own context (n_ctx = its tokens, as llama-bench) and one
   warm-up (the whole prompt; one generated token); the cache is cleared before each timed
   repetition. The result holds each repetition's nanoseconds.
+- {"kind": "decode", ...}: decode steps at a depth and a batch (decode_child.py).
 """
 
 from __future__ import annotations
@@ -194,7 +195,9 @@ def time_job(job: dict) -> dict:
 
 
 def run_job(job: dict) -> dict:
-    kinds = {"quantize": quantize_job, "time": time_job}
+    from gpuwise.measure.llama_cpp.decode_child import decode_job
+
+    kinds = {"quantize": quantize_job, "time": time_job, "decode": decode_job}
     if job.get("kind") not in kinds:
         raise ValueError(f"unknown job kind {job.get('kind')!r}")
     return kinds[job["kind"]](job)

@@ -6,13 +6,24 @@ Token generation takes read / bandwidth + layers x layer_s a token: two models w
 layer differ give the bandwidth and the cost per layer. Prompt processing takes matmul FLOPs /
 rate + layers x (layer_s + tokens x layer_token_s): with layer_s from tg, the two give the
 matmul rate and the per-token work of the layer's other nodes (norms, rope, softmax).
+
+Decode steps at a depth and a batch (llama-batched-bench style, on the larger model) give
+what a decode step's attention and a small batch's matmuls cost (`fit_decode`): one token at
+depth D against the same at depth 0 gives decode attention's rate, 4 sequences at depth 0
+against the model's own weights the matmul rate of a 4-token batch, and 4 at depth D against
+4 at depth 0 the attention rate in a batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from gpuwise.estimate.speed.ggml_time import kv_bytes, prefill_flops, weights_read
+from gpuwise.estimate.speed.ggml_time import (
+    kv_bytes,
+    matmul_flops,
+    prefill_flops,
+    weights_read,
+)
 from gpuwise.workload import Architecture, from_config
 from gpuwise.workload.plans import InferencePlan, StoredWeights
 
@@ -29,6 +40,7 @@ class ModelTiming:
     plan_tg: InferencePlan
     pp_s: float  # the whole prompt
     tg_s: float  # one generated token
+    decode_steps: dict[str, float] = field(default_factory=dict)  # fit_decode's timings
 
 
 def llama_arch(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int,
@@ -66,22 +78,61 @@ def _solve(a: tuple[float, float, float], b: tuple[float, float, float]) -> tupl
     return big[2] / big[0], 0.0
 
 
-def fit_rates(a: ModelTiming, b: ModelTiming) -> dict[str, float]:
-    """GgmlRates' fields (but `source`) from two models' timings at one type and thread count.
-    The KV cache and flash attention are charged at the weights' rates: at a probe's short
-    contexts they are a few percent of the time."""
+def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
+              chunk: int = 0) -> dict[str, float]:  # fmt: skip
+    """GgmlRates' fields (but `source`) from two models' timings at one type and thread count;
+    with `depth`, also the decode fields from `b`'s steps (fit_decode), and prompt attention
+    charged at the rate a `chunk`-token prompt chunk at that depth shows. Without them the KV
+    cache and flash attention are charged at the weights' rates: at a probe's short contexts
+    they are a few percent of the time."""
     eqs = []
     for m in (a, b):
         kv = kv_bytes(m.arch, m.plan_tg, m.plan_tg.new_tokens / 2)
         eqs.append((weights_read(m.arch, m.plan_tg) + kv, float(m.arch.num_layers), m.tg_s))
     per_byte, layer_s = _solve(eqs[0], eqs[1])
+    decode = fit_decode(b, {"layer_s": layer_s, "token_s": 0.0}, b.decode_steps, depth, seqs)
+    attention = _prompt_attention(b, depth, chunk)
     eqs = []
     for m in (a, b):
         n = m.plan_pp.prompt_tokens
         layers = m.arch.num_layers
-        eqs.append((sum(prefill_flops(m.arch, m.plan_pp)), float(layers * n),
-                    m.pp_s - layers * layer_s))  # fmt: skip
+        mm, att = prefill_flops(m.arch, m.plan_pp)
+        rest = m.pp_s - layers * layer_s - (att / attention if attention else 0.0)
+        eqs.append((mm + (0.0 if attention else att), float(layers * n), rest))
     per_flop, layer_token_s = _solve(eqs[0], eqs[1])
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
-            "matmul_flops": 1 / per_flop, "attention_flops": 1 / per_flop, "layer_s": layer_s,
-            "token_s": 0.0, "layer_token_s": layer_token_s}  # fmt: skip
+            "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
+            "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode}  # fmt: skip
+
+
+def _prompt_attention(m: ModelTiming, depth: int, chunk: int) -> float:
+    """Prompt attention's FLOPs a second: a `chunk`-token prompt chunk at `depth` cached
+    positions against the same at none (0.0: not timed, or not resolved)."""
+    near = m.decode_steps.get(f"d0/s1/t{chunk}")
+    deep = m.decode_steps.get(f"d{depth}/s1/t{chunk}")
+    if not (depth and chunk and near and deep and deep > near):
+        return 0.0
+    return 4.0 * m.arch.num_layers * m.arch.q_dim * chunk * depth / (deep - near)
+
+
+def fit_decode(m: ModelTiming, rates: dict[str, float], steps: dict[str, float],
+               depth: int, seqs: int) -> dict[str, float]:  # fmt: skip
+    """GgmlRates' decode fields from decode steps of the model `m` (keys "d{depth}/s{seqs}",
+    seconds a step, fit_decode's cases): 0.0 for a rate the timings do not resolve (a
+    difference that is not positive)."""
+    arch = m.arch
+    per_position = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV of one cached position
+    one, deep = steps.get("d0/s1"), steps.get(f"d{depth}/s1")
+    batch, batch_deep = steps.get(f"d0/s{seqs}"), steps.get(f"d{depth}/s{seqs}")
+    out = {"decode_attention_flops": 0.0, "batch_attention_flops": 0.0,
+           "batch_matmul_flops": 0.0}  # fmt: skip
+    if not depth:
+        return out
+    if one and deep and deep > one:
+        out["decode_attention_flops"] = per_position * depth / (deep - one)
+    fixed = arch.num_layers * rates["layer_s"] + rates["token_s"]
+    if one and batch and batch > fixed:
+        out["batch_matmul_flops"] = matmul_flops(arch, seqs) / (batch - fixed)
+    if batch and batch_deep and batch_deep > batch:
+        out["batch_attention_flops"] = seqs * per_position * depth / (batch_deep - batch)
+    return out

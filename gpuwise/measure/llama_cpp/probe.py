@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpuwise.measure.llama_cpp.bench import tensor_bytes, time_llama_cpp
+from gpuwise.measure.llama_cpp.bench import tensor_bytes, time_decode_steps, time_llama_cpp
 from gpuwise.measure.llama_cpp.fit import (
     GGML_TYPE,
     ModelTiming,
@@ -26,6 +26,11 @@ PROBE_MODELS = (GgufConfig(hidden=384, layers=6, heads=6, kv_heads=2, ffn=1024),
                 GgufConfig(hidden=1280, layers=4, heads=10, kv_heads=2, ffn=3456))  # fmt: skip
 TYPES = ("f16", "q8_0", "q4_0", "q4_k_m")
 N_PROMPT, N_GEN, REPS = 256, 32, 5
+# Steps on the larger model: decodes of one sequence and of a batch, and a prompt chunk, at no
+# depth and at DEPTH (a served request's context), for attention's rates and a small batch's
+# matmuls (fit.py).
+DEPTH, SEQS, CHUNK = 1024, 4, 256
+DECODE_CASES = [(0, 1), (DEPTH, 1), (0, SEQS), (DEPTH, SEQS), (0, 1, CHUNK), (DEPTH, 1, CHUNK)]
 ATTEMPTS, QUIET = 3, 0.05  # runs of a timing at most; others' share of the CPUs that is quiet
 
 Progress = Callable[[str, float], None]
@@ -66,10 +71,27 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, 
     tb = tensor_bytes(path)
     pp_s = statistics.median(run["pp_samples_s"])
     tg_s = statistics.median(run["tg_samples_s"]) / N_GEN
-    return {"model": cfg.name, "type": qtype, "threads": threads, "pp_s": pp_s,
-            "tg_s": tg_s, "bytes": tb["total"],
-            "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
-            "system_info": run["system_info"]}  # fmt: skip
+    record = {"model": cfg.name, "type": qtype, "threads": threads, "pp_s": pp_s,
+              "tg_s": tg_s, "bytes": tb["total"],
+              "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
+              "system_info": run["system_info"]}  # fmt: skip
+    if cfg == PROBE_MODELS[-1]:
+        record["decode_steps"] = _quiet_decode(path, threads)
+    return record
+
+
+def _quiet_decode(path: Path, threads: int) -> dict[str, float]:
+    """Seconds a decode step at each of DECODE_CASES, from the quietest of up to ATTEMPTS."""
+    best: dict[str, Any] | None = None
+    for _ in range(ATTEMPTS):
+        run = time_decode_steps(path, threads=threads, cases=DECODE_CASES)
+        share = run.get("others_cpu_share") or 0.0
+        if best is None or share < (best.get("others_cpu_share") or 0.0):
+            best = run
+        if share < QUIET:
+            break
+    assert best is not None
+    return dict(best["step_s"])
 
 
 def rates_from_timings(timings: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -82,9 +104,13 @@ def rates_from_timings(timings: list[dict[str, Any]]) -> dict[str, dict[str, flo
         pp, tg = timing_plans(t["type"], t["bytes"], t["embedding_bytes"], N_PROMPT, N_GEN,
                               t["threads"])  # fmt: skip
         pairs.setdefault((t["type"], t["threads"]), []).append(
-            ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"]))
-    return {f"{GGML_TYPE[q]}/{n}": fit_rates(*found[:2])
-            for (q, n), found in pairs.items() if len(found) >= 2}  # fmt: skip
+            ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"], t.get("decode_steps") or {}))
+    out = {}
+    for (q, n), found in pairs.items():
+        if len(found) < 2:
+            continue
+        out[f"{GGML_TYPE[q]}/{n}"] = fit_rates(found[0], found[1], DEPTH, SEQS, CHUNK)
+    return out
 
 
 def probe_llama_cpp(cores: int, progress: Progress | None = None) -> dict[str, Any]:

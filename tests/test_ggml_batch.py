@@ -1,0 +1,116 @@
+"""llama.cpp's decode steps in a batch and at a depth (estimate/speed/ggml_time.py,
+measure/llama_cpp/fit.py fit_decode): the probe's measured decode steps are reproduced by the
+step model they were fitted to, and a CPU's small batches cost what they measured."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gpuwise.catalog.hardware import find_hardware
+from gpuwise.estimate.serve.step_time import StepTime
+from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.estimate.speed.ggml_time import (
+    GgmlRates,
+    decode_attention_rate,
+    matmul_flops,
+    matmul_seconds,
+    weights_read,
+)
+from gpuwise.measure.llama_cpp.fit import ModelTiming, fit_decode, llama_arch, timing_plans
+
+ARCH = llama_arch(1280, 4, 10, 2, 3456, 32000)
+RATES = {"weight_bytes_per_s": 30e9, "kv_bytes_per_s": 30e9, "matmul_flops": 300e9,
+         "attention_flops": 300e9, "layer_s": 8e-6, "token_s": 0.0, "layer_token_s": 5e-6}  # fmt: skip
+
+
+def _timing() -> ModelTiming:
+    pp, tg = timing_plans("q4_0", 150_000_000, 23_000_000, 256, 32, 2)
+    return ModelTiming(ARCH, pp, tg, 1.0, 0.004)
+
+
+def test_fit_decode_recovers_the_rates_the_steps_were_made_with():
+    att1, att4, mm4, depth = 12e9, 30e9, 60e9, 512
+    fixed = ARCH.num_layers * RATES["layer_s"]
+    per_position = 4.0 * ARCH.num_layers * ARCH.q_dim
+    one = 0.004
+    steps = {"d0/s1": one, f"d{depth}/s1": one + per_position * depth / att1,
+             "d0/s4": fixed + matmul_flops(ARCH, 4) / mm4}  # fmt: skip
+    steps[f"d{depth}/s4"] = steps["d0/s4"] + 4 * per_position * depth / att4
+    got = fit_decode(_timing(), RATES, steps, depth, 4)
+    assert got["decode_attention_flops"] == pytest.approx(att1)
+    assert got["batch_attention_flops"] == pytest.approx(att4)
+    assert got["batch_matmul_flops"] == pytest.approx(mm4)
+
+
+def test_fit_decode_leaves_unresolved_rates_unmeasured():
+    got = fit_decode(_timing(), RATES, {"d0/s1": 0.004, "d512/s1": 0.003}, 512, 4)
+    assert got == {"decode_attention_flops": 0.0, "batch_attention_flops": 0.0,
+                   "batch_matmul_flops": 0.0}  # fmt: skip
+
+
+def _g(**kw: float) -> GgmlRates:
+    return GgmlRates(**RATES, source="measured", **kw)
+
+
+def test_a_cpu_batch_pays_each_token_below_four_then_speeds_up_to_prompt_processing():
+    g, per_token, single = _g(batch_matmul_flops=60e9), 1e9, 0.04  # one token: 40 ms
+    four = 4 * per_token / 60e9
+    assert matmul_seconds(g, 1, per_token, single) == pytest.approx(single)
+    assert matmul_seconds(g, 2, 2 * per_token, single) == pytest.approx(2 * single)  # 2 gemvs
+    assert matmul_seconds(g, 3, 3 * per_token, single) == pytest.approx(3 * single)
+    assert matmul_seconds(g, 4, 4 * per_token, single) == pytest.approx(four)  # one gemm
+    assert matmul_seconds(g, 5, 5 * per_token, single) == pytest.approx(four + single)
+    assert matmul_seconds(g, 512, 512 * per_token, single) == pytest.approx(512 * per_token / 300e9)
+    rate_32 = 32 * per_token / matmul_seconds(g, 32, 32 * per_token, single)
+    assert 60e9 < rate_32 < 300e9
+    assert matmul_seconds(_g(), 4, 4 * per_token, single) == 4 * per_token / 300e9  # unmeasured
+
+
+def test_decode_attention_is_unmeasured_unless_probed():
+    assert decode_attention_rate(_g(), 4) == 0.0
+    g = _g(decode_attention_flops=12e9, batch_attention_flops=30e9)
+    assert decode_attention_rate(g, 1) == 12e9 and decode_attention_rate(g, 8) == 30e9
+
+
+def _step(g: GgmlRates) -> StepTime:
+    from gpuwise.workload.plans import InferencePlan, StoredWeights
+
+    plan = InferencePlan(prompt_tokens=128, new_tokens=32, weights="fp16", runtime="llama.cpp",
+                         threads=2, stored_weights=StoredWeights(150_000_000, 23_000_000,
+                                                                 "Q4_0 (gguf)", "q4_0"))  # fmt: skip
+    cpu = find_hardware("cpu-cloud-32vcpu")
+    rates = replace(rates_from_spec(cpu), compute_units=2, source="measured",
+                    ggml_measured={"q4_0/2": {k: getattr(g, k) for k in g.__dataclass_fields__
+                                              if k != "source"}})  # fmt: skip
+    return StepTime(ARCH, plan, rates)
+
+
+def test_a_measured_cpu_batch_of_four_costs_what_the_probe_timed():
+    mm4, att4 = 60e9, 30e9
+    g = _g(batch_matmul_flops=mm4, decode_attention_flops=12e9, batch_attention_flops=att4)
+    step = _step(g)
+    one = sum(step.parts(1, 0, 0.0))
+    four = sum(step.parts(4, 0, 4 * 300.0))
+    fixed = ARCH.num_layers * RATES["layer_s"]
+    expect = fixed + matmul_flops(ARCH, 4) / mm4 + 4 * 4.0 * ARCH.num_layers * ARCH.q_dim * 300 / att4
+    assert four == pytest.approx(expect)
+    assert one == pytest.approx(fixed + weights_read(ARCH, step.plan) / RATES["weight_bytes_per_s"])
+    assert four > 2 * one  # unlike a GPU's, a CPU's decode batch is not nearly free
+
+
+def test_prompt_attention_comes_from_a_chunk_at_depth():
+    from gpuwise.measure.llama_cpp.fit import fit_rates
+
+    small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
+                        *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)  # fmt: skip
+    per_position = 4.0 * ARCH.num_layers * ARCH.q_dim
+    steps = {"d0/s1": 0.004, "d1024/s1": 0.004 + per_position * 1024 / 30e9,
+             "d0/s1/t256": 0.2, "d1024/s1/t256": 0.2 + per_position * 256 * 1024 / 90e9}  # fmt: skip
+    big = replace(_timing(), decode_steps=steps)
+    rates = fit_rates(small, big, 1024, 4, 256)
+    assert rates["attention_flops"] == pytest.approx(90e9)
+    assert rates["decode_attention_flops"] == pytest.approx(30e9)
+    plain = fit_rates(small, replace(big, decode_steps={}))  # not timed: the matmul rate
+    assert plain["attention_flops"] == plain["matmul_flops"]
