@@ -25,8 +25,10 @@ Device mapping (the entry's device -> catalogue id). `*`: the form factor or mem
 stated; the SXM part is assumed.
 
   NVIDIA A100-SXM4-40GB                                 -> a100-sxm-40gb
-  NVIDIA A100 80GB (SGLang benchmark_vllm_060)          -> a100-sxm-80gb *
-  NVIDIA H100 80GB (SGLang benchmark_vllm_060, x4)      -> h100-sxm *
+  NVIDIA A100 80GB (SGLang benchmark_vllm_060; dennislee22/vLLM-benchmarking)
+                                                        -> a100-sxm-80gb *
+  NVIDIA H100 80GB (SGLang benchmark_vllm_060, x4; the evalscope blog, x1)
+                                                        -> h100-sxm *
   NVIDIA H100 (single GPU; vLLM FP8 KV-cache blog)      -> h100-sxm *
   NVIDIA H100 80GB HBM3 (ML.ENERGY; HBM3 is the SXM5)   -> h100-sxm
   NVIDIA H200 141GB (datacrunch)                        -> h200-sxm
@@ -41,6 +43,10 @@ Model mapping (only identical layer shapes and vocabularies):
   Llama-3.1-70B-Instruct, Meta-Llama-3.1-70B-Instruct   -> llama-3.1-70b  exact
   Meta-Llama-3-70B-Instruct                             -> llama-3.1-70b  same, as for 8B
   Llama-3.3-70B-Instruct                                -> llama-3.1-70b  identical config
+  Qwen2-7B-Instruct                                     -> qwen2.5-7b     same shapes (hidden
+                                                                          3584, 28 layers, 28/4
+                                                                          heads, FFN 18944, vocab
+                                                                          152064)
   Qwen3-8B, Qwen3-14B (and their FP8 checkpoints): not in the model catalogue (the nearest,
   Qwen2.5-7B/14B, differ in layers, hidden size, heads and q/k norms), skipped.
 
@@ -49,8 +55,10 @@ Runtimes. vLLM -> `vllm` (V1 mixed steps), SGLang -> `sglang` (prefill-first). N
 engine and SGLang from v0.4 (the overlap scheduler); entries from older engines are simulated
 the same way and reported apart, in `group`:
 
-  current  vLLM V1 (0.8 and later; the FP8 KV-cache blog compares 0.10.2 and 0.19.1, both V1),
-           SGLang v0.4 era (datacrunch's Dec 2024 dev image), ML.ENERGY v3 (vLLM 0.11.1)
+  current  vLLM V1 (0.8 and later; the FP8 KV-cache blog compares 0.10.2 and 0.19.1, both V1;
+           the evalscope blog's "vLLM V1 v0.9.0"; dennislee22's 0.10.1.1, whose startup log
+           says "Initializing a V1 LLM engine"), SGLang v0.4 era (datacrunch's Dec 2024 dev
+           image; the evalscope blog's v0.4.9), ML.ENERGY v3 (vLLM 0.11.1)
   older    vLLM 0.6.0 with `--num-scheduler-steps 10` (V0 multi-step: 10 decode steps per
            schedule, tokens streamed in bursts, so TTFT and ITL far above TPOT; gpuwise has no
            multi-step), vLLM 0.4.2 (V0, no chunked prefill: prompts scheduled before decodes,
@@ -64,6 +72,10 @@ Lengths (`lengths` in each row: stated, derived or assumed):
                            uniformly from 1 to the stated maximum (parsed from `settings`); the
                            derived means in `totals` confirm it (509 of 1024)  -> derived
   ~20k / ~2k +-15%         uniform over +-15% of the stated means (sv-042/043)  -> stated
+  longalpaca (evalscope)   (sv-072..093): outputs fixed by --min-tokens = --max-tokens = 2000;
+                           prompts are LongAlpaca-12k instructions of 5000 to 10000 characters
+                           (evalscope's filter counts characters), taken as uniform over 1250
+                           to 2500 tokens at an assumed 4 characters a token  -> prompt assumed
   ShareGPT with totals     the entry's own means, total / completed (`totals`)  -> derived
   ShareGPT, SGLang client  (sv-001..012, sv-026/027; sglang.bench_serving, no totals printed):
                            224.7 in / 190.8 out, the means that the same client and dataset
@@ -93,7 +105,9 @@ of per-request quantities and the drain tail of all-at-once runs; `--spread norm
 for comparison. Model-generated outputs (ML.ENERGY) are drawn the same way, capped at their
 max_tokens (1024; v3: 4096).
 
-Server settings taken from the entries: vLLM 0.6.0 --max_model_len 4096 (context_alloc);
+Server settings taken from the entries: `server_args` where the source states them (the
+startup log's non-default args and max_num_batched_tokens: gpu_memory_utilization,
+max_model_len as context_alloc, max_num_batched_tokens); vLLM 0.6.0 --max_model_len 4096;
 SGLang mem_frac 0.88 at TP1 and 0.85 at TP4 (benchmark_vllm_060 README; sv-011 states
 --mem-frac 0.88) as the memory fraction; ML.ENERGY: --gpu-memory-utilization 0.90,
 max_num_seqs as swept, v3 max-num-batched-tokens 8192. Otherwise the runtime's defaults in
@@ -116,6 +130,17 @@ batch in the window, and (v3) the ITL p50 and the measured power are compared to
 error splits into a power and a throughput part. The rate-sweep entries (sv-028..041) give
 client-side energy over the whole run per completed request (idle included): compared with
 `summary`'s whole-run energy per request, reported apart.
+
+An entry with `excluded` (its reason) is not simulated: sv-076..082 and sv-087..093, whose own
+figures (requests/s x mean latency, Little's law) show about 36 requests in flight where 40 to
+100 were stated. Quantities an entry lists under `not_compared` (with the reason) are not compared: TTFT where
+the source's own setup makes it unrepresentative of the simulated run (prompts re-sent across
+a sweep's levels, so the prefix cache served them: sv-072..111). Where an entry states the
+server's KV cache size (`server_args.kv_cache_tokens`), the simulated replica's KV positions
+are printed beside it (`diag.kv_tokens`) as a check of the memory model.
+
+Run on another data file (e.g. an earlier version, for a before/after comparison) with
+`--data FILE`.
 
 Targets (issue 23), per runtime: median |error| <= 15% on throughput (output tokens/s,
 requests/s, total tokens/s) and on TPOT (TPOT and ITL, any statistic), <= 25% on TTFT;
@@ -166,6 +191,7 @@ MODELS = {
     "meta-llama/Meta-Llama-3.1-70B-Instruct": "llama-3.1-70b",
     "meta-llama/Meta-Llama-3-70B-Instruct": "llama-3.1-70b",
     "meta-llama/Llama-3.3-70B-Instruct": "llama-3.1-70b",
+    "Qwen/Qwen2-7B-Instruct": "qwen2.5-7b",
 }  # fmt: skip
 
 UNMAPPED_MODEL = ("Qwen3-8B/14B are not in the model catalogue (Qwen2.5-7B/14B differ in "
@@ -182,6 +208,10 @@ MLENERGY_OUTPUT = {"llama-3.1-8b": 483.0, "llama-3.1-70b": 456.0}
 ASSUMED_PROMPT = 220.0
 # SGLang's memory fraction in benchmark_vllm_060 (README: 0.88 at TP1, 0.85 at TP4).
 SGLANG_060_MEM = {1: 0.88, 4: 0.85}
+# evalscope's longalpaca filter keeps instructions of 5000 to 10000 characters; tokens are
+# taken at 4 characters each (assumed; English prose with the Llama-3 tokenizer).
+LONGALPACA_CHARS = (5000, 10000)
+CHARS_PER_TOKEN = 4.0
 
 QUANTITIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 RATES = ("output_tokens_per_s", "total_tokens_per_s", "requests_per_s")
@@ -208,6 +238,7 @@ class Work:
     max_total: int = 1 << 30
     max_output: int = 1 << 30
     min_len: int = 1
+    prompt_range: tuple[int, int] | None = None  # dist "range": prompts uniform over it
 
     @property
     def load(self) -> str:
@@ -225,6 +256,8 @@ def model_of(text: str) -> str | None:
 
 
 def skip_reason(e: dict) -> str | None:
+    if e.get("excluded"):  # the source's own numbers contradict its stated load (entry notes)
+        return "excluded by the data: " + e["excluded"].split(":")[0]
     if e["runtime"] in NO_TIME_MODEL:
         return NO_TIME_MODEL[e["runtime"]]
     if "qwen3" in e["model"].lower():
@@ -242,11 +275,15 @@ def era(e: dict) -> tuple[str, str]:
     if e["runtime"] == "sglang":
         if version.startswith("0.3"):
             return "older", "SGLang 0.3.0 (before the v0.4 overlap scheduler)"
+        if version[:1].isdigit():
+            return "current", f"SGLang {version.split()[0]}"
         return "current", "SGLang dev image, Dec 2024 (v0.4 era)"
     if "--num-scheduler-steps" in e.get("settings", ""):
         return "older", f"vLLM {version} V0, multi-step (--num-scheduler-steps 10)"
     if version.startswith("0.4") or version.startswith("0.5"):
         return "older", f"vLLM {version.split()[0]} V0 (no chunked prefill by default)"
+    if version[:1].isdigit():
+        return "current", f"vLLM {version.split()[0]} V1"
     return "current", "vLLM V1 (0.10.2 / 0.19.1 blog)"
 
 
@@ -264,6 +301,10 @@ def work_of(e: dict, model: str) -> Work:
     clients = e["concurrency"]
     n = e["num_prompts"] or 500  # sv-028..041: the 500-prompt ShareGPT file
     share = {"max_prompt": 1024, "max_total": 2048, "min_len": 4}  # benchmark_serving's filter
+    if e["dataset"].startswith("longalpaca") and e["output_tokens"]:
+        lo, hi = (round(c / CHARS_PER_TOKEN) for c in LONGALPACA_CHARS)
+        return Work(n, (lo + hi) / 2, e["output_tokens"], "range", "prompt assumed", rate,
+                    clients, prompt_range=(lo, hi))  # fmt: skip
     if e["prompt_tokens"] and e["output_tokens"]:
         dist = "band15" if "15%" in e["dataset"] else "fixed"
         return Work(n, e["prompt_tokens"], e["output_tokens"], dist, "stated", rate, clients)
@@ -310,6 +351,9 @@ def draw_lengths(w: Work, spread: str, seed: int = SEED) -> list[tuple[int, int]
         return _sharegpt(rng, w, w.n, spread)
     if w.dist == "uniform1":
         return [(rng.randint(1, int(w.prompt)), rng.randint(1, int(w.output))) for _ in range(w.n)]
+    if w.dist == "range" and w.prompt_range:
+        lo, hi = w.prompt_range
+        return [(rng.randint(lo, hi), int(w.output)) for _ in range(w.n)]
     if w.dist == "band15":
         return [(round(rng.uniform(0.85, 1.15) * w.prompt), round(rng.uniform(0.85, 1.15) * w.output))
                 for _ in range(w.n)]  # fmt: skip
@@ -327,6 +371,13 @@ def requests_of(w: Work, spread: str) -> tuple[list[Request], int]:
 def server_of(e: dict) -> dict:
     """Plan and replica settings the entry's server command states."""
     s, out = e.get("settings", ""), {}
+    args = e.get("server_args", {})
+    if "gpu_memory_utilization" in args:
+        out["gpu_memory_utilization"] = float(args["gpu_memory_utilization"])
+    if "max_model_len" in args:
+        out["context_alloc"] = int(args["max_model_len"])
+    if "max_num_batched_tokens" in args:  # a replica option, not a plan field
+        out["max_batched_tokens"] = int(args["max_num_batched_tokens"])
     m = re.search(r"--max_model_len (\d+)", s)
     if m:
         out["context_alloc"] = int(m.group(1))
@@ -389,7 +440,10 @@ def compared(e: dict, sim: dict) -> list[tuple[str, float, float]]:
     """(quantity, published, simulated) for every figure the source gives that a simulation
     has (energy goes to the energy section; throughput of unstated kind is not compared)."""
     out = []
+    skip = e.get("not_compared", {})
     for key, value in e["metrics"].items():
+        if key in skip:
+            continue
         if key in QUANTITIES:
             for stat in STATS:
                 if stat in value:
@@ -576,6 +630,22 @@ def print_targets(tgts: list[dict]) -> None:
               f"{'met' if t['met'] else 'NOT met'}")  # fmt: skip
 
 
+def print_kv_check(rows: list[dict]) -> None:
+    """The simulated replica's KV positions beside the server's own startup log."""
+    seen: dict[tuple, list[str]] = {}
+    for r in rows:
+        if "kv_tokens_stated" in r["diag"]:
+            key = (r["device"], r["model"], r["diag"]["kv_tokens"], r["diag"]["kv_tokens_stated"])
+            if r["id"] not in seen.setdefault(key, []):
+                seen[key].append(r["id"])
+    if not seen:
+        return
+    print("\nKV cache: simulated positions vs the server's startup log")
+    for (device, model, sim, pub), ids in seen.items():
+        print(f"  {ids[0]}..{ids[-1]} {device:14s} {model:12s} {sim:9,d} vs {pub:9,d} "
+              f"({pct(sim / pub - 1)})")  # fmt: skip
+
+
 def print_energy(rows: list[dict]) -> None:
     print(f"\n{'id':7s} {'set':3s} {'device':13s} {'model':13s} {'tp':>2s} {'B':>5s} {'n':>5s} "
           f"{'J/tok pub':>9s} {'sim':>8s} {'err':>6s} {'whole':>8s} {'err':>6s} "
@@ -636,10 +706,12 @@ def print_energy_summary(summ: list[dict]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write rows, summaries and skips here")
+    parser.add_argument("--data", type=Path, default=DATA,
+                        help="the measurements file (default: %(default)s)")  # fmt: skip
     parser.add_argument("--spread", choices=("exp", "normal"), default="exp",
                         help="ShareGPT-like length spread (default: exponential)")  # fmt: skip
     args = parser.parse_args()
-    data = json.loads(DATA.read_text())
+    data = json.loads(args.data.read_text())
     rows, skipped, sweep_energy = [], [], []
     for e in data["serving"]:
         reason = skip_reason(e)
@@ -652,11 +724,17 @@ def main() -> None:
         group, setup = era(e)
         w = work_of(e, model)
         tp = e["tensor_parallel"] or 1
+        server = server_of(e)
+        batched = server.pop("max_batched_tokens", None)
         engine, hw = engine_for(model, device, e["runtime"], weights_of(e["weights"]), tp, w,
-                                server_of(e))  # fmt: skip
+                                server, max_batched_tokens=batched)  # fmt: skip
         reqs, clients = requests_of(w, args.spread)
         trace = simulate(engine, reqs, clients)
         sim = measured(trace)
+        sim["diag"]["kv_tokens"] = engine.kv_blocks * engine.block_tokens
+        stated_kv = e.get("server_args", {}).get("kv_cache_tokens")
+        if stated_kv:
+            sim["diag"]["kv_tokens_stated"] = stated_kv
         base = {"id": e["id"], "runtime": e["runtime"], "group": group, "setup": setup,
                 "device": device, "model": model, "tp": tp, "load": w.load, "requests": w.n,
                 "lengths": w.lengths, "dist": w.dist, "prompt": w.prompt, "output": w.output,
@@ -686,6 +764,7 @@ def main() -> None:
     print_summary("by setup x class", by_setup, ("setup", "class"))
     tgts = targets(rows)
     print_targets(tgts)
+    print_kv_check(rows)
 
     print_energy(energy_rows)
     e_summary = energy_summary(energy_rows)
@@ -710,7 +789,7 @@ def main() -> None:
         print(f"  {ids[0]}..{ids[-1]} ({len(ids)}): {reason}")
     if args.json:
         args.json.write_text(json.dumps({
-            "data": DATA.name, "spread": args.spread, "seed": SEED, "rows": rows,
+            "data": args.data.name, "spread": args.spread, "seed": SEED, "rows": rows,
             "by_runtime_quantity": by_rq, "by_runtime_class": by_rc, "by_group": by_group,
             "by_setup": by_setup, "targets": tgts,
             "energy": {"rows": energy_rows, "summary": e_summary, "target": ENERGY_TARGET,
