@@ -38,6 +38,12 @@ models = st.sampled_from(MODELS)
 sizes = st.integers(min_value=1, max_value=8192)
 
 
+def tensors(est):
+    """The total without the CUDA allocator's slack: a replay's slack is not monotone in the
+    tensors' sizes (nor is the real allocator's), the tensors are."""
+    return est.total_bytes - est.breakdown.get("allocator_slack", 0)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     models,
@@ -60,12 +66,17 @@ def test_inference_parts_add_up_and_grow(name, batch, prompt, new, weights, atte
         replace(plan, prompt_tokens=prompt + 64),
         replace(plan, new_tokens=new + 64),
     ):
-        assert estimate_inference(arch, bigger, H100).total_bytes >= est.total_bytes
+        assert tensors(estimate_inference(arch, bigger, H100)) >= tensors(est)
     order = WEIGHTS  # fp32 > bf16 > 8-bit > 4-bit
     i = order.index(weights)
     if i > 0:
         higher = replace(plan, weights=order[i - 1])
-        assert estimate_inference(arch, higher, H100).total_bytes >= est.total_bytes
+        # A kernel's workspace (bitsandbytes dequantises nf4 weights for each matmul) may
+        # make a 4-bit format cost more than an 8-bit one at a tiny batch; the rest may not.
+        def model(e):
+            return tensors(e) - e.breakdown.get("workspace", 0)
+
+        assert model(estimate_inference(arch, higher, H100)) >= model(est)
 
 
 @settings(max_examples=120, deadline=None)
@@ -87,12 +98,9 @@ def test_training_parts_add_up_and_grow(name, batch, seq, dtype, opt, finetune, 
     assert sum(est.breakdown.values()) == est.total_bytes
     assert all(v >= 0 for v in est.breakdown.values())
     for bigger in (replace(plan, batch=batch + 1), replace(plan, seq=seq + 128)):
-        assert estimate_training(arch, bigger, H100).total_bytes >= est.total_bytes
+        assert tensors(estimate_training(arch, bigger, H100)) >= tensors(est)
     if dtype == "bf16":
-        assert (
-            estimate_training(arch, replace(plan, dtype="fp32"), H100).total_bytes
-            >= est.total_bytes
-        )
+        assert tensors(estimate_training(arch, replace(plan, dtype="fp32"), H100)) >= tensors(est)
 
 
 @settings(max_examples=80, deadline=None)
@@ -107,9 +115,13 @@ def test_sharding_never_increases_per_device_memory(name, batch, seq, zero, gpus
     arch = ARCH[name]
     one = estimate_training(arch, TrainingPlan(batch=batch, seq=seq), H100)
     many = estimate_training(arch, TrainingPlan(batch=batch, seq=seq, gpus=gpus, zero=zero), H100)
-    assert many.total_bytes <= one.total_bytes
+
+    def sharded(e):  # NCCL's buffers are the price of a second device, whatever is sharded
+        return tensors(e) - e.breakdown.get("nccl_buffers", 0)
+
+    assert sharded(many) <= sharded(one)
     tp = estimate_training(arch, TrainingPlan(batch=batch, seq=seq, gpus=gpus, tp=2), H100)
-    assert tp.total_bytes <= one.total_bytes
+    assert sharded(tp) <= sharded(one)
 
 
 def test_weights_bf16_is_two_bytes_per_param():

@@ -17,6 +17,16 @@ EMBEDDING_SUFFIXES = ("token_embd.weight", "embed_tokens.weight", "wte.weight", 
                       "word_embeddings.weight")  # fmt: skip
 
 
+def gguf_tensors(ckpt: Any) -> tuple[tuple[str, str, int, int, int, int], ...]:
+    """A GGUF's tensors in file order as (name, ggml type, rows, columns, bytes, experts),
+    for the estimate of llama.cpp's CPU repacking and mapping; () for safetensors."""
+    if ckpt.format != "gguf":
+        return ()
+    return tuple((t.name, t.dtype, t.shape[-2] if len(t.shape) > 1 else 1, t.shape[-1],
+                  t.stored_bytes, t.shape[0] if len(t.shape) == 3 else 1)
+                 for t in ckpt.tensors)  # fmt: skip
+
+
 def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dict[str, Any]:
     """`weights` and `stored_weights` for an InferencePlan, and a line saying where they are from.
 
@@ -44,6 +54,6 @@ def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dic
     file_type = str(ckpt.metadata.get("general.file_type_name") or "").removeprefix("MOSTLY_")
     label = f"{file_type or main} ({ckpt.format})"  # llama.cpp's name (Q4_K_M) where it has one
     stored = StoredWeights(ckpt.total_bytes, embedding, label,
-                           main if ckpt.format == "gguf" else "")  # fmt: skip
+                           main if ckpt.format == "gguf" else "", gguf_tensors(ckpt))  # fmt: skip
     return {"weights": FORMAT_OF.get(main, "fp16" if ckpt.format == "gguf" else "bf16"),
             "stored_weights": stored, "source": f"checkpoint (exact bytes): {label}"}  # fmt: skip

@@ -12,17 +12,26 @@ from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan, TrainingPlan, check_runnable
 
+# A CPU plan's peak memory: the median of this many fresh processes (docs/memory.md).
+MEMORY_PASSES = 3
+LIVE_ALLOCATOR = "glibc-mmap64k"  # the diagnostic reading: the resident set tracks live tensors
+
 
 def validate(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
              quiet: bool = False, memory: bool = True, timing: bool = True,
-             repeats: int = 5) -> dict[str, Any]:  # fmt: skip
-    """Measure the plan in fresh processes (torch needed); both sides and the errors."""
+             repeats: int = 5, memory_passes: int = MEMORY_PASSES,
+             live: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Measure the plan in fresh processes (torch needed); both sides and the errors. On a
+    CPU the memory is the median of `memory_passes` processes under the plan's allocator, and
+    with `live` one more under glibc pinned (the live tensors: a diagnostic)."""
     check_runnable(plan)
     hw = detect_local(use_torch=True).best_device()
     device = "cuda" if hw.kind == "gpu" else "cpu"
     result: dict[str, Any] = {"device": device}
     if memory:
-        result.update(_memory(config, arch, plan, hw, device))
+        passes = memory_passes if device == "cpu" else 1
+        result.update(_memory(config, arch, plan, hw, device, passes,
+                              live and device == "cpu" and plan.allocator != LIVE_ALLOCATOR))
     if timing:
         result.update(_timing(config, arch, plan, hw, device, repeats))
     return result
@@ -40,18 +49,30 @@ def plan_kwargs(plan: InferencePlan | TrainingPlan, device: str) -> dict[str, An
 
 
 def _memory(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
-            hw: Any, device: str) -> dict[str, Any]:  # fmt: skip
+            hw: Any, device: str, passes: int, live: bool) -> dict[str, Any]:  # fmt: skip
     from gpuwise.estimate.memory.training import estimate_training
     from gpuwise.measure.runs import memory_run as realrun
 
     kwargs = plan_kwargs(plan, device)
     if isinstance(plan, InferencePlan):
         est = estimate_inference(arch, plan, hw)
-        measured = realrun.measure_inference(config, **kwargs)
+        measure = realrun.measure_inference
     else:
         est = estimate_training(arch, plan, hw)
-        measured = realrun.measure_training(config, **kwargs)
-    return {
+        measure = realrun.measure_training
+    runs = sorted((measure(config, allocator=plan.allocator, **kwargs) for _ in range(passes)),
+                  key=lambda m: m.model_bytes)  # fmt: skip
+    measured = runs[len(runs) // 2]  # the median process
+    slack = est.breakdown.get("allocator", 0)
+    extra: dict[str, Any] = {"allocator": plan.allocator, "estimated_allocator_bytes": slack,
+                             "measured_passes_model_bytes": [m.model_bytes for m in runs],
+                             "measured_malloc": measured.malloc}  # fmt: skip
+    if live:
+        tensors = measure(config, allocator=LIVE_ALLOCATOR, **kwargs).model_bytes
+        extra["live"] = {"allocator": LIVE_ALLOCATOR, "estimated": est.model_bytes - slack,
+                         "measured": tensors,
+                         "error": (est.model_bytes - slack - tensors) / tensors}  # fmt: skip
+    return extra | {
         "device": measured.device, "runtime": est.runtime,
         "estimated_total_bytes": est.total_bytes, "estimated_model_bytes": est.model_bytes,
         "estimated_overhead_bytes": est.breakdown.get("overhead", 0),

@@ -1,12 +1,14 @@
 """The host allocator as PyTorch's CPU tensors meet it (data/allocators.toml): glibc malloc's
-defaults on 64-bit Linux and PyTorch's tensor alignment, every value with its source."""
+defaults on 64-bit Linux and PyTorch's tensor alignment, and the allocators a CPU plan may name
+(`--allocator`: glibc as a process starts, glibc pinned, jemalloc, tcmalloc), every value with
+its source."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
 
-from gpuwise.catalog.sourced import sourced_section
+from gpuwise.catalog.sourced import data_file, sourced_record, sourced_section
 
 FILE = "allocators.toml"
 
@@ -33,3 +35,40 @@ def host_allocator() -> HostAllocator:
     glibc, glibc_sources = sourced_section(FILE, "glibc")
     torch, torch_sources = sourced_section(FILE, "pytorch_cpu")
     return HostAllocator(**glibc, **torch, sources={**glibc_sources, **torch_sources})
+
+
+PREFIX = "choice-"
+
+
+@dataclass(frozen=True)
+class AllocatorChoice:
+    """An allocator a CPU plan may name (`--allocator`): what a process under it sets, and
+    the rules that decide what it keeps resident (see data/allocators.toml)."""
+
+    name: str
+    label: str
+    env: str  # "KEY=VALUE ..." set in the measured process
+    preload: str  # the library LD_PRELOAD names ("": none)
+    mmap_threshold: int  # 0: glibc's dynamic threshold; else fixed
+    trim_threshold: int  # with a fixed mmap threshold: the fixed trim threshold
+    returned_from_bytes: int  # freed blocks this large go back at once (0: glibc's rules)
+    keeps_freed: bool  # freed blocks below that stay resident and are reused best fit
+    size_classes_per_doubling: int  # 0: no size classes
+    page_bytes: int
+    sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def env_vars(self) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in self.env.split())
+
+
+@cache
+def allocator_choices() -> dict[str, AllocatorChoice]:
+    """Every allocator a plan may name, by name; the first is the default (glibc's)."""
+    names = [key.removeprefix(PREFIX) for key in data_file(FILE) if key.startswith(PREFIX)]
+    return {name: sourced_record(AllocatorChoice, FILE, PREFIX + name, name=name)
+            for name in names}  # fmt: skip
+
+
+def allocator_choice(name: str) -> AllocatorChoice:
+    return allocator_choices()[name]

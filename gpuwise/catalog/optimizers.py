@@ -26,6 +26,7 @@ class OptimizerSpec:
     quantised_states: int = 0  # 8-bit states, each with an fp32 absmax per block
     quantised_state_bytes: int = 0
     quantisation_block: int = 0
+    paged: bool = False  # states in unified memory outside PyTorch's pool (bitsandbytes paged)
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
     def passes(self, device_kind: str) -> dict[str, float]:

@@ -11,12 +11,37 @@ from typing import Any
 
 @dataclass(frozen=True)
 class LlamaCppRuntime:
+    """llama.cpp's memory settings and rules (data/runtimes.toml [llama-cpp] says where each
+    is in llama.cpp's source)."""
+
     name: str
     ctx_pad: int
     n_ubatch: int
     kv_type: str
     flash_attention: bool
+    legacy_graph: bool
+    cpu_alignment: int
+    gpu_alignment: int
     kv_type_bytes: dict[str, float] = field(repr=False)
+    ggml_types: dict[str, tuple[int, int]] = field(repr=False)
+    ftype_mix: dict[str, tuple[str, ...]] = field(repr=False)
+    quant_fallback: dict[str, str] = field(repr=False)
+    vec_dot_bytes: dict[str, float] = field(repr=False)
+    repack_types: dict[str, dict[str, int]] = field(repr=False)
+    amx_types: dict[str, int] = field(repr=False)
+    amx_row_multiple: int
+    amx_extra: dict[str, int] = field(repr=False)
+    cpu_features_by_id: dict[str, tuple[str, ...]] = field(repr=False)
+    cpu_features_by_vendor: dict[str, tuple[str, ...]] = field(repr=False)
+    vocab_bytes_per_token: int
+    graph_meta_bytes_per_node: int
+    graph_meta_copies: int
+    graph_min_nodes: int
+    graph_nodes_per_tensor: int
+    python_n_batch: int
+    python_bytes_per_token: int
+    page_bytes: int
+    cpu_fixed_bytes: int
     baseline_bytes_cuda: int
     baseline_bytes_cpu: int
     baseline_source: str
@@ -45,7 +70,10 @@ def _sections() -> dict[str, Any]:
 
 @cache
 def llama_cpp_runtime() -> LlamaCppRuntime:
-    return LlamaCppRuntime(**_sections()["llama-cpp"])
+    rec = dict(_sections()["llama-cpp"])
+    for key in ("ggml_types", "ftype_mix", "cpu_features_by_id", "cpu_features_by_vendor"):
+        rec[key] = {k: tuple(v) for k, v in rec[key].items()}
+    return LlamaCppRuntime(**rec)
 
 
 @cache

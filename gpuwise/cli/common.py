@@ -116,8 +116,9 @@ Ops = Annotated[bool, typer.Option("--ops", help="print the per-operation roofli
 Seq = Annotated[int, typer.Option("--seq", help="tokens per training sequence")]
 Dtype = Annotated[str, typer.Option("--dtype", help="training precision: fp32, bf16, fp16, "
                                     "mixed-bf16 or mixed-fp16")]  # fmt: skip
-Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, sgd, adafactor or "
-                                        "adamw8bit")]  # fmt: skip
+Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw_fused (torch fused=True), "
+                                        "sgd, adafactor, adamw8bit or paged_adamw8bit "
+                                        "(bitsandbytes)")]  # fmt: skip
 Checkpointing = Annotated[bool, typer.Option(
     "--checkpointing", help="activation checkpointing: keep layer inputs only, recompute the "
     "rest in backward")]  # fmt: skip

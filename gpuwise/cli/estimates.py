@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from typing import Annotated, Any
 
 import typer
@@ -39,6 +40,21 @@ from gpuwise.cli.runtime_options import (
     TrainRuntime,
     Weights,
 )
+from gpuwise.cli.stack_options import (
+    AdapterDtype,
+    CheckpointingPolicy,
+    DoubleQuant,
+    ExpandableSegments,
+    KbitPrepare,
+    Loss,
+    LossChunks,
+    Offload,
+    OptimizerInBackward,
+    QuantComputeDtype,
+    Reshard,
+    Sharding,
+    stack_fields,
+)
 from gpuwise.errors import GpuwiseError
 
 
@@ -54,6 +70,10 @@ Version = Annotated[bool, typer.Option("--version", is_eager=True, callback=_pri
                                        help="print gpuwise's version and exit")]  # fmt: skip
 Wide = Annotated[bool, typer.Option("--wide", help="every column (default: the columns that "
                                     "fit 80 characters)")]  # fmt: skip
+Allocator = Annotated[str, typer.Option(
+    "--allocator", help="a CPU process's host allocator: glibc (as a process starts, default), "
+    "glibc-mmap64k (MALLOC_MMAP_THRESHOLD_=65536: live tensors only), jemalloc or tcmalloc "
+    "(LD_PRELOAD)")]  # fmt: skip
 
 
 @app.callback()
@@ -100,7 +120,8 @@ def infer(
     gpu_layers: Annotated[int | None, typer.Option(
         "--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "
         "(default: all on the GPU)", show_default=False)] = None,
-    ops: Ops = False, as_json: Json = False,
+    ops: Ops = False, allocator: Allocator = "glibc",
+    expandable_segments: ExpandableSegments = False, as_json: Json = False,
 ) -> None:  # fmt: skip
     """Memory and time of generating text with a model, a .gguf or a .safetensors checkpoint,
     under transformers (default), torch.compile, vLLM, SGLang or llama.cpp."""
@@ -116,7 +137,8 @@ def infer(
                          kv_dtype=kv_dtype, attention=attention, logits=logits, runtime=runtime,
                          context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
                          threads=threads, quant_kernel=quant_kernel,
-                         gpu_layers=gpu_layers)  # fmt: skip
+                         gpu_layers=gpu_layers, allocator=allocator,
+                         expandable_segments=expandable_segments)  # fmt: skip
     answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"])
     emit(infer_view(answer, ops), as_json)
 
@@ -140,14 +162,26 @@ def train(
     attention: Attention = "sdpa", ops: Ops = False,
     train_tokens: Annotated[float | None, typer.Option(
         help="tokens to train on, e.g. 2e9: adds the time to train them (default: none)")] = None,
-    runtime: TrainRuntime = "transformers", as_json: Json = False,
+    runtime: TrainRuntime = "transformers", allocator: Allocator = "glibc",
+    loss: Loss = "full", loss_chunks: LossChunks = 8,
+    optimizer_in_backward: OptimizerInBackward = False, offload: Offload = "",
+    sharding: Sharding = "zero", reshard_after_forward: Reshard = True,
+    checkpointing_policy: CheckpointingPolicy = "full", double_quant: DoubleQuant = True,
+    quant_compute_dtype: QuantComputeDtype = None, kbit_prepare: KbitPrepare = True,
+    adapter_dtype: AdapterDtype = "fp32", expandable_segments: ExpandableSegments = False,
+    as_json: Json = False,
 ) -> None:  # fmt: skip
-    """Memory of one training step: weights, gradients, optimizer, activations."""
+    """Memory of one training step: weights, gradients, optimizer, activations, under the
+    memory features of the stack named (torchtune, Liger, DeepSpeed, FSDP2, torchtitan)."""
     from gpuwise.app.train import train as train_model
     from gpuwise.report.estimate_views import train_view
 
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
-                          checkpointing, gpus, zero, tp, attention, runtime)  # fmt: skip
+                          checkpointing, gpus, zero, tp, attention, runtime, allocator)  # fmt: skip
+    plan = replace(plan, **stack_fields(
+        expandable_segments, loss, loss_chunks, optimizer_in_backward, offload, sharding,
+        reshard_after_forward, checkpointing_policy, double_quant, quant_compute_dtype,
+        kbit_prepare, adapter_dtype))  # fmt: skip
     if train_tokens is not None and not (0 <= train_tokens < math.inf):
         raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
                            "give the number of tokens to train on, e.g. 2e9")  # fmt: skip
@@ -157,14 +191,15 @@ def train(
 
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,
                    lora_rank: int, lora_targets: str, checkpointing: bool, gpus: int, zero: int,
-                   tp: int, attention: str, runtime: str = "transformers") -> Any:  # fmt: skip
+                   tp: int, attention: str, runtime: str = "transformers",
+                   allocator: str = "glibc") -> Any:  # fmt: skip
     from gpuwise.workload.plans import LORA_TARGETS, TrainingPlan
 
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) or LORA_TARGETS
     return TrainingPlan(batch=batch, seq=seq, dtype=dtype, optimizer=optimizer,
                         finetune=finetune, lora_rank=lora_rank, lora_targets=targets,
                         checkpointing=checkpointing, attention=attention, gpus=gpus, zero=zero,
-                        tp=tp, runtime=runtime)  # fmt: skip
+                        tp=tp, runtime=runtime, allocator=allocator)  # fmt: skip
 
 
 @app.command()
@@ -228,13 +263,13 @@ def validate_infer(
     weights: Annotated[str, typer.Option(help="weight precision of the random weights: fp32, "
                                          "bf16 or fp16")] = "bf16",
     attention: Attention = "sdpa", memory: Memory = True, time: Time = True,
-    as_json: Json = False,
+    allocator: Allocator = "glibc", as_json: Json = False,
 ) -> None:  # fmt: skip
     """Generate with random weights here; compare peak memory and times with the estimates."""
     from gpuwise.workload.plans import InferencePlan
 
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
-                         weights=weights, attention=attention)  # fmt: skip
+                         weights=weights, attention=attention, allocator=allocator)  # fmt: skip
     _validate(model, plan, as_json, memory, time)
 
 
@@ -248,11 +283,11 @@ def validate_train(
                                        "here: what a CPU runs fast)")] = "fp32",  # fmt: skip
     optimizer: Optimizer = "adamw", checkpointing: Checkpointing = False,
     attention: Attention = "sdpa", memory: Memory = True, time: Time = True,
-    as_json: Json = False,
+    allocator: Allocator = "glibc", as_json: Json = False,
 ) -> None:  # fmt: skip
     """Run training steps with random weights here; compare memory and step time."""
     plan = _training_plan(batch, seq, dtype, optimizer, "full", 16, "", checkpointing, 1, 0, 1,
-                          attention)  # fmt: skip
+                          attention, allocator=allocator)  # fmt: skip
     _validate(model, plan, as_json, memory, time)
 
 

@@ -34,7 +34,8 @@ def hardware_record(hw: Hardware) -> dict[str, Any]:
 def memory_record(est: MemoryEstimate) -> dict[str, Any]:
     return {
         "total_bytes": est.total_bytes, "breakdown": est.breakdown,
-        "capacity_bytes": est.capacity_bytes, "fits": est.fits,
+        "capacity_bytes": est.capacity_bytes, "fits": est.fits, "verdict": est.verdict,
+        "margin_bytes": est.margin_bytes, "allocated_bytes": est.allocated_bytes,
         "headroom_bytes": est.headroom_bytes, "model_bytes": est.model_bytes,
         "peak_phase": est.peak_phase, "phases": est.phases, "runtime": est.runtime,
         "source": est.source, "notes": list(est.notes),

@@ -14,6 +14,7 @@ from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.units import format_bytes, format_count, format_tokens
 
 ORDER = ("weights", "gradients", "optimizer", "kv_cache", "activations", "logits", "workspace",
+         "fsdp_unsharded", "cublas_workspace", "allocator_slack", "nccl_buffers",
          "overhead")  # fmt: skip
 
 
@@ -42,7 +43,8 @@ def format_memory(title: str, est: MemoryEstimate, hw: Hardware, extra: dict[str
         f"runtime:   {est.runtime}; peak during {est.peak_phase}",
     ]
     head = "headroom" if est.fits else "short by"
-    lines.append(f"fits:      {'yes' if est.fits else 'NO'} ({head} "
+    verdict = {"yes": "yes", "tight": "tight", "no": "NO"}[est.verdict]
+    lines.append(f"fits:      {verdict} ({head} "
                  f"{format_bytes(abs(est.headroom_bytes))} of {format_bytes(est.capacity_bytes)})")  # fmt: skip
     lines += [f"{k + ':':<10} {v}" for k, v in extra.items()]
     lines += [f"note:      {n}" for n in est.notes]

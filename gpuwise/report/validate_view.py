@@ -18,8 +18,13 @@ from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 
 def _memory_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {"quantity": "model memory", "estimated": result["estimated_model_bytes"],
+    """The process's memory above its baseline (the median of its passes on a CPU), and the
+    live tensors alone under glibc pinned, a diagnostic beside it."""
+    passes = len(result.get("measured_passes_model_bytes") or [1])
+    median = f", median of {passes} processes" if passes > 1 else ""
+    allocator = f" ({result['allocator']} allocator{median})" if result.get("allocator") else ""
+    rows = [
+        {"quantity": "model memory" + allocator, "estimated": result["estimated_model_bytes"],
          "measured": result["measured_model_bytes"], "error": result["error"], "unit": "bytes"},
         {"quantity": "runtime baseline (overhead)",
          "estimated": result["estimated_overhead_bytes"],
@@ -27,6 +32,12 @@ def _memory_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         {"quantity": "peak total", "estimated": result["estimated_total_bytes"],
          "measured": result["measured_peak_bytes"], "error": None, "unit": "bytes"},
     ]  # fmt: skip
+    live = result.get("live")
+    if live:  # what the allocator keeps is the difference between the two readings
+        rows.insert(1, {"quantity": f"live tensors only (diagnostic: {live['allocator']})",
+                        "estimated": live["estimated"], "measured": live["measured"],
+                        "error": live["error"], "unit": "bytes"})  # fmt: skip
+    return rows
 
 
 def _time_rows(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -11,12 +11,19 @@ from gpuwise.workload.limits import check_count
 
 ATTENTIONS = ("eager", "sdpa", "flash")
 TRAIN_DTYPES = ("fp32", "bf16", "fp16", "mixed-bf16", "mixed-fp16")
-OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
+OPTIMIZERS = ("adamw", "adamw_fused", "sgd", "adafactor", "adamw8bit", "paged_adamw8bit")
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MAX_TOKENS = 1 << 24  # 16M tokens: beyond any context window a model has
 SERVING_RUNTIMES = ("transformers", "compiled", "vllm", "sglang", "llama.cpp")
 TRAINING_RUNTIMES = ("transformers", "compiled")
+# Memory features of training stacks (docs/memory.md, "Training stacks' memory features").
+LOSSES = ("full", "chunked", "fused")  # transformers; torchtune's chunked; Liger/Unsloth fused
+OFFLOADS = ("optimizer", "params", "activations")  # ZeRO-Offload / FSDP CPU offload; torchtune
+SHARDINGS = ("zero", "fsdp2")  # DeepSpeed ZeRO's layout, or torch FSDP2's fully_shard
+# The host allocator of a CPU process (catalog/data/allocators.toml): glibc as users start it,
+# glibc pinned so the resident set tracks live tensors, or a preloaded jemalloc / tcmalloc.
+ALLOCATORS = ("glibc", "glibc-mmap64k", "jemalloc", "tcmalloc")
 
 
 def _check_size(name: str, value: int, low: int = 1, high: int = MAX_TOKENS) -> None:
@@ -38,6 +45,9 @@ class StoredWeights:
     embedding_bytes: int = 0  # the input token embedding's share (llama.cpp keeps it on the host)
     label: str = ""  # what is stored, e.g. "Q4_K (GGUF)" or "BF16 (safetensors)"
     ggml_type: str = ""  # a GGUF file's main tensor type ("Q4_K"), which llama.cpp's speed follows
+    # A GGUF's tensors in file order as (name, ggml type, rows, columns, bytes, experts): what
+    # llama.cpp's CPU backend repacks, and what stays mapped after loading (llama_cpp_memory.py).
+    gguf_tensors: tuple[tuple[str, str, int, int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class InferencePlan:
     threads: int | None = None  # llama.cpp's CPU threads; None: one a core
     gpu_layers: int | None = None  # llama.cpp -ngl: layers on the device; None: all of them
     quant_kernel: str = ""  # the weight-only kernel; "": the runtime's own for the format
+    expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    allocator: str = "glibc"  # the host allocator of a CPU process (ALLOCATORS)
 
     def __post_init__(self) -> None:
         _check_size("batch", self.batch, high=1 << 16)
@@ -66,6 +78,7 @@ class InferencePlan:
         _check_choice("attention", self.attention, ATTENTIONS)
         _check_choice("logits mode", self.logits, ("last", "all"))
         _check_choice("runtime", self.runtime, SERVING_RUNTIMES)
+        _check_choice("allocator", self.allocator, ALLOCATORS)
         if self.context_alloc is not None:
             _check_size("ctx", self.context_alloc)
         if self.threads is not None:
@@ -99,12 +112,26 @@ class TrainingPlan:
     zero: int = 0
     tp: int = 1
     runtime: str = "transformers"  # whose time model: transformers (eager) or compiled
+    allocator: str = "glibc"  # the host allocator of a CPU process (ALLOCATORS)
+    expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    loss: str = "full"  # LOSSES
+    loss_chunks: int = 8  # torchtune LinearCrossEntropyLoss(num_output_chunks)
+    optimizer_in_backward: bool = False  # torchtune optimizer_in_bwd: a step per parameter
+    offload: tuple[str, ...] = ()  # OFFLOADS: what lives in host memory
+    sharding: str = "zero"  # SHARDINGS: how --zero's shards are laid out
+    reshard_after_forward: bool = True  # FSDP2 fully_shard(reshard_after_forward=)
+    checkpointing_policy: str = "full"  # full, op (torchtitan's selective op) or N (every Nth)
+    double_quant: bool = True  # QLoRA: bnb_4bit_use_double_quant
+    quant_compute_dtype: str | None = None  # QLoRA: bnb_4bit_compute_dtype; None: the plan's
+    kbit_prepare: bool = True  # QLoRA: peft's prepare_model_for_kbit_training (fp32 non-nf4)
+    adapter_dtype: str = "fp32"  # LoRA adapters: fp32 (peft's default) or the base's (torchtune)
 
     def __post_init__(self) -> None:
         if self.runtime in SERVING_RUNTIMES and self.runtime not in TRAINING_RUNTIMES:
             raise GpuwiseError(f"{self.runtime} does not train: it serves models",
                                f"train with --runtime {' or '.join(TRAINING_RUNTIMES)}")  # fmt: skip
         _check_choice("runtime", self.runtime, TRAINING_RUNTIMES)
+        _check_choice("allocator", self.allocator, ALLOCATORS)
         _check_size("batch", self.batch, high=1 << 16)
         _check_size("seq", self.seq)
         _check_choice("dtype", self.dtype, TRAIN_DTYPES)
@@ -123,6 +150,7 @@ class TrainingPlan:
                                "tensor parallel groups must divide the GPU count")  # fmt: skip
         for target in self.lora_targets:
             _check_choice("LoRA target", target, LORA_TARGETS)
+        _check_stack_options(self)
 
     @property
     def data_parallel(self) -> int:
@@ -135,6 +163,27 @@ class TrainingPlan:
     @property
     def mixed(self) -> bool:
         return self.dtype.startswith("mixed-")
+
+
+def _check_stack_options(plan: TrainingPlan) -> None:
+    """The training stacks' memory options (LOSSES, OFFLOADS, SHARDINGS, the policy)."""
+    _check_choice("loss", plan.loss, LOSSES)
+    _check_choice("sharding", plan.sharding, SHARDINGS)
+    for part in plan.offload:
+        _check_choice("offload", part, OFFLOADS)
+    _check_size("loss_chunks", plan.loss_chunks, high=1 << 16)
+    policy = plan.checkpointing_policy
+    if policy not in ("full", "op") and not (policy.isdigit() and int(policy) >= 1):
+        raise GpuwiseError(f"unknown checkpointing policy {policy!r}",
+                           "choose full (every layer), op (torchtitan's selective op policy) "
+                           "or a number N (every Nth layer, torchtune/torchtitan selective)")  # fmt: skip
+    _check_choice("adapter dtype", plan.adapter_dtype, ("fp32", "bf16", "fp16"))
+    if plan.quant_compute_dtype is not None:
+        _check_choice("QLoRA compute dtype", plan.quant_compute_dtype, ("fp32", "bf16", "fp16"))
+    if plan.optimizer_in_backward and plan.zero and plan.sharding == "zero":
+        raise GpuwiseError("--optimizer-in-backward does not combine with --zero",
+                           "torchtune steps each parameter in its gradient hook on one device "
+                           "or under FSDP (--sharding fsdp2)")  # fmt: skip
 
 
 def check_runnable(plan: InferencePlan | TrainingPlan) -> None:

@@ -91,3 +91,30 @@ def prefill_transient(arch: Architecture, batch: int, tokens: int, compute_bytes
     mlp = bs * inner * c * (3 if arch.gated_mlp or arch.moe else 2)
     norm_upcast = 2 * bs * arch.hidden_size * 4 if c < 4 else 0
     return stream + max(attn, mlp, norm_upcast)
+
+
+def saved_with_policy(arch: Architecture, batch: int, seq: int, mode: str, attention: str,
+                      checkpointing: bool, policy: str, tp: int = 1) -> dict[str, Any]:  # fmt: skip
+    """`saved_for_backward` under a checkpointing policy: "full" (every layer keeps only its
+    input), a number N (every Nth layer checkpointed, the rest save everything: torchtune's
+    and torchtitan's selective layer policy), or "op" (torchtitan's selective op policy,
+    catalog/data/stacks.toml [selective_ac_op]: each layer keeps its input, the attention's
+    output and logsumexp, and the output of every second matmul: q, v, the MLP's first
+    projection (w1) and its output (w2); the rest is recomputed)."""
+    if not checkpointing or policy == "full":
+        return saved_for_backward(arch, batch, seq, mode, attention, checkpointing, tp)
+    full = saved_for_backward(arch, batch, seq, mode, attention, False, tp)
+    kept = saved_for_backward(arch, batch, seq, mode, attention, True, tp)
+    per_full = full["layers"] / arch.num_layers
+    per_input = kept["layers"] / arch.num_layers
+    if policy == "op":
+        u = term_units(arch, batch, seq, tp)
+        c = 4.0 if mode == "fp32" else 2.0
+        # Of wq, wk, wv, wo, w1, w3, w2 the 1st, 3rd, 5th and 7th outputs are kept.
+        saved_mm = u["bsq"] + u["bskv"] + u["bsi"] + u["bsd"]
+        per = per_input + c * (saved_mm + u["bsq"]) + 4 * u["bhs"]
+        return {**kept, "layers": per * arch.num_layers}
+    checkpointed = arch.num_layers // int(policy)
+    layers = per_input * checkpointed + per_full * (arch.num_layers - checkpointed)
+    recompute = kept["recompute"] if checkpointed else 0.0
+    return {**kept, "layers": layers, "recompute": recompute}

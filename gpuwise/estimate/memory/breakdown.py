@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuwise.catalog.cuda_allocator import cuda_allocator
+
+# Rows of device memory outside the framework's pool (the CUDA context, NCCL's buffers):
+# `model_bytes` leaves them out, as torch.cuda.memory_reserved does.
+OUTSIDE_POOL = ("overhead", "nccl_buffers")
+
 
 @dataclass(frozen=True)
 class MemoryEstimate:
@@ -17,10 +23,18 @@ class MemoryEstimate:
     phases: dict[str, int] = field(default_factory=dict)  # total at each phase's peak
     notes: tuple[str, ...] = ()
     source: str = "estimated"
+    margin_bytes: int = 0  # "tight" below this much headroom (fits.md: the allocator's slack)
 
     @property
     def fits(self) -> bool:
         return self.total_bytes <= self.capacity_bytes
+
+    @property
+    def verdict(self) -> str:
+        """"yes", "tight" (fits by less than the margin) or "no"."""
+        if not self.fits:
+            return "no"
+        return "tight" if self.headroom_bytes < self.margin_bytes else "yes"
 
     @property
     def headroom_bytes(self) -> int:
@@ -28,8 +42,14 @@ class MemoryEstimate:
 
     @property
     def model_bytes(self) -> int:
-        """Everything but the runtime's fixed overhead: what validation compares."""
-        return self.total_bytes - self.breakdown.get("overhead", 0)
+        """Everything but the runtime's fixed overhead and what lives outside the pool:
+        what validation compares (on a GPU, torch.cuda.max_memory_reserved)."""
+        return self.total_bytes - sum(self.breakdown.get(k, 0) for k in OUTSIDE_POOL)
+
+    @property
+    def allocated_bytes(self) -> int:
+        """The live tensors without the allocator's slack (torch.cuda.max_memory_allocated)."""
+        return self.model_bytes - self.breakdown.get("allocator_slack", 0)
 
 
 def make_estimate(parts: dict[str, float], capacity: int, runtime: str, phase: str,
@@ -37,8 +57,11 @@ def make_estimate(parts: dict[str, float], capacity: int, runtime: str, phase: s
                   notes: tuple[str, ...] = ()) -> MemoryEstimate:  # fmt: skip
     """Round the parts to whole bytes and total them, so the parts always add up."""
     breakdown = {k: int(round(v)) for k, v in parts.items()}
+    pool = sum(v for k, v in breakdown.items() if k not in OUTSIDE_POOL)
+    margin = max(breakdown.get("allocator_slack", 0), cuda_allocator().tight_fraction * pool)
     return MemoryEstimate(
         total_bytes=sum(breakdown.values()), breakdown=breakdown, capacity_bytes=capacity,
         runtime=runtime, peak_phase=phase,
         phases={k: int(round(v)) for k, v in (phases or {}).items()}, notes=notes,
+        margin_bytes=int(margin),
     )  # fmt: skip

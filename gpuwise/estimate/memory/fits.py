@@ -69,8 +69,12 @@ def devices_for_inference(arch: Architecture, plan: InferencePlan, hw: Hardware)
 
 def devices_for_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> int | None:
     """Smallest data-parallel device count with ZeRO-3 (FSDP) sharding that fits, if any."""
+    # torchtune's optimizer in backward shards with FSDP, not DeepSpeed's ZeRO stages
+    sharding = "fsdp2" if plan.optimizer_in_backward else plan.sharding
     for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
         zero = plan.zero if n == 1 else 3
-        if estimate_training(arch, replace(plan, gpus=n * plan.tp, zero=zero), hw).fits:
+        sized = replace(plan, gpus=n * plan.tp, zero=zero, sharding=sharding if n > 1 else
+                        plan.sharding)  # fmt: skip
+        if estimate_training(arch, sized, hw).fits:
             return n * plan.tp
     return None

@@ -7,6 +7,8 @@ from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.runtimes import runtime
 from gpuwise.estimate.memory.activations import prefill_transient
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
+from gpuwise.estimate.memory.cuda_rows import inference_gpu_rows
+from gpuwise.estimate.memory.host_allocator import host_allocator_row
 from gpuwise.estimate.memory.serving_runtimes import estimate_llama_cpp, estimate_vllm
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.workload import Architecture
@@ -67,5 +69,7 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
                      f"{arch.max_position:,} positions: transformers fails or degrades past "
                      "them (GPT-2's learned positions stop a CUDA run on a device-side "
                      "assert); shorten the prompt or generate fewer tokens")  # fmt: skip
-    total_phases = {k: v + overhead for k, v in phases.items()}
+    kept = host_allocator_row(arch, plan, hw, parts, notes)
+    kept += inference_gpu_rows(arch, plan, hw, parts, notes)  # CUDA allocator, context, ...
+    total_phases = {k: v + overhead + kept for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes))

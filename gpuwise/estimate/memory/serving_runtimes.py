@@ -1,9 +1,9 @@
 """Memory under serving runtimes that allocate up front: llama.cpp and vLLM.
 
-llama.cpp creates its KV cache for n_ctx cells (padded to 256) and reserves a compute buffer
-for a worst-case micro-batch when the context is created; nothing grows during generation.
-vLLM takes gpu_memory_utilization of the device, and whatever the weights, the profiled
-activation peak, CUDA graphs and non-torch memory leave becomes a pool of 16-token KV blocks.
+llama.cpp's rules (per backend: the CPU's resident set, or the device's buffers) are in
+llama_cpp_memory.py; `estimate_llama_cpp` is re-exported here. vLLM takes
+gpu_memory_utilization of the device, and whatever the weights, the profiled activation peak,
+CUDA graphs and non-torch memory leave becomes a pool of 16-token KV blocks.
 Sources and a check against a logged run: docs/checkpoints.md.
 """
 
@@ -13,109 +13,20 @@ import math
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.catalog.serving_runtimes import llama_cpp_runtime, vllm_runtime
+from gpuwise.catalog.serving_runtimes import vllm_runtime
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.activations import prefill_transient
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
-from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.memory.llama_cpp_memory import (
+    estimate_llama_cpp as estimate_llama_cpp,
+)
+from gpuwise.estimate.memory.llama_cpp_memory import (
+    llama_cpp_kv_cells as llama_cpp_kv_cells,
+)
+from gpuwise.estimate.memory.llama_cpp_memory import weights_and_embedding
 from gpuwise.units import format_tokens
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
-
-
-def _weights(arch: Architecture, plan: InferencePlan) -> tuple[float, float, str]:
-    """(all weight bytes, the input embedding's share, where the figure comes from)."""
-    if plan.stored_weights:
-        sw = plan.stored_weights
-        return sw.total_bytes, sw.embedding_bytes, "checkpoint (exact bytes)"
-    fmt = weight_format(plan.weights)
-    embedding = (
-        arch.vocab_size * arch.hidden_size * weight_format(fmt.compute_dtype).bytes_per_element
-    )
-    return weight_bytes(arch, fmt), embedding, f"estimated ({fmt.id})"
-
-
-def _padded(n: int, pad: int) -> int:
-    return -(-n // pad) * pad
-
-
-def _llama_kv_bytes_per_element(name: str | None) -> tuple[float, str]:
-    rt = llama_cpp_runtime()
-    key = (name or rt.kv_type).lower()
-    key = {"fp16": "f16", "fp32": "f32", "float16": "f16", "float32": "f32"}.get(key, key)
-    if key not in rt.kv_type_bytes:
-        raise GpuwiseError(f"llama.cpp has no KV cache type {name!r}",
-                           f"choose one of: {', '.join(rt.kv_type_bytes)}")  # fmt: skip
-    return rt.kv_type_bytes[key], key
-
-
-def llama_cpp_kv_cells(arch: Architecture, plan: InferencePlan) -> int:
-    """n_ctx as llama.cpp allocates it: the asked or trained context, at least every
-    sequence's tokens (one shared cache holds them all), padded to 256."""
-    rt = llama_cpp_runtime()
-    asked = plan.context_alloc or arch.max_position or plan.context_tokens
-    return _padded(max(asked, plan.batch * plan.context_tokens), rt.ctx_pad)
-
-
-def _offloaded_share(arch: Architecture, plan: InferencePlan, hw: Hardware) -> float:
-    """The share of the layers on the device (llama.cpp -ngl; all of them by default)."""
-    if hw.kind == "cpu" or plan.gpu_layers is None:
-        return 1.0
-    return min(plan.gpu_layers, arch.num_layers) / arch.num_layers
-
-
-def estimate_llama_cpp(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
-    """Memory of llama.cpp with every layer offloaded to `hw` (or all in RAM on a CPU)."""
-    rt = llama_cpp_runtime()
-    kv_el, kv_name = _llama_kv_bytes_per_element(plan.kv_dtype)
-    n_ctx = llama_cpp_kv_cells(arch, plan)
-    full = arch.num_layers - arch.sliding_layers
-    swa_cells = min(n_ctx, _padded((arch.sliding_window or 0) + rt.n_ubatch, rt.ctx_pad))
-    kv = (
-        arch.kv_cache_elements_per_token()
-        * kv_el
-        * (full * n_ctx + arch.sliding_layers * swa_cells)
-    )
-    weights, embedding, source = _weights(arch, plan)
-    on_gpu = hw.kind != "cpu"
-    if on_gpu and not arch.tie_embeddings:
-        weights -= embedding  # token_embd stays in host memory (llama.cpp's input layer)
-    share = _offloaded_share(arch, plan, hw)
-    kv *= share  # each layer's cache lives with the layer
-    on_host = weights * (1 - share)
-    weights -= on_host
-    flash = rt.flash_attention and plan.attention != "eager"
-    ub = min(n_ctx, rt.n_ubatch)
-    stream = 4 * arch.hidden_size * ub * 4  # f32 hidden states alive around each op
-    if flash:
-        attention = n_ctx * ub * 2 + stream  # f16 mask; scores never materialised
-    else:
-        attention = n_ctx * ub * arch.num_heads * 4 + n_ctx * ub * 4 + stream  # f32 KQ + mask
-    ffn = 2 * (arch.moe.expert_intermediate if arch.moe else arch.intermediate_size) * ub * 4
-    output = arch.vocab_size * ub * 4 + arch.hidden_size * ub * 4  # logits of the micro-batch
-    compute = max(attention, ffn + stream, output)
-    overhead = rt.baseline_bytes_cuda if on_gpu else rt.baseline_bytes_cpu
-    # The output buffer (fp32 logits of one position per sequence) is pinned host memory
-    # when offloaded, so it counts only where everything lives in RAM.
-    logits = 0.0 if on_gpu else arch.vocab_size * 4 * plan.batch
-    parts = {"weights": weights, "kv_cache": kv, "activations": compute, "logits": logits,
-             "overhead": overhead}  # fmt: skip
-    notes = [f"weights {source}",
-             f"KV cache {kv_name} for n_ctx {n_ctx:,} (allocated up front, padded to "
-             f"{rt.ctx_pad}; --ctx sets it)",
-             f"compute buffer for a {ub}-token micro-batch, flash attention "
-             f"{'on' if flash else 'off'}"]  # fmt: skip
-    if on_gpu and not arch.tie_embeddings:
-        notes.append(f"token embeddings ({embedding / 2**20:,.0f} MiB) stay in host memory")
-    if share < 1:
-        notes.append(f"--gpu-layers {plan.gpu_layers}: {arch.num_layers - (plan.gpu_layers or 0)} "
-                     f"of {arch.num_layers} layers, {on_host / 2**30:,.2f} GiB of weights and "
-                     "their KV cache, stay in host memory")  # fmt: skip
-    if plan.batch > 1:
-        notes.append(f"{plan.batch} sequences share the one cache (llama-server -np "
-                     f"{plan.batch} -c {n_ctx})")  # fmt: skip
-    total = sum(parts.values())
-    return make_estimate(parts, hw.memory_bytes, rt.name, "load", {"load": total}, tuple(notes))
 
 
 def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
@@ -124,17 +35,25 @@ def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
     return arch.num_layers * arch.kv_cache_elements_per_token() * kv
 
 
-def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware,
-              tp: int = 1) -> tuple[int, float, float, float]:  # fmt: skip
+def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1,
+              cudagraphs_in_budget: bool = True) -> tuple[int, float, float, float]:  # fmt: skip
     """vLLM's (budget, weights, profiled activation peak, KV pool) in bytes on one GPU of
-    `tp` that split the weights (tensor parallel)."""
+    `tp` that split the weights (tensor parallel).
+
+    The profile run (gpu_worker.determine_available_memory) runs a dummy batch of
+    max_num_batched_tokens through the model and the sampler for max_num_seqs sequences;
+    its torch peak is the activation figure. CUDA graphs are captured after the KV cache is
+    allocated; since vLLM 0.21 their memory is estimated in the profiling
+    (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default, vllm-project/vllm PR #30515)
+    and taken from the budget; before (`cudagraphs_in_budget=False`) they came out of the
+    (1 - gpu_memory_utilization) left over."""
     if hw.kind == "cpu":
         raise GpuwiseError("the vLLM memory model is for GPUs",
                            "on a CPU use --runtime llama.cpp or transformers")  # fmt: skip
     rt = vllm_runtime()
     util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
     budget = math.ceil(hw.memory_bytes * util)
-    weights, _, _ = _weights(arch, plan)
+    weights, _, _ = weights_and_embedding(arch, plan)
     weights /= tp
     compute = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
     acts = prefill_transient(arch, 1, rt.max_num_batched_tokens, compute, "flash")
@@ -142,7 +61,8 @@ def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware,
     # probabilities and log-probabilities beside them (matches the logged 1.19-1.24 GiB peak
     # of Llama-3.1-8B at 8192 batched tokens, docs/checkpoints.md).
     acts += rt.max_num_seqs * arch.vocab_size * (compute + 3 * 4)
-    fixed = weights + acts + rt.cuda_graph_bytes + rt.non_torch_bytes
+    graphs = rt.cuda_graph_bytes if cudagraphs_in_budget else 0
+    fixed = weights + acts + graphs + rt.non_torch_bytes
     return budget, weights, acts, max(0.0, budget - fixed)
 
 
@@ -154,7 +74,7 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     """
     rt = vllm_runtime()
     budget, weights, acts, pool = vllm_pool(arch, plan, hw)
-    _, _, source = _weights(arch, plan)
+    _, _, source = weights_and_embedding(arch, plan)
     util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
     block_bytes = rt.block_size * vllm_kv_bytes_per_token(arch, plan)
     blocks = int(pool // block_bytes)

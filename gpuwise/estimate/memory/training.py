@@ -5,6 +5,10 @@ The peak is the largest of three moments: the end of the forward pass (every sav
 activation alive), the start of backward (plus the gradient of the logits and the LM head's
 weight gradient), and the optimizer step (all gradients, all states and the step's
 temporaries, with activations already freed).
+
+The stacks' memory features (the loss, optimizer in backward, paged states, offload, FSDP2,
+selective checkpointing, QLoRA's settings) change these terms as stack_features.py says; on
+a GPU the CUDA rows (cuda_rows.py) replace the runtime's fixed overhead.
 """
 
 from __future__ import annotations
@@ -15,9 +19,26 @@ from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.optimizers import optimizer_spec
 from gpuwise.catalog.runtimes import runtime
-from gpuwise.estimate.memory.activations import saved_for_backward
+from gpuwise.estimate.memory.activations import saved_with_policy
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
+from gpuwise.estimate.memory.cuda_rows import (
+    device_rows,
+    device_slack,
+    training_peak,
+    uses_cuda_allocator,
+)
+from gpuwise.estimate.memory.host_allocator import host_allocator_rows
+from gpuwise.estimate.memory.stack_features import (
+    LOSS_STACKS,
+    deepspeed_bucket,
+    fsdp2_working_set,
+    loss_memory,
+    offloaded_activations,
+    qlora_dequant_bytes,
+    qlora_weights,
+)
 from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.units import GIB
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import TrainingPlan
 
@@ -58,7 +79,7 @@ def lora_cast_bytes(arch: Architecture, plan: TrainingPlan) -> float:
     (the saved-activation profile's), which a frozen base does not. Without it an 8B
     model's LoRA step (b4 s1024, rank 16, all seven matrices) was 25% low on an H200."""
     c = weight_format(plan.compute_dtype).bytes_per_element
-    if plan.finetune not in ("lora", "qlora") or c >= 4:
+    if plan.finetune not in ("lora", "qlora") or c >= 4 or plan.adapter_dtype != "fp32":
         return 0.0
     dims = lora_dims(arch, plan)
     cast = sum(k for k, _ in dims.values()) * 4.0
@@ -88,15 +109,18 @@ def _optimizer_bytes(plan: TrainingPlan, trainable: float, state_bytes: float,
 
 
 def param_bytes(arch: Architecture, plan: TrainingPlan) -> ParamBytes:
-    """Weights, gradients and optimizer states on one device after sharding."""
+    """Weights, gradients and optimizer states on one device after sharding (DeepSpeed ZeRO's
+    layout, or FSDP2's: every parameter, gradient and state sharded over the data-parallel
+    ranks, in the parameter's own dtype)."""
     counts = count_params(arch)
     total = counts.total
     compute = weight_format(plan.compute_dtype).bytes_per_element
     dp, tp = plan.data_parallel, plan.tp
+    fsdp2 = plan.sharding == "fsdp2"
     if plan.finetune == "full":
         trainable = float(total)
         largest = float(max(counts.embedding, counts.lm_head))
-        if plan.zero and plan.mixed:
+        if plan.zero and plan.mixed and not fsdp2:
             # ZeRO mixed precision: low-precision weights and gradients, fp32 master copy
             # plus states in the optimizer partition (ZeRO paper, K = 12 for Adam).
             weights, grad_bytes, state_bytes, master = total * compute, compute, 4.0, 4.0
@@ -108,18 +132,21 @@ def param_bytes(arch: Architecture, plan: TrainingPlan) -> ParamBytes:
     else:
         trainable = lora_params(arch, plan)
         largest = trainable / max(1, arch.num_layers * len(plan.lora_targets))
-        base = "nf4" if plan.finetune == "qlora" else plan.compute_dtype
-        weights = weight_bytes(arch, base) + trainable * 4  # adapters kept in fp32 (peft)
-        gradients = trainable * 4
-        optimizer = _optimizer_bytes(plan, trainable, 4.0, arch)
+        base = (qlora_weights(arch, plan) if plan.finetune == "qlora"
+                else weight_bytes(arch, plan.compute_dtype))  # fmt: skip
+        adapter = weight_format(plan.adapter_dtype).bytes_per_element  # peft: fp32
+        weights = base + trainable * adapter
+        gradients = trainable * adapter
+        optimizer = _optimizer_bytes(plan, trainable, adapter, arch)
     weights /= tp
     gradients /= tp
     optimizer /= tp
-    if plan.zero >= 1:
+    zero = 3 if fsdp2 and dp > 1 else plan.zero
+    if zero >= 1:
         optimizer /= dp
-    if plan.zero >= 2:
+    if zero >= 2:
         gradients /= dp
-    if plan.zero >= 3:
+    if zero >= 3:
         weights /= dp
     return ParamBytes(weights, gradients, optimizer, trainable / tp, largest / tp)
 
@@ -131,57 +158,161 @@ def step_temporary(plan: TrainingPlan, pb: ParamBytes, foreach: bool, state: flo
     copies = spec.step_temporaries_foreach if foreach else spec.step_temporaries_loop
     if not copies:  # in place, or one fused kernel
         return 0.0
-    elements = pb.trainable if foreach else pb.largest_trainable
-    if plan.zero >= 1:
+    elements = pb.trainable if foreach and not plan.optimizer_in_backward else pb.largest_trainable
+    if plan.zero >= 1 or plan.sharding == "fsdp2":
         elements /= plan.data_parallel
     return elements * state * copies
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """Per-device bytes after the stack's placement rules, what went to the host, and why."""
+
+    pb: ParamBytes
+    host: float
+    notes: tuple[str, ...]
+
+
+def _placed(arch: Architecture, plan: TrainingPlan, pb: ParamBytes) -> _Placed:
+    """Paged states, offload and the optimizer in backward (catalog/data/stacks.toml)."""
+    weights, grads, opt, host, notes = pb.weights, pb.gradients, pb.optimizer, 0.0, []
+    if optimizer_spec(plan.optimizer).paged:
+        notes.append(f"paged 8-bit states (bitsandbytes): {opt / GIB:,.2f} GiB in unified "
+                     "memory outside PyTorch's pool, moved to host memory when the GPU runs "
+                     "short; not counted here")  # fmt: skip
+        opt = 0.0
+    if "params" in plan.offload:  # FSDP2 CPUOffloadPolicy / ZeRO-3 offload_param
+        host, weights, grads, opt = weights + grads + opt, 0.0, 0.0, 0.0
+    elif "optimizer" in plan.offload:  # DeepSpeed ZeRO-Offload
+        host, opt = opt, 0.0
+        if plan.sharding == "zero":
+            per = pb.gradients / max(1.0, pb.trainable)
+            kept = min(grads, deepspeed_bucket(plan, per))
+            host, grads = host + grads - kept, kept
+    if host:
+        notes.append(f"offloaded to host memory ({', '.join(plan.offload)}): {host / GIB:,.2f} "
+                     "GiB")  # fmt: skip
+    if plan.optimizer_in_backward:  # torchtune optimizer_in_bwd: step and free each gradient
+        grads = pb.largest_trainable * pb.gradients / max(1.0, pb.trainable)
+        notes.append("optimizer step fused into backward (torchtune optimizer_in_bwd): one "
+                     "parameter's gradient at a time")  # fmt: skip
+    placed = ParamBytes(weights, grads, opt, pb.trainable, pb.largest_trainable)
+    return _Placed(placed, host, tuple(notes))
+
+
+def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str, float | str]:
+    """Saved activations under the checkpointing policy and activation offload."""
+    saved = saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
+                              plan.checkpointing, plan.checkpointing_policy, plan.tp)  # fmt: skip
+    layers = saved["layers"]
+    if "activations" in plan.offload:
+        layers = offloaded_activations(layers, arch)
+    return {**saved, "acts": layers + saved["other"] + lora_cast_bytes(arch, plan)}
+
+
+def _gpu_rows(arch: Architecture, plan: TrainingPlan, hw: Hardware, tensors: float,
+              vocab_rows: float, attention: str) -> dict[str, float]:  # fmt: skip
+    """The CUDA rows (cuda_rows.py): slack from a replay of the step, workspace, context,
+    and one NCCL communicator per parallel dimension."""
+    compute = weight_format(plan.compute_dtype).bytes_per_element
+    full = plan.finetune == "full"
+    peak = training_peak(arch, plan.batch, plan.seq, compute, 4.0 if plan.mixed else compute,
+                         attention, plan.checkpointing, vocab_rows,
+                         full and not plan.optimizer_in_backward and "params" not in plan.offload,
+                         plan.expandable_segments)  # fmt: skip
+    rows = device_rows(hw, 0.0, int(plan.data_parallel > 1) + int(plan.tp > 1))
+    rows["allocator_slack"] = device_slack(peak, hw.memory_bytes, tensors + sum(rows.values()))
+    return rows
+
+
 def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> MemoryEstimate:
-    """Peak memory of one training step under PyTorch/transformers on each device."""
+    """Peak memory of one training step on each device under the plan's stack."""
     rt = runtime(hw.kind)
-    pb = param_bytes(arch, plan)
+    placed = _placed(arch, plan, param_bytes(arch, plan))
+    pb = placed.pb
     compute = weight_format(plan.compute_dtype).bytes_per_element
     mode = "mixed-bf16" if plan.mixed else ("fp32" if plan.dtype == "fp32" else "bf16")
-    saved = saved_for_backward(arch, plan.batch, plan.seq, mode, plan.attention,
-                               plan.checkpointing, plan.tp)  # fmt: skip
-    acts = saved["layers"] + saved["other"] + lora_cast_bytes(arch, plan)
-    logits = saved["logits"]
-    tokens = plan.batch * plan.seq
-    # Backward starts with the gradients of the loss w.r.t. the log-probabilities and the
-    # logits (fp32, both alive in log_softmax's backward); later the LM head's weight gradient
-    # is allocated while the logits' gradient is alive. Under checkpointing one layer is
-    # recomputed while its gradients flow.
-    logits_grad = tokens * arch.vocab_size / plan.tp * 8
-    head_grad = pb.gradients * (count_params(arch).lm_head or count_params(arch).embedding) / max(
-        1, count_params(arch).total) if plan.finetune == "full" else 0.0  # fmt: skip
-    backward_extra = max(logits_grad, head_grad) + saved["recompute"]
-    state = 4.0 if (plan.mixed or plan.finetune != "full") else compute
+    saved = _activations(arch, plan, mode)
+    full = plan.finetune == "full"
+    loss = loss_memory(arch, plan, float(saved["logits"]), compute,
+                       4.0 if plan.mixed and full else compute)  # fmt: skip
+    counts = count_params(arch)
+    head = (counts.lm_head or counts.embedding) / max(1, counts.total)
+    head_grad = pb.gradients * head if full and not loss.head_grad_in_forward else 0.0
+    if plan.optimizer_in_backward:
+        head_grad = pb.gradients  # the largest parameter's gradient, stepped at once
+    dequant = qlora_dequant_bytes(arch, plan) if plan.finetune == "qlora" else 0.0
+    adapter = weight_format(plan.adapter_dtype).bytes_per_element
+    state = 4.0 if plan.mixed and full else (compute if full else adapter)
     step_temp = step_temporary(plan, pb, rt.optimizer_foreach, state)
-    base = pb.weights + pb.optimizer
-    phases = {
-        "forward": base + acts + logits,
-        "backward": base + acts + logits + backward_extra,
-        "optimizer step": base + pb.gradients + step_temp,
-    }
+    extra = max(loss.turn, head_grad) + float(saved["recompute"]) + dequant
+    if plan.optimizer_in_backward:
+        extra += step_temp
+    on_host = "params" in plan.offload  # the step runs on the host (FSDP2 CPUOffloadPolicy)
+    working = 0.0
+    if plan.data_parallel > 1 and (plan.sharding == "fsdp2" or plan.zero >= 3):
+        param = compute  # gathered in the compute dtype (FSDP2 MixedPrecisionPolicy param_dtype)
+        if plan.finetune == "qlora":  # the nf4 shards are gathered as they are stored
+            param = qlora_weights(arch, plan) / count_params(arch).total
+        grad = (4.0 if plan.mixed else compute) if full else 0.0  # a frozen base has none
+        working = fsdp2_working_set(arch, plan, param, grad)
+    acts, base = float(saved["acts"]), pb.weights + pb.optimizer
+    phases = {"forward": base + working + acts + loss.saved,
+              "backward": base + working + acts + loss.saved + extra}
+    if not plan.optimizer_in_backward and not on_host:
+        phases["optimizer step"] = base + pb.gradients + step_temp
     phase = max(phases, key=lambda k: phases[k])
+    parts = {"weights": pb.weights, "gradients": 0.0, "optimizer": pb.optimizer,
+             "activations": acts, "logits": loss.saved,
+             "workspace": extra if phase == "backward" else 0.0}  # fmt: skip
     if phase == "optimizer step":
-        parts = {"weights": pb.weights, "gradients": pb.gradients, "optimizer": pb.optimizer,
-                 "activations": 0.0, "logits": 0.0, "workspace": step_temp}  # fmt: skip
+        parts.update(gradients=pb.gradients, activations=0.0, logits=0.0, workspace=step_temp)
+    if working and phase != "optimizer step":
+        parts["fsdp_unsharded"] = working
+    tensors = sum(parts.values())
+    if uses_cuda_allocator(hw):
+        rows = _gpu_rows(arch, plan, hw, tensors, loss.vocab_rows, str(saved["attention"]))
     else:
-        extra = backward_extra if phase == "backward" else 0.0
-        parts = {"weights": pb.weights, "gradients": 0.0, "optimizer": pb.optimizer,
-                 "activations": acts, "logits": logits, "workspace": extra}  # fmt: skip
-    dynamic = sum(v for k, v in parts.items() if k not in ("weights", "optimizer"))
-    overhead = rt.baseline_bytes + rt.allocator_fraction * dynamic
-    parts["overhead"] = overhead
-    notes = [f"{saved['attention']} attention; saved activations from the measured "
+        dynamic = tensors - pb.weights - pb.optimizer
+        rows = {**host_allocator_rows(arch, plan, hw),  # glibc's heap on a CPU
+                "overhead": rt.baseline_bytes + rt.allocator_fraction * dynamic}
+    parts.update(rows)
+    notes = _notes(arch, plan, str(saved["attention"])) + placed.notes
+    total_phases = {k: v + sum(rows.values()) for k, v in phases.items()}
+    return make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
+                         total_phases, notes)  # fmt: skip
+
+
+def _runtime_name(base: str, plan: TrainingPlan) -> str:
+    """The runtime with the stacks whose memory rules the plan takes."""
+    named = []
+    if plan.loss != "full":
+        named.append(LOSS_STACKS[plan.loss])
+    if plan.sharding == "fsdp2":
+        named.append("FSDP2" + ("" if plan.reshard_after_forward else " (no reshard)"))
+    if plan.checkpointing and plan.checkpointing_policy != "full":
+        named.append("torchtitan selective op checkpointing" if plan.checkpointing_policy == "op"
+                     else f"selective checkpointing every {plan.checkpointing_policy} layers")  # fmt: skip
+    return base + (f" + {', '.join(named)}" if named else "")
+
+
+def _notes(arch: Architecture, plan: TrainingPlan, attention: str) -> tuple[str, ...]:
+    notes = [f"{attention} attention; saved activations from the measured "
              f"{arch.model_type} profile of the transformers runtime"]  # fmt: skip
-    if saved["attention"] != plan.attention:
+    if attention != plan.attention:
         notes.append(f"{arch.model_type} has no {plan.attention} path in transformers: "
-                     f"{saved['attention']} assumed")  # fmt: skip
+                     f"{attention} assumed")  # fmt: skip
     if plan.gpus > 1:
         notes.append(f"{plan.gpus} devices: tensor parallel {plan.tp}, data parallel "
-                     f"{plan.data_parallel}, ZeRO stage {plan.zero}")  # fmt: skip
-    total_phases = {k: v + overhead for k, v in phases.items()}
-    return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes))
+                     f"{plan.data_parallel}, "
+                     + ("FSDP2 fully_shard" if plan.sharding == "fsdp2" else
+                        f"ZeRO stage {plan.zero}"))  # fmt: skip
+    if plan.loss == "chunked":
+        notes.append(f"loss in {min(plan.loss_chunks, plan.batch * plan.seq)} chunks "
+                     "(torchtune LinearCrossEntropyLoss)")  # fmt: skip
+    if plan.finetune == "qlora":
+        notes.append(f"QLoRA: nf4 base{' double-quantised' if plan.double_quant else ''}, "
+                     f"compute in {plan.quant_compute_dtype or plan.compute_dtype}"
+                     + (", other parameters fp32 (peft prepare_model_for_kbit_training)"
+                        if plan.kbit_prepare else ""))  # fmt: skip
+    return tuple(notes)

@@ -2,9 +2,10 @@
 JSON line on stdout, so that runs do not pollute each other's allocator state, caches or
 high-water marks.
 
-The parent starts the child (`python -m <child module>`) with glibc's allocator set so that the
-resident set tracks live tensors (memory measurements; see `memory_run`'s docstring), or as
-users have it (timing). The child keeps stdout for its one result line and sends everything
+The parent starts the child (`python -m <child module>`) with the host allocator the job names:
+as users start a process (glibc's defaults: a real run's memory and time), glibc pinned so that
+the resident set tracks live tensors (`LIVE_TENSORS_ENV`: module runs, and the "live tensors"
+reading beside a real run), or another allocator preloaded (see `memory_run`'s docstring). The child keeps stdout for its one result line and sends everything
 the libraries print to stderr, whose last lines the parent quotes when the child fails.
 """
 
@@ -18,12 +19,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from gpuwise.catalog.allocators import allocator_choice
+
+# glibc pinned: every block of 64 KiB or more mapped on its own and unmapped when freed, the
+# heap's top given back at once (catalog/data/allocators.toml [choice-glibc-mmap64k]).
+LIVE_TENSORS_ENV = allocator_choice("glibc-mmap64k").env_vars
 CHILD_ENV = {
-    "MALLOC_MMAP_THRESHOLD_": "65536",
-    "MALLOC_TRIM_THRESHOLD_": "0",
-    # MALLOC_ARENA_MAX is left alone: only allocations under the mmap threshold go to arenas,
-    # and with 1, 2 or the default number of arenas the spread of three repeated runs was the
-    # same (0.04-0.16 MiB on SmolLM2-135M inference and GPT-2 training), as was the baseline.
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "TRANSFORMERS_VERBOSITY": "error",
@@ -39,13 +40,13 @@ def run_child(job: dict, timeout_s: float, allocator_env: bool = True,
     """Run one job in a fresh process (`python -m child`) and return its result record.
 
     `allocator_env` sets the malloc variables that make the resident set track live tensors
-    (memory measurements); timing runs leave the allocator as users have it, or as
-    `malloc_env` sets it.
+    (`LIVE_TENSORS_ENV`); otherwise glibc's tuning variables the parent has are left out, and
+    the allocator is as users start it, or as `malloc_env` sets it (LD_PRELOAD included).
     """
-    env = {**os.environ, **CHILD_ENV}
-    if not allocator_env:
-        for key in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
-            env.pop(key, None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.update(CHILD_ENV)
+    if allocator_env:
+        env.update(LIVE_TENSORS_ENV)
     env.update(malloc_env or {})
     # The child must import this very package, installed or not.
     package_root = str(Path(__file__).resolve().parents[3])

@@ -7,36 +7,28 @@ stdout) so that runs do not pollute each other's allocator state, caches or high
 
 Measurement method
 ------------------
-In the child process the plan (a `generate` call, or `steps` training steps) runs twice: a
-warm-up, which puts every lazily created thing in place (optimizer states, kernel caches,
-thread pools), then the measured run with the same inputs.
+CPU: the process as users run it. The child imports torch and transformers, then runs the
+plan once on a tiny model of the same family (every tensor under 64 KiB, `model_build.TINY`),
+which loads the runtime's code, kernel caches and thread pools without moving glibc's dynamic
+mmap threshold (it moves only when a block of 128 KiB or more mapped on its own is freed). The
+baseline is the resident set then. The kernel's resident high-water mark (`VmHWM`) is reset by
+writing "5" to `/proc/self/clear_refs` (Linux >= 4.0; where that is not possible a thread
+samples the resident set every millisecond instead, and the result says so); the model is
+built and the plan run once (a `generate` call, or `steps` training steps); ``model_bytes =
+VmHWM - baseline``: the tensors and whatever the allocator keeps of what was freed.
 
-CPU: the peak is the kernel's resident-set high-water mark (`VmHWM`), reset just before the
-measured run by writing "5" to `/proc/self/clear_refs` (Linux >= 4.0). Where that is not
-possible, a thread samples the resident set every millisecond instead (and the result says so).
-For the resident set to track live tensors, the parent starts the child with
+The allocator is the plan's (`allocator`, catalog/data/allocators.toml): by default glibc as
+users start it, no MALLOC_* variable (the parent's are left out). "glibc-mmap64k" fixes
+glibc's mmap threshold at 64 KiB and its trim threshold at 0 (``MALLOC_MMAP_THRESHOLD_=65536
+MALLOC_TRIM_THRESHOLD_=0``): every block of 64 KiB or more is then mapped on its own and
+unmapped when freed, so the resident set tracks the live tensors; `gpuwise validate` reads it
+beside the default process as a diagnostic. "jemalloc" and "tcmalloc" preload the library.
+`malloc` has glibc's own account at the end of the run (mallinfo2).
 
-- ``MALLOC_MMAP_THRESHOLD_=65536``: a fixed threshold turns off glibc's dynamic one, which
-  otherwise rises to 32 MiB after the first large free, so that later tensors up to 32 MiB are
-  carved out of the heap and stay resident after they are freed. With it, every allocation
-  above 64 KiB is its own mmap and goes back to the kernel on free.
-- ``MALLOC_TRIM_THRESHOLD_=0``: free memory at the top of the heap is returned at once.
-
-Without them the resident set keeps what was freed: training GPT-2 (124M) at batch 2, seq 256
-gave a "baseline" of 1357-1503 MiB and a spread of 162 MiB over three runs; with them, 393 MiB
-and 0.16 MiB. The price is page faults on every large allocation, which slows the run a little.
-What is left is noise of up to about 1 MB between repeats, whatever the model: allocations under
-64 KiB (and Python's object arenas) still live in heap pages that freeing may not return.
-
-The baseline is what is resident at rest after the warm-up and is not a model or optimizer
-tensor (interpreter, libraries, kernel caches): ``RSS_at_rest - bytes of tensors at rest``,
-with tensors deduplicated by storage (tied embeddings share one). ``model_bytes = peak -
-baseline``: the tensors at rest plus whatever the plan allocates on top of them.
-
-CUDA: the peak is ``torch.cuda.max_memory_reserved()`` over the measured run (the caching
-allocator's cache emptied and its peak reset first) plus the CUDA context; the context (the
-baseline) is the process's device memory per NVML, or the device's used memory per
-`cudaMemGetInfo`, less what torch has reserved, read at rest.
+CUDA: after a warm-up run of the plan, the peak is ``torch.cuda.max_memory_reserved()`` over
+the measured run (the caching allocator's cache emptied and its peak reset first) plus the
+CUDA context; the context (the baseline) is the process's device memory per NVML, or the
+device's used memory per `cudaMemGetInfo`, less what torch has reserved, read at rest.
 
 torch and transformers are imported only inside the functions that run in the child: this
 module is imported by the CLI, which must stay light.
@@ -45,13 +37,19 @@ module is imported by the CLI, which must stay light.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwise.measure.runs.allocator_env import allocator_env
 from gpuwise.measure.runs.child_process import child_main, run_child
 from gpuwise.measure.runs.jobs import inference_job, training_job
 from gpuwise.measure.runs.model_build import build_model
-from gpuwise.measure.runs.peak_memory import measure_cpu, measure_cuda, tensors_at_rest
+from gpuwise.measure.runs.peak_memory import (
+    Prepared,
+    measure_cpu_process,
+    measure_cuda,
+    tensors_at_rest,
+)
 from gpuwise.measure.runs.plans import inference_plan, training_plan
 from gpuwise.measure.runs.time_run import time_job
 
@@ -79,21 +77,32 @@ class MeasuredMemory:
     torch_version: str
     transformers_version: str
     method: str = ""
+    allocator: str = ""  # the host allocator of a CPU run (catalog/data/allocators.toml)
+    malloc: dict[str, int] = field(default_factory=dict)  # glibc's account at the end (mallinfo2)
 
 
-def measure_inference(config: dict, *, timeout_s: float = 900, **plan: Any) -> MeasuredMemory:
+def _measure(job: dict, timeout_s: float, allocator: str) -> MeasuredMemory:
+    job = {**job, "allocator": allocator}
+    return MeasuredMemory(**run_child(job, timeout_s, allocator_env=False,
+                                      malloc_env=allocator_env(allocator)))  # fmt: skip
+
+
+def measure_inference(config: dict, *, timeout_s: float = 900, allocator: str = "glibc",
+                      **plan: Any) -> MeasuredMemory:  # fmt: skip
     """Measure a greedy `generate` of `new_tokens` after a `prompt_tokens` prompt, `batch` rows.
 
     Plan keywords: batch, prompt_tokens, new_tokens, dtype ("bf16"), attention ("sdpa"),
     kv_dtype (None), device ("cpu"). `kv_dtype` None (or the compute dtype) keeps the KV cache
     in the compute dtype; "fp8", "int4" and "int2" use transformers' QuantizedCache (the int
-    ones need optimum-quanto). Raises RuntimeError when the real run fails or takes longer
-    than `timeout_s`.
+    ones need optimum-quanto). `allocator`: the host allocator of a CPU run (catalog/data/
+    allocators.toml). Raises RuntimeError when the real run fails or takes longer than
+    `timeout_s`.
     """
-    return MeasuredMemory(**run_child(inference_job(config, **plan), timeout_s))
+    return _measure(inference_job(config, **plan), timeout_s, allocator)
 
 
-def measure_training(config: dict, *, timeout_s: float = 900, **plan: Any) -> MeasuredMemory:
+def measure_training(config: dict, *, timeout_s: float = 900, allocator: str = "glibc",
+                     **plan: Any) -> MeasuredMemory:  # fmt: skip
     """Measure `steps` training steps (forward with labels, backward, optimizer step, zero_grad).
 
     Plan keywords: batch, seq, dtype ("fp32"), optimizer ("adamw"), checkpointing, attention,
@@ -102,7 +111,18 @@ def measure_training(config: dict, *, timeout_s: float = 900, **plan: Any) -> Me
     `finetune` "lora" needs peft; "qlora" and `optimizer` "adamw8bit" need bitsandbytes and a
     CUDA GPU. Raises RuntimeError when the real run fails or takes longer than `timeout_s`.
     """
-    return MeasuredMemory(**run_child(training_job(config, **plan), timeout_s))
+    return _measure(training_job(config, **plan), timeout_s, allocator)
+
+
+def _prepare(job: dict) -> Prepared:
+    """The job's model built, and its plan: the run, and what it holds at rest."""
+    model = build_model(job)
+    optimizer = None
+    if job["kind"] == "inference":
+        run = inference_plan(model, job)
+    else:
+        run, optimizer = training_plan(model, job)
+    return run, lambda: tensors_at_rest(model, optimizer)
 
 
 def run_job(job: dict) -> dict:
@@ -114,25 +134,14 @@ def run_job(job: dict) -> dict:
     torch.manual_seed(0)
     if job["device"].startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device {job['device']!r} asked for, but torch sees no CUDA GPU")
-    model = build_model(job)
     if job.get("measure") == "time":
-        result = time_job(model, job)
-        result["torch_version"] = torch.__version__
-        result["transformers_version"] = transformers.__version__
-        return result
-    optimizer = None
-    if job["kind"] == "inference":
-        run = inference_plan(model, job)
-    else:
-        run, optimizer = training_plan(model, job)
-
-    def at_rest() -> dict[str, int]:
-        return tensors_at_rest(model, optimizer)
-
-    if job["device"].startswith("cuda"):
+        result = time_job(build_model(job), job)
+    elif job["device"].startswith("cuda"):
+        run, at_rest = _prepare(job)
         result = measure_cuda(run, at_rest, job["device"])
     else:
-        result = measure_cpu(run, at_rest)
+        result = measure_cpu_process(job, _prepare)
+        result["allocator"] = job.get("allocator", "glibc")
     result["torch_version"] = torch.__version__
     result["transformers_version"] = transformers.__version__
     return result

@@ -3,6 +3,7 @@ mark (`VmHWM`) and its reset, and a sampling thread where the reset is not possi
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import sys
@@ -61,3 +62,23 @@ class RssSampler:
         self._thread.join()
         sys.setswitchinterval(self._old_interval)
         self.peak = max(self.peak, rss_bytes())
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]  # fmt: skip
+
+
+def malloc_stats() -> dict[str, int]:
+    """glibc's own account (mallinfo2(3), glibc >= 2.33): bytes its arenas took from the system
+    (`heap_bytes`), of them free (`heap_free_bytes`) and at the top (`heap_top_bytes`), and
+    bytes in chunks mapped on their own (`mapped_bytes`). Empty where glibc has no mallinfo2."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return {}
+    mallinfo2.restype = _MallInfo2
+    m = mallinfo2()
+    return {"heap_bytes": m.arena, "heap_free_bytes": m.fordblks, "heap_top_bytes": m.keepcost,
+            "mapped_bytes": m.hblkhd}  # fmt: skip

@@ -1,0 +1,194 @@
+"""What a CPU process keeps resident beyond its live tensors: the plan's run replayed through
+the host allocator's rules (the "allocator" row of a CPU estimate). Pure: no I/O, no torch.
+
+glibc as users start it (malloc/malloc.c; the values in catalog/data/allocators.toml):
+
+- a request that no free chunk and not the heap's top can hold is mapped on its own when it is
+  at least the mmap threshold (128 KiB at start), else the heap grows (sysmalloc);
+- freeing a mapped chunk unmaps it and raises the threshold to its size, up to 32 MiB, and the
+  trim threshold to twice that (__libc_free): from then on tensors of that size come from the
+  heap, and the heap's pages stay resident after they are freed;
+- a freed heap chunk is coalesced with free neighbours and reused best fit; only when it
+  borders the top and the top reaches the trim threshold does the heap shrink (_int_free,
+  systrim). Free chunks inside the heap keep their pages.
+
+So after the first large tensor is freed, a process holds the high-water mark of its heap,
+holes included, plus what is mapped now. The replay (`estimate/speed/page_faults.GlibcHeap`,
+with the resident pages counted) runs the tensors `workload/process_heap.py` lists and reports
+the most the process held against the most its tensors held; the difference is the row.
+Other allocators (`--allocator`): glibc pinned at a 64 KiB threshold keeps nothing; jemalloc
+keeps freed extents below its oversize threshold (8 MiB) for its 10 s dirty decay and rounds
+to four size classes a doubling; tcmalloc keeps every freed span (8 KiB pages). Tensors below
+64 KiB and allocations outside PyTorch's (the interpreter's, oneDNN's) are not replayed:
+glibc puts them in the holes freed tensors leave, so a default process keeps more than this
+row, most in training (docs/memory.md, "On a CPU").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from gpuwise.catalog.allocators import AllocatorChoice, allocator_choice
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.speed.page_faults import GlibcHeap
+from gpuwise.workload import Architecture
+from gpuwise.workload.ops import Shape
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
+from gpuwise.workload.process_heap import generate_events, training_step_events
+from gpuwise.workload.traced import HeapEvent
+
+NEVER = 1 << 62
+DECODE_STEPS_REPLAYED = 16  # more new tokens are replayed in as many steps, each a stride long
+TRAINING_STEPS = 2  # as `gpuwise validate` runs them (measure/runs/jobs.py)
+
+
+@dataclass
+class ResidentHeap(GlibcHeap):
+    """glibc's heap (or another allocator's, `choice`) with what is resident counted: the
+    heap's pages written since it last shrank, plus the mapped chunks alive."""
+
+    choice: AllocatorChoice | None = None
+    live: int = 0
+    mapped: int = 0
+    peak_live: int = 0
+    peak_resident: int = 0
+    sizes: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        c = self.choice
+        if c is not None and c.mmap_threshold:  # glibc pinned: no dynamic thresholds
+            self.mmap_threshold, self.trim_threshold = c.mmap_threshold, c.trim_threshold
+        elif c is not None and c.name != "glibc":  # extents or spans: kept, never trimmed
+            self.mmap_threshold = c.returned_from_bytes or NEVER
+            self.trim_threshold = NEVER
+
+    @property
+    def dynamic(self) -> bool:
+        return self.choice is None or self.choice.name == "glibc"
+
+    @property
+    def resident(self) -> int:
+        return self._pages(self.touched) + self.mapped
+
+    def _chunk(self, nbytes: int) -> int:
+        c = self.choice
+        if c is None or c.name == "glibc" or c.mmap_threshold:
+            return super()._chunk(nbytes)
+        size = nbytes
+        if c.size_classes_per_doubling and size > c.page_bytes:
+            spacing = 2 ** (math.ceil(math.log2(size)) - 1) // c.size_classes_per_doubling
+            size = -(-size // spacing) * spacing
+        return -(-size // c.page_bytes) * c.page_bytes
+
+    def malloc(self, key: int, nbytes: int) -> None:
+        super().malloc(key, nbytes)
+        _, size, mapped = self.chunks[key]
+        self.mapped += size if mapped else 0
+        self.sizes[key] = nbytes
+        self.live += nbytes
+        self.peak_live = max(self.peak_live, self.live)
+        self.peak_resident = max(self.peak_resident, self.resident)
+
+    def free(self, key: int) -> None:
+        entry = self.chunks.get(key)
+        if entry is None:
+            return
+        self.live -= self.sizes.pop(key)
+        if entry[2]:
+            self.mapped -= entry[1]
+            if not self.dynamic:  # unmapped, the thresholds fixed
+                del self.chunks[key]
+                return
+        super().free(key)
+
+
+def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice) -> ResidentHeap:
+    """Run each pass in order; what a pass leaves is given back at its end, except tensors
+    `kept` (an optimizer's states), which later passes do not take again."""
+    heap = ResidentHeap(choice=choice)
+    kept: set[int] = set()
+    for n, events in enumerate(passes):
+        for e in events:
+            if e.kept and n:
+                continue
+            if e.kept:
+                kept.add(e.key)
+            if e.nbytes:
+                heap.malloc(e.key, e.nbytes)
+            else:
+                heap.free(e.key)
+        for key in [k for k in heap.chunks if k not in kept]:
+            heap.free(key)
+    return heap
+
+
+@dataclass(frozen=True)
+class AllocatorSlack:
+    """The most the process held beyond the most its tensors held, in the replay."""
+
+    allocator: str
+    slack_bytes: int
+    peak_live_bytes: int
+    peak_resident_bytes: int
+    mmap_threshold_bytes: int  # glibc's threshold at the end of the run
+
+
+def _generate_passes(arch: Architecture, plan: InferencePlan) -> list[list[HeapEvent]]:
+    fmt = weight_format(plan.weights)
+    c = weight_format(fmt.compute_dtype).bytes_per_element
+    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
+    stride = max(1, -(-plan.new_tokens // DECODE_STEPS_REPLAYED))
+    s = Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, kv, plan.attention)
+    steps = -(-max(0, plan.new_tokens - 1) // stride)
+    events = generate_events(arch, s, steps + 1, stride)
+    return [events]
+
+
+def _training_passes(arch: Architecture, plan: TrainingPlan) -> list[list[HeapEvent]]:
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    param = 4.0 if plan.mixed else c
+    s = Shape(plan.batch, plan.seq, plan.seq, c, param, c, plan.attention)
+    step = training_step_events(arch, s, param, plan.optimizer, plan.checkpointing,
+                                trains_weights=plan.finetune == "full")  # fmt: skip
+    return [step] * TRAINING_STEPS
+
+
+@lru_cache(maxsize=128)
+def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> AllocatorSlack:
+    """What the plan's allocator keeps beyond the live tensors at the process's peak."""
+    choice = allocator_choice(plan.allocator)
+    if isinstance(plan, InferencePlan):
+        passes = _generate_passes(arch, plan)
+    else:
+        passes = _training_passes(arch, plan)
+    heap = replay_resident(passes, choice)
+    return AllocatorSlack(choice.name, max(0, heap.peak_resident - heap.peak_live),
+                          heap.peak_live, heap.peak_resident, heap.mmap_threshold)  # fmt: skip
+
+
+def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan,
+                        hw: Hardware) -> dict[str, float]:  # fmt: skip
+    """The "allocator" row of a CPU estimate (what the plan's host allocator keeps beyond the
+    live tensors); no row elsewhere."""
+    if hw.kind != "cpu":
+        return {}
+    return {"allocator": float(allocator_slack(arch, plan).slack_bytes)}
+
+
+def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
+                       parts: dict[str, float], notes: list[str]) -> float:  # fmt: skip
+    """`host_allocator_rows` put into `parts` before the overhead, with a note naming the
+    allocator; the bytes it adds (0 off a CPU)."""
+    rows = host_allocator_rows(arch, plan, hw)
+    if not rows:
+        return 0.0
+    overhead = parts.pop("overhead")
+    parts.update(rows, overhead=overhead)
+    notes.append(f"allocator: {allocator_choice(plan.allocator).label}; it keeps "
+                 f"{rows['allocator'] / 2**20:,.0f} MiB beyond the live tensors at the peak "
+                 "(docs/memory.md, the CPU process)")  # fmt: skip
+    return rows["allocator"]

@@ -1,0 +1,55 @@
+"""Device memory a weight-only quantisation kernel takes beside the weights, by kernel
+(constants and sources: catalog/data/stacks.toml):
+
+- AutoAWQ's GEMM kernel (`awq-gemm`, transformers' AWQ path): when a matmul has at least
+  1024 input rows (batch x tokens), it dequantises the whole weight to fp16 and runs
+  torch.matmul, so a prefill holds the largest matrix in fp16 for a moment;
+- ExLlamaV2 (`exllama`): one scratch buffer per device, allocated at load and kept: the
+  largest layer's dequantised weight plus its output for max_input_len x max_batch rows in
+  fp32;
+- bitsandbytes nf4 (`bnb-nf4`): each matmul dequantises its weight in the compute dtype;
+- Marlin and the others: a workspace of a few KiB (nothing counted).
+"""
+
+from __future__ import annotations
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.runtime_speed import runtime_speed
+from gpuwise.catalog.stacks import stack_value
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan
+
+
+def quant_kernel_name(plan: InferencePlan) -> str:
+    """The kernel asked for, else transformers' own for the format ("" if unquantised)."""
+    fmt = weight_format(plan.weights)
+    if not fmt.quantised or fmt.other_bits:
+        return ""
+    return plan.quant_kernel or runtime_speed("transformers").kernels.get(fmt.id, "")
+
+
+def _matrices(arch: Architecture) -> list[tuple[int, int]]:
+    """(in, out) of a layer's quantised matrices."""
+    d = arch.hidden_size
+    i = arch.moe.expert_intermediate if arch.moe else arch.intermediate_size
+    return [(d, arch.q_dim), (d, arch.kv_dim), (arch.q_dim, d), (d, i), (i, d)]
+
+
+def quant_workspace(arch: Architecture, plan: InferencePlan) -> tuple[float, str]:
+    """(bytes, the kernel) of the workspace the plan's weight-only kernel holds at the peak."""
+    kernel = quant_kernel_name(plan)
+    mats = _matrices(arch)
+    largest = max(a * b for a, b in mats)
+    if kernel == "awq-gemm":
+        rows = plan.batch * plan.prompt_tokens
+        threshold = stack_value("autoawq", "gemm_dequant_min_tokens")
+        return (largest * 2.0 if rows >= threshold else 0.0), "AutoAWQ GEMM"
+    if kernel == "exllama":
+        tokens = stack_value("autoawq", "exllamav2_max_input_len")
+        batch = stack_value("autoawq", "exllamav2_max_batch")
+        scratch = max(a * b * 2 + 128 + b * tokens * batch * 4 + 128 for a, b in mats)
+        return float(scratch), "ExLlamaV2 scratch"
+    if kernel == "bnb-nf4":
+        compute = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
+        return largest * compute, "bitsandbytes nf4 dequantised weight"
+    return 0.0, kernel

@@ -1,0 +1,169 @@
+"""The tensors a whole run of a plan takes from the host allocator and gives back, in order, so
+that `estimate/memory/host_allocator.py` can replay them through the allocator's rules and
+say what the process keeps resident beyond its live tensors.
+
+- generate(): the prefill (`prefill_heap`'s layers, the cache keeping each layer's keys and
+  values), the last position's logits and the sampler's fp32 copies (transformers'
+  `_sample`: `logits[:, -1, :].to(float32, copy=True)`, then a processor's `clone()`), and
+  each decode step: every layer's cache grown by `torch.cat` into a new tensor (the old one
+  given back), eager attention repeating grouped keys and values (`repeat_kv`), the logits.
+- Training steps: `training_heap`'s forward, backward and optimizer step, with the
+  vocabulary-sized tensors it leaves out put back: the logits, their fp32 copy and
+  `log_softmax`'s output (saved), the two fp32 gradients `log_softmax`'s backward holds, the
+  embedding's and head's weight gradients, their optimizer states and step temporaries.
+
+The weights are not replayed: transformers builds them before anything is freed, so glibc's
+mmap threshold is still at its 128 KiB start and every weight of that size or more is mapped
+on its own (catalog/data/allocators.toml): they are resident exactly while they live, and add
+the same to the replay's live and resident bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from gpuwise.workload.arch import Architecture
+from gpuwise.workload.ops import Shape
+from gpuwise.workload.prefill_heap import HeapTrace, layer_tensors, norm_tensors
+from gpuwise.workload.traced import HeapEvent
+from gpuwise.workload.training_heap import step_events, training_heap_events
+
+
+def _sample(h: HeapTrace, arch: Architecture, batch: int, c: float) -> None:
+    """The last position's logits, the sampler's fp32 copy and a processor's clone. Each
+    replaces the previous step's, which `_sample`'s locals (`outputs`, `next_token_logits`,
+    `next_token_scores`) hold until they are assigned again."""
+    for name, nbytes in (("logits", c), ("scores", 4), ("processed", 4)):
+        h.take(name + ".new", batch * arch.vocab_size * nbytes)
+        h.drop(name)
+        h.rename(name + ".new", name)
+
+
+def _rotary_tables(h: HeapTrace, arch: Architecture, rows: int, c: float) -> None:
+    """The model's rotary embedding, once a forward: freqs and their cat in fp32, cos and sin
+    (cast to the compute dtype); kept for every layer as "cos" and "sin"."""
+    if arch.position != "rope" or not arch.rotary_dim:
+        return
+    width = rows * arch.rotary_dim
+    h.take("freqs", width * 2)  # fp32, half the rotary width
+    h.take("emb", width * 4)
+    h.drop("freqs")
+    for name in ("cos", "sin"):
+        h.take(name, width * 4)
+        if c != 4:
+            h.take(name + ".c", width * c)
+            h.drop(name)
+            h.rename(name + ".c", name)
+    h.drop("emb")
+
+
+def _decode_step(h: HeapTrace, arch: Architecture, s: Shape, t: int, stride: int) -> None:
+    """A new token (`stride` of them at once): each layer's cache concatenated into a new
+    tensor of `t + stride` positions (keys, then values; a fused projection's whole output
+    goes once both are replaced)."""
+    c, kv = s.compute_bytes, s.kv_bytes
+    cached = s.batch * arch.num_kv_heads * arch.head_dim * (t + stride) * kv
+    repeated = s.batch * arch.num_heads * arch.head_dim * (t + stride) * c
+    for layer in range(arch.num_layers):
+        for name in (f"k{layer}", f"v{layer}"):
+            h.take(name + ".new", cached)
+            h.drop(name)
+            h.rename(name + ".new", name)
+        h.drop(f"qkv{layer}")
+        if s.attention == "eager" and arch.num_kv_heads != arch.num_heads:
+            h.take("k.rep", repeated)
+            h.take("v.rep", repeated)
+            h.drop("k.rep", "v.rep")
+    _sample(h, arch, s.batch, c)
+
+
+def generate_events(arch: Architecture, s: Shape, new_tokens: int,
+                    stride: int = 1) -> list[HeapEvent]:  # fmt: skip
+    """One generate() call of `new_tokens` after a prompt of `s.tokens` (`s.context` equal);
+    with `stride` > 1 each decode step stands for that many, its cache grown by as many
+    positions (a long generation replayed in fewer steps)."""
+    h = HeapTrace()
+    c, rows = s.compute_bytes, s.rows
+    h.take("x", rows * arch.hidden_size * c)
+    _rotary_tables(h, arch, rows, c)
+    if s.attention == "eager":  # the 4-D float mask of the whole prompt, kept to the end
+        h.take("mask", s.batch * s.tokens * s.context * c)
+    for layer in range(arch.num_layers):
+        layer_tensors(h, arch, s, layer)
+    norm_tensors(h, arch, rows * arch.hidden_size, c, "final")
+    h.drop("x", "mask", "cos", "sin")
+    _sample(h, arch, s.batch, c)
+    h.drop("final")
+    for step in range(max(0, new_tokens - 1)):
+        _decode_step(h, arch, s, s.context + step * stride, stride)
+    h.drop(*list(h.live))
+    return h.events
+
+
+def _phases(events: list[HeapEvent]) -> dict[str, list[HeapEvent]]:
+    out: dict[str, list[HeapEvent]] = {"forward": [], "backward": [], "optimizer": []}
+    for e in events:
+        out[e.phase].append(e)
+    return out
+
+
+def _loss(keys: Iterator[int], arch: Architecture, s: Shape,
+          param_bytes: float) -> tuple[list[HeapEvent], list[HeapEvent]]:  # fmt: skip
+    """The loss's vocabulary-sized tensors: (end of the forward, start of the backward).
+    transformers' ForCausalLMLoss upcasts the logits, `cross_entropy` saves log_softmax's
+    fp32 output; its backward holds two fp32 gradients, then the head's weight gradient is
+    taken (kept to zero_grad) while the logits' gradient lives."""
+    logits = s.rows * arch.vocab_size
+    c = s.compute_bytes
+    k = {name: next(keys) for name in ("logits", "up", "logsm", "g1", "g2", "gc", "head")}
+    fwd = [HeapEvent(k["logits"], int(logits * c))]
+    if c != 4:
+        fwd.append(HeapEvent(k["up"], int(logits * 4)))
+    fwd.append(HeapEvent(k["logsm"], int(logits * 4)))
+    fwd += [HeapEvent(k["up"], 0)] if c != 4 else []
+    fwd.append(HeapEvent(k["logits"], 0))
+    back = [HeapEvent(k["g1"], int(logits * 4), "backward"),
+            HeapEvent(k["g2"], int(logits * 4), "backward"),
+            HeapEvent(k["g1"], 0, "backward"), HeapEvent(k["logsm"], 0, "backward")]  # fmt: skip
+    if c != 4:
+        back += [HeapEvent(k["gc"], int(logits * c), "backward"), HeapEvent(k["g2"], 0, "backward")]
+        k["g2"] = k["gc"]
+    if param_bytes:
+        back.append(HeapEvent(k["head"], int(arch.vocab_size * arch.hidden_size * param_bytes),
+                              "backward"))  # fmt: skip
+    back.append(HeapEvent(k["g2"], 0, "backward"))
+    return fwd, back
+
+
+def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optimizer: str,
+                         checkpointing: bool, trains_weights: bool = True) -> list[HeapEvent]:  # fmt: skip
+    """One training step's tensors of 64 KiB and more, vocabulary-sized ones included; with
+    `trains_weights` False (LoRA) the base's weight gradients and optimizer step are left out
+    (the adapters' are below 64 KiB at the ranks LoRA uses)."""
+    events = training_heap_events(arch, s, param_bytes, optimizer, checkpointing)
+    keys = itertools.count(max((e.key for e in events), default=0) + 1)
+    parts = _phases(events)
+    if not trains_weights:
+        parts["backward"] = _without_weight_grads(parts["backward"], s)
+        parts["optimizer"] = []
+    fwd, back = _loss(keys, arch, s, param_bytes if trains_weights else 0.0)
+    vocab = arch.vocab_size * arch.hidden_size * param_bytes
+    grads = []
+    if trains_weights:  # the embedding's weight gradient, added into a tied head's
+        grads = [HeapEvent(next(keys), int(vocab), "backward")]
+        if arch.tie_embeddings:
+            grads.append(HeapEvent(grads[0].key, 0, "backward"))
+    step = []
+    if trains_weights:
+        heads = 1 if arch.tie_embeddings else 2
+        step = step_events([int(vocab)] * heads, optimizer, keys)
+    return parts["forward"] + fwd + back + parts["backward"] + grads + step + parts["optimizer"]
+
+
+def _without_weight_grads(events: list[HeapEvent], s: Shape) -> list[HeapEvent]:
+    """The backward less the weight gradients a frozen base does not take: every tensor the
+    backward takes that is never given back within it (`training_heap` keeps weight gradients
+    to the end of the step)."""
+    freed = {e.key for e in events if not e.nbytes}
+    return [e for e in events if not e.nbytes or e.key in freed]

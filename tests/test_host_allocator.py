@@ -1,0 +1,167 @@
+"""What a CPU process keeps resident beyond its live tensors (estimate.memory.host_allocator):
+glibc's rules worked by hand (the dynamic mmap threshold, the heap's high-water mark, trimming,
+holes), the other allocators' rules, the run's tensors (workload.process_heap) and the
+estimate's "allocator" row."""
+
+from __future__ import annotations
+
+import pytest
+from catalogue_archs import arch
+from heap_walk import held_at_end, walk
+
+from gpuwise.catalog import find_hardware
+from gpuwise.catalog.allocators import allocator_choice, allocator_choices, host_allocator
+from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.estimate.memory.host_allocator import ResidentHeap, allocator_slack, replay_resident
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.workload.ops import Shape
+from gpuwise.workload.plans import ALLOCATORS
+from gpuwise.workload.process_heap import generate_events, training_step_events
+from gpuwise.workload.traced import HeapEvent
+
+MIB = 2**20
+TOP_PAD = host_allocator().top_pad
+CPU = find_hardware("cpu-cloud-32vcpu")
+GPU = find_hardware("h100-sxm")
+
+
+def heap(name: str = "glibc") -> ResidentHeap:
+    return ResidentHeap(choice=allocator_choice(name))
+
+
+def test_a_freed_mapped_megabyte_sends_the_next_one_to_the_heap_where_it_stays_resident():
+    h = heap()
+    h.malloc(1, MIB)
+    assert h.chunks[1][2] and h.resident == pytest.approx(MIB, rel=0.01)  # mapped: > 128 KiB
+    h.free(1)
+    assert h.resident == 0  # unmapped at once
+    assert h.mmap_threshold > MIB and h.trim_threshold == 2 * h.mmap_threshold
+    h.malloc(2, MIB)
+    assert not h.chunks[2][2]  # the same size now comes from the heap...
+    h.free(2)
+    # ...and stays resident: the free top (1 MiB + pad) is under the 2 MiB trim threshold,
+    # and the pages written stay (the pad's, never written, are not resident)
+    assert h.live == 0 and h.resident == pytest.approx(MIB, rel=0.01)
+    assert h.end - h.top >= MIB + TOP_PAD
+
+
+def test_pinned_at_64_kib_every_tensor_is_mapped_and_nothing_stays():
+    h = heap("glibc-mmap64k")
+    for key in range(3):
+        h.malloc(key, MIB)
+        h.free(key)
+    assert h.mmap_threshold == 65536 and h.resident == 0
+    assert h.peak_resident == pytest.approx(h.peak_live, rel=0.01)
+
+
+def test_the_heap_shrinks_only_when_its_free_top_reaches_twice_the_threshold():
+    h = heap()
+    h.malloc(0, MIB)
+    h.free(0)  # threshold ~1 MiB, trim threshold ~2 MiB
+    for key in (1, 2, 3):
+        h.malloc(key, int(0.9 * MIB))
+    for key in (1, 2, 3):
+        h.free(key)
+    assert h.resident <= TOP_PAD + 4096  # 2.7 MiB on top: trimmed back to the pad
+    assert h.peak_resident == pytest.approx(2.7 * MIB, rel=0.02)
+
+
+def test_a_hole_too_small_for_a_growing_tensor_keeps_its_pages():
+    # the KV cache's pattern: a tensor replaced by a larger copy leaves its old place empty
+    h = heap()
+    h.malloc(0, 4 * MIB)
+    h.free(0)  # from now on up to 4 MiB comes from the heap
+    h.malloc(1, MIB)
+    h.malloc(2, MIB // 2)  # a neighbour that stays
+    h.malloc(3, MIB + 65536)  # the bigger copy cannot use the first's hole...
+    h.free(1)
+    assert h.resident >= h.live + MIB  # ...whose megabyte stays resident
+
+
+def test_tcmalloc_keeps_what_glibc_would_unmap_and_jemalloc_gives_back_oversize():
+    big = [HeapEvent(1, 64 * MIB), HeapEvent(1, 0), HeapEvent(2, MIB), HeapEvent(2, 0)]
+    glibc = replay_resident([big], allocator_choice("glibc"))
+    tcmalloc = replay_resident([big], allocator_choice("tcmalloc"))
+    jemalloc = replay_resident([big], allocator_choice("jemalloc"))
+    assert glibc.resident < MIB  # 64 MiB unmapped; 1 MiB mapped, then unmapped
+    assert tcmalloc.resident >= 64 * MIB  # every freed span kept
+    assert jemalloc.resident < 2 * MIB  # over 8 MiB: the oversize arena keeps nothing
+
+
+def test_jemalloc_rounds_to_four_size_classes_a_doubling():
+    h = heap("jemalloc")
+    assert h._chunk(5 * MIB) == 5 * MIB  # a class: 4, 5, 6, 7, 8 MiB
+    assert h._chunk(5 * MIB + 1) == 6 * MIB
+    assert heap("tcmalloc")._chunk(300_000) % 8192 == 0
+
+
+def test_kept_tensors_are_taken_on_the_first_pass_only():
+    step = [HeapEvent(1, 2 * MIB, "optimizer", kept=True), HeapEvent(2, MIB), HeapEvent(2, 0)]
+    h = replay_resident([step, step], allocator_choice("glibc"))
+    assert h.live == 2 * MIB and set(h.chunks) == {1}
+
+
+def _shape(batch: int, tokens: int, c: int, attention: str = "sdpa") -> Shape:
+    return Shape(batch, tokens, tokens, c, c, c, attention)
+
+
+@pytest.mark.parametrize(("name", "attention"), [("smollm2-135m", "sdpa"), ("gpt2", "eager"),
+                                                 ("pythia-70m", "sdpa"),
+                                                 ("qwen2.5-0.5b", "eager")])  # fmt: skip
+def test_generate_gives_back_everything_and_grows_the_cache_each_step(name, attention):
+    a = arch(name)
+    events = generate_events(a, _shape(1, 512, 4, attention), new_tokens=8)
+    assert not held_at_end(events)
+    taken = [e.key for e in events if e.nbytes]
+    assert len(set(taken)) == len(taken)
+    one = a.num_kv_heads * a.head_dim * 4  # a layer's keys, per position
+    sizes = {e.nbytes for e in events}
+    assert {one * 513, one * 519} <= sizes  # the first and the last decode step's copies
+
+
+def test_a_training_step_puts_the_vocabulary_sized_tensors_back_and_lora_takes_no_grads():
+    a = arch("smollm2-135m")
+    s = _shape(2, 256, 4)
+    full = training_step_events(a, s, 4, "adamw", False)
+    logits = 2 * 256 * a.vocab_size * 4
+    assert sum(e.nbytes == logits for e in full) >= 3  # log_softmax's output and two grads
+    lora = training_step_events(a, s, 4, "adamw", False, trains_weights=False)
+    assert not held_at_end(lora) and not [e for e in lora if e.phase == "optimizer"]
+    assert max(n for *_, n in walk(lora)) < max(n for *_, n in walk(full))
+
+
+def test_every_allocator_a_plan_names_is_in_the_catalogue_and_the_default_is_glibc():
+    assert tuple(allocator_choices()) == ALLOCATORS
+    assert InferencePlan().allocator == TrainingPlan().allocator == "glibc"
+    assert allocator_choice("glibc").env_vars == {}
+    assert allocator_choice("jemalloc").preload == "libjemalloc.so.2"
+
+
+def test_a_cpu_estimate_has_the_allocator_row_and_a_gpu_estimate_has_none():
+    a = arch("smollm2-135m")
+    plan = TrainingPlan(batch=2, seq=256, dtype="fp32")
+    cpu = estimate_training(a, plan, CPU)
+    assert "allocator" in cpu.breakdown and cpu.total_bytes == sum(cpu.breakdown.values())
+    assert cpu.phases[cpu.peak_phase] == cpu.total_bytes
+    assert "allocator" not in estimate_training(a, plan, GPU).breakdown
+    pinned = estimate_inference(a, InferencePlan(prompt_tokens=512, new_tokens=8,
+                                                 allocator="glibc-mmap64k"), CPU)  # fmt: skip
+    assert pinned.breakdown["allocator"] < MIB
+
+
+@pytest.mark.parametrize("plan", [InferencePlan(batch=1, prompt_tokens=1024, new_tokens=64,
+                                                weights="bf16"),
+                                  TrainingPlan(batch=1, seq=512, dtype="bf16")])  # fmt: skip
+def test_pinned_glibc_keeps_only_its_page_rounding(plan):
+    a = arch("qwen2.5-0.5b")
+    kept = {name: allocator_slack(a, _with(plan, name)) for name in ALLOCATORS}
+    pinned = kept["glibc-mmap64k"]
+    assert 0 <= pinned.slack_bytes < 0.005 * pinned.peak_live_bytes
+    assert all(k.peak_resident_bytes >= k.peak_live_bytes for k in kept.values())
+
+
+def _with(plan: InferencePlan | TrainingPlan, allocator: str) -> InferencePlan | TrainingPlan:
+    from dataclasses import replace
+
+    return replace(plan, allocator=allocator)
