@@ -78,6 +78,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -410,6 +411,14 @@ def run_closed_loop(
 ) -> list[Record]:
     rng = random.Random(seed)
     prompts = [make_prompt(rng, mix[0]) for _ in range(n)]
+    return closed_loop_over(prompts, concurrency,
+                            lambda prompt, t0, rec: stream_request(port, prompt, mix[1], t0, rec))  # fmt: skip
+
+
+def closed_loop_over(prompts: list[Any], clients: int,
+                     send: Callable[[Any, float, Record], Any]) -> list[Record]:  # fmt: skip
+    """`clients` threads, each sending the next of `prompts` (`send(prompt, t0, record)`) as
+    soon as its previous request is done; the records in sending order."""
     records: list[Record] = []
     lock = threading.Lock()
     t0 = time.perf_counter()
@@ -417,14 +426,14 @@ def run_closed_loop(
     def worker() -> None:
         while True:
             with lock:
-                if len(records) >= n:
+                if len(records) >= len(prompts):
                     return
                 rec = Record(arrival_s=None)
                 prompt = prompts[len(records)]
                 records.append(rec)
-            stream_request(port, prompt, mix[1], t0, rec)
+            send(prompt, t0, rec)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
     for th in threads:
         th.start()
     for th in threads:

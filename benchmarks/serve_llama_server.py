@@ -64,6 +64,7 @@ from serve_llama_cpp import (
     SEED,
     CpuMeter,
     Record,
+    closed_loop_over,
     free_port,
     machine,
     prepare_model,
@@ -187,25 +188,8 @@ def open_loop(port: int, mix: tuple[int, int], rate: float, n: int, window: floa
 def closed_loop(port: int, mix: tuple[int, int], clients: int, n: int, seed: int) -> list[Record]:
     rng = random.Random(seed)
     prompts = [prompt_ids(rng, mix[0]) for _ in range(n)]
-    records: list[Record] = []
-    lock, t0 = threading.Lock(), time.perf_counter()
-
-    def worker() -> None:
-        while True:
-            with lock:
-                if len(records) >= n:
-                    return
-                rec = Record(arrival_s=None)
-                prompt = prompts[len(records)]
-                records.append(rec)
-            stream(port, prompt, mix[1], t0, rec)
-
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(1800)
-    return records
+    return closed_loop_over(prompts, clients,
+                            lambda prompt, t0, rec: stream(port, prompt, mix[1], t0, rec))  # fmt: skip
 
 
 def no_load(port: int, mix: tuple[int, int], seed: int) -> dict[str, Any]:

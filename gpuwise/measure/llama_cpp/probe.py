@@ -49,12 +49,12 @@ def _model_files(cfg: GgufConfig, folder: Path) -> dict[str, Path]:
     return files
 
 
-def _quiet_run(path: Path, threads: int) -> dict[str, Any]:
-    """The timing with the least of the CPUs taken by other processes, of up to ATTEMPTS: on
-    a few cores one busy neighbour stalls llama.cpp's thread barriers."""
+def _quietest(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The run with the least of the CPUs taken by other processes, of up to ATTEMPTS: on a
+    few cores one busy neighbour stalls llama.cpp's thread barriers."""
     best: dict[str, Any] | None = None
     for _ in range(ATTEMPTS):
-        run = time_llama_cpp(path, threads=threads, n_prompt=N_PROMPT, n_gen=N_GEN, reps=REPS)
+        run = measure()
         share = run.get("others_cpu_share") or 0.0
         if best is None or share < (best.get("others_cpu_share") or 0.0):
             best = run
@@ -67,7 +67,8 @@ def _quiet_run(path: Path, threads: int) -> dict[str, Any]:
 def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, Any]:
     """One model's pp and tg: the median repetition of the quietest run (a repetition that
     another process stalled is an outlier, not a reading)."""
-    run = _quiet_run(path, threads)
+    run = _quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=N_PROMPT,
+                                           n_gen=N_GEN, reps=REPS))  # fmt: skip
     tb = tensor_bytes(path)
     pp_s = statistics.median(run["pp_samples_s"])
     tg_s = statistics.median(run["tg_samples_s"]) / N_GEN
@@ -76,22 +77,9 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, 
               "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
               "system_info": run["system_info"]}  # fmt: skip
     if cfg == PROBE_MODELS[-1]:
-        record["decode_steps"] = _quiet_decode(path, threads)
+        steps = _quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES))
+        record["decode_steps"] = dict(steps["step_s"])
     return record
-
-
-def _quiet_decode(path: Path, threads: int) -> dict[str, float]:
-    """Seconds a decode step at each of DECODE_CASES, from the quietest of up to ATTEMPTS."""
-    best: dict[str, Any] | None = None
-    for _ in range(ATTEMPTS):
-        run = time_decode_steps(path, threads=threads, cases=DECODE_CASES)
-        share = run.get("others_cpu_share") or 0.0
-        if best is None or share < (best.get("others_cpu_share") or 0.0):
-            best = run
-        if share < QUIET:
-            break
-    assert best is not None
-    return dict(best["step_s"])
 
 
 def rates_from_timings(timings: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
