@@ -1,0 +1,1 @@
+"""HTML reports: self-contained pages with plotly figures (docs/reports.md)."""
