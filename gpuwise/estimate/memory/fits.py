@@ -4,9 +4,11 @@ fits, and how many devices a plan needs. Each is a search over the pure estimato
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.memory.host_allocator import host_allocator_rows
 from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
 from gpuwise.workload import Architecture
@@ -27,25 +29,62 @@ def _largest(fits, low: int, high: int) -> int:  # type: ignore[no-untyped-def]
     return low
 
 
+Plan = InferencePlan | TrainingPlan
+SETTLING_ROUNDS = 4  # replays a held-slack search may take before it checks its answer
+
+
+def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Plan],
+                     low: int, high: int) -> int:  # fmt: skip
+    """The largest n in [low, high] whose plan `sized(n)` fits, the host allocator's slack
+    included. The slack is a heap replay (docs/memory.md, the CPU process), too slow to run at
+    every step of a search, so the search holds one replay's slack while it narrows: held at
+    the slack of a plan at least as large as the answer it is safe, held at a smaller plan's
+    it is optimistic; the two answers bracket the true one and close in within a few replays.
+    The last steps between the two replay at each step; if the slack does not grow with the
+    plan after all, the whole search replays at every step."""
+    def estimate(n: int, held: float | None) -> bool:
+        plan = sized(n)
+        if isinstance(plan, InferencePlan):
+            return estimate_inference(arch, plan, hw, held_slack=held).fits
+        return estimate_training(arch, plan, hw, held_slack=held).fits
+
+    def slack(n: int) -> float:
+        return host_allocator_rows(arch, sized(n), hw).get("allocator", 0.0)
+
+    def held_search(at: int, lo: int, hi: int) -> int:
+        held = slack(at)
+        return _largest(lambda n: estimate(n, held), lo, hi)
+
+    upper = held_search(low, low, high)
+    lower = 0
+    for _ in range(SETTLING_ROUNDS):
+        if upper == 0:
+            return 0
+        lower = held_search(upper, low, upper)
+        if lower in (0, upper):
+            break
+        upper = held_search(lower, lower, upper)
+    if lower and estimate(lower, None):  # the last few steps each with its own replay
+        return _largest(lambda n: estimate(n, None), lower, max(lower, upper))
+    return _largest(lambda n: estimate(n, None), low, high)
+
+
 def max_inference_batch(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
-    return _largest(lambda b: estimate_inference(arch, replace(plan, batch=b), hw).fits,
-                    1, 1 << 16)  # fmt: skip
+    return _largest_settled(arch, hw, lambda b: replace(plan, batch=b), 1, 1 << 16)
 
 
 def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
     """Largest prompt + generated tokens that fit at batch 1 (not capped by the model)."""
     new = plan.new_tokens
 
-    def fits(ctx: int) -> bool:
-        p = replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1))
-        return estimate_inference(arch, p, hw).fits
+    def sized(ctx: int) -> InferencePlan:
+        return replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1))
 
-    return _largest(fits, new + 1, MAX_TOKENS)
+    return _largest_settled(arch, hw, sized, new + 1, MAX_TOKENS)
 
 
 def max_training_batch(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> int:
-    return _largest(lambda b: estimate_training(arch, replace(plan, batch=b), hw).fits,
-                    1, 1 << 16)  # fmt: skip
+    return _largest_settled(arch, hw, lambda b: replace(plan, batch=b), 1, 1 << 16)
 
 
 def precision_that_fits(arch: Architecture, plan: InferencePlan, hw: Hardware) -> str | None:

@@ -137,53 +137,62 @@ class AllocatorSlack:
     mmap_threshold_bytes: int  # glibc's threshold at the end of the run
 
 
-def _generate_passes(arch: Architecture, plan: InferencePlan) -> list[list[HeapEvent]]:
-    fmt = weight_format(plan.weights)
-    c = weight_format(fmt.compute_dtype).bytes_per_element
-    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
-    stride = max(1, -(-plan.new_tokens // DECODE_STEPS_REPLAYED))
-    s = Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, kv, plan.attention)
-    steps = -(-max(0, plan.new_tokens - 1) // stride)
-    events = generate_events(arch, s, steps + 1, stride)
-    return [events]
-
-
-def _training_passes(arch: Architecture, plan: TrainingPlan) -> list[list[HeapEvent]]:
-    c = weight_format(plan.compute_dtype).bytes_per_element
-    param = 4.0 if plan.mixed else c
-    s = Shape(plan.batch, plan.seq, plan.seq, c, param, c, plan.attention)
-    step = training_step_events(arch, s, param, plan.optimizer, plan.checkpointing,
-                                trains_weights=plan.finetune == "full")  # fmt: skip
-    return [step] * TRAINING_STEPS
+@lru_cache(maxsize=256)
+def _generate_slack(arch: Architecture, allocator: str, shape: Shape, steps: int,
+                    stride: int) -> AllocatorSlack:  # fmt: skip
+    return _slack(allocator, [generate_events(arch, shape, steps, stride)])
 
 
 @lru_cache(maxsize=128)
-def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> AllocatorSlack:
-    """What the plan's allocator keeps beyond the live tensors at the process's peak."""
-    choice = allocator_choice(plan.allocator)
-    if isinstance(plan, InferencePlan):
-        passes = _generate_passes(arch, plan)
-    else:
-        passes = _training_passes(arch, plan)
+def _training_slack(arch: Architecture, allocator: str, shape: Shape, param: float,
+                    optimizer: str, checkpointing: bool, full: bool) -> AllocatorSlack:  # fmt: skip
+    step = training_step_events(arch, shape, param, optimizer, checkpointing, trains_weights=full)
+    return _slack(allocator, [step] * TRAINING_STEPS)
+
+
+def _slack(allocator: str, passes: list[list[HeapEvent]]) -> AllocatorSlack:
+    choice = allocator_choice(allocator)
     heap = replay_resident(passes, choice)
     return AllocatorSlack(choice.name, max(0, heap.peak_resident - heap.peak_live),
                           heap.peak_live, heap.peak_resident, heap.mmap_threshold)  # fmt: skip
 
 
-def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan,
-                        hw: Hardware) -> dict[str, float]:  # fmt: skip
+def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> AllocatorSlack:
+    """What the plan's allocator keeps beyond the live tensors at the process's peak. The
+    replay is cached on what it depends on (the tensors' shapes and dtypes), so plans that
+    differ only in their weight format share one."""
+    if isinstance(plan, InferencePlan):
+        fmt = weight_format(plan.weights)
+        c = weight_format(fmt.compute_dtype).bytes_per_element
+        kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
+        stride = max(1, -(-plan.new_tokens // DECODE_STEPS_REPLAYED))
+        s = Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, kv, plan.attention)
+        steps = -(-max(0, plan.new_tokens - 1) // stride)
+        return _generate_slack(arch, plan.allocator, s, steps + 1, stride)
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    param = 4.0 if plan.mixed else c
+    s = Shape(plan.batch, plan.seq, plan.seq, c, param, c, plan.attention)
+    return _training_slack(arch, plan.allocator, s, param, plan.optimizer, plan.checkpointing,
+                           plan.finetune == "full")  # fmt: skip
+
+
+def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
+                        held: float | None = None) -> dict[str, float]:  # fmt: skip
     """The "allocator" row of a CPU estimate (what the plan's host allocator keeps beyond the
-    live tensors); no row elsewhere."""
+    live tensors); no row elsewhere. `held` stands in for the replay: a search holds one
+    replay's slack while it narrows (fits.py)."""
     if hw.kind != "cpu":
         return {}
-    return {"allocator": float(allocator_slack(arch, plan).slack_bytes)}
+    slack = allocator_slack(arch, plan).slack_bytes if held is None else held
+    return {"allocator": float(slack)}
 
 
 def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
-                       parts: dict[str, float], notes: list[str]) -> float:  # fmt: skip
+                       parts: dict[str, float], notes: list[str],
+                       held: float | None = None) -> float:  # fmt: skip
     """`host_allocator_rows` put into `parts` before the overhead, with a note naming the
     allocator; the bytes it adds (0 off a CPU)."""
-    rows = host_allocator_rows(arch, plan, hw)
+    rows = host_allocator_rows(arch, plan, hw, held)
     if not rows:
         return 0.0
     overhead = parts.pop("overhead")

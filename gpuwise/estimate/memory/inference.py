@@ -29,9 +29,11 @@ def _logits_bytes(arch: Architecture, plan: InferencePlan, compute: float) -> fl
     return plan.batch * arch.vocab_size * (positions * compute + 2 * 4)
 
 
-def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
+def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
+                       held_slack: float | None = None) -> MemoryEstimate:  # fmt: skip
     """Peak memory of `generate()` under Hugging Face transformers on `hw` (or the plan's
-    serving runtime: llama.cpp or vLLM)."""
+    serving runtime: llama.cpp or vLLM). `held_slack`: the host allocator's slack from an
+    earlier replay, held while a search narrows (fits.py)."""
     if plan.runtime == "llama.cpp":
         return estimate_llama_cpp(arch, plan, hw)
     if plan.runtime in ("vllm", "sglang"):  # SGLang's pool is sized as vLLM's (docs/memory.md)
@@ -69,7 +71,7 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
                      f"{arch.max_position:,} positions: transformers fails or degrades past "
                      "them (GPT-2's learned positions stop a CUDA run on a device-side "
                      "assert); shorten the prompt or generate fewer tokens")  # fmt: skip
-    kept = host_allocator_row(arch, plan, hw, parts, notes)
+    kept = host_allocator_row(arch, plan, hw, parts, notes, held_slack)
     kept += inference_gpu_rows(arch, plan, hw, parts, notes)  # CUDA allocator, context, ...
     total_phases = {k: v + overhead + kept for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes))

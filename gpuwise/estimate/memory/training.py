@@ -225,8 +225,10 @@ def _gpu_rows(arch: Architecture, plan: TrainingPlan, hw: Hardware, tensors: flo
     return rows
 
 
-def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> MemoryEstimate:
-    """Peak memory of one training step on each device under the plan's stack."""
+def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
+                      held_slack: float | None = None) -> MemoryEstimate:  # fmt: skip
+    """Peak memory of one training step on each device under the plan's stack. `held_slack`:
+    the host allocator's slack from an earlier replay, held while a search narrows (fits.py)."""
     rt = runtime(hw.kind)
     placed = _placed(arch, plan, param_bytes(arch, plan))
     pb = placed.pb
@@ -274,7 +276,7 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> M
         rows = _gpu_rows(arch, plan, hw, tensors, loss.vocab_rows, str(saved["attention"]))
     else:
         dynamic = tensors - pb.weights - pb.optimizer
-        rows = {**host_allocator_rows(arch, plan, hw),  # glibc's heap on a CPU
+        rows = {**host_allocator_rows(arch, plan, hw, held_slack),  # glibc's heap on a CPU
                 "overhead": rt.baseline_bytes + rt.allocator_fraction * dynamic}
     parts.update(rows)
     notes = _notes(arch, plan, str(saved["attention"])) + placed.notes
