@@ -56,10 +56,13 @@ def loss_memory(arch: Architecture, plan: TrainingPlan, profile_logits: float,
     vocab = arch.vocab_size / plan.tp
     if plan.loss == "chunked":
         n = min(plan.loss_chunks, tokens)
-        # Eager: each chunk's log_softmax saves its fp32 output; compiled (the recipe
-        # compiles compute_cross_entropy), the bf16 logits and a logsumexp are kept instead.
-        kept = compute if plan.runtime == "compiled" else 4.0
-        return LossMemory(tokens * vocab * kept, tokens / n * vocab * 8, tokens / n, False)
+        # Eager: each chunk's log_softmax saves its fp32 output, and its backward holds two
+        # fp32 copies of a chunk. Compiled (the recipe compiles compute_cross_entropy), the
+        # bf16 logits and a logsumexp are kept, and the backward is one fused kernel that
+        # writes the chunk's gradient in the logits' dtype.
+        compiled = plan.runtime == "compiled"
+        kept, turn = (compute, compute) if compiled else (4.0, 8.0)
+        return LossMemory(tokens * vocab * kept, tokens / n * vocab * turn, tokens / n, False)
     if plan.loss == "fused":
         chunk = fused_chunk_rows(tokens, arch)
         head = arch.vocab_size * arch.hidden_size / plan.tp * head_weight_bytes

@@ -30,6 +30,7 @@ from gpuwise.estimate.memory.cuda_rows import (
 from gpuwise.estimate.memory.host_allocator import host_allocator_rows
 from gpuwise.estimate.memory.stack_features import (
     LOSS_STACKS,
+    LossMemory,
     deepspeed_bucket,
     fsdp2_working_set,
     loss_memory,
@@ -247,7 +248,8 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     adapter = weight_format(plan.adapter_dtype).bytes_per_element
     state = 4.0 if plan.mixed and full else (compute if full else adapter)
     step_temp = step_temporary(plan, pb, rt.optimizer_foreach, state)
-    extra = max(loss.turn, head_grad) + float(saved["recompute"]) + dequant
+    logits_in_bwd, extra = _backward_extra(plan, loss, head_grad,
+                                           float(saved["recompute"]) + dequant)  # fmt: skip
     if plan.optimizer_in_backward:
         extra += step_temp
     on_host = "params" in plan.offload  # the step runs on the host (FSDP2 CPUOffloadPolicy)
@@ -260,12 +262,13 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
         working = fsdp2_working_set(arch, plan, param, grad)
     acts, base = float(saved["acts"]), pb.weights + pb.optimizer
     phases = {"forward": base + working + acts + loss.saved,
-              "backward": base + working + acts + loss.saved + extra}
+              "backward": base + working + acts + logits_in_bwd + extra}
     if not plan.optimizer_in_backward and not on_host:
         phases["optimizer step"] = base + pb.gradients + step_temp
     phase = max(phases, key=lambda k: phases[k])
     parts = {"weights": pb.weights, "gradients": 0.0, "optimizer": pb.optimizer,
-             "activations": acts, "logits": loss.saved,
+             "activations": acts,
+             "logits": logits_in_bwd if phase == "backward" else loss.saved,
              "workspace": extra if phase == "backward" else 0.0}  # fmt: skip
     if phase == "optimizer step":
         parts.update(gradients=pb.gradients, activations=0.0, logits=0.0, workspace=step_temp)
@@ -283,6 +286,24 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     total_phases = {k: v + sum(rows.values()) for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
                          total_phases, notes)  # fmt: skip
+
+
+def _backward_extra(plan: TrainingPlan, loss: LossMemory, head_grad: float,
+                    layer_work: float) -> tuple[float, float]:  # fmt: skip
+    """The logits still held and the workspace at the backward's peak. transformers' loop
+    keeps the model's output (the logits) to the end of the step, so the loss's turn, the
+    head's gradient and a layer's recomputation count together. torchtune's recipes `del
+    logits` before `loss.backward()` (recipes/full_finetune_single_device.py, "free logits
+    otherwise it peaks backward memory"): the chunks' saved logits go as the loss's backward
+    finishes, before the layers' (recomputed) backward starts, so the peak is the larger of
+    the two."""
+    if plan.loss != "chunked":
+        return loss.saved, max(loss.turn, head_grad) + layer_work
+    at_loss = loss.saved + max(loss.turn, head_grad)
+    in_layers = head_grad + layer_work
+    if at_loss >= in_layers:
+        return loss.saved, max(loss.turn, head_grad)
+    return 0.0, in_layers
 
 
 def _runtime_name(base: str, plan: TrainingPlan) -> str:
