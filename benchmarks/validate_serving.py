@@ -161,7 +161,7 @@ from pathlib import Path
 
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.catalog.costs import load_costs
-from gpuwise.estimate.serve.metrics import Power, Slo, percentiles, summary
+from gpuwise.estimate.serve.metrics import Power, Slo, busy_joules, percentiles, summary
 from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine
 from gpuwise.estimate.serve.simulate import Trace, simulate
 from gpuwise.estimate.speed.device_rates import rates_from_spec
@@ -535,12 +535,8 @@ def power_of(hw, tp: int) -> Power:
 
 
 def busy_power(trace: Trace, power: Power) -> float:
-    """Average watts while the engine works: compute-bound, memory-bound and host time at
-    their powers (estimate/serve/metrics.energy)."""
-    memory = trace.busy_s - trace.compute_s - trace.host_s
-    joules = (trace.compute_s * power.busy_w + memory * (power.memory_w or power.busy_w)
-              + trace.host_s * power.idle_w)  # fmt: skip
-    return joules / max(trace.busy_s, 1e-12)
+    """Average watts while the engine works (estimate/serve/metrics.busy_joules)."""
+    return busy_joules(trace, power) / max(trace.busy_s, 1e-12)
 
 
 def energy_row(e: dict, spread: str) -> dict:

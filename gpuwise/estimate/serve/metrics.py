@@ -25,8 +25,8 @@ class Slo:
 @dataclass(frozen=True)
 class Power:
     """Watts of the replica's devices (catalog/data/costs.toml): compute-bound work at
-    `busy_w`, memory-bound work at `memory_w` (None: `busy_w`), the host's share of a step
-    and idle time at `idle_w`."""
+    `busy_w`, memory-bound work and the host's share between steps at `memory_w` (None:
+    `busy_w`), time with no step to run at `idle_w`."""
 
     busy_w: float
     idle_w: float
@@ -74,13 +74,23 @@ def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:
     return rec
 
 
-def energy(trace: Trace, window_s: float, requests: int, tokens: int, power: Power) -> dict:
-    """Joules over the run: each step's compute-bound time at the busy power, its
-    memory-bound time at the memory power, the host's share and the idle time at idle."""
+def busy_joules(trace: Trace, power: Power) -> float:
+    """Joules while the engine works: each step's compute-bound time at the busy power, the
+    rest of it (memory-bound time and the host's share between steps) at the memory power.
+    A gap of a few milliseconds between steps does not let the device leave its active
+    performance state (it drops to P5/P8 only after a delay: NVIDIA developer forum, "Avoiding
+    performance mode slowdown"), and the memory power is itself a measured serving draw,
+    gaps included (catalog/data/costs.toml, memory_power_fraction)."""
     memory_w = power.busy_w if power.memory_w is None else power.memory_w
-    memory_s = trace.busy_s - trace.compute_s - trace.host_s
-    idle_s = max(0.0, window_s - trace.busy_s) + trace.host_s
-    joules = trace.compute_s * power.busy_w + memory_s * memory_w + idle_s * power.idle_w
+    return trace.compute_s * power.busy_w + (trace.busy_s - trace.compute_s) * memory_w
+
+
+def energy(trace: Trace, window_s: float, requests: int, tokens: int, power: Power) -> dict:
+    """Joules over the run: the busy time as `busy_joules` charges it, the time with no step
+    to run at the idle power."""
+    memory_w = power.busy_w if power.memory_w is None else power.memory_w
+    idle_s = max(0.0, window_s - trace.busy_s)
+    joules = busy_joules(trace, power) + idle_s * power.idle_w
     return {"joules": joules, "per_1000_requests_j": 1000 * joules / requests,
             "per_million_tokens_j": 1e6 * joules / tokens, "per_output_token_j": joules / tokens,
             "average_w": joules / window_s, "busy_w": power.busy_w, "memory_w": memory_w,
