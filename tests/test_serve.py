@@ -188,3 +188,15 @@ def test_the_prefix_cache_computes_a_shared_system_prompt_once():
     assert cached["kv_peak_fraction"] < uncached["kv_peak_fraction"]
     # Without a shared prefix the cache changes nothing.
     assert run(on, 12.0, 200, lengths)["ttft_s"] == run(off, 12.0, 200, lengths)["ttft_s"]
+
+
+def test_energy_charges_the_hosts_gaps_at_the_memory_power_and_only_idle_time_at_idle():
+    from gpuwise.estimate.serve.metrics import Power, busy_joules, energy
+    from gpuwise.estimate.serve.simulate import Trace
+
+    trace = Trace([], busy_s=10.0, compute_s=4.0, host_s=2.0)
+    power = Power(busy_w=700.0, idle_w=100.0, memory_w=500.0)
+    # compute-bound 4 s at 700 W; memory-bound 4 s and the host's 2 s between steps at 500 W
+    assert busy_joules(trace, power) == pytest.approx(4 * 700 + 6 * 500)
+    rec = energy(trace, window_s=15.0, requests=10, tokens=1000, power=power)
+    assert rec["joules"] == pytest.approx(4 * 700 + 6 * 500 + 5 * 100)  # 5 s with no step
