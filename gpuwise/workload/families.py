@@ -80,7 +80,7 @@ def _decoder(cfg: dict[str, Any], **overrides: Any) -> Fields:
         max_position=_get(cfg, "max_position_embeddings", "n_positions", default=0,
                           required=False),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        gated_mlp=True, activation=cfg.get("hidden_act", "silu"),
+        gated_mlp=True, activation=cfg.get("hidden_act") or "silu",
         norm="rms", norm_bias=False,
         qkv_bias=bool(cfg.get("attention_bias", False)),
         o_bias=bool(cfg.get("attention_bias", False)),
@@ -106,7 +106,7 @@ def _gpt2(cfg: dict[str, Any]) -> Fields:
         intermediate_size=cfg.get("n_inner") or 4 * d,
         num_kv_heads=1 if multi_query else heads,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-        gated_mlp=False, activation=cfg.get("activation_function", "gelu_new"),
+        gated_mlp=False, activation=cfg.get("activation_function") or "gelu_new",
         norm="layer", norm_bias=True, qkv_bias=True, o_bias=True, mlp_bias=True,
         position="learned",
         attention_dropout=float(cfg.get("attn_pdrop") or 0.0),
@@ -117,7 +117,7 @@ def _gpt2(cfg: dict[str, Any]) -> Fields:
 
 def _gpt_neox(cfg: dict[str, Any]) -> Fields:
     return _decoder(
-        cfg, gated_mlp=False, activation=cfg.get("hidden_act", "gelu"), norm="layer",
+        cfg, gated_mlp=False, activation=cfg.get("hidden_act") or "gelu", norm="layer",
         norm_bias=True, qkv_bias=bool(cfg.get("attention_bias", True)),
         o_bias=bool(cfg.get("attention_bias", True)), mlp_bias=True,
         parallel_residual=bool(cfg.get("use_parallel_residual", True)),
@@ -131,14 +131,14 @@ def _qwen2(cfg: dict[str, Any]) -> Fields:
 def _gemma2(cfg: dict[str, Any]) -> Fields:
     return _decoder(
         cfg, tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-        activation=cfg.get("hidden_activation") or cfg.get("hidden_act", "gelu_pytorch_tanh"),
+        activation=cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh",
         norms_per_layer=4 if cfg.get("model_type") == "gemma2" else 2,
     )  # fmt: skip
 
 
 def _phi(cfg: dict[str, Any]) -> Fields:
     return _decoder(
-        cfg, gated_mlp=False, activation=cfg.get("hidden_act", "gelu_new"), norm="layer",
+        cfg, gated_mlp=False, activation=cfg.get("hidden_act") or "gelu_new", norm="layer",
         norm_bias=True, qkv_bias=True, o_bias=True, mlp_bias=True, lm_head_bias=True,
         parallel_residual=True, norms_per_layer=1,
         qk_norm=bool(cfg.get("qk_layernorm", False)),
