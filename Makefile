@@ -17,7 +17,7 @@ run: install
 # torch first, pinned to the CPU build on this disk, so no extra ever pulls a CUDA build.
 install-test: $(PY)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[torch,nvidia,dev,checkpoints]'
+	$(PIP) install -q -e '.[torch,nvidia,dev,checkpoints,prometheus,html,ray]'
 
 test: install-test
 	$(VENV)/bin/ruff check gpuwise tests benchmarks tools

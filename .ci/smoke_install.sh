@@ -88,11 +88,18 @@ refused "$G" infer llama-3.1-8b --on h100 --runtime vlm          # did you mean 
 refused "$G" probe --runtime llama.cpp                           # llama-cpp-python not installed
 refused "$G" serve llama-3.1-8b --on h100 --rate 5 --ttft-ms 1    # below one request's own TTFT
 refused "$G" serve llama-3.1-8b --on h100 --trace /etc/hostname   # not JSON lines
+refused "$G" check llama-3.1-8b --on h100 --html "$work/check.html"  # plotly not installed
+refused "$G" watch --prometheus 127.0.0.1:0 -- "$work/venv/bin/python" job.py  # prometheus-client not installed
 
 # With torch (the CPU build on this disk, pinned first so no extra pulls a CUDA build).
 "$work/venv/bin/pip" install -q torch==2.13.0
-"$work/venv/bin/pip" install -q "$wheel[torch]"
+"$work/venv/bin/pip" install -q "$wheel[torch,html,prometheus]"
+ok "$G" watch --json --prometheus 127.0.0.1:0 --log "$work/watch-prometheus.jsonl" -- "$work/venv/bin/python" job.py
 ok "$G" module smoke_model:build --input 8x64 --train --json
+ok "$G" module smoke_model:build --input 8x64 --train --html "$work/module.html"
+ok "$G" infer llama-3.1-8b --on h100 --html "$work/infer.html"
+head -1 "$work/infer.html" | grep -q '^<!DOCTYPE html><!-- gpuwise report -->$' \
+  && echo "ok: the HTML report" || { echo "FAILED: the HTML report"; failed=1; }
 ok "$G" probe --quick --json
 ok "$G" validate infer smollm2-135m --prompt 32 --new-tokens 2 --weights fp32 --json
 "$work/venv/bin/python" -c "import gpuwise, torch; e = gpuwise.from_module(torch.nn.Linear(8, 8), (4, 8)); assert e.memory.total_bytes > 0" \

@@ -5,7 +5,8 @@ The command line is `gpuwise` (`gpuwise --help`). In a Python program:
 - `from_module(model, example_inputs, training=False, ...)`: memory and time of any PyTorch
   module, traced on the meta device (no memory, no weights used).
 - `watch()`: `with gpuwise.watch() as w:` times a training loop from inside (`w.loader(...)`,
-  `w.phase("forward")`, `w.step()`); `gpuwise watch --report` reads its log.
+  `w.phase("forward")`, `w.step()`); `gpuwise watch --report` reads its log;
+  `watch(prometheus=9400)` also serves its metrics for Prometheus.
 - `seed_everything(seed=None)`: seed Python, NumPy and torch the way `gpuwise repro` asks.
 - `report_metric(name, value)`: hand a run's result to `gpuwise repro`.
 - `report_params_hash(model)`: the parameters' hash, to tell bit-identical runs apart.

@@ -79,6 +79,35 @@ def test_a_hole_too_small_for_a_growing_tensor_keeps_its_pages():
     assert h.resident >= h.live + MIB  # ...whose megabyte stays resident
 
 
+def test_a_training_pass_carves_freed_chunks_so_a_same_size_tensor_goes_on_top():
+    # a step's small allocations take the start of a freed tensor's chunk until the step ends
+    held = {}
+    for carve in (0, allocator_choice("glibc").carved_by_small_bytes):
+        h = ResidentHeap(choice=allocator_choice("glibc"), carve=carve)
+        h.malloc(0, 4 * MIB)
+        h.free(0)  # from now on up to 4 MiB comes from the heap
+        h.malloc(1, MIB)
+        h.malloc(2, MIB // 2)  # a neighbour that stays
+        h.free(1)
+        h.malloc(3, MIB)  # the same size: into the hole, unless it was carved
+        held[carve] = h.resident
+        h.end_pass()
+        assert h.carved == []  # the pieces go back when the pass ends
+    plain, carved = held.values()
+    assert carved >= plain + MIB
+
+
+def test_only_glibc_carves_and_only_a_training_replay():
+    assert allocator_choice("glibc").carved_by_small_bytes > 0
+    for name in ("glibc-mmap64k", "jemalloc", "tcmalloc"):
+        assert allocator_choice(name).carved_by_small_bytes == 0
+    infer = InferencePlan(batch=2, prompt_tokens=512, new_tokens=8)
+    train = TrainingPlan(batch=2, seq=256)
+    smollm = arch("smollm2-135m")
+    assert allocator_slack(smollm, train).slack_bytes > 100 * MIB  # its gradients go on top
+    assert allocator_slack(smollm, infer).slack_bytes < 20 * MIB
+
+
 def test_tcmalloc_keeps_what_glibc_would_unmap_and_jemalloc_gives_back_oversize():
     big = [HeapEvent(1, 64 * MIB), HeapEvent(1, 0), HeapEvent(2, MIB), HeapEvent(2, 0)]
     glibc = replay_resident([big], allocator_choice("glibc"))

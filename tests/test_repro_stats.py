@@ -170,3 +170,45 @@ def test_terminal_view_says_what_is_measured_and_what_is_not(tmp_path: Path) -> 
     assert "0.0625" in text  # threads: variance 0.125 over the seeds' 2
     assert "runs needed per setting" in text and "(estimated" in text and "(measured)" in text
     assert "NA: no RAPL counters" in text and "NA (no step hashes)" in text
+
+
+# --- hardware as a source of variance ---------------------------------------------------------
+
+
+def test_group_share_by_hand() -> None:
+    from gpuwise.estimate.repro.stats import group_share
+
+    # means 2 and 6 around 4: MSB = 16, MSW = 2, F(1, 2) = 8, whose cdf is sqrt(f / (f + 2));
+    # n0 = 2, so the between component is (16 - 2) / 2 = 7 and its share 7 / 9.
+    g = group_share([1.0, 3.0, 5.0, 7.0], ["a", "a", "b", "b"])
+    assert g.runs == {"a": 2, "b": 2} and g.means == {"a": 2.0, "b": 6.0}
+    assert g.f == pytest.approx(8.0) and g.within == pytest.approx(2.0)
+    assert g.p == pytest.approx(1 - math.sqrt(0.8)) and g.share == pytest.approx(7 / 9)
+    # unbalanced: n0 = (N - Σn²/N) / (k - 1); a between component below zero is 0
+    u = group_share([1.0, 2.0, 3.0, 2.0, 2.5], ["a", "a", "a", "b", "b"])
+    assert u.between == 0.0 and u.share == 0.0 and u.p is not None and u.p > 0.5
+    same = group_share([0.5, 0.5, 0.7, 0.7], ["x", "x", "y", "y"])
+    assert (same.share, same.p, same.f) == (1.0, 0.0, math.inf)  # identical within, not between
+    assert group_share([0.5] * 4, ["x", "x", "y", "y"]).share == 0.0
+    assert group_share([1.0, 2.0], ["x", "y"]).share is None  # no spread within a group
+    assert group_share([1.0, 2.0], ["x", "x"]).note == "one group"
+
+
+def _placed(name: str, values: list[float], hardware: list[str | None]) -> ConditionRuns:
+    n = len(values)
+    return ConditionRuns(name, {"loss": values}, [None] * n, [[] for _ in values], [1.0] * n,
+                         [None] * n, hardware={"loss": hardware})  # fmt: skip
+
+
+def test_hardware_is_a_source_only_when_more_than_one_kind_ran() -> None:
+    seeds = [0.50, 0.52, 0.49, 0.51]
+    one = analyze([_placed("same-seed", [0.5] * 4, ["H100"] * 4),
+                   _placed("seeds", seeds, ["H100"] * 4)])  # fmt: skip
+    bare = analyze([_placed("same-seed", [0.5] * 4, []), _placed("seeds", seeds, [])])
+    assert one.hardware == [] and one == bare  # one kind: the analysis of a single machine
+    two = analyze([_placed("same-seed", [0.5, 0.5, 0.6, 0.6], ["H100", "H100", "A100", "A100"]),
+                   _placed("seeds", seeds, ["H100", "H100", "A100", None])])  # fmt: skip
+    by = {(h.condition, h.metric): h.groups for h in two.hardware}
+    assert by[("same-seed", "loss")].share == 1.0
+    assert by[("seeds", "loss")].runs == {"A100": 1, "H100": 2}  # unknown hardware left out
+    assert [f.code for f in two.findings] == ["hardware-differs"]

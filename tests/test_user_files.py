@@ -119,10 +119,11 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
                                       "--", *PASS)),  # fmt: skip
     "advise-measured-util": ("run.jsonl", ("advise", "llama-3.1-8b", "--requests-per-day", "1000",
                                            option_now("--measured-util"), "PATH")),  # fmt: skip
+    "infer-html": ("report.html", ("infer", "llama-3.1-8b", "--on", "h100", "--html", "PATH")),
 }
 
 
-OUTPUTS = ("watch-log", "repro-results", "repro-fresh")  # commands that write PATH
+OUTPUTS = ("watch-log", "repro-results", "repro-fresh", "infer-html")  # commands that write PATH
 
 
 def test_an_empty_file_is_a_fine_output(tmp_path: Path) -> None:
@@ -131,7 +132,11 @@ def test_an_empty_file_is_a_fine_output(tmp_path: Path) -> None:
         path = _empty(tmp_path, f"{command}-{name}")
         proc = gpuwise(*(str(path) if a == "PATH" else a for a in argv), cwd=tmp_path)
         assert "is not a gpuwise" not in proc.stderr and "Traceback" not in proc.stderr
-        header = json.loads(path.read_text().splitlines()[0])  # gpuwise's own, first line
+        first = path.read_text().splitlines()[0]  # gpuwise's own, first line
+        if path.suffix == ".html":
+            assert first == "<!DOCTYPE html><!-- gpuwise report -->", first
+            continue
+        header = json.loads(first)
         assert header["kind"] in ("header", "study"), header
 
 

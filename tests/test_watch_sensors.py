@@ -56,7 +56,8 @@ def test_gpu_sensor_readings_and_reasons(monkeypatch):
     gpu = GpuSensor(fake_nvml())
     assert gpu.names == ["NVIDIA A100-SXM4-80GB"]
     assert gpu.read() == [{"index": 0, "util_percent": 87, "sm_percent": None,
-                           "mem_used_bytes": 40 * 2**30, "power_w": 312.0, "energy_j": 5000.0}]  # fmt: skip
+                           "mem_used_bytes": 40 * 2**30, "mem_total_bytes": 80 * 2**30,
+                           "power_w": 312.0, "energy_j": 5000.0}]  # fmt: skip
     assert "Hopper" in gpu.unavailable["sm_active"]
     no_energy = GpuSensor(fake_nvml(fail={"nvmlDeviceGetTotalEnergyConsumption": "Not Supported"}))
     assert no_energy.read()[0]["energy_j"] is None and no_energy.unavailable["energy"]

@@ -98,3 +98,34 @@ def _fp32(arch: Architecture, plan: TrainingPlan, hw: Hardware, rates: DeviceRat
     if fp32 is None:
         return None
     return Fp32Alternative(fp32, estimate_training(arch, replace(plan, dtype="fp32"), hw).total_bytes)
+
+
+@dataclass(frozen=True)
+class BatchPoint:
+    """The plan at another batch: its step and tokens/s, and its memory (estimated)."""
+
+    batch: int
+    step_s: float
+    tokens_per_s: float
+    memory: MemoryEstimate
+
+
+LARGEST_BATCH_SWEPT = 4096
+
+
+def batch_sweep(answer: TrainAnswer) -> list[BatchPoint]:
+    """The batch doubled from 1 to twice the largest that fits (at least 8; and the plan's
+    own batch), each timed and sized like the plan: the HTML report's speed and memory
+    figures. Batches that do not fit are kept, their `memory.fits` false."""
+    arch, plan, hw = answer.arch, answer.plan, answer.hardware
+    rates, _ = rates_for(hw)
+    if rates is None or answer.time is None:
+        return []
+    top = min(max(2 * answer.fits.max_batch, 8), LARGEST_BATCH_SWEPT)
+    batches = sorted({plan.batch, *(2**i for i in range(13) if 2**i <= top)})
+    points = []
+    for batch in batches:
+        p = replace(plan, batch=batch)
+        t = estimate_training_time(arch, p, rates)
+        points.append(BatchPoint(batch, t.step_s, t.tokens_per_s, estimate_training(arch, p, hw)))
+    return points

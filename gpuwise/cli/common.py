@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -122,6 +124,53 @@ Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw_fused 
 Checkpointing = Annotated[bool, typer.Option(
     "--checkpointing", help="activation checkpointing: keep layer inputs only, recompute the "
     "rest in backward")]  # fmt: skip
+
+
+Html = Annotated[Path | None, typer.Option(
+    "--html", metavar="FILE", show_default=False, dir_okay=False,
+    help="also write a self-contained HTML report with plots to FILE (opens offline; needs "
+         "pip install 'gpuwise[html]'); replaces only gpuwise's own reports")]  # fmt: skip
+
+
+def html_output(path: Path | None) -> Path | None:
+    """The --html file, checked before any work: plotly is installed and the file is new,
+    empty or a gpuwise report (never a user's file). Imports no plotting code."""
+    if path is None:
+        return None
+    import importlib.util
+
+    from gpuwise.errors import GpuwiseError
+    from gpuwise.report.html.output import check_output
+
+    if importlib.util.find_spec("plotly") is None:
+        raise GpuwiseError("--html needs plotly, which is not installed",
+                           "pip install 'gpuwise[html]'")  # fmt: skip
+    return check_output(path)
+
+
+def write_html(path: Path | None, build: Callable[[Any], Any]) -> None:
+    """Write the HTML report `build(gpuwise.report.html.pages)` makes to `path` (nothing
+    without --html: the pages and their figures are imported only here)."""
+    if path is None:
+        return
+    from dataclasses import replace
+    from importlib.metadata import version
+
+    from gpuwise.report.html import pages
+    from gpuwise.report.html.output import write_page
+
+    page = build(pages)
+    stamp = f"gpuwise {version('gpuwise')}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    size = write_page(path, replace(page, subtitle=f"{page.subtitle} {stamp}".strip()))
+    if sys.stderr.isatty():
+        sys.stderr.write(f"HTML report: {path} ({size / 2**20:.1f} MiB)\n")
+
+
+def roofs(hw: Any) -> Any:
+    """`app.roofs.roofs_for`, imported when a report needs it."""
+    from gpuwise.app.roofs import roofs_for
+
+    return roofs_for(hw)
 
 
 def emit(view: tuple[Any, Any], as_json: bool) -> None:

@@ -12,7 +12,17 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuwise.cli.common import NEW_TOKENS, PROMPT_TOKENS, Command, Model, app, emit
+from gpuwise.cli.common import (
+    NEW_TOKENS,
+    PROMPT_TOKENS,
+    Command,
+    Html,
+    Model,
+    app,
+    emit,
+    html_output,
+    write_html,
+)
 
 _KW = inspect.Parameter.KEYWORD_ONLY
 
@@ -95,6 +105,7 @@ ASSUMPTIONS = [
 ]
 MODEL = inspect.Parameter("model", _KW, annotation=Model)
 AS_JSON = _opt("as_json", bool, False, "print one JSON object", "--json")
+HTML = inspect.Parameter("html", _KW, default=None, annotation=Html)
 SHOW_ASSUMPTIONS = _opt("show_assumptions", bool, False, "list the cost assumptions with their "
                         "values and sources (always in --json)", "--assumptions")  # fmt: skip
 
@@ -121,7 +132,10 @@ def advise(**kw: Any) -> None:
     from gpuwise.app.cost import advise_options
     from gpuwise.report.cost_view import advice_view
 
-    emit(advice_view(advise_options(kw), kw["show_all"], kw["show_assumptions"]), kw["as_json"])
+    html = html_output(kw.pop("html"))
+    answer = advise_options(kw)
+    emit(advice_view(answer, kw["show_all"], kw["show_assumptions"]), kw["as_json"])
+    write_html(html, lambda pages: pages.advise_page(answer, kw["show_all"]))
 
 
 def cost(**kw: Any) -> None:
@@ -129,14 +143,17 @@ def cost(**kw: Any) -> None:
     from gpuwise.app.cost import cost_option
     from gpuwise.report.cost_view import cost_view
 
-    emit(cost_view(cost_option(kw), kw["show_assumptions"]), kw["as_json"])
+    html = html_output(kw.pop("html"))
+    answer = cost_option(kw)
+    emit(cost_view(answer, kw["show_assumptions"]), kw["as_json"])
+    write_html(html, lambda pages: pages.cost_page(answer))
 
 
 advise.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [MODEL, *WORKLOAD, *ASSUMPTIONS,
      _opt("show_all", bool, False, "show every option, not the first 15", "--all"),
      _opt("local", bool, True, "include this machine", "--local/--no-local"), SHOW_ASSUMPTIONS,
-     AS_JSON])  # fmt: skip
+     AS_JSON, HTML])  # fmt: skip
 cost.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [MODEL, _opt("on", str, "local", "catalogue device id or alias (`gpuwise hardware`), "
                  "'local': this machine, or 'api': a hosted API"),
@@ -148,6 +165,6 @@ cost.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
           "catalogue's list price)"),
      _opt("rate", float | None, None, "on-demand rental per device, USD/h (default: the "
           "catalogue's cloud price)"),
-     *WORKLOAD, *ASSUMPTIONS, SHOW_ASSUMPTIONS, AS_JSON])  # fmt: skip
+     *WORKLOAD, *ASSUMPTIONS, SHOW_ASSUMPTIONS, AS_JSON, HTML])  # fmt: skip
 app.command(cls=CostCommand)(advise)
 app.command(cls=CostCommand)(cost)

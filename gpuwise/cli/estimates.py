@@ -18,6 +18,7 @@ from gpuwise.cli.common import (
     Checkpointing,
     Dtype,
     Group,
+    Html,
     Json,
     Model,
     NewTokens,
@@ -29,7 +30,10 @@ from gpuwise.cli.common import (
     app,
     emit,
     hardware_named,
+    html_output,
     model_named,
+    roofs,
+    write_html,
 )
 from gpuwise.cli.runtime_options import (
     Ctx,
@@ -90,20 +94,24 @@ def main_job(ctx: typer.Context, as_json: Json = False, version: Version = False
 @app.command()
 def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
           new_tokens: NewTokens = NEW_TOKENS, batch: Batch = 1, runtime: Runtime = "transformers",
-          ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None, as_json: Json = False) -> None:  # fmt: skip
+          ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None, as_json: Json = False,
+          html: Html = None) -> None:  # fmt: skip
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.app.check import check as check_model
     from gpuwise.app.checkpoint_weights import plan_weights
     from gpuwise.report.estimate_views import check_view
     from gpuwise.workload.plans import InferencePlan
 
+    html = html_output(html)
     resolved, arch = model_named(model)
     chosen = plan_weights(resolved, runtime, None)
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
                          weights=chosen["weights"], stored_weights=chosen["stored_weights"],
                          runtime=runtime, context_alloc=ctx,
                          gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
-    emit(check_view(check_model(resolved, arch, hardware_named(on), plan)), as_json)
+    answer = check_model(resolved, arch, hardware_named(on), plan)
+    emit(check_view(answer), as_json)
+    write_html(html, lambda pages: pages.check_page(answer))
 
 
 @app.command()
@@ -121,7 +129,7 @@ def infer(
         "--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "
         "(default: all on the GPU)", show_default=False)] = None,
     ops: Ops = False, allocator: Allocator = "glibc",
-    expandable_segments: ExpandableSegments = False, as_json: Json = False,
+    expandable_segments: ExpandableSegments = False, as_json: Json = False, html: Html = None,
 ) -> None:  # fmt: skip
     """Memory and time of generating text with a model, a .gguf or a .safetensors checkpoint,
     under transformers (default), torch.compile, vLLM, SGLang or llama.cpp."""
@@ -130,6 +138,7 @@ def infer(
     from gpuwise.report.estimate_views import infer_view
     from gpuwise.workload.plans import InferencePlan
 
+    html = html_output(html)
     resolved, arch = model_named(model)
     chosen = plan_weights(resolved, runtime, weights)
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
@@ -141,6 +150,7 @@ def infer(
                          expandable_segments=expandable_segments)  # fmt: skip
     answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"])
     emit(infer_view(answer, ops), as_json)
+    write_html(html, lambda pages: pages.infer_page(answer, roofs(answer.hardware)))
 
 
 @app.command()
@@ -169,13 +179,14 @@ def train(
     checkpointing_policy: CheckpointingPolicy = "full", double_quant: DoubleQuant = True,
     quant_compute_dtype: QuantComputeDtype = None, kbit_prepare: KbitPrepare = True,
     adapter_dtype: AdapterDtype = "fp32", expandable_segments: ExpandableSegments = False,
-    as_json: Json = False,
+    as_json: Json = False, html: Html = None,
 ) -> None:  # fmt: skip
     """Memory of one training step: weights, gradients, optimizer, activations, under the
     memory features of the stack named (torchtune, Liger, DeepSpeed, FSDP2, torchtitan)."""
     from gpuwise.app.train import train as train_model
     from gpuwise.report.estimate_views import train_view
 
+    html = html_output(html)
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
                           checkpointing, gpus, zero, tp, attention, runtime, allocator)  # fmt: skip
     plan = replace(plan, **stack_fields(
@@ -187,6 +198,11 @@ def train(
                            "give the number of tokens to train on, e.g. 2e9")  # fmt: skip
     answer = train_model(*model_named(model), hardware_named(on), plan, train_tokens or 0.0)
     emit(train_view(answer, ops), as_json)
+    if html is not None:
+        from gpuwise.app.train import batch_sweep
+
+        sweep = batch_sweep(answer)
+        write_html(html, lambda pages: pages.train_page(answer, roofs(answer.hardware), sweep))
 
 
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,
@@ -210,7 +226,7 @@ def probe(
     runtime: Annotated[str, typer.Option(
         "--runtime", help="transformers (its per-op costs, where installed) or llama.cpp "
         "(also times llama.cpp here through llama-cpp-python: about 2 minutes)")] = "transformers",
-    as_json: Json = False,
+    as_json: Json = False, html: Html = None,
 ) -> None:
     """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead, and a
     runtime's own speed) and save it."""
@@ -218,12 +234,18 @@ def probe(
     from gpuwise.report.probe_view import probe_view
     from gpuwise.report.progress import progress_bar
 
+    html = html_output(html)
     if not 1 <= repeat <= 10:
         raise GpuwiseError(f"--repeat {repeat}: takes 1 to 10 probes", "3 is enough for a "
                            "machine whose speed moves; 1 (the default) for a steady one")  # fmt: skip
     with progress_bar(quiet=as_json) as progress:
         answer = probe_machine(quick, repeat, progress, runtime)
     emit(probe_view(answer), as_json)
+    if html is not None:
+        from gpuwise.app.roofs import catalogue_roof
+
+        spec = catalogue_roof(answer.profile.spec_id)
+        write_html(html, lambda pages: pages.probe_page(answer, spec))
 
 
 @app.command()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from gpuwise.cli.common import Json, On, Ops, app, emit
+from gpuwise.cli.common import Html, Json, On, Ops, app, emit, html_output, roofs, write_html
 from gpuwise.errors import GpuwiseError
 
 
@@ -26,14 +26,17 @@ def module(
     on: On = "local",
     ops: Ops = False,
     as_json: Json = False,
+    html: Html = None,
 ) -> None:  # fmt: skip
     """Any PyTorch module: traced on the meta device (no memory, no weights), then memory and
     time estimated like the built-in models."""
     from gpuwise.app.module import module_from_factory
     from gpuwise.report.module_view import module_view
 
+    html = html_output(html)
     if batch is not None and batch < 1:
         raise GpuwiseError(f"--batch must be a positive integer, got {batch}", "e.g. --batch 8")
     est, labels = module_from_factory(factory, input or [], batch, training=train, dtype=dtype,
                                       optimizer=optimizer, on=on)  # fmt: skip
     emit(module_view(est, labels, ops), as_json)
+    write_html(html, lambda pages: pages.module_page(est, labels, roofs(est.hardware)))

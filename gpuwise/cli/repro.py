@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from gpuwise.cli.common import Json, app, emit
+from gpuwise.cli.common import Command, Html, Json, app, emit, html_output, write_html
 from gpuwise.errors import GpuwiseError
 
 DEFAULT_RESULTS = "gpuwise-repro.jsonl"
+# `--ray` with no address: ray.init()'s own choice (RAY_ADDRESS, a cluster here, or a new one).
+RAY_DEFAULT = ""
 
 
-@app.command()
+class ReproCommand(Command):
+    """`--ray` takes an optional address: given none (the next word is an option, `--`, or
+    nothing), it gets RAY_DEFAULT."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, optional_value(args, "--ray", RAY_DEFAULT))
+
+
+def optional_value(args: list[str], option: str, default: str) -> list[str]:
+    """`args` with `default` after each bare `option` not followed by a value (before `--`)."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        out.append(arg)
+        if arg == option and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            out.append(default)
+    return out
+
+
+@app.command(cls=ReproCommand)
 def repro(
     command: Annotated[list[str] | None, typer.Argument(
         help="the training command to run, after --", show_default=False)] = None,
@@ -40,33 +63,69 @@ def repro(
     power: Annotated[float, typer.Option(help="power for --detect, 0-1")] = 0.8,
     timeout: Annotated[float | None, typer.Option(
         help="seconds before a run is killed (default: no limit)")] = None,
-    as_json: Json = False,
+    ray: Annotated[str | None, typer.Option(
+        "--ray", metavar="[ADDRESS]", show_default=False,
+        help="run each replica as a Ray task on the cluster at ADDRESS (its head's host:port, "
+             "or auto); with no ADDRESS: RAY_ADDRESS, else a Ray cluster started on this "
+             "machine, else a new local one (docs/repro.md)")] = None,
+    ray_cpus: Annotated[float | None, typer.Option(
+        help="CPUs each replica asks Ray for (default 1)", show_default=False)] = None,
+    ray_gpus: Annotated[float | None, typer.Option(
+        help="GPUs each replica asks Ray for (default: 1 on a cluster with GPUs, else 0)",
+        show_default=False)] = None,
+    as_json: Json = False, html: Html = None,
 ) -> None:  # fmt: skip
     """Run a training command many times per condition: spread, arithmetic share, costs."""
     from gpuwise.app import repro as repro_app
     from gpuwise.report.progress import runs_bar
     from gpuwise.report.repro_view import repro_view
 
+    html = html_output(html)
     if not command:
         raise GpuwiseError("no command to run", "gpuwise repro --runs 5 -- python train.py")
     if not (0 < alpha < 1 and 0 < power < 1):
         raise GpuwiseError(f"--alpha {alpha} and --power {power} must be between 0 and 1",
                            "for example --alpha 0.05 --power 0.8")  # fmt: skip
-    gpu = repro_app.has_gpu()
-    study = repro_app.new_study(
-        tuple(command), conditions or repro_app.default_conditions(gpu), runs=runs,
-        results=results, base_seed=seed, seed_flag=seed_flag, metric_specs=tuple(metric or ()),
-        parallel=parallel, devices=tuple(d for d in devices.split(",") if d.strip()),
-        timeout_s=timeout)  # fmt: skip
-    try:
-        with runs_bar(quiet=as_json) as progress:
-            answer = repro_app.repro(study, fresh, gpu, parse_detect(detect), alpha, power,
-                                     progress)  # fmt: skip
-    except KeyboardInterrupt:
-        raise GpuwiseError(f"interrupted; finished runs are saved in {results}",
-                           "run the same command again to resume") from None  # fmt: skip
+    detected = parse_detect(detect)
+    settings: dict[str, Any] = {
+        "runs": runs, "results": results, "base_seed": seed, "seed_flag": seed_flag,
+        "metric_specs": tuple(metric or ()), "timeout_s": timeout}  # fmt: skip
+    if ray is None:
+        settings |= {"parallel": parallel,
+                     "devices": tuple(d for d in devices.split(",") if d.strip())}  # fmt: skip
+    with _ray_cluster(repro_app, ray, ray_cpus, ray_gpus, parallel != 1 or bool(devices.strip()),
+                      (tuple(command), conditions, settings)) as cluster:  # fmt: skip
+        gpu = cluster.gpus > 0 if cluster is not None else repro_app.has_gpu()
+        study = repro_app.new_study(
+            tuple(command), conditions or repro_app.default_conditions(gpu), **settings)
+        try:
+            with runs_bar(quiet=as_json) as progress:
+                answer = repro_app.repro(study, fresh, gpu, detected, alpha, power, progress,
+                                         cluster)  # fmt: skip
+        except KeyboardInterrupt:
+            raise GpuwiseError(f"interrupted; finished runs are saved in {results}",
+                               "run the same command again to resume") from None  # fmt: skip
     view = repro_view(answer)
     emit(view, as_json)
+    write_html(html, lambda pages: pages.repro_page(answer))
+
+
+def _ray_cluster(repro_app: Any, ray: str | None, cpus: float | None, gpus: float | None,
+                 local_slots: bool, study: tuple[Any, ...]) -> AbstractContextManager[Any]:
+    """The Ray cluster to run on, connected on entering (nothing without --ray); every option
+    is checked first, so that a bad one costs no connection and touches no file."""
+    if ray is None:
+        if cpus is not None or gpus is not None:
+            raise GpuwiseError("--ray-cpus and --ray-gpus need --ray",
+                               "add --ray [ADDRESS], or leave them out to run here")  # fmt: skip
+        return nullcontext(None)
+    if local_slots:
+        raise GpuwiseError("--parallel and --cuda-visible-devices do not apply with --ray",
+                           "Ray places the replicas and gives each its GPUs: set what each "
+                           "asks for with --ray-cpus and --ray-gpus")  # fmt: skip
+    command, conditions, settings = study
+    repro_app.new_study(command, conditions or "seeds", **settings)  # checks, connects nothing
+    return repro_app.ray_cluster(ray, 1.0 if cpus is None else cpus, gpus)  # type: ignore[no-any-return]
 
 
 def parse_detect(text: str | None) -> tuple[dict[str, float], bool]:

@@ -7,7 +7,19 @@ from typing import Annotated
 
 import typer
 
-from gpuwise.cli.common import NEW_TOKENS, PROMPT_TOKENS, Json, Model, On, app, emit, model_named
+from gpuwise.cli.common import (
+    NEW_TOKENS,
+    PROMPT_TOKENS,
+    Html,
+    Json,
+    Model,
+    On,
+    app,
+    emit,
+    html_output,
+    model_named,
+    write_html,
+)
 from gpuwise.cli.runtime_options import Ctx, GpuUtil, QuantKernel, Threads, Weights
 
 Dist = Annotated[str | None, typer.Option(
@@ -59,7 +71,7 @@ def serve(
     sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
                                         "targets, and print the latency-throughput curve")] = False,  # fmt: skip
     seed: Annotated[int, typer.Option(help="random seed of the arrivals and lengths")] = 0,
-    as_json: Json = False,
+    as_json: Json = False, html: Html = None,
 ) -> None:  # fmt: skip
     """Serving under load: continuous batching simulated step by step with the runtime's
     scheduler and time model; latency percentiles, throughput, goodput, energy."""
@@ -72,6 +84,7 @@ def serve(
     from gpuwise.workload.plans import InferencePlan
     from gpuwise.workload.requests import Lengths
 
+    html = html_output(html)
     resolved, arch = model_named(model)
     chosen = plan_weights(resolved, runtime, weights)
     plan = InferencePlan(prompt_tokens=prompt, new_tokens=new_tokens, weights=chosen["weights"],
@@ -87,3 +100,4 @@ def serve(
         answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo, gpus,
                              sweep, progress)  # fmt: skip
     emit(serve_view(answer), as_json)
+    write_html(html, lambda pages: pages.serve_page(answer))

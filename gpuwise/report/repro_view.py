@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuwise.app.repro import ReproAnswer
+from gpuwise.app.repro import Placement, ReproAnswer
 from gpuwise.estimate.repro.analysis import ConditionSummary, StudyAnalysis
 from gpuwise.estimate.repro.stats import Share
 
@@ -18,8 +18,10 @@ def repro_view(answer: ReproAnswer) -> tuple[Any, Any]:
     """(JSON record, renderable) of an analysed study."""
     study, analysis, notes = answer.study, answer.analysis, answer.energy_notes
     record = {"study": study.header() | {"results": str(study.results)},
-              "analysis": dataclasses.asdict(analysis), "energy": notes}  # fmt: skip
-    return record, format_study(analysis, study, notes)
+              "analysis": dataclasses.asdict(analysis), "energy": notes,
+              "placement": [dataclasses.asdict(p) for p in answer.placement],
+              "ray": answer.ray}  # fmt: skip
+    return record, format_study(analysis, study, notes, answer.placement, answer.ray)
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -99,16 +101,48 @@ def _detect_table(a: StudyAnalysis) -> Table:
     return t
 
 
-def format_study(a: StudyAnalysis, study: Any, energy_notes: list[str]) -> Group:
+def _placement_text(placement: list[Placement], ray: dict[str, Any] | None) -> Text:
+    where = "; ".join(f"{p.hardware}: {p.runs} run(s) on {len(p.nodes)} node(s) "
+                      f"({', '.join(p.nodes[:4])}{', ...' if len(p.nodes) > 4 else ''})"
+                      for p in placement)  # fmt: skip
+    text = f"Ran on: {where or 'NA (no finished run recorded where it ran)'}"
+    if ray is not None:
+        text += (f"\nRay: {ray['nodes']} node(s) at {ray['address'] or 'ray.init()'}, "
+                 f"{ray['cpus_per_replica']:g} CPU(s) and {ray['gpus_per_replica']:g} GPU(s) "
+                 "per replica")  # fmt: skip
+    return Text(text)
+
+
+def _hardware_table(a: StudyAnalysis) -> Table:
+    t = Table(title="Hardware as a source of variance: runs grouped by the hardware they ran "
+                    "on (measured; one-way ANOVA, F test)", title_justify="left")  # fmt: skip
+    for col in ("metric", "condition", "runs per hardware", "between-hardware share", "F", "p",
+                "note"):  # fmt: skip
+        t.add_column(col, justify="right" if col in ("F", "p", "between-hardware share") else "left")
+    for h in a.hardware:
+        g = h.groups
+        runs = ", ".join(f"{name}: {n}" for name, n in g.runs.items())
+        t.add_row(h.metric, h.condition, runs, _num(g.share, 3), _num(g.f, 3), _num(g.p, 2),
+                  g.note)  # fmt: skip
+    return t
+
+
+def format_study(a: StudyAnalysis, study: Any, energy_notes: list[str],
+                 placement: list[Placement] | None = None,
+                 ray: dict[str, Any] | None = None) -> Group:  # fmt: skip
     """The verdict as rich renderables."""
     command = " ".join(study.command)
     parts: list[Any] = [Text(f"gpuwise repro: {study.runs} run(s) x {len(study.conditions)} "
                              f"condition(s) of `{command}`  (results: {study.results})")]  # fmt: skip
+    if placement or ray is not None:
+        parts.append(_placement_text(placement or [], ray))
     parts.append(_conditions_table(a))
     metrics = sorted({m for s in a.conditions.values() for m in s.metrics})
     parts += [_metric_table(a, m) for m in metrics]
     if a.shares:
         parts.append(_shares_table(a))
+    if a.hardware:
+        parts.append(_hardware_table(a))
     if "deterministic" in a.conditions and "same-seed" in a.conditions:
         energy = a.deterministic_energy_ratio
         parts.append(Text("Deterministic mode over same-seed (measured, wall time per run with "

@@ -18,7 +18,9 @@ def precision_row(arch: Architecture, plan: InferencePlan, hw: Hardware) -> dict
     est = estimate_inference(arch, plan, hw)
     return {
         "weights": plan.weights, "weight_bytes": est.breakdown["weights"],
-        "total_bytes": est.total_bytes, "fits": est.fits, "headroom_bytes": est.headroom_bytes,
+        "total_bytes": est.total_bytes, "fits": est.fits, "verdict": est.verdict,
+        "margin_bytes": est.margin_bytes, "capacity_bytes": est.capacity_bytes,
+        "headroom_bytes": est.headroom_bytes,
         "max_context": max_context(arch, plan, hw), "model_max_context": arch.max_position,
         "breakdown": est.breakdown,
     }  # fmt: skip

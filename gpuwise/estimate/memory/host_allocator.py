@@ -19,13 +19,17 @@ the most the process held against the most its tensors held; the difference is t
 Other allocators (`--allocator`): glibc pinned at a 64 KiB threshold keeps nothing; jemalloc
 keeps freed extents below its oversize threshold (8 MiB) for its 10 s dirty decay and rounds
 to four size classes a doubling; tcmalloc keeps every freed span (8 KiB pages). Tensors below
-64 KiB and allocations outside PyTorch's (the interpreter's, oneDNN's) are not replayed:
-glibc puts them in the holes freed tensors leave, so a default process keeps more than this
-row, most in training (docs/memory.md, "On a CPU").
+64 KiB and allocations outside PyTorch's (the interpreter's, oneDNN's) are not replayed one by
+one; what they do to the tensors' chunks is: in a training step the small allocations that
+live to its end take the start of the chunks freed tensors leave (glibc serves a small request
+from the best-fitting larger free chunk when no bin of its size has one), so a chunk no longer
+holds the next tensor of its own size and that tensor goes on top (`carved_by_small_bytes`,
+docs/memory.md, "On a CPU").
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -56,6 +60,8 @@ class ResidentHeap(GlibcHeap):
     peak_live: int = 0
     peak_resident: int = 0
     sizes: dict[int, int] = field(default_factory=dict)
+    carve: int = 0  # bytes the pass's small allocations take from each freed heap chunk
+    carved: list[int] = field(default_factory=list)  # where they sit, until the pass ends
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,12 +110,36 @@ class ResidentHeap(GlibcHeap):
                 del self.chunks[key]
                 return
         super().free(key)
+        if self.carve and not entry[2]:
+            self._carve(entry[0])
+
+    def _carve(self, start: int) -> None:
+        """The pass's small allocations take the first bytes of the free chunk that now
+        holds `start` (allocators.toml, carved_by_small_bytes)."""
+        i = bisect.bisect_right(self.free_chunks, (start, NEVER)) - 1
+        if i < 0:
+            return
+        begin, size = self.free_chunks[i]
+        if not begin <= start < begin + size or size <= self.carve:
+            return
+        self.free_chunks[i] = (begin + self.carve, size - self.carve)  # order unchanged
+        self.carved.append(begin)
+
+    def end_pass(self) -> None:
+        """The pass's small allocations are given back: each carved piece is freed."""
+        carved, self.carved = self.carved, []
+        for n, begin in enumerate(carved):
+            key = -1 - n
+            self.chunks[key] = (begin, self.carve, False)
+            GlibcHeap.free(self, key)
 
 
-def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice) -> ResidentHeap:
+def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
+                    training: bool = False) -> ResidentHeap:  # fmt: skip
     """Run each pass in order; what a pass leaves is given back at its end, except tensors
-    `kept` (an optimizer's states), which later passes do not take again."""
-    heap = ResidentHeap(choice=choice)
+    `kept` (an optimizer's states), which later passes do not take again. A training pass's
+    small allocations carve the chunks it frees (`carved_by_small_bytes`) until it ends."""
+    heap = ResidentHeap(choice=choice, carve=choice.carved_by_small_bytes if training else 0)
     kept: set[int] = set()
     for n, events in enumerate(passes):
         for e in events:
@@ -123,6 +153,7 @@ def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice) -> R
                 heap.free(e.key)
         for key in [k for k in heap.chunks if k not in kept]:
             heap.free(key)
+        heap.end_pass()
     return heap
 
 
@@ -147,12 +178,12 @@ def _generate_slack(arch: Architecture, allocator: str, shape: Shape, steps: int
 def _training_slack(arch: Architecture, allocator: str, shape: Shape, param: float,
                     optimizer: str, checkpointing: bool, full: bool) -> AllocatorSlack:  # fmt: skip
     step = training_step_events(arch, shape, param, optimizer, checkpointing, trains_weights=full)
-    return _slack(allocator, [step] * TRAINING_STEPS)
+    return _slack(allocator, [step] * TRAINING_STEPS, training=True)
 
 
-def _slack(allocator: str, passes: list[list[HeapEvent]]) -> AllocatorSlack:
+def _slack(allocator: str, passes: list[list[HeapEvent]], training: bool = False) -> AllocatorSlack:
     choice = allocator_choice(allocator)
-    heap = replay_resident(passes, choice)
+    heap = replay_resident(passes, choice, training)
     return AllocatorSlack(choice.name, max(0, heap.peak_resident - heap.peak_live),
                           heap.peak_live, heap.peak_resident, heap.mmap_threshold)  # fmt: skip
 

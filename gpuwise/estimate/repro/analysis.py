@@ -6,6 +6,9 @@ Pure: takes what the runs reported (per condition) and returns records. The cond
 - ``deterministic``: the same seed with deterministic algorithms on;
 - ``seeds``: a different seed every run;
 - ``threads``: the same seed with a different CPU thread count per run (reduction order).
+
+Runs also carry the hardware they ran on; when a study's runs ran on more than one kind, the
+hardware is one more source of variance, measured within each condition (`hardware`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpuwise.estimate.repro.stats import (
+    GroupShare,
     Share,
     Spread,
     all_identical,
     arithmetic_share,
     detectable_difference,
     first_divergence,
+    group_share,
     runs_needed,
     spread,
 )
@@ -40,6 +45,8 @@ class ConditionRuns:
     energy_j: list[float | None]
     deterministic_applied: list[bool | None] = field(default_factory=list)
     failed: int = 0
+    # per metric, the hardware each of its values ran on (aligned with `metrics`; None: unknown)
+    hardware: dict[str, list[str | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,15 @@ class DetectPower:
 
 
 @dataclass(frozen=True)
+class HardwareShare:
+    """One metric of one condition, its runs grouped by the hardware they ran on."""
+
+    metric: str
+    condition: str
+    groups: GroupShare
+
+
+@dataclass(frozen=True)
 class Finding:
     code: str
     message: str
@@ -87,6 +103,9 @@ class StudyAnalysis:
     deterministic_energy_ratio: float | None
     findings: list[Finding]
     source: str = "measured"
+    # Only when the runs ran on more than one kind of hardware: a study on one kind has none,
+    # and its analysis is the same wherever (and however spread) its runs ran.
+    hardware: list[HardwareShare] = field(default_factory=list)
 
 
 def summarize(runs: ConditionRuns) -> ConditionSummary:
@@ -140,8 +159,43 @@ def analyze(conditions: Sequence[ConditionRuns], expected_deterministic: Sequenc
     detect = _detect_power(summaries, detect_diff or {}, detect_relative, alpha, power)
     time_ratio = _ratio(summaries, "wall_s")
     energy_ratio = _ratio(summaries, "energy_j")
+    hardware = hardware_shares(conditions)
     findings = _findings(by_name, summaries, expected_deterministic)
-    return StudyAnalysis(summaries, shares, detect, time_ratio, energy_ratio, findings)
+    findings += _hardware_findings(hardware, alpha)
+    return StudyAnalysis(summaries, shares, detect, time_ratio, energy_ratio, findings,
+                         hardware=hardware)  # fmt: skip
+
+
+def hardware_shares(conditions: Sequence[ConditionRuns]) -> list[HardwareShare]:
+    """Per condition and metric, the share of the variance between kinds of hardware; empty
+    unless the study's runs ran on more than one kind (runs of unknown hardware, from results
+    files older than the hardware field, are left out)."""
+    kinds = {h for c in conditions for hs in c.hardware.values() for h in hs if h is not None}
+    if len(kinds) < 2:
+        return []
+    out = []
+    for c in conditions:
+        for metric, values in sorted(c.metrics.items()):
+            pairs = [(v, h) for v, h in zip(values, c.hardware.get(metric, []), strict=False)
+                     if h is not None]  # fmt: skip
+            if len({h for _, h in pairs}) >= 2:
+                share = group_share([v for v, _ in pairs], [h for _, h in pairs])
+                out.append(HardwareShare(metric, c.name, share))
+    return out
+
+
+def _hardware_findings(shares: Sequence[HardwareShare], alpha: float) -> list[Finding]:
+    found = []
+    for s in shares:
+        g = s.groups
+        if g.p is not None and g.p < alpha and g.share:
+            found.append(Finding(
+                "hardware-differs",
+                f"in '{s.condition}', {s.metric} differs between the hardware its runs ran on "
+                f"(p = {g.p:.2g}; {g.share:.0%} of its variance lies between hardware)",
+                "compare settings on one kind of hardware, or run each setting on every kind "
+                "alike"))  # fmt: skip
+    return found
 
 
 def _ratio(summaries: dict[str, ConditionSummary], what: str) -> float | None:

@@ -9,6 +9,11 @@ Pure functions on lists of numbers; no I/O. The formulas (docs/repro.md has them
   [R / F_{1-α/2}(n1-1, n2-1), R * F_{1-α/2}(n2-1, n1-1)].
 - runs per setting to detect a difference d between two settings (two-sided test at level α,
   power 1 - β, normal approximation): n = 2 (z_{1-α/2} + z_{1-β})^2 s^2 / d^2, rounded up.
+- between groups (runs grouped by the hardware they ran on): one-way random-effects ANOVA.
+  With k groups of n_i runs (N in all), MSB = Σ n_i (m_i - m)^2 / (k - 1) and
+  MSW = Σ Σ (x - m_i)^2 / (N - k); the between-group variance component is
+  max(0, (MSB - MSW) / n0), n0 = (N - Σ n_i^2 / N) / (k - 1), its share of the total
+  component + MSW, and MSB / MSW ~ F(k - 1, N - k) when the groups do not differ.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpuwise.estimate.repro.distributions import f_quantile
+from gpuwise.estimate.repro.distributions import f_cdf, f_quantile
 
 
 @dataclass(frozen=True)
@@ -139,3 +144,49 @@ def first_divergence(sequences: Sequence[Sequence[object]]) -> int | None:
         if any(c != column[0] for c in column[1:]):
             return i
     return None
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    """How much of a sample's variance lies between groups (one-way random-effects ANOVA)."""
+
+    runs: dict[str, int]  # group -> runs in it
+    means: dict[str, float]
+    between: float | None  # the between-group variance component; None: not estimable
+    within: float | None  # the pooled within-group variance (MSW)
+    share: float | None  # between / (between + within)
+    f: float | None  # MSB / MSW (inf: the groups differ, runs within each are identical)
+    p: float | None  # P(F >= f) if the groups did not differ
+    note: str = ""
+
+
+def group_share(values: Sequence[float], groups: Sequence[str]) -> GroupShare:
+    """The between-group share of the variance of `values`, grouped by `groups` (same order)."""
+    by: dict[str, list[float]] = {}
+    for value, group in zip(values, groups, strict=True):
+        by.setdefault(group, []).append(value)
+    runs = {g: len(v) for g, v in sorted(by.items())}
+    means = {g: statistics.fmean(v) for g, v in sorted(by.items())}
+    n, k = len(values), len(by)
+    if k < 2:
+        return GroupShare(runs, means, None, None, None, None, None, "one group")
+    grand = statistics.fmean(values)
+    ssb = sum(runs[g] * (means[g] - grand) ** 2 for g in by)
+    ssw = sum((x - means[g]) ** 2 for g, v in by.items() for x in v)
+    if all(min(v) == max(v) for v in by.values()):
+        ssw = 0.0  # equal values: exactly 0, not a rounding residue
+    if len(set(values)) == 1:
+        return GroupShare(runs, means, 0.0, 0.0, 0.0, None, None, "every run is identical")
+    msb = ssb / (k - 1)
+    if n == k:
+        return GroupShare(runs, means, None, None, None, None, None,
+                          "one run per group: no spread within a group")  # fmt: skip
+    msw = ssw / (n - k)
+    n0 = (n - sum(c * c for c in runs.values()) / n) / (k - 1)
+    between = max(0.0, (msb - msw) / n0)
+    if msw == 0.0:
+        return GroupShare(runs, means, between, 0.0, 1.0, math.inf, 0.0,
+                          "runs within each group are identical; the groups differ")  # fmt: skip
+    f = msb / msw
+    p = 1.0 - f_cdf(f, k - 1, n - k)
+    return GroupShare(runs, means, between, msw, between / (between + msw), f, p)

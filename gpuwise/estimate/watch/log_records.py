@@ -49,6 +49,17 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class GpuReading:
+    """One GPU's readings in a sample (the HTML report's timeline draws each GPU)."""
+
+    index: int
+    util_percent: float | None = None
+    sm_percent: float | None = None
+    mem_used_bytes: int | None = None
+    power_w: float | None = None
+
+
+@dataclass(frozen=True)
 class SampleRecord:
     """One sensor reading; GPU fields are summed (memory, power, energy) or averaged
     (utilisation) over the watched GPUs."""
@@ -64,6 +75,7 @@ class SampleRecord:
     gpu_power_w: float | None = None
     gpu_energy_j: float | None = None
     cpu_energy_j: float | None = None
+    gpus: tuple[GpuReading, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,7 +149,14 @@ def _sample(rec: dict[str, Any]) -> SampleRecord:
         gpu_power_w=_total(g.get("power_w") for g in gpus),
         gpu_energy_j=_total(g.get("energy_j") for g in gpus),
         cpu_energy_j=rec.get("cpu_energy_j"),
+        gpus=tuple(GpuReading(_index(g.get("index"), i), g.get("util_percent"), g.get("sm_percent"),
+                              g.get("mem_used_bytes"), g.get("power_w"))
+                   for i, g in enumerate(gpus)),
     )  # fmt: skip
+
+
+def _index(value: Any, position: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else position
 
 
 def _mean(values: Iterable[Any]) -> float | None:

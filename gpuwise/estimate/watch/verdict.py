@@ -55,7 +55,7 @@ def verdict(summary: WatchSummary) -> Verdict:
             "(see docs/watch.md)",))  # fmt: skip
     else:
         first = _input_bound(summary) or _host_bound(summary) or _compute_bound(summary)
-    extra = [f for f in (*(_creep(t) for t in summary.memory), _stragglers(summary)) if f]
+    extra = [f for f in (*(creep_finding(t) for t in summary.memory), _stragglers(summary)) if f]
     return Verdict(first.kind, (first, *extra))
 
 
@@ -165,7 +165,8 @@ def _compute_bound(s: WatchSummary) -> Finding:
                    tips)  # fmt: skip
 
 
-def _creep(t: MemoryTrend) -> Finding | None:
+def creep_finding(t: MemoryTrend) -> Finding | None:
+    """The memory-creep finding of one trend, or None when it does not creep."""
     limits = watch_thresholds()
     min_bytes, min_fraction = limits.creep_min_bytes, limits.creep_min_fraction
     big = t.growth_bytes >= max(min_bytes, min_fraction * t.first_bytes)

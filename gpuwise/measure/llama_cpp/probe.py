@@ -49,7 +49,7 @@ def _model_files(cfg: GgufConfig, folder: Path) -> dict[str, Path]:
     return files
 
 
-def _quietest(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def quietest(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """The run with the least of the CPUs taken by other processes, of up to ATTEMPTS: on a
     few cores one busy neighbour stalls llama.cpp's thread barriers."""
     best: dict[str, Any] | None = None
@@ -67,7 +67,7 @@ def _quietest(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
 def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, Any]:
     """One model's pp and tg: the median repetition of the quietest run (a repetition that
     another process stalled is an outlier, not a reading)."""
-    run = _quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=N_PROMPT,
+    run = quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=N_PROMPT,
                                            n_gen=N_GEN, reps=REPS))  # fmt: skip
     tb = tensor_bytes(path)
     pp_s = statistics.median(run["pp_samples_s"])
@@ -77,7 +77,7 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, 
               "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
               "system_info": run["system_info"]}  # fmt: skip
     if cfg == PROBE_MODELS[-1]:
-        steps = _quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES))
+        steps = quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES))
         record["decode_steps"] = dict(steps["step_s"])
     return record
 

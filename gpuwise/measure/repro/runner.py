@@ -24,6 +24,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.repro.analysis import ConditionRuns
 from gpuwise.measure.repro.collect import parse_metric_patterns, read_api_report, run_metrics
 from gpuwise.measure.repro.energy import EnergyMeter
+from gpuwise.measure.repro.placement import hardware_key, placement
 from gpuwise.measure.repro.plan import RunSpec, child_command, child_env, plan_runs
 from gpuwise.measure.repro.store import ResultsFile, completed
 
@@ -53,19 +54,40 @@ class Study:
                 "conditions": list(self.conditions), "runs": self.runs}  # fmt: skip
 
 
+class StudyLog:
+    """The results file and the records of one study: opens (or resumes) the file, says which
+    runs are left, and records each run as it finishes (appended, flushed, reported to
+    `progress`), stopping early on a command that cannot work. The local runner and the Ray
+    runner write through it, so a study resumes with either."""
+
+    def __init__(self, study: Study, fresh: bool = False, progress: Progress | None = None) -> None:
+        self.store = ResultsFile(study.results)
+        old = self.store.open_study(study.header(), fresh)
+        done = completed(old)
+        plan = plan_runs(study.conditions, study.runs, study.base_seed, study.threads)
+        self.todo = [spec for spec in plan if spec.key not in done]
+        planned = {spec.key for spec in plan}
+        self.records = [r for r in old if (r["condition"], r["index"]) in planned]
+        self.total, self.finished = len(plan), len(plan) - len(self.todo)
+        self.any_ok = bool(done)
+        self.progress = progress
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.store.append_run(record)
+        self.records.append(record)
+        self.finished += 1
+        self.any_ok = self.any_ok or _check_first(record, self.any_ok)
+        if self.progress:
+            self.progress(record, self.finished, self.total)
+
+
 def run_study(study: Study, progress: Progress | None = None, fresh: bool = False,
               energy: EnergyMeter | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Run what is not done yet; return every successful and failed run of the study."""
     if study.parallel < 1:
         raise GpuwiseError(f"--parallel must be at least 1, got {study.parallel}", "")
     patterns = parse_metric_patterns(list(study.metric_specs))
-    store = ResultsFile(study.results)
-    old = store.open_study(study.header(), fresh)
-    done = completed(old)
-    plan = plan_runs(study.conditions, study.runs, study.base_seed, study.threads)
-    todo = [spec for spec in plan if spec.key not in done]
-    planned = {spec.key for spec in plan}
-    records = [r for r in old if (r["condition"], r["index"]) in planned]
+    log = StudyLog(study, fresh, progress)
     # Machine-wide counters cannot be split between concurrent runs.
     meter = (energy or EnergyMeter()) if study.parallel == 1 else None
     live: set[subprocess.Popen[str]] = set()
@@ -79,25 +101,17 @@ def run_study(study: Study, progress: Progress | None = None, fresh: bool = Fals
             return {}
         device = slots.get()
         try:
-            return _run_one(study, spec, patterns, meter, device, live)
+            return run_one(study, spec, patterns, meter, device, live)
         finally:
             slots.put(device)
 
-    total, finished = len(plan), len(plan) - len(todo)
-    any_ok = bool(done)
     with ThreadPoolExecutor(max_workers=study.parallel) as pool:
-        pending: set[Future[dict[str, Any]]] = {pool.submit(one, s) for s in todo}
+        pending: set[Future[dict[str, Any]]] = {pool.submit(one, s) for s in log.todo}
         try:
             while pending:
                 finished_now, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished_now:
-                    record = future.result()
-                    store.append_run(record)
-                    records.append(record)
-                    finished += 1
-                    any_ok = any_ok or _check_first(record, any_ok)
-                    if progress:
-                        progress(record, finished, total)
+                    log.add(future.result())
         except BaseException:  # interrupted: stop what runs; the finished runs are saved
             stopping.set()
             for future in pending:
@@ -105,7 +119,7 @@ def run_study(study: Study, progress: Progress | None = None, fresh: bool = Fals
             for proc in list(live):
                 proc.kill()
             raise
-    return records
+    return log.records
 
 
 def _check_first(record: dict[str, Any], any_ok: bool) -> bool:
@@ -114,6 +128,9 @@ def _check_first(record: dict[str, Any], any_ok: bool) -> bool:
         if any_ok:
             return False
         last = (record.get("stderr_tail") or "").strip().splitlines()[-1:] or ["(no stderr)"]
+        if record["returncode"] is None:  # it never finished: its worker or node died
+            raise GpuwiseError(f"the run was lost: {last[0]}",
+                               "the error is in the results file; run again to retry it")  # fmt: skip
         raise GpuwiseError(f"the command failed (exit {record['returncode']}): {last[0]}",
                            "run it by hand first; the full stderr tail is in the results file")  # fmt: skip
     if not record["metrics"] and record["params_hash"] is None:
@@ -123,15 +140,18 @@ def _check_first(record: dict[str, Any], any_ok: bool) -> bool:
     return True
 
 
-def _run_one(study: Study, spec: RunSpec, patterns: Any, meter: EnergyMeter | None,
-             device: str | None, live: set[subprocess.Popen[str]]) -> dict[str, Any]:  # fmt: skip
+def run_one(study: Study, spec: RunSpec, patterns: Any, meter: EnergyMeter | None,
+            device: str | None, live: set[subprocess.Popen[str]], node_id: str | None = None,
+            cwd: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run one planned run to its end and return its record (also when it fails). `node_id`:
+    the Ray node it runs on; `cwd`: where to start the command (None: here)."""
     with tempfile.TemporaryDirectory(prefix="gpuwise-repro-") as tmp:
         api_path = Path(tmp) / "api.jsonl"
         env = child_env(spec, str(api_path), os.environ, device)
         cmd = child_command(study.command, spec, study.seed_flag)
         before = meter.read() if meter and meter.available else None
         start = time.perf_counter()
-        rc, out, err = _execute(cmd, env, study.timeout_s, live)
+        rc, out, err = _execute(cmd, env, study.timeout_s, live, cwd)
         wall = time.perf_counter() - start
         energy = meter.delta(before, meter.read()) if meter and before is not None else None
         api = read_api_report(api_path)
@@ -140,18 +160,18 @@ def _run_one(study: Study, spec: RunSpec, patterns: Any, meter: EnergyMeter | No
         "energy_note": meter.note() if meter else "NA: runs in parallel share the counters",
         "metrics": run_metrics(out, err, patterns, api), "params_hash": api.params_hash,
         "steps": api.steps, "deterministic_applied": api.deterministic_applied,
-    }  # fmt: skip
+    } | placement(env, node_id)  # fmt: skip
     if rc != 0:
         record["stderr_tail"] = err[-TAIL_CHARS:]
     return record
 
 
 def _execute(cmd: list[str], env: dict[str, str], timeout_s: float | None,
-             live: set[subprocess.Popen[str]]) -> tuple[int, str, str]:  # fmt: skip
+             live: set[subprocess.Popen[str]], cwd: str | None = None) -> tuple[int, str, str]:  # fmt: skip
     """Run one process to the end; `live` lets an interrupted study stop the runs in flight."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)  # fmt: skip
+                                text=True, cwd=cwd)  # fmt: skip
     except OSError as exc:
         raise GpuwiseError(f"cannot run {cmd[0]!r}: {exc.strerror}", "check the command") from exc
     live.add(proc)
@@ -194,10 +214,12 @@ def condition_runs(
         failed = {r["index"] for r in records if r["condition"] == name and r["returncode"] != 0}
         failed -= {r["index"] for r in runs}
         names = sorted({m for r in runs for m in r["metrics"]})
+        kept = {m: [r for r in runs if m in r["metrics"] and math.isfinite(r["metrics"][m])]
+                for m in names}  # fmt: skip
         out.append(ConditionRuns(
             name=name,
-            metrics={m: [r["metrics"][m] for r in runs
-                         if m in r["metrics"] and math.isfinite(r["metrics"][m])] for m in names},
+            metrics={m: [r["metrics"][m] for r in kept[m]] for m in names},
+            hardware={m: [hardware_key(r) for r in kept[m]] for m in names},
             params_hashes=[r.get("params_hash") for r in runs],
             step_hashes=[[(int(s), str(h)) for s, h in r.get("steps") or []] for r in runs],
             wall_s=[float(r["wall_s"]) for r in runs],

@@ -19,6 +19,10 @@ and optimizer steps with the same hooks `gpuwise watch` injects, with no phases 
 
 Under `gpuwise watch -- ...` the steps go to that command's log and it does the sampling;
 alone, this samples the process itself and writes its own log (one per rank under torchrun).
+
+`prometheus="[HOST:]PORT"` serves the loop's metrics for Prometheus while the block runs
+(gpuwise.measure.watch.exporter; each torchrun process on PORT + LOCAL_RANK), unless a
+`gpuwise watch --prometheus` above the process serves every rank's already.
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.watch.summary import summarize
 from gpuwise.estimate.watch.verdict import verdict
 from gpuwise.files import own_output
+from gpuwise.measure.watch.exporter import (
+    SERVED_ENV,
+    MetricsServer,
+    default_job_name,
+    parse_listen,
+)
 from gpuwise.measure.watch.inject import _gpuwise_watch_hooks as hooks
 from gpuwise.measure.watch.inject import _gpuwise_watch_recorder as _own_recorder
 from gpuwise.measure.watch.log import WHAT, is_watch_log, read_log
@@ -52,11 +62,16 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
     """Watch a training loop in this process; see the module docstring."""
 
     def __init__(self, log: str | Path | None = None, *, interval_s: float = 0.2,
-                 sync: bool | None = None, auto: bool = False, sample: bool = True) -> None:  # fmt: skip
+                 sync: bool | None = None, auto: bool = False, sample: bool = True,
+                 prometheus: str | int | None = None, job_name: str | None = None) -> None:  # fmt: skip
         self.interval_s = interval_s
         self.sync = sync
         self.auto = auto
         self.sample = sample
+        self.prometheus = prometheus
+        self.job_name = job_name
+        self.metrics_url: str | None = None  # where this process serves its metrics, if it does
+        self._server: Any = None
         self.under_cli = bool(os.environ.get(_own_recorder.LOG_ENV))
         self.log_path = (
             Path(os.environ[_own_recorder.LOG_ENV]) if self.under_cli else _own_path(log)
@@ -69,14 +84,24 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
 
     # -- context ----------------------------------------------------------------------------
     def __enter__(self) -> watch:
+        self._server = self._bind_exporter()  # first: a port in use stops here, untouched
+        try:
+            return self._open()
+        except BaseException:
+            self._close_exporter()
+            raise
+
+    def _open(self) -> watch:
         mod = recorder_module()
         injected = mod.active
         if self.auto and injected is not None:
             self._rec = injected  # `gpuwise watch` already hooked this process
+            self._attach_exporter()
             return self
         if not self.under_cli:  # a new file, or an old log of gpuwise's: never another file
             own_output(self.log_path, is_watch_log, WHAT, "pass another path as log=")
             self.log_path.write_bytes(b"")
+        self._attach_exporter()
         self._log = mod.JsonlLog(str(self.log_path))
         self._rec = mod.StepRecorder(self._log, source="api", sync=self.sync)
         if self.auto:
@@ -92,6 +117,7 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._close_exporter()
         if self._rec is None:
             return
         self._rec.close()
@@ -158,6 +184,31 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
                 "gpuwise.watch() is not open", "use it as `with gpuwise.watch() as w:`"
             )
         return self._rec
+
+    def _bind_exporter(self) -> Any:
+        """The metrics server of `prometheus=`, bound: none when not asked, or when the
+        `gpuwise watch` above this process serves every rank's metrics already. Under
+        torchrun each process listens on PORT + LOCAL_RANK (a port 0 picks a free one)."""
+        if self.prometheus is None or (self.under_cli and os.environ.get(SERVED_ENV)):
+            return None
+        host, port = parse_listen(self.prometheus, "prometheus=")
+        local_rank = os.environ.get("LOCAL_RANK", "0")
+        if port and local_rank.isdigit():
+            port += int(local_rank)
+        server = MetricsServer(host, port, "prometheus=")
+        self.metrics_url = server.url
+        return server
+
+    def _attach_exporter(self) -> None:
+        if self._server is None:
+            return
+        rank = _own_recorder.rank_and_world()[0] if self.under_cli else None
+        self._server.attach(self.log_path, self.job_name or default_job_name(sys.argv), rank)
+
+    def _close_exporter(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
 
     def _start_sampler(self) -> None:
         try:

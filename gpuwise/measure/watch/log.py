@@ -63,11 +63,13 @@ class LogTail:
         self.path = Path(path)
         self._offset = 0
 
-    def read_new(self) -> list[dict[str, Any]]:
+    def read_new(self, max_bytes: int = -1) -> list[dict[str, Any]]:
+        """The complete records appended since the last call (from at most `max_bytes` of
+        the file, when given: call again for the rest)."""
         try:
             with self.path.open("rb") as f:
                 f.seek(self._offset)
-                data = f.read()
+                data = f.read(max_bytes)
         except OSError:
             return []
         end = data.rfind(b"\n") + 1

@@ -51,19 +51,29 @@ def child_env(log_path: Path, inject: bool, sync: bool = True) -> dict[str, str]
 
 def run_watched(cmd: Sequence[str], log_path: Path, *, interval_s: float = 0.2,
                 inject: bool = True, sync: bool = True, tick: Tick | None = None,
-                tick_s: float = 0.5) -> WatchedRun:  # fmt: skip
-    """Run `cmd` to completion under the sampler; `tick` is called every `tick_s` seconds."""
+                tick_s: float = 0.5, env: dict[str, str] | None = None,
+                on_start: Callable[[], None] | None = None) -> WatchedRun:  # fmt: skip
+    """Run `cmd` to completion under the sampler; `tick` is called every `tick_s` seconds,
+    `on_start` once the log is open and the command started; `env` is added to the
+    command's environment."""
     if not cmd:
         raise GpuwiseError("no command to watch", "gpuwise watch -- python train.py ...")
     log = _open_log(log_path)
     start = time.monotonic()
     try:
-        child = subprocess.Popen(list(cmd), env=child_env(log_path, inject, sync))
+        child = subprocess.Popen(list(cmd), env={**child_env(log_path, inject, sync),
+                                                 **(env or {})})  # fmt: skip
     except OSError as exc:
         log.close()
         raise GpuwiseError(f"cannot run {cmd[0]!r}: {exc.strerror}",
                            "check the command after `--`") from exc  # fmt: skip
     sampler = _start_sampler(log, child.pid, interval_s, list(cmd), inject)
+    if on_start is not None:
+        try:
+            on_start()
+        except Exception as exc:  # the watcher failing must not stop the job
+            with contextlib.suppress(OSError):
+                log.write({"kind": "note", "text": f"on start: {exc!r}"})
     with _forwarding_signals(child):
         code = _wait(child, sampler, tick, tick_s)
     if sampler is not None:

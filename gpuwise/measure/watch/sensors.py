@@ -110,6 +110,7 @@ class GpuSensor:
                 "util_percent": self._try("util", lambda: nv.utilization_percent(handle)),
                 "sm_percent": self._sm_active(index, handle),
                 "mem_used_bytes": memory.used_bytes if memory is not None else None,
+                "mem_total_bytes": memory.total_bytes if memory is not None else None,
                 "power_w": self._try("power", lambda: nv.power_w(handle)),
                 "energy_j": self._try("energy", lambda: nv.energy_j(handle))}  # fmt: skip
 

@@ -17,6 +17,8 @@ import base64
 import gzip
 import html
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -70,7 +72,7 @@ def render_page(title: str, sections: list[Section] | tuple[Section, ...],
         f'<p class="subtitle">{html.escape(subtitle)}</p>' if subtitle else "",
         *body,
         _json_script("gpuwise-data", data or {}),
-        _json_script("gpuwise-figures", figures),
+        _json_script("gpuwise-figures", figures, lambda _: None),
         f'<script id="gpuwise-plotly" type="text/plain">{_plotly_gzip_b64()}</script>',
         f"<script>{_LOADER}</script></body></html>",
     ]
@@ -104,9 +106,22 @@ def _table_html(rows: tuple[tuple[str, ...], ...]) -> str:
     return "".join(lines)
 
 
-def _json_script(element_id: str, value: Any) -> str:
+def _finite(value: Any, nonfinite: Callable[[float], Any]) -> Any:
+    """`value` with every NaN and infinity replaced (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else nonfinite(value)
+    if isinstance(value, dict):
+        return {k: _finite(v, nonfinite) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, nonfinite) for v in value]
+    return value
+
+
+def _json_script(element_id: str, value: Any, nonfinite: Callable[[float], Any] = str) -> str:
+    """JSON in a script element; NaN and infinity become `nonfinite(x)`: "inf" in the data
+    (what it was), null (a gap) in the figures."""
     # "</" would end the script element early; JSON allows "<\/" for it
-    text = json.dumps(value, allow_nan=False, default=str, separators=(",", ":"))
+    text = json.dumps(_finite(value, nonfinite), allow_nan=False, default=str, separators=(",", ":"))
     text = text.replace("</", "<\\/")
     return f'<script id="{element_id}" type="application/json">{text}</script>'
 
@@ -127,7 +142,7 @@ padding:0 1em;color:#222;line-height:1.45}
 h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .subtitle{color:#555;margin-top:0}.verdict{font-weight:600;background:#f3f6fa;padding:.4em .7em;
 border-left:4px solid #36c}.note{color:#555;font-size:.92em}
-figure{margin:1em 0 2em}.plot{width:100%;min-height:420px}figcaption{color:#444;font-size:.92em;margin-top:.3em}
+figure{margin:1em 0 2em}.plot{width:100%;min-height:100px}figcaption{color:#444;font-size:.92em;margin-top:.3em}
 table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
 th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f6f6f6}
 td:first-child,th:first-child{text-align:left}
