@@ -160,6 +160,19 @@ def test_a_training_step_puts_the_vocabulary_sized_tensors_back_and_lora_takes_n
     assert max(n for *_, n in walk(lora)) < max(n for *_, n in walk(full))
 
 
+def test_lora_projections_give_back_the_base_output_and_the_adapters_in_the_forward():
+    # peft: result = result + lora_B(lora_A(x)) * scaling; three tensors a projection go
+    a = arch("smollm2-135m")
+    s = _shape(2, 256, 4)
+    full = [e for e in training_step_events(a, s, 4, "adamw", False) if e.phase == "forward"]
+    lora = [e for e in training_step_events(a, s, 4, "adamw", False, trains_weights=False)
+            if e.phase == "forward"]  # fmt: skip
+    projections = 7 * a.num_layers
+    freed = sum(not e.nbytes for e in lora) - sum(not e.nbytes for e in full)
+    assert freed == 3 * projections
+    assert sum(e.nbytes > 0 for e in lora) - sum(e.nbytes > 0 for e in full) == 3 * projections
+
+
 def test_every_allocator_a_plan_names_is_in_the_catalogue_and_the_default_is_glibc():
     assert tuple(allocator_choices()) == ALLOCATORS
     assert InferencePlan().allocator == TrainingPlan().allocator == "glibc"

@@ -141,7 +141,8 @@ def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optim
     """One training step's tensors of 64 KiB and more, vocabulary-sized ones included; with
     `trains_weights` False (LoRA) the base's weight gradients and optimizer step are left out
     (the adapters' are below 64 KiB at the ranks LoRA uses)."""
-    events = training_heap_events(arch, s, param_bytes, optimizer, checkpointing)
+    events = training_heap_events(arch, s, param_bytes, optimizer, checkpointing,
+                                  adapted=not trains_weights)  # fmt: skip
     keys = itertools.count(max((e.key for e in events), default=0) + 1)
     parts = _phases(events)
     if not trains_weights:

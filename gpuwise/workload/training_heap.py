@@ -53,9 +53,10 @@ class _Record:
 class _StepHeap(HeapTrace):
     """A training step's tensors: drops in a saving forward are deferred to the backward."""
 
-    def __init__(self, param_bytes: float, compute_bytes: float) -> None:
+    def __init__(self, param_bytes: float, compute_bytes: float, adapted: bool = False) -> None:
         super().__init__()
         self.param_bytes, self.compute_bytes = param_bytes, compute_bytes
+        self.adapted = adapted  # LoRA adapters on every projection (peft)
         self.saving = True
         self.records: list[_Record] = []
         self.grads = 0
@@ -73,6 +74,23 @@ class _StepHeap(HeapTrace):
         self.take(name, nbytes)
         record = self.records[-1]
         record.grad_bytes, record.weight, record.cast = inputs, weight, cast
+        if self.adapted and record.key is not None:
+            self._adapter_sum(name, record, nbytes)
+
+    def _adapter_sum(self, name: str, record: _Record, nbytes: float) -> None:
+        """peft's lora.Linear.forward, `result = result + lora_B(lora_A(dropout(x))) *
+        scaling` (peft/tuners/lora/layer.py): lora_B's output and its scaled copy are taken
+        and given back at once (neither is saved), and the sum replaces the base layer's
+        output, which is given back too; the adapters' own tensors are below 64 KiB."""
+        lora_b = self.take_key(nbytes)
+        scaled = self.take_key(nbytes)
+        self.free(lora_b)
+        total = self.take_key(nbytes)
+        self.free(scaled)
+        self.free(record.key)
+        record.key = total
+        if total is not None:
+            self.live[name] = total
 
     def drop(self, *names: str) -> None:
         if not self.saving:
@@ -111,11 +129,11 @@ class _StepHeap(HeapTrace):
 
 def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
                          optimizer: str = "adamw", checkpointing: bool = False,
-                         ) -> list[HeapEvent]:  # fmt: skip
+                         adapted: bool = False) -> list[HeapEvent]:  # fmt: skip
     """One training step's tensors of 64 KiB and more below 32 MiB, in order, by phase
     (forward, backward, optimizer); what the step leaves (gradients) is given back by the
-    replay at its end."""
-    h = _StepHeap(param_bytes, s.compute_bytes)
+    replay at its end. `adapted`: LoRA adapters on every projection (their sums' tensors)."""
+    h = _StepHeap(param_bytes, s.compute_bytes, adapted)
     hidden = s.rows * arch.hidden_size * s.compute_bytes
     h.take("x", hidden)
     stem, h.records = h.records, []
