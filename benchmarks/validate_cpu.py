@@ -45,6 +45,8 @@ from typing import Any
 from gpuwise.app.validate import MEMORY_PASSES, plan_kwargs, validate
 from gpuwise.catalog import resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
+from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.memory.training import estimate_training
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.estimate.speed.roofline import without_faults
@@ -359,14 +361,45 @@ def _memory_row(i: int, cases: list, name: str, plan: InferencePlan | TrainingPl
     return row
 
 
+def reestimate(out: str) -> None:
+    """The estimates of `out`'s rows made again with the code as it is now, against the
+    measurements stored there (a model change checked without rerunning the processes; the
+    file says which run measured them)."""
+    data = json.loads(Path(out).read_text())
+    hw = detect_local(use_torch=False).best_device()
+    plans = {(name, describe(plan)): (name, plan) for name, plan in CASES}
+    rows = []
+    for row in data["rows"]:
+        name, plan = plans[(row["model"], row["plan"])]
+        arch = from_config(resolve_model(name).config, name)
+        est = (estimate_inference if isinstance(plan, InferencePlan) else estimate_training)(
+            arch, plan, hw)  # fmt: skip
+        slack = est.breakdown.get("allocator", 0)
+        live = est.model_bytes - slack
+        rows.append({**row, "estimated": est.model_bytes, "estimated_allocator": slack,
+                     "error": est.model_bytes / row["measured"] - 1, "live_estimated": live,
+                     "live_error": live / row["live_measured"] - 1 if row["live_measured"] else None,
+                     "phase": est.peak_phase})  # fmt: skip
+        print(f"{name:13s} {row['plan']:40s} est {est.model_bytes / 2**20:8.1f} MiB (allocator "
+              f"{slack / 2**20:5.1f})  meas {row['measured'] / 2**20:8.1f} MiB  err "
+              f"{100 * rows[-1]['error']:+6.2f}%")  # fmt: skip
+    measured_at = data["summary"].get("measured_at") or data["summary"].get("date", "")
+    _write_memory(rows, out, data["summary"]["passes"], measured_at or "an earlier run")
+
+
 def memory_suite(cases: list, out: str, passes: int) -> None:
     """Every case's row, the median and worst |error| of the default process (and of the
     live-tensor reading), written to `out`."""
     rows = [_memory_row(i, cases, name, plan, passes) for i, (name, plan) in enumerate(cases, 1)]
+    _write_memory(rows, out, passes, time.strftime("%Y-%m-%d"))
+
+
+def _write_memory(rows: list[dict], out: str, passes: int, measured_at: str) -> None:
     errors = [abs(r["error"]) for r in rows]
     live = [abs(r["live_error"]) for r in rows if r["live_error"] is not None]
     summary = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
                "cases": len(rows), "passes": passes, "allocator": "glibc (default settings)",
+               "measured_at": measured_at, "estimated_at": time.strftime("%Y-%m-%d"),
                "live_median_abs_error": statistics.median(live) if live else None,
                "live_worst_abs_error": max(live) if live else None}  # fmt: skip
     print(f"default process: median |error| {100 * summary['median_abs_error']:.2f}%  worst "
@@ -391,6 +424,8 @@ def main() -> None:
                         help="time: skip a case whose run the estimate puts over this")  # fmt: skip
     parser.add_argument("--allocator-split", action="store_true",
                         help="time: each case again under an allocator that faults nothing in")  # fmt: skip
+    parser.add_argument("--reestimate", action="store_true",
+                        help="memory: the estimates made again against the stored measurements")  # fmt: skip
     args = parser.parse_args()
     if args.time:
         cases = TIME_CASES[:3] if args.quick else TIME_CASES
@@ -400,6 +435,9 @@ def main() -> None:
                    args.allocator_split, args.case_budget_s)  # fmt: skip
         return
     args.out = args.out or "benchmarks/results/cpu_memory.json"
+    if args.reestimate:
+        reestimate(args.out)
+        return
     memory_suite(CASES[:3] if args.quick else CASES, args.out, args.passes or MEMORY_PASSES)
     sys.exit(0)
 
