@@ -80,6 +80,7 @@ ok "$G" watch --report "$work/watch.jsonl" --json
 ok "$G" repro --runs 2 --conditions seeds --results "$work/repro.jsonl" \
    --metric 'loss=loss=([0-9.]+)' --json -- "$work/venv/bin/python" job.py
 ok "$G" probe --quick --json
+ok "$G" claims --only memory --json      # the wheel carries claims.toml and the experiments
 refused "$G" module smoke_model:build --input 8x64      # torch not installed: said, not raised
 refused "$G" infer no-such-model --on h100
 refused "$G" infer llama-3.1-8b --on h1000
@@ -98,6 +99,7 @@ ok "$G" watch --json --prometheus 127.0.0.1:0 --log "$work/watch-prometheus.json
 ok "$G" module smoke_model:build --input 8x64 --train --json
 ok "$G" module smoke_model:build --input 8x64 --train --html "$work/module.html"
 ok "$G" infer llama-3.1-8b --on h100 --html "$work/infer.html"
+ok "$G" claims --only memory,energy --html "$work/claims.html"
 head -1 "$work/infer.html" | grep -q '^<!DOCTYPE html><!-- gpuwise report -->$' \
   && echo "ok: the HTML report" || { echo "FAILED: the HTML report"; failed=1; }
 ok "$G" probe --quick --json

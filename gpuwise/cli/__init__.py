@@ -16,6 +16,7 @@ except ImportError:  # pragma: no cover - typer releases that use click itself
     from click import exceptions as click_errors  # type: ignore[no-redef]
 
 from gpuwise.cli import (
+    claims,  # noqa: F401  (registers its commands)
     cost,  # noqa: F401  (registers its commands)
     estimates,  # noqa: F401  (registers its commands)
     module,  # noqa: F401  (registers its commands)

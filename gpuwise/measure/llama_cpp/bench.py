@@ -54,7 +54,7 @@ def _rates(samples_ns: list[int], n_tokens: int) -> tuple[float | None, ...]:
     return statistics.fmean(rates), stdev, statistics.fmean(samples_ns) / 1e9
 
 
-def _others_share(before: float | None, wall_s: float) -> float | None:
+def others_share(before: float | None, wall_s: float) -> float | None:
     """The share of all CPUs that other processes used while the child ran: on 2 vCPUs one
     busy neighbour stalls llama.cpp's 2-thread barriers, so a high share flags a bad run."""
     after = others_cpu_s()
@@ -96,7 +96,7 @@ def time_llama_cpp(
     what = f"llama.cpp timing of {model.name} ({threads} threads, pp{n_prompt} tg{n_gen})"
     others_before, started = others_cpu_s(), time.perf_counter()
     raw = run_child(job, timeout_s, what)
-    others = _others_share(others_before, time.perf_counter() - started)
+    others = others_share(others_before, time.perf_counter() - started)
     pp, pp_stdev, pp_s = _rates(raw["pp_ns"], n_prompt)
     tg, tg_stdev, tg_s = _rates(raw["tg_ns"], n_gen)
     return {
@@ -128,7 +128,7 @@ def time_decode_steps(path: str | os.PathLike[str], *, threads: int,
            "cases": [list(c) for c in cases], "n_gen": n_gen, "reps": reps, "seed": SEED}  # fmt: skip
     others_before, started = others_cpu_s(), time.perf_counter()
     raw = run_child(job, timeout_s, f"llama.cpp decode steps of {model.name} ({threads} threads)")
-    others = _others_share(others_before, time.perf_counter() - started)
+    others = others_share(others_before, time.perf_counter() - started)
     steps = {f"d{c['depth']}/s{c['seqs']}" + (f"/t{c['tokens']}" if c["tokens"] > 1 else ""):
              statistics.median(c["step_s"]) for c in raw["cases"]}  # fmt: skip
     return {"model": model.name, "threads": threads, "n_gen": n_gen, "reps": reps,

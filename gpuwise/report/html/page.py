@@ -97,13 +97,26 @@ def _section_html(section: Section, figures: list[dict[str, Any]]) -> str:
 
 
 def _table_html(rows: tuple[tuple[str, ...], ...]) -> str:
+    """A table whose columns of figures are right-aligned and whose columns of words are not:
+    a column is a figure column when every cell of it starts with a digit, a sign or a dot."""
     head, *rest = rows
-    cells = "".join(f"<th>{html.escape(c)}</th>" for c in head)
+    figures = [bool(rest) and all(_is_figure(row[i]) for row in rest if i < len(row))
+               for i in range(len(head))]  # fmt: skip
+    cells = "".join(f"<th{_num(figures, i)}>{html.escape(c)}</th>" for i, c in enumerate(head))
     lines = [f"<table><thead><tr>{cells}</tr></thead><tbody>"]
     for row in rest:
-        lines.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
+        lines.append("<tr>" + "".join(f"<td{_num(figures, i)}>{html.escape(c)}</td>"
+                                      for i, c in enumerate(row)) + "</tr>")  # fmt: skip
     lines.append("</tbody></table>")
     return "".join(lines)
+
+
+def _is_figure(cell: str) -> bool:
+    return bool(cell) and (cell[0].isdigit() or cell[0] in "+-.$~<>")
+
+
+def _num(figures: list[bool], i: int) -> str:
+    return ' class="num"' if i < len(figures) and figures[i] else ""
 
 
 def _finite(value: Any, nonfinite: Callable[[float], Any]) -> Any:
@@ -144,8 +157,8 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;border-bottom:1px soli
 border-left:4px solid #36c}.note{color:#555;font-size:.92em}
 figure{margin:1em 0 2em}.plot{width:100%;min-height:100px}figcaption{color:#444;font-size:.92em;margin-top:.3em}
 table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
-th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f6f6f6}
-td:first-child,th:first-child{text-align:left}
+th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left}th{background:#f6f6f6}
+th.num,td.num{text-align:right}
 """
 
 # Inflate plotly, run it, draw each figure; mark <body> when done (or why not).

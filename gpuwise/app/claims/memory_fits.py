@@ -1,0 +1,85 @@
+"""Claim: memory decides what runs. The experiment: what of the model catalogue fits this
+machine's memory, at which weight precision (the estimate `gpuwise` prints, for a 2K-token
+prompt and 256 new tokens at batch 1), against the memory detected here."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gpuwise.app.claims.context import Context
+from gpuwise.app.claims.result import ClaimResult, Measurement, Verdict
+from gpuwise.app.local import LOCAL_PRECISIONS, this_machine
+from gpuwise.units import format_bytes
+
+ID = "memory"
+TITLE = "Memory decides what runs"
+CLAIM = ("A model runs on a device only if its weights, KV cache, activations and the "
+         "runtime's own buffers fit in that device's memory; precision moves the line.")  # fmt: skip
+RULE = ("holds when the memory estimate rules out at least one catalogue model at the widest "
+        "precision (bf16): what runs here is then decided by memory")  # fmt: skip
+
+
+def judge(fits_by_precision: dict[str, dict[str, bool]]) -> Verdict:
+    """`fits_by_precision[model][precision]`: whether the model fits here at that precision."""
+    if not fits_by_precision:
+        return Verdict(None, "no catalogue model was estimated", RULE)
+    widest = LOCAL_PRECISIONS[0]
+    total = len(fits_by_precision)
+    at_widest = sum(bool(p.get(widest)) for p in fits_by_precision.values())
+    rescued = sum(not p.get(widest) and any(p.values()) for p in fits_by_precision.values())
+    never = sum(not any(p.values()) for p in fits_by_precision.values())
+    counts = (f"{at_widest} of {total} catalogue models fit at {widest}, {rescued} more only at "
+              f"a narrower precision, {never} at none")  # fmt: skip
+    return Verdict(at_widest < total, counts if at_widest < total else
+                   f"all {total} catalogue models fit at {widest}: memory rules nothing out "
+                   "on this machine", RULE)  # fmt: skip
+
+
+def run(ctx: Context) -> ClaimResult:
+    ctx.step("catalogue memory estimates", 0.0)
+    local = this_machine()
+    hw = local.hardware
+    fits: dict[str, dict[str, bool]] = {}
+    needed: dict[str, dict[str, int]] = {}
+    params: dict[str, int] = {}
+    for row in local.rows:
+        fits.setdefault(row["model"], {})[row["weights"]] = bool(row["fits"])
+        needed.setdefault(row["model"], {})[row["weights"]] = int(row["total_bytes"])
+        params[row["model"]] = int(row["params"])
+    verdict = judge(fits)
+    order = sorted(needed, key=lambda m: params[m])
+    fitting = Counter(w for m in fits for w, ok in fits[m].items() if ok)
+    table: list[tuple[str, ...]] = [("model", "params", *LOCAL_PRECISIONS)]
+    for m in order:
+        table.append((m, f"{params[m] / 1e9:.2f}B",
+                      *(_cell(needed[m][p], fits[m][p]) for p in LOCAL_PRECISIONS)))  # fmt: skip
+    series: dict[str, Any] = {
+        "memory_bytes": hw.memory_bytes, "models": order, "params": [params[m] for m in order],
+        "precisions": list(LOCAL_PRECISIONS),
+        "needed_bytes": {p: [needed[m][p] for m in order] for p in LOCAL_PRECISIONS},
+        "fits": {p: [fits[m][p] for m in order] for p in LOCAL_PRECISIONS},
+    }  # fmt: skip
+    plan = local.plan
+    return ClaimResult(
+        ID, TITLE, CLAIM,
+        f"The memory estimate of every catalogue model ({len(order)}) on this machine's "
+        f"{hw.name} with {format_bytes(hw.memory_bytes)}, at {', '.join(LOCAL_PRECISIONS)} "
+        f"weights, for a {plan.prompt_tokens}-token prompt and {plan.new_tokens} new tokens at "
+        f"batch {plan.batch} (what `gpuwise` prints).",
+        verdict,
+        f"{fitting.get(LOCAL_PRECISIONS[0], 0)}/{len(order)} fit at bf16, "
+        f"{fitting.get(LOCAL_PRECISIONS[-1], 0)}/{len(order)} at int4 "
+        f"({format_bytes(hw.memory_bytes)})",
+        (Measurement("device memory", hw.memory_bytes, "bytes", "detected", hw.name),
+         *(Measurement(f"models that fit at {p}", fitting.get(p, 0), "models", "estimated")
+           for p in LOCAL_PRECISIONS)),
+        series, tuple(table),
+        ("memory of each model: weights, KV cache, activations and the runtime's buffers as "
+         "`gpuwise check MODEL` gives them (estimated); checked against real runs by "
+         "`gpuwise validate`",),
+    )  # fmt: skip
+
+
+def _cell(nbytes: int, fits: bool) -> str:
+    return f"{format_bytes(nbytes)} {'fits' if fits else 'no'}"
