@@ -23,14 +23,8 @@ import pytest
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.watch.log_records import parse_records
-from gpuwise.estimate.watch.metrics import (
-    MAX_STEPS,
-    MEMORY_POINTS,
-    METRICS,
-    LiveWindow,
-    Thinned,
-    metric_names,
-)
+from gpuwise.estimate.watch.metric_families import METRICS, metric_names
+from gpuwise.estimate.watch.metrics import MAX_STEPS, MEMORY_POINTS, LiveWindow, Thinned
 from gpuwise.estimate.watch.summary import summarize
 from gpuwise.estimate.watch.verdict import verdict
 from gpuwise.measure.watch.exporter import SERVED_ENV, default_job_name, parse_listen

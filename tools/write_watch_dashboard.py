@@ -2,7 +2,7 @@
 
 The dashboard is data; this is its source, so that a panel is a line to change rather than
 forty lines of JSON. It uses only the metrics the exporter serves
-(gpuwise/estimate/watch/metrics.py; tests/test_watch_prometheus.py checks that, and that the
+(gpuwise/estimate/watch/metric_families.py; tests/test_watch_prometheus.py checks that, and that the
 stored file is what this writes).
 
     .venv/bin/python tools/write_watch_dashboard.py            # or: ... OUT.json

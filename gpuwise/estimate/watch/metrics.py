@@ -11,7 +11,7 @@ run as the report's are, so the verdict served is the report's verdict over the 
 minutes, not a second one.
 
 Series are bounded: labels are job and host on every metric, plus rank (the ranks of the
-job), device (its GPUs), phase, verdict, finding/measure (fixed sets below), source and
+job), device (its GPUs), phase, verdict, finding/measure (fixed sets: metric_families.py), source and
 memory. Nothing is labelled by step, time or free text.
 """
 
@@ -23,9 +23,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuwise.catalog.thresholds import watch_thresholds
 from gpuwise.estimate.watch.energy import cumulative_series
 from gpuwise.estimate.watch.log_records import SampleRecord, StepRecord, WatchLog, parse_records
+from gpuwise.estimate.watch.metric_evidence import evidence
+from gpuwise.estimate.watch.metric_families import (
+    BOUNDS,
+    EXTRA_FINDINGS,
+    METRICS,
+    PREFIX,
+    QUANTILES,
+    Family,
+    label_value,
+)
 from gpuwise.estimate.watch.summary import (
     ALL_PHASES,
     MemoryTrend,
@@ -36,17 +45,9 @@ from gpuwise.estimate.watch.summary import (
     timed_steps,
 )
 from gpuwise.estimate.watch.verdict import (
-    Verdict,
-    creep_finding,
-    host_bound_threshold_us,
-    input_share,
     verdict,
 )
 
-PREFIX = "gpuwise_watch_"
-BOUNDS = ("input-bound", "host-bound", "compute-bound", "no-steps")  # Verdict.bound's values
-EXTRA_FINDINGS = ("memory-creep", "stragglers")
-QUANTILES = (0.5, 0.9)
 # The recent window the gauges describe, and its cap per rank (a 1 ms loop makes 120,000
 # steps in 2 minutes; summarising 500 per rank takes a few ms).
 WINDOW_S = 120.0
@@ -54,100 +55,6 @@ MAX_STEPS = 500
 MAX_SAMPLES = 2000
 MEMORY_POINTS = 1024  # whole-run memory readings kept per rank (and of the samples)
 
-
-@dataclass(frozen=True)
-class MetricSpec:
-    """One metric family: its full name (counters end in `_total`), type, help and the
-    labels it has besides job and host."""
-
-    name: str
-    kind: str  # gauge, counter or summary
-    help: str
-    labels: tuple[str, ...] = ()
-
-
-def _m(name: str, kind: str, help: str, *labels: str) -> MetricSpec:
-    return MetricSpec(PREFIX + name, kind, help, labels)
-
-
-# Every family served (docs/watch.md lists them; the dashboard and alert rules use only these).
-METRICS = (
-    _m("job_info", "gauge", "1, labelled with the watched job's GPUs and gpuwise's version",
-       "gpus", "version"),
-    _m("start_time_seconds", "gauge", "when the watched job started (Unix time)"),
-    _m("window_seconds", "gauge", "the recent window the verdict and the other gauges cover"),
-    _m("verdict", "gauge", "1 for what limits the loop over the recent window, 0 for the "
-       "others (input_bound, host_bound, compute_bound, no_steps)", "verdict"),
-    _m("finding", "gauge", "1 when the job shows the finding, else 0: memory_creep (over the "
-       "whole run), stragglers (recent window)", "finding"),
-    _m("evidence", "gauge", "the measured numbers behind each current finding", "finding",
-       "measure"),
-    _m("evidence_threshold", "gauge", "the threshold each evidence number was judged against",
-       "finding", "measure"),
-    _m("steps_total", "counter", "training steps completed", "rank"),
-    _m("step_seconds", "summary", "step time: quantiles over the recent window, count and sum "
-       "since the start", "rank"),
-    _m("phase_seconds_total", "counter", "seconds spent in each phase of the steps (data, h2d, "
-       "forward, backward, optimizer, other)", "rank", "phase"),
-    _m("phase_share_ratio", "gauge", "share of step time in each phase, recent window", "rank",
-       "phase"),
-    _m("phase_step_seconds", "gauge", "mean seconds per step in each phase, recent window",
-       "rank", "phase"),
-    _m("samples_total", "counter", "training samples processed (first dimension of a batch)",
-       "rank"),
-    _m("samples_per_second", "gauge", "training samples per second, recent window", "rank"),
-    _m("process_rss_bytes", "gauge", "resident memory of the rank's process, last step", "rank"),
-    _m("device_memory_allocated_bytes", "gauge", "CUDA memory allocated by the rank's tensors, "
-       "last step", "rank"),
-    _m("before_sync_seconds", "gauge", "median work per step before the gradient all-reduce "
-       "(step - backward - optimizer), recent window: a straggler's is longer", "rank"),
-    _m("straggler", "gauge", "1 for a rank that holds the others back, else 0; with more than "
-       "one rank", "rank"),
-    _m("rank_spread_ratio", "gauge", "(slowest - fastest) / fastest median step time across "
-       "ranks, recent window"),
-    _m("straggler_wait_seconds", "gauge", "how long the other ranks wait for the stragglers "
-       "per step, recent window"),
-    _m("memory_growth_bytes_per_second", "gauge", "least-squares growth of memory after "
-       "warm-up over the whole run (rss: the steepest process, device: CUDA memory)",
-       "memory"),
-    _m("rss_bytes", "gauge", "resident memory of the job's process tree"),
-    _m("host_memory_total_bytes", "gauge", "the host's physical memory"),
-    _m("host_cpu_utilization_ratio", "gauge", "busy share of the host's CPUs"),
-    _m("host_iowait_ratio", "gauge", "share of CPU time waiting for I/O"),
-    _m("gpu_info", "gauge", "1 per watched GPU, with its name", "device", "name"),
-    _m("gpu_utilization_ratio", "gauge", "share of time a kernel ran on the GPU (NVML)",
-       "device"),
-    _m("gpu_sm_active_ratio", "gauge", "share of SMs busy (NVML GPM, Hopper and later)",
-       "device"),
-    _m("gpu_memory_used_bytes", "gauge", "GPU memory used (NVML)", "device"),
-    _m("gpu_memory_total_bytes", "gauge", "GPU memory capacity (NVML)", "device"),
-    _m("gpu_power_watts", "gauge", "GPU power draw (NVML)", "device"),
-    _m("energy_joules_total", "counter", "energy used since the job started (gpu: NVML, "
-       "cpu: RAPL package)", "source"),
-    _m("power_watts", "gauge", "mean power over the recent window", "source"),
-    _m("step_energy_joules", "gauge", "energy per step, recent window (estimated)"),
-    _m("exporter_cpu_seconds_total", "counter", "CPU time the exporter spent computing these "
-       "metrics"),
-)  # fmt: skip
-SPECS = {spec.name: spec for spec in METRICS}
-
-Sample = tuple[str, dict[str, str], float]  # (sample name, labels, value)
-
-
-@dataclass
-class Family:
-    spec: MetricSpec
-    samples: list[Sample] = field(default_factory=list)
-
-    def add(self, value: float | None, suffix: str = "", **labels: Any) -> None:
-        if value is not None:
-            self.samples.append((self.spec.name + suffix, {k: str(v) for k, v in labels.items()},
-                                 float(value)))  # fmt: skip
-
-
-def label_value(kind: str) -> str:
-    """A finding's kind as a label value: `input-bound` -> `input_bound`."""
-    return kind.replace("-", "_")
 
 
 class Thinned(list[Any]):
@@ -395,54 +302,3 @@ class LiveWindow:
 
 def _ratio(percent: Any) -> float | None:
     return None if percent is None else float(percent) / 100.0
-
-
-def evidence(s: WatchSummary, v: Verdict) -> list[tuple[str, str, float, float | None]]:
-    """(finding, measure, value, threshold or None) for each current finding: the numbers of
-    the summary its rule read (verdict.py), each measure named with its unit."""
-    t = watch_thresholds()
-    out: list[tuple[str, str, float, float | None]] = []
-    ops = s.us_per_op is not None and bool(s.ops_per_step)
-    for finding in v.findings:
-        kind = label_value(finding.kind)
-        if finding.kind == "input-bound":
-            out += [(kind, "input_share_ratio", input_share(s), t.input_bound_share),
-                    (kind, "data_share_ratio", s.phase_share.get("data", 0.0), None),
-                    (kind, "h2d_share_ratio", s.phase_share.get("h2d", 0.0), None)]  # fmt: skip
-        elif finding.kind in ("host-bound", "compute-bound"):
-            if finding.kind == "compute-bound":
-                out.append((kind, "compute_share_ratio", 1.0 - input_share(s), None))
-            if ops:
-                out += [(kind, "operator_seconds", (s.us_per_op or 0.0) / 1e6,
-                         host_bound_threshold_us(s) / 1e6),
-                        (kind, "operators_per_step", s.ops_per_step or 0.0, None)]  # fmt: skip
-            elif s.gpu_util_percent is not None:
-                out.append((kind, "gpu_utilization_ratio", s.gpu_util_percent / 100,
-                            t.low_gpu_util_percent / 100))  # fmt: skip
-    for trend in s.memory:
-        if creep_finding(trend) is not None:
-            least = max(t.creep_min_bytes, t.creep_min_fraction * trend.first_bytes)
-            out += [("memory_creep", f"{trend.what}_growth_bytes", trend.growth_bytes, least),
-                    ("memory_creep", f"{trend.what}_growth_correlation", trend.r,
-                     t.creep_min_r)]  # fmt: skip
-    spread = s.ranks
-    if spread is not None and spread.stragglers:
-        slow = max((r for r in spread.ranks if r.rank in spread.stragglers),
-                   key=lambda r: r.before_sync_s_median)  # fmt: skip
-        typical = statistics.median(r.before_sync_s_median for r in spread.ranks
-                                    if r.rank != slow.rank)  # fmt: skip
-        limit = max(t.straggler_ratio * typical, typical + t.straggler_min_s)
-        out += [("stragglers", "before_sync_seconds", slow.before_sync_s_median, limit),
-                ("stragglers", "others_before_sync_seconds", typical, None),
-                ("stragglers", "wait_seconds_per_step", spread.wait_s_per_step or 0.0, None)]  # fmt: skip
-    return out
-
-
-def metric_names() -> set[str]:
-    """Every sample name that can be served (a summary's `_count`/`_sum` included)."""
-    names = set()
-    for spec in METRICS:
-        names.add(spec.name)
-        if spec.kind == "summary":
-            names |= {spec.name + "_count", spec.name + "_sum"}
-    return names

@@ -25,7 +25,8 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.watch.metrics import Family, LiveWindow
+from gpuwise.estimate.watch.metric_families import Family
+from gpuwise.estimate.watch.metrics import LiveWindow
 from gpuwise.measure.watch.log import LogTail
 
 # The environment variable that tells a watched program the `gpuwise watch` above it serves
