@@ -23,7 +23,7 @@ from gpuwise.app.claims import (
 )
 from gpuwise.app.claims.context import Context
 from gpuwise.app.claims.result import ClaimResult, ClaimsAnswer, not_measured
-from gpuwise.errors import GpuwiseError, did_you_mean
+from gpuwise.errors import GpuwiseError, comma_choices
 from gpuwise.measure.llama_cpp.bench import others_share
 from gpuwise.measure.probe.run import others_cpu_s
 from gpuwise.units import format_bytes
@@ -55,16 +55,7 @@ def parse_only(text: str | None) -> tuple[str, ...]:
     """`--only` as claim ids, checked (None or empty: every claim)."""
     if not text:
         return CLAIM_IDS
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
-    for name in names:
-        if name not in CLAIM_IDS:
-            close = did_you_mean(name, CLAIM_IDS)
-            raise GpuwiseError(f"no claim {name!r}",
-                               f"did you mean {close[0]!r}? " if close else
-                               f"choose from {', '.join(CLAIM_IDS)}")  # fmt: skip
-    if not names:
-        raise GpuwiseError("--only names no claim", f"choose from {', '.join(CLAIM_IDS)}")
-    return names
+    return comma_choices(text, CLAIM_IDS, "no claim", "--only names no claim")
 
 
 def run_claims(quick: bool, only: tuple[str, ...] = CLAIM_IDS,

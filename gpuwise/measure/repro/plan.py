@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuwise.errors import GpuwiseError, did_you_mean
+from gpuwise.errors import GpuwiseError, comma_choices
 from gpuwise.estimate.repro.analysis import CONDITIONS
 from gpuwise.measure.repro.program_api import (
     CUBLAS_WORKSPACE,
@@ -42,16 +42,7 @@ class RunSpec:
 
 def parse_conditions(text: str) -> tuple[str, ...]:
     """A comma list of condition names, checked."""
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
-    for name in names:
-        if name not in CONDITIONS:
-            hint = did_you_mean(name, CONDITIONS)
-            raise GpuwiseError(f"unknown condition {name!r}",
-                               f"did you mean {hint[0]!r}? " if hint else
-                               f"choose from {', '.join(CONDITIONS)}")  # fmt: skip
-    if not names:
-        raise GpuwiseError("no conditions given", f"choose from {', '.join(CONDITIONS)}")
-    return names
+    return comma_choices(text, CONDITIONS, "unknown condition", "no conditions given")
 
 
 def thread_choices(cpu_count: int | None = None) -> list[int]:
