@@ -26,7 +26,9 @@ streamed chunk carries its token ids and each token is timestamped on arrival.
 Before the load, the llama.cpp probe (`probe_llama_cpp`, the one `gpuwise probe --runtime
 llama.cpp` runs) measures this machine's rates; benchmarks/validate_serve_llama_cpp.py
 simulates every point from that probe, so the comparison does not depend on how busy the
-machine was on another day. Each point records the CPU seconds of server, client and others
+machine was on another day. Just after the probe and before each point, the served model's
+own generation is timed in-process (tg32, the server idle, `reference_tg_s`): the machine's
+speed drifts by up to 40% within an hour here, and the readings show how far it moved. Each point records the CPU seconds of server, client and others
 and is flagged "disturbed" when others kept over 5% of the CPUs busy (serve_llama_cpp.py).
 
 Build the server from the llama.cpp sources llama-cpp-python 0.3.36 vendors (the same ggml
@@ -48,6 +50,7 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -72,6 +75,7 @@ from serve_llama_cpp import (
     summarize,
 )
 
+from gpuwise.measure.llama_cpp.bench import time_llama_cpp
 from gpuwise.measure.llama_cpp.probe import probe_llama_cpp
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "serve_llama_server.json"
@@ -213,6 +217,14 @@ def no_load(port: int, mix: tuple[int, int], seed: int) -> dict[str, Any]:
             "records": [r.row() for r in records]}  # fmt: skip
 
 
+def reference_tg_s(model: Path) -> float:
+    """Seconds a token of the served model's generation takes in its own process (tg32, the
+    median of 3 repetitions), the server idle: the machine's speed now, against the reading
+    taken just after the probe (validate_serve_llama_cpp.py `--drift`)."""
+    run = time_llama_cpp(model, threads=os.cpu_count() or 1, n_prompt=0, n_gen=32, reps=3)
+    return statistics.median(run["tg_samples_s"]) / 32
+
+
 def run_point(port: int, pid: int, mix: tuple[int, int], mode: str, value: float,
               service_s: float, n: int, window: float, seed: int) -> dict[str, Any]:  # fmt: skip
     gate = quiet_pause(2.0)
@@ -271,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         results["probe"] = probe_llama_cpp(os.cpu_count() or 1)
         results["probe_s"] = round(time.perf_counter() - t0, 1)
+        results["reference_tg_s"] = reference_tg_s(model)
     server = LlamaServer(args.server, model, args.models / "llama-server.log")
     results["server_settings"] = server.start()
     requests = dict(kv.split(":") for kv in args.requests.split(","))
@@ -281,10 +294,11 @@ def main(argv: list[str] | None = None) -> int:
             plan = [("open", float(f)) for f in args.factors.split(",")]
             plan += [("closed", float(args.concurrency))] if args.concurrency else []
             for i, (mode, value) in enumerate(plan):
+                reference = reference_tg_s(model)
                 point = run_point(server.port, server.proc.pid, mix, mode, value,  # type: ignore[union-attr]
                                   nl["e2e_ms"] / 1e3, int(requests[name]), args.max_window,
                                   SEED + 100 * (10 * k + i))  # fmt: skip
-                point["mix"] = name
+                point["mix"], point["reference_tg_s"] = name, reference
                 results["points"].append(point)
                 s = point["summary"]
                 print(f"{name} {mode} {value:g}: ttft p50 {s['ttft_ms']['p50']} ms, tpot p50 "
@@ -312,11 +326,12 @@ def rerun(args: argparse.Namespace, model: Path) -> int:
             k = list(MIXES).index(old["mix"])
             mix, value = MIXES[old["mix"]], old.get("rate_factor") or old["concurrency"]
             i = sum(1 for p in results["points"][:j] if p["mix"] == old["mix"])
+            reference = reference_tg_s(model)
             point = run_point(server.port, server.proc.pid, mix, old["mode"], float(value),  # type: ignore[union-attr]
                               results["no_load"][old["mix"]]["e2e_ms"] / 1e3,
                               int(requests[old["mix"]]), args.max_window,
                               SEED + 100 * (10 * k + i))  # fmt: skip
-            point["mix"], point["rerun"] = old["mix"], True
+            point["mix"], point["rerun"], point["reference_tg_s"] = old["mix"], True, reference
             results["points"][j] = point
             print(f"{old['mix']} {key}: others {point['cpu']['others_frac_of_cpus']:.3f}"
                   f"{'  (disturbed)' if point['disturbed'] else ''}", flush=True)  # fmt: skip

@@ -101,7 +101,8 @@ def describe(p: dict[str, Any]) -> str:
               "opt-in-bwd" if p.get("optimizer_in_backward") else "",
               "offload-" + "+".join(p["offload"]) if p.get("offload") else "",
               "compiled" if p.get("runtime") == "compiled" else "",
-              p.get("quant_kernel", ""), p.get("attention", "") if p["kind"] == "infer" else ""]
+              p.get("quant_kernel", ""), "fused" if p.get("fuse_layers") else "",
+              p.get("attention", "") if p["kind"] == "infer" else ""]  # fmt: skip
     return " ".join([p["model"], p["kind"], shape, *[f for f in flags if f and f != "full"]])
 
 

@@ -9,9 +9,14 @@ time). This replays each point's recorded arrivals (a trace) through the simulat
 rates the llama.cpp probe measured just before the load (the run's own `probe`; older runs:
 benchmarks/results/llama_cpp_time.json), the server's slots, batch and logits settings, and
 compares TTFT and TPOT (p50, p90) and the output tokens/s. Points the benchmark flagged
-`disturbed` (other processes took over 5% of the CPUs) are reported apart.
+`disturbed` (other processes took over 5% of the CPUs) are reported apart. The run also timed
+the served model's own generation just after the probe and before each point
+(`reference_tg_s`); each point's label shows the ratio, how far the machine's speed moved, and
+`--drift` simulates each point with the probe's rates scaled by it. A short reading moves by
+about 10% on its own here, so the rates as probed are the default.
 
 Run:  .venv/bin/python benchmarks/validate_serve_llama_cpp.py [--run RESULT] [--json OUT]
+      [--drift]
 """
 
 from __future__ import annotations
@@ -68,6 +73,23 @@ def engine_for(run: dict, probe: dict, prompt: int, output: int) -> object:
     return engine
 
 
+def drifted(rates: dict[str, dict[str, float]], slower: float) -> dict[str, dict[str, float]]:
+    """The probe's rates on a machine `slower` times as slow: rates (per second, FLOPs a
+    second) divided by it, costs in seconds multiplied."""
+
+    def one(k: str, v: float) -> float:
+        return v / slower if k.endswith(("_per_s", "_flops")) else v * slower
+
+    return {key: {k: one(k, v) for k, v in r.items()} for key, r in rates.items()}
+
+
+def slowdown(run: dict, point: dict) -> float:
+    """The point's reference generation time against the one just after the probe (1.0
+    where the run has no readings)."""
+    before, now = run.get("reference_tg_s"), point.get("reference_tg_s")
+    return now / before if before and now else 1.0
+
+
 def simulated(point: dict, engine: object) -> dict:
     closed = point["mode"] != "open"
     reqs = sorted((Request(0.0 if closed else r[0], point["prompt_tokens"],
@@ -84,6 +106,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=RESULTS / "serve_llama_server.json")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--drift", action="store_true",
+                        help="scale each point's rates by the machine's speed before it")  # fmt: skip
     args = parser.parse_args()
     run = json.loads(args.run.read_text())
     probe = run.get("probe") or json.loads((RESULTS / "llama_cpp_time.json").read_text())["probe"]
@@ -91,10 +115,13 @@ def main() -> None:
         probe = {**probe, "rates": rates_from_timings(probe["timings"])}
     rows = []
     for point in run["points"]:
-        engine = engine_for(run, probe, point["prompt_tokens"], point["output_tokens"])
+        slower = slowdown(run, point)
+        at_point = {**probe, "rates": drifted(probe["rates"], slower)} if args.drift else probe
+        engine = engine_for(run, at_point, point["prompt_tokens"], point["output_tokens"])
         sim, real = simulated(point, engine), point["summary"]
         label = (f"{point['mix']} {point['mode']} "
-                 + (f"{point['rate']:.3g}/s" if point["mode"] == "open" else "4 clients"))  # fmt: skip
+                 + (f"{point['rate']:.3g}/s" if point["mode"] == "open" else "4 clients")
+                 + (f" x{slower:.2f}" if slower != 1.0 else ""))  # fmt: skip
         for key, stat in QUANTITIES:
             rows.append({"point": label, "quantity": f"{key[:-3]} {stat}",
                          "measured": real[key][stat], "simulated": sim[key][stat],
@@ -103,10 +130,10 @@ def main() -> None:
                      "measured": real["output_tokens_per_s"],
                      "simulated": sim["output_tokens_per_s"],
                      "disturbed": bool(point.get("disturbed"))})  # fmt: skip
-    print(f"{'point':22s} {'quantity':16s} {'measured':>10s} {'simulated':>10s} {'error':>7s}")
+    print(f"{'point':28s} {'quantity':16s} {'measured':>10s} {'simulated':>10s} {'error':>7s}")
     for r in rows:
         r["error"] = r["simulated"] / r["measured"] - 1
-        print(f"{r['point']:22s} {r['quantity']:16s} {r['measured']:10.1f} {r['simulated']:10.1f} "
+        print(f"{r['point']:28s} {r['quantity']:16s} {r['measured']:10.1f} {r['simulated']:10.1f} "
               f"{100 * r['error']:+6.0f}%{'  (disturbed)' if r['disturbed'] else ''}")  # fmt: skip
     summaries = {}
     for name, subset in (("quiet points", [r for r in rows if not r["disturbed"]]),

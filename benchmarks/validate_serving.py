@@ -25,8 +25,10 @@ Device mapping (the entry's device -> catalogue id). `*`: the form factor or mem
 stated; the SXM part is assumed.
 
   NVIDIA A100-SXM4-40GB                                 -> a100-sxm-40gb
-  NVIDIA A100 80GB (SGLang benchmark_vllm_060; dennislee22/vLLM-benchmarking)
-                                                        -> a100-sxm-80gb *
+  NVIDIA A100 80GB (SGLang benchmark_vllm_060)          -> a100-sxm-80gb *
+  NVIDIA A100 PCIe 80GB (dennislee22/vLLM-benchmarking: "A100 80GB", the PCIe card
+    inferred from the same cluster's logs; the entries' `device_inferred`)
+                                                        -> a100-pcie-80gb *
   NVIDIA H100 80GB (SGLang benchmark_vllm_060, x4; the evalscope blog, x1)
                                                         -> h100-sxm *
   NVIDIA H100 (single GPU; vLLM FP8 KV-cache blog)      -> h100-sxm *
@@ -156,7 +158,7 @@ import math
 import random
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuwise.catalog import find_hardware, resolve_model
@@ -175,6 +177,7 @@ SEED = 0
 DEVICES = {
     "NVIDIA A100-SXM4-40GB": "a100-sxm-40gb",
     "NVIDIA A100 80GB": "a100-sxm-80gb*",
+    "NVIDIA A100 PCIe 80GB": "a100-pcie-80gb*",
     "NVIDIA H100 80GB": "h100-sxm*",
     "NVIDIA H100 (single GPU; SXM/PCIe and memory not stated)": "h100-sxm*",
     "NVIDIA H100 80GB HBM3": "h100-sxm",
@@ -251,6 +254,21 @@ def device_of(text: str) -> str | None:
     return DEVICES.get(text)
 
 
+def device_text(e: dict) -> str:
+    """The device as the source names it, or as its own evidence shows it (`device_inferred`,
+    with that evidence) where the source leaves the form factor open."""
+    return e.get("device_inferred", {}).get("device", e["device"])
+
+
+def as_released(engine, e: dict):
+    """The engine with the scheduler the entry's version ran: SGLang before v0.4 picked a
+    batch after the previous one's result, not during it (the overlap scheduler became the
+    default in sgl-project/sglang pull request #2067, 2024-11-18, for v0.4)."""
+    if e["runtime"] == "sglang" and e["runtime_version"].startswith("0.3"):
+        return replace(engine, limits=replace(engine.limits, overlap=False))
+    return engine
+
+
 def model_of(text: str) -> str | None:
     return MODELS.get(text)
 
@@ -264,7 +282,7 @@ def skip_reason(e: dict) -> str | None:
         return UNMAPPED_MODEL
     if model_of(e["model"]) is None:
         return f"model not mapped: {e['model']}"
-    if device_of(e["device"]) is None:
+    if device_of(device_text(e)) is None:
         return f"device not in the catalogue: {e['device']}"
     return None
 
@@ -715,7 +733,7 @@ def main() -> None:
             skipped.append({"id": e["id"], "runtime": e["runtime"], "model": e["model"],
                             "reason": reason})  # fmt: skip
             continue
-        model, device = model_of(e["model"]), device_of(e["device"])
+        model, device = model_of(e["model"]), device_of(device_text(e))
         assert model and device
         group, setup = era(e)
         w = work_of(e, model)
@@ -724,6 +742,7 @@ def main() -> None:
         batched = server.pop("max_batched_tokens", None)
         engine, hw = engine_for(model, device, e["runtime"], weights_of(e["weights"]), tp, w,
                                 server, max_batched_tokens=batched)  # fmt: skip
+        engine = as_released(engine, e)
         reqs, clients = requests_of(w, args.spread)
         trace = simulate(engine, reqs, clients)
         sim = measured(trace)

@@ -114,3 +114,24 @@ def test_prompt_attention_comes_from_a_chunk_at_depth():
     assert rates["decode_attention_flops"] == pytest.approx(30e9)
     plain = fit_rates(small, replace(big, decode_steps={}))  # not timed: the matmul rate
     assert plain["attention_flops"] == plain["matmul_flops"]
+
+
+def test_masked_cells_of_another_sequence_come_from_a_chunk_beside_them():
+    from gpuwise.measure.llama_cpp.fit import fit_rates
+
+    small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
+                        *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)  # fmt: skip
+    cell_s = 5e-9
+    steps = {"d0/s1": 0.004, "d0/s1/t256": 0.2,
+             "d0/s1/t256/o1024": 0.2 + 256 * 1024 * ARCH.num_layers * cell_s}  # fmt: skip
+    rates = fit_rates(small, replace(_timing(), decode_steps=steps), 1024, 4, 256)
+    assert rates["masked_cell_s"] == pytest.approx(cell_s)
+    del steps["d0/s1/t256/o1024"]  # not timed: not charged
+    assert fit_rates(small, replace(_timing(), decode_steps=steps), 1024, 4, 256)["masked_cell_s"] == 0.0
+
+
+def test_a_prompt_beside_other_sequences_cells_pays_for_passing_over_them():
+    step = _step(_g(masked_cell_s=5e-9))
+    alone = sum(step.parts(512, 512, 512.0, 1e9))
+    beside = sum(step.parts(512, 512, 512.0, 1e9, masked=512 * 2000.0))
+    assert beside - alone == pytest.approx(512 * 2000 * ARCH.num_layers * 5e-9)

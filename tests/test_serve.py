@@ -200,3 +200,68 @@ def test_energy_charges_the_hosts_gaps_at_the_memory_power_and_only_idle_time_at
     assert busy_joules(trace, power) == pytest.approx(4 * 700 + 6 * 500)
     rec = energy(trace, window_s=15.0, requests=10, tokens=1000, power=power)
     assert rec["joules"] == pytest.approx(4 * 700 + 6 * 500 + 5 * 100)  # 5 s with no step
+
+
+def _second_ttft(eng, arrival_s):
+    """TTFT of a request that arrives while another one decodes (or, at 0, with it idle)."""
+    reqs = [Request(0.0, 512, 400), Request(arrival_s, 256, 8)]
+    return simulate(eng, reqs).seqs[1]
+
+
+def test_sglangs_overlap_scheduler_admits_a_request_arriving_mid_step_a_step_later():
+    eng = engine("sglang")
+    assert eng.limits.overlap
+    serial = replace(eng, limits=replace(eng.limits, overlap=False))
+    late, now = _second_ttft(eng, 0.5), _second_ttft(serial, 0.5)
+    decode_step = eng.step_seconds(1, 0, 512 + 100, 0.0)
+    ttft_late = late.first_token_s - late.req.arrival_s
+    ttft_now = now.first_token_s - now.req.arrival_s
+    # the step it arrived in, then the one already chosen, then its prompt
+    assert ttft_late - ttft_now == pytest.approx(decode_step, rel=0.1)
+
+
+def test_an_idle_overlap_scheduler_takes_a_request_at_once():
+    eng = engine("sglang")
+    serial = replace(eng, limits=replace(eng.limits, overlap=False))
+    rec_on = summary(simulate(eng, [Request(0.0, 512, 64)]), Slo())
+    rec_off = summary(simulate(serial, [Request(0.0, 512, 64)]), Slo())
+    assert rec_on["ttft_s"]["p50"] == pytest.approx(rec_off["ttft_s"]["p50"], rel=1e-9)
+
+
+def test_only_sglang_picks_its_next_step_during_the_running_one():
+    for runtime in ("vllm", "llama.cpp", "transformers"):
+        hw = find_hardware("rtx-4090") if runtime == "llama.cpp" else H100
+        assert not engine(runtime, hw).limits.overlap
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.floats(2.0, 20.0), st.floats(1.2, 3.0))
+def test_more_load_never_lowers_sglangs_latency_percentiles(rate, more):
+    eng = engine("sglang")
+    light, heavy = run(eng, rate), run(eng, rate * more)
+    for key in ("ttft_s", "e2e_s"):
+        assert heavy[key]["p90"] >= light[key]["p90"] * 0.99
+
+
+def test_llama_servers_idle_slots_keep_cells_that_a_new_prompt_passes_over():
+    """llama.cpp's shared cache: a prompt's attention spans the other slots' cells, the
+    finished requests' included (llama-server keeps them for its prompt cache)."""
+    from collections import deque
+
+    from gpuwise.estimate.serve.simulate import _cells
+
+    seen: list[float] = []
+    eng = engine("llama.cpp", find_hardware("rtx-4090"))
+    assert eng.shared_cells and not engine("vllm").shared_cells
+
+    def parts(tokens, prompt, kv_read, flops, masked):
+        if prompt:
+            seen.append(masked)
+        return 0.01, 0.0, 0.0
+
+    eng = replace(eng, step_parts=parts)
+    reqs = [Request(10.0 * i, 100, 10) for i in range(3)]  # one at a time
+    simulate(eng, reqs)
+    # the first prompt is alone; each later one passes over every request before it
+    assert seen == [0.0, 100 * 109, 100 * 2 * 109]
+    assert _cells(replace(eng, shared_cells=False), [], deque([5])) == 0

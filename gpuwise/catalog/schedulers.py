@@ -24,6 +24,13 @@ class SchedulerDefaults:
     reserve_output: float
     token_host_s: float
     request_host_s: float
+    # the next step is chosen while the current one runs, so a request that arrives during
+    # a step waits for the step after the next (SGLang's overlap scheduler); off where unset
+    overlap: bool = False
+    # one cache of cells for every sequence (llama.cpp's unified KV cache): a prompt's
+    # attention spans every cell in it, other sequences' masked, and an idle slot keeps its
+    # last request's cells (llama-server's prompt cache); off where unset
+    shared_cells: bool = False
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
 

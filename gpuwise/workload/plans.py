@@ -68,6 +68,9 @@ class InferencePlan:
     threads: int | None = None  # llama.cpp's CPU threads; None: one a core
     gpu_layers: int | None = None  # llama.cpp -ngl: layers on the device; None: all of them
     quant_kernel: str = ""  # the weight-only kernel; "": the runtime's own for the format
+    # AutoAWQ from_quantized(fuse_layers=True): q, k, v fused at load, the KV cache pre-allocated
+    # for context_alloc positions (None: the model's) and kept (quant_workspace.py)
+    fuse_layers: bool = False
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     allocator: str = "glibc"  # the host allocator of a CPU process (ALLOCATORS)
 

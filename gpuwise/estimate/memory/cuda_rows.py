@@ -139,19 +139,23 @@ def device_slack(peak: ReplayPeak, capacity: float, others: float) -> float:
 
 
 def inference_gpu_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
-                       parts: dict[str, float], notes: list[str]) -> float:  # fmt: skip
-    """On a GPU: the quantisation kernel's workspace and the CUDA rows replace the runtime's
-    fixed overhead in `parts`. Returns what the rows add to the total (0 elsewhere)."""
+                       parts: dict[str, float], notes: list[str],
+                       in_forward: bool = True) -> float:  # fmt: skip
+    """On a GPU: the quantisation kernel's workspace (a forward pass's: not at a peak
+    outside it, `in_forward` False) and the CUDA rows replace the runtime's fixed overhead in
+    `parts`. Returns what the rows add to the total (0 elsewhere)."""
     if not uses_cuda_allocator(hw):
         return 0.0
     before = sum(parts.values())
     workspace, kernel = quant_workspace(arch, plan)
-    if workspace:
+    if workspace and in_forward:
         parts["workspace"] = parts.get("workspace", 0.0) + workspace
         notes.append(f"{kernel}: {workspace / 2**20:,.0f} MiB of workspace")
     parts.pop("overhead", None)
     c = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
-    peak = inference_peak(arch, plan.batch, plan.prompt_tokens, plan.new_tokens, c,
+    # AutoAWQ's fused cache never grows: no decode step reallocates it.
+    new_tokens = 1 if plan.fuse_layers else plan.new_tokens
+    peak = inference_peak(arch, plan.batch, plan.prompt_tokens, new_tokens, c,
                           plan.attention, plan.logits == "all", plan.expandable_segments)  # fmt: skip
     rows = device_rows(hw, 0.0)
     rows["allocator_slack"] = device_slack(peak, hw.memory_bytes,

@@ -9,6 +9,7 @@ from gpuwise.estimate.memory.activations import prefill_transient
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
 from gpuwise.estimate.memory.cuda_rows import inference_gpu_rows
 from gpuwise.estimate.memory.host_allocator import host_allocator_row
+from gpuwise.estimate.memory.quant_workspace import fused_cache_positions, fused_qkv_copy_bytes
 from gpuwise.estimate.memory.serving_runtimes import estimate_llama_cpp, estimate_vllm
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.workload import Architecture
@@ -47,19 +48,33 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
     kv_end_tokens = plan.prompt_tokens + max(0, plan.new_tokens - 1)
     kv_prompt = kv_cache_bytes(arch, plan.batch, plan.prompt_tokens, kv_fmt.bytes_per_element)
     kv_end = kv_cache_bytes(arch, plan.batch, kv_end_tokens, kv_fmt.bytes_per_element)
+    if plan.fuse_layers:  # AutoAWQ's fused cache: allocated whole at load, rolled when full
+        window = fused_cache_positions(arch, plan)
+        kv_prompt = kv_end = kv_cache_bytes(arch, plan.batch, window, kv_fmt.bytes_per_element)
     logits = _logits_bytes(arch, plan, compute)
     prefill = prefill_transient(arch, plan.batch, plan.prompt_tokens, compute, plan.attention)
     # Each decode step concatenates one layer's cache into a new tensor: briefly two copies.
     decode = kv_end / arch.num_layers if plan.new_tokens > 1 else 0.0
     phases = {"prefill": weights + kv_prompt + prefill + logits,
               "decode": weights + kv_end + decode + logits}  # fmt: skip
+    load_copy = fused_qkv_copy_bytes(arch, plan) if plan.fuse_layers else 0.0
+    if load_copy:
+        phases["load"] = weights + kv_end + load_copy
     phase = max(phases, key=lambda k: phases[k])
     kv, acts = (kv_prompt, prefill) if phase == "prefill" else (kv_end, decode)
+    if phase == "load":
+        acts, logits = 0.0, 0.0
     dynamic = kv + acts + logits
     overhead = rt.baseline_bytes + rt.allocator_fraction * dynamic
     parts = {"weights": weights, "kv_cache": kv, "activations": acts, "logits": logits,
              "overhead": overhead}  # fmt: skip
     notes = [f"{arch.attention_kind} attention, KV cache in {kv_fmt.id}"]
+    if plan.fuse_layers:
+        notes.append(f"AutoAWQ fused layers: a KV cache of {window:,} positions allocated at "
+                     f"load; fusing holds a second copy of q, k and v "
+                     f"({load_copy / 2**30:.2f} GiB) until the last layer is fused")  # fmt: skip
+    if phase == "load":
+        parts["workspace"] = load_copy
     if fmt.quantised:
         notes.append(f"{fmt.id} applies to the attention and MLP matrices; embeddings, norms "
                      f"and the LM head stay in {fmt.compute_dtype}")  # fmt: skip
@@ -72,6 +87,7 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                      "them (GPT-2's learned positions stop a CUDA run on a device-side "
                      "assert); shorten the prompt or generate fewer tokens")  # fmt: skip
     kept = host_allocator_row(arch, plan, hw, parts, notes, held_slack)
-    kept += inference_gpu_rows(arch, plan, hw, parts, notes)  # CUDA allocator, context, ...
+    # CUDA allocator, context, ...
+    kept += inference_gpu_rows(arch, plan, hw, parts, notes, in_forward=phase != "load")
     total_phases = {k: v + overhead + kept for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes))

@@ -9,6 +9,13 @@
   fp32;
 - bitsandbytes nf4 (`bnb-nf4`): each matmul dequantises its weight in the compute dtype;
 - Marlin and the others: a workspace of a few KiB (nothing counted).
+
+AutoAWQ's own loader with fused layers (`from_quantized(fuse_layers=True)`, its default) also
+changes what the process holds: the fused layers' KV cache is allocated whole at load, and
+while the layers are fused every layer's q, k and v stay beside the new concatenated qkv
+matrix (the fuser builds all the fused blocks first and replaces `model.model` only at the
+end: awq/models/llama.py LlamaFuser.fuse_transformer, awq/utils/fused_utils.py fuse_qkv's
+torch.cat), so the load holds a second copy of every layer's q, k and v.
 """
 
 from __future__ import annotations
@@ -26,6 +33,23 @@ def quant_kernel_name(plan: InferencePlan) -> str:
     if not fmt.quantised or fmt.other_bits:
         return ""
     return plan.quant_kernel or runtime_speed("transformers").kernels.get(fmt.id, "")
+
+
+def fused_cache_positions(arch: Architecture, plan: InferencePlan) -> int:
+    """The positions AutoAWQ's fused KV cache holds: from_quantized's max_seq_len (v0.1.6:
+    max_new_tokens; the plan's context_alloc), else the model's max_position_embeddings,
+    else 2048 (stacks.toml [autoawq] fused_default_max_seq_len)."""
+    default = int(stack_value("autoawq", "fused_default_max_seq_len"))
+    return plan.context_alloc or arch.max_position or default
+
+
+def fused_qkv_copy_bytes(arch: Architecture, plan: InferencePlan) -> float:
+    """Bytes of every layer's q, k and v in the stored format: the second copy AutoAWQ's fuser
+    holds until the last layer is fused (see the module docstring)."""
+    fmt = weight_format(plan.weights)
+    d = arch.hidden_size
+    per_layer = fmt.linear_bytes(arch.q_dim, d) + 2 * fmt.linear_bytes(arch.kv_dim, d)
+    return per_layer * arch.num_layers
 
 
 def _matrices(arch: Architecture) -> list[tuple[int, int]]:

@@ -24,6 +24,7 @@ class Seq:
     first_token_s: float = -1.0
     last_token_s: float = -1.0
     done_s: float = -1.0
+    received: bool = False  # seen by a scheduler that picks a step ahead (Limits.overlap)
 
     @property
     def prefilling(self) -> bool:

@@ -52,7 +52,7 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                  opts: ReplicaOptions) -> Engine:  # fmt: skip
     sched = scheduler_defaults(plan.runtime)
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
-                    opts.max_seqs or sched.max_seqs, sched.reserve_output)  # fmt: skip
+                    opts.max_seqs or sched.max_seqs, sched.reserve_output, sched.overlap)  # fmt: skip
     positions = kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
     if positions <= 0:
         raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
@@ -64,7 +64,8 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
     return Engine(sched.policy, limits, positions // block, block,
                   step.parts, pair_flops, max_len, sched.token_host_s, sched.request_host_s,
                   opts.shared_prefix,
-                  sched.prefix_cache if opts.prefix_cache is None else opts.prefix_cache)  # fmt: skip
+                  sched.prefix_cache if opts.prefix_cache is None else opts.prefix_cache,
+                  sched.shared_cells)  # fmt: skip
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:

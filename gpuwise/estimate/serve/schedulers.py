@@ -16,6 +16,7 @@ class Limits:
     max_batched_tokens: int
     max_seqs: int
     reserve_output: float = 0.0  # share of outputs kept free at admission (SGLang)
+    overlap: bool = False  # the next step is picked while this one runs (SGLang)
 
 
 def _grow(seq: Seq, n: int, kv: KvPool) -> bool:
@@ -114,6 +115,32 @@ def _admit(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits, ste
 def prefill_first(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
     """SGLang: a step of prompt chunks (unfinished ones first, then new requests) whenever
     any wait and fit, else a step of every running sequence's next token."""
+    late = _not_yet_received(waiting, running, lim)
+    step = _prefill_first(waiting, running, kv, lim)
+    waiting.extend(reversed(late))
+    return step
+
+
+def _not_yet_received(waiting: deque[Seq], running: list[Seq], lim: Limits) -> list[Seq]:
+    """With an overlap scheduler (SGLang v0.4 scheduler.py event_loop_overlap), the loop
+    receives requests, picks and launches step k+1, then waits for step k's result: the step
+    that follows the one running was chosen when that one began. Requests that arrived
+    since the last choice (the end of the queue) are taken off it for this one; an idle
+    engine has no step in flight and takes them at once."""
+    late: list[Seq] = []
+    if lim.overlap and running:
+        while waiting and not waiting[-1].received:
+            late.append(waiting.pop())
+    for seq in reversed(waiting):  # the rest are known from here on
+        if seq.received:
+            break
+        seq.received = True
+    for seq in late:
+        seq.received = True
+    return late
+
+
+def _prefill_first(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
     step, budget = Step(), lim.max_batched_tokens
     for seq in running:
         if seq.prefilling and budget > 0:

@@ -15,8 +15,8 @@ from gpuwise.estimate.serve.schedulers import POLICY, Limits
 from gpuwise.workload.requests import Request
 
 # A step's (compute-bound, memory-bound, host) seconds, from (tokens, prompt tokens, cached
-# positions read, prompt attention FLOPs).
-StepParts = Callable[[int, int, float, float], tuple[float, float, float]]
+# positions read, prompt attention FLOPs, prompt tokens x other sequences' cells they span).
+StepParts = Callable[[int, int, float, float, float], tuple[float, float, float]]
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,11 @@ class Engine:
     request_host_s: float = 0.0  # and per request, before its first step
     shared_prefix: int = 0  # prompt tokens every request begins with
     prefix_cache: bool = False  # computed once and kept, its blocks shared (vLLM, SGLang)
+    shared_cells: bool = False  # one cache whose every cell a prompt spans (llama.cpp)
 
-    def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float) -> float:
-        return sum(self.step_parts(tokens, prompt, kv_read, flops))
+    def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float,
+                     masked: float = 0.0) -> float:  # fmt: skip
+        return sum(self.step_parts(tokens, prompt, kv_read, flops, masked))
 
 
 @dataclass
@@ -72,6 +74,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             pending.popleft()
     waiting: deque[Seq] = deque(s for s in seqs if s.id in arrivals)
     running: list[Seq] = []
+    kept: deque[int] = deque(maxlen=engine.limits.max_seqs)  # idle slots' cells (shared_cells)
     now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
@@ -94,7 +97,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             trace.preemptions += step.preempted
             if not step.work:
                 continue
-            c, m, h = engine.step_parts(*_step_work(engine, step))
+            c, m, h = engine.step_parts(*_step_work(engine, step, _cells(engine, running, kept)))
             parts, k = (c, m, h + _server_s(engine, step)), 1
             finished = _apply(step, now + sum(parts), engine.policy, trace.itl)
         now += sum(parts)
@@ -102,6 +105,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
         for seq in finished:
             running.remove(seq)
             kv.free(seq)
+            kept.append(seq.computed)
             done += 1
             if clients and pending:
                 nxt = pending.popleft()
@@ -196,16 +200,29 @@ def _server_s(engine: Engine, step: Step) -> float:
     return started * engine.request_host_s + len(step.work) * engine.token_host_s
 
 
-def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float]:
+def _cells(engine: Engine, running: list[Seq], kept: deque[int]) -> int:
+    """Cells in a shared cache (0 elsewhere): the running sequences' and those the idle
+    slots keep of their last requests (the slots taken longest ago are the ones reused)."""
+    if not engine.shared_cells:
+        return 0
+    idle = max(0, engine.limits.max_seqs - len(running))
+    return sum(s.computed for s in running) + (sum(list(kept)[-idle:]) if idle else 0)
+
+
+def _step_work(engine: Engine, step: Step,
+               cells: int = 0) -> tuple[int, int, float, float, float]:  # fmt: skip
+    """The step's tokens, prompt tokens, cached positions read, prompt attention FLOPs and,
+    in a shared cache of `cells` cells, the other sequences' cells its prompt tokens span."""
     tokens = prompt = 0
-    kv_read = pairs = 0.0
+    kv_read = pairs = masked = 0.0
     for seq, n in step.work:
         tokens += n
         kv_read += seq.computed + n
         if seq.computed < seq.target:  # a prompt chunk (the property, inlined: a hot loop)
             prompt += n
             pairs += n * (seq.computed + n / 2)
-    return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair
+            masked += n * max(0, cells - seq.computed)
+    return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, masked
 
 
 def _apply(step: Step, now: float, policy: str, itl: Histogram) -> list[Seq]:
@@ -264,7 +281,7 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
         return None
     for s in running:
         kv.take(s, kv.need(s, s.computed + k))
-    middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0)
+    middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0, 0.0)
     return (k * middle[0], k * middle[1], k * (middle[2] + n * engine.token_host_s)), k
 
 

@@ -59,14 +59,18 @@ class StepTime:
                            * kv.bytes_per_element)  # fmt: skip
 
     def parts(self, tokens: int, prompt_tokens: int, kv_read: float,
-              prompt_attention_flops: float = 0.0) -> tuple[float, float, float]:  # fmt: skip
+              prompt_attention_flops: float = 0.0,
+              masked: float = 0.0) -> tuple[float, float, float]:  # fmt: skip
         """A step of `tokens` new tokens, `prompt_tokens` of them from prompts, whose attention
-        reads `kv_read` cached positions (summed over its sequences), as (compute-bound,
-        memory-bound, host) seconds: what the power model charges each at (metrics.Power)."""
+        reads `kv_read` cached positions (summed over its sequences) and, in llama.cpp's
+        shared cache, spans `masked` (prompt token, other sequence's cell) pairs, as
+        (compute-bound, memory-bound, host) seconds: what the power model charges each at
+        (metrics.Power)."""
         if tokens <= 0:
             return 0.0, 0.0, 0.0
         if self.rt.model == "ggml":
-            return _ggml_step(self, tokens, prompt_tokens, kv_read, prompt_attention_flops)
+            return _ggml_step(self, tokens, prompt_tokens, kv_read, prompt_attention_flops,
+                              masked)  # fmt: skip
         compute, memory, host = _dense_parts(self, bucket(tokens), prompt_tokens > 0)
         attention = kv_read * self.kv_bytes_per_token / self.tp / _kv_rate(self)
         attention *= 1.0 if self.rt.fused else 3.0  # eager: read, then torch.cat's copy
@@ -127,9 +131,11 @@ def _ggml(step: StepTime) -> tuple[GgmlRates, float, float, float]:
 
 
 def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
-               prompt_attention_flops: float) -> tuple[float, float, float]:  # fmt: skip
+               prompt_attention_flops: float, masked: float) -> tuple[float, float, float]:  # fmt: skip
     """llama.cpp's batch: the weights streamed once, or their matmuls, whichever is longer,
-    plus the KV cache and the graph's fixed costs (estimate/speed/ggml_time.py)."""
+    plus the KV cache, the other sequences' cells its prompt tokens' attention passes over
+    (masked: `masked_cell_s` a pair and layer, where the probe measured it) and the graph's
+    fixed costs (estimate/speed/ggml_time.py)."""
     g, read, per_token, per_logit = _ggml(step)
     # logits of every token, or (llama.cpp's default) of decodes and each prompt's last
     logits = tokens if step.plan.logits == "all" else tokens - prompt_tokens + (prompt_tokens > 0)
@@ -137,6 +143,7 @@ def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
     computed = matmul_seconds(g, tokens, tokens * per_token + logits * per_logit, streamed)
     memory = kv_read * step.kv_bytes_per_token / g.kv_bytes_per_s
     compute = prompt_attention_flops / g.attention_flops
+    compute += masked * step.arch.num_layers * g.masked_cell_s
     decoding = tokens - prompt_tokens
     att_rate = decode_attention_rate(g, decoding) if decoding else 0.0
     if att_rate:  # measured: decode attention runs at its own rate (kv_read: its positions)

@@ -44,6 +44,9 @@ class GgmlRates:
     decode_attention_flops: float = 0.0  # one token's attention over its cached positions
     batch_attention_flops: float = 0.0  # the same, in a step of BATCH_SEQS tokens
     batch_matmul_flops: float = 0.0  # the matmuls of a step of BATCH_SEQS tokens
+    # a prompt token's attention passing over one cell of another sequence in a shared cache
+    # (masked out), per layer (llama-kv-cache.cpp get_n_kv; docs/serve.md, "A step's time")
+    masked_cell_s: float = 0.0
 
 
 BATCH_SEQS = 4  # the batch the probe times decode steps at (measure/llama_cpp/probe.py)

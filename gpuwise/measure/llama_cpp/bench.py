@@ -118,9 +118,10 @@ def time_decode_steps(path: str | os.PathLike[str], *, threads: int,
                       timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:  # fmt: skip
     """Seconds of one step at each (depth, sequences[, tokens]) case, llama-batched-bench
     style (decode_child.py), in a fresh process: the median of `reps` runs. Keys
-    "d{depth}/s{seqs}", and "/t{tokens}" for a prompt chunk of more than one token."""
+    "d{depth}/s{seqs}", "/t{tokens}" for a prompt chunk of more than one token, and
+    "/o{other}" for masked cells of another sequence in the cache."""
     model = _gguf_file(path)
-    if min(threads, n_gen, reps) < 1 or any(c[0] < 0 or min(c[1:]) < 1 for c in cases):
+    if min(threads, n_gen, reps) < 1 or any(c[0] < 0 or min(c[1:3]) < 1 for c in cases):
         raise GpuwiseError("threads, n_gen, reps, sequences and tokens must be >= 1, "
                            "depths >= 0")  # fmt: skip
     need_llama_cpp()
@@ -129,8 +130,9 @@ def time_decode_steps(path: str | os.PathLike[str], *, threads: int,
     others_before, started = others_cpu_s(), time.perf_counter()
     raw = run_child(job, timeout_s, f"llama.cpp decode steps of {model.name} ({threads} threads)")
     others = others_share(others_before, time.perf_counter() - started)
-    steps = {f"d{c['depth']}/s{c['seqs']}" + (f"/t{c['tokens']}" if c["tokens"] > 1 else ""):
-             statistics.median(c["step_s"]) for c in raw["cases"]}  # fmt: skip
+    steps = {f"d{c['depth']}/s{c['seqs']}" + (f"/t{c['tokens']}" if c["tokens"] > 1 else "")
+             + (f"/o{c['other']}" if c.get("other") else ""): statistics.median(c["step_s"])
+             for c in raw["cases"]}  # fmt: skip
     return {"model": model.name, "threads": threads, "n_gen": n_gen, "reps": reps,
             "step_s": steps, "others_cpu_share": others}  # fmt: skip
 

@@ -6,7 +6,10 @@ Job: {"kind": "decode", "path", "threads", "cases": [[depth, seqs, tokens], ...]
 llama-server's default slots do); each sequence's prompt of `depth` random tokens (one token
 for depth 0) is decoded untimed, then steps each decode `tokens` new tokens of every sequence
 (1: a decode step; more: a prompt chunk at that depth), synchronising after each, and are
-timed together: `n_gen` steps of one token, or one step of more. Before each of `reps` timed
+timed together: `n_gen` steps of one token, or one step of more. A fourth number, `other`,
+first fills one more sequence with that many cells: they are in the cache the steps' attention
+spans but masked out for the timed sequences (llama-server's idle slots keep their last
+request's cells, llama-kv-cache.cpp `get_n_kv`). Before each of `reps` timed
 runs the new positions are removed again, so every run starts at the same depth. The result
 holds, per case, the seconds of one step in each run.
 """
@@ -45,24 +48,27 @@ def _decode(lc: ModuleType, ctx: Any, batch: Any, items: list[tuple[int, int, in
         raise RuntimeError(f"llama_decode returned {code}")
 
 
-def _case(lc: ModuleType, model: Any, job: dict, depth: int, seqs: int,
-          tokens: int) -> list[float]:  # fmt: skip
+def _case(lc: ModuleType, model: Any, job: dict, depth: int, seqs: int, tokens: int,
+          other: int = 0) -> list[float]:  # fmt: skip
     vocab = lc.llama_model_get_vocab(model)
     n_vocab = lc.llama_vocab_n_tokens(vocab)
     rng = random.Random(job["seed"])
     prompt, n_gen = max(1, depth), job["n_gen"] if tokens == 1 else 1
-    ctx = _context(lc, model, job["threads"], seqs * (prompt + n_gen * tokens) + 256, seqs)
-    batch = lc.llama_batch_init(max(N_UBATCH, seqs * tokens), 0, seqs)
+    n_ctx = seqs * (prompt + n_gen * tokens) + other + 256
+    ctx = _context(lc, model, job["threads"], n_ctx, seqs + (other > 0))
+    batch = lc.llama_batch_init(max(N_UBATCH, seqs * tokens), 0, seqs + (other > 0))
     try:
-        for seq in range(seqs):
-            for start in range(0, prompt, N_UBATCH):
-                part = range(start, min(prompt, start + N_UBATCH))
+        fills = [(seq, prompt) for seq in range(seqs)] + ([(seqs, other)] if other else [])
+        for seq, length in fills:
+            for start in range(0, length, N_UBATCH):
+                part = range(start, min(length, start + N_UBATCH))
                 _decode(lc, ctx, batch, [(rng.randrange(n_vocab), p, seq) for p in part])
         lc.llama_synchronize(ctx)
         memory = lc.llama_get_memory(ctx)
         runs = []
         for _ in range(job["reps"] + 1):  # the first run warms up
-            lc.llama_memory_seq_rm(memory, -1, prompt, -1)
+            for seq in range(seqs):
+                lc.llama_memory_seq_rm(memory, seq, prompt, -1)
             steps = [[(rng.randrange(n_vocab), prompt + k * tokens + i, s)
                       for s in range(seqs) for i in range(tokens)]
                      for k in range(n_gen)]  # fmt: skip
@@ -85,9 +91,12 @@ def decode_job(job: dict) -> dict:
     if not model:
         raise RuntimeError(f"llama.cpp could not load {job['path']}")
     try:
-        cases = [{"depth": c[0], "seqs": c[1], "tokens": c[2] if len(c) > 2 else 1,
-                  "step_s": _case(lc, model, job, c[0], c[1], c[2] if len(c) > 2 else 1)}
-                 for c in job["cases"]]  # fmt: skip
+        cases = []
+        for c in job["cases"]:
+            tokens = c[2] if len(c) > 2 else 1
+            other = c[3] if len(c) > 3 else 0
+            cases.append({"depth": c[0], "seqs": c[1], "tokens": tokens, "other": other,
+                          "step_s": _case(lc, model, job, c[0], c[1], tokens, other)})  # fmt: skip
     finally:
         lc.llama_model_free(model)
     return {"cases": cases}

@@ -81,8 +81,9 @@ def _solve(a: tuple[float, float, float], b: tuple[float, float, float]) -> tupl
 def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
               chunk: int = 0) -> dict[str, float]:  # fmt: skip
     """GgmlRates' fields (but `source`) from two models' timings at one type and thread count;
-    with `depth`, also the decode fields from `b`'s steps (fit_decode), and prompt attention
-    charged at the rate a `chunk`-token prompt chunk at that depth shows. Without them the KV
+    with `depth`, also the decode fields from the steps of whichever model has them
+    (fit_decode), and prompt attention charged at the rate a `chunk`-token prompt chunk at
+    that depth shows. Without them the KV
     cache and flash attention are charged at the weights' rates: at a probe's short contexts
     they are a few percent of the time."""
     eqs = []
@@ -90,8 +91,10 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
         kv = kv_bytes(m.arch, m.plan_tg, m.plan_tg.new_tokens / 2)
         eqs.append((weights_read(m.arch, m.plan_tg) + kv, float(m.arch.num_layers), m.tg_s))
     per_byte, layer_s = _solve(eqs[0], eqs[1])
-    decode = fit_decode(b, {"layer_s": layer_s, "token_s": 0.0}, b.decode_steps, depth, seqs)
-    attention = _prompt_attention(b, depth, chunk)
+    stepped = a if a.decode_steps else b  # the model whose decode steps the probe timed
+    decode = fit_decode(stepped, {"layer_s": layer_s, "token_s": 0.0}, stepped.decode_steps,
+                        depth, seqs)  # fmt: skip
+    attention = _prompt_attention(stepped, depth, chunk)
     eqs = []
     for m in (a, b):
         n = m.plan_pp.prompt_tokens
@@ -100,6 +103,7 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
         rest = m.pp_s - layers * layer_s - (att / attention if attention else 0.0)
         eqs.append((mm + (0.0 if attention else att), float(layers * n), rest))
     per_flop, layer_token_s = _solve(eqs[0], eqs[1])
+    decode["masked_cell_s"] = _masked_cell_s(stepped, depth, chunk)
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
             "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
             "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode}  # fmt: skip
@@ -113,6 +117,17 @@ def _prompt_attention(m: ModelTiming, depth: int, chunk: int) -> float:
     if not (depth and chunk and near and deep and deep > near):
         return 0.0
     return 4.0 * m.arch.num_layers * m.arch.q_dim * chunk * depth / (deep - near)
+
+
+def _masked_cell_s(m: ModelTiming, depth: int, chunk: int) -> float:
+    """Seconds a prompt token's attention takes per layer over one masked cell of another
+    sequence: a `chunk`-token chunk with `depth` cells of another sequence in the cache
+    against the same alone (0.0: not timed, or not resolved)."""
+    alone = m.decode_steps.get(f"d0/s1/t{chunk}")
+    beside = m.decode_steps.get(f"d0/s1/t{chunk}/o{depth}")
+    if not (depth and chunk and alone and beside and beside > alone):
+        return 0.0
+    return (beside - alone) / (chunk * depth * m.arch.num_layers)
 
 
 def fit_decode(m: ModelTiming, rates: dict[str, float], steps: dict[str, float],

@@ -21,16 +21,20 @@ from gpuwise.measure.llama_cpp.fit import (
 )
 from gpuwise.measure.llama_cpp.gguf_model import GgufConfig, quantize, write_random_gguf
 
-# Two shapes whose bytes per layer differ by ~6x, so layer costs and bandwidth separate.
-PROBE_MODELS = (GgufConfig(hidden=384, layers=6, heads=6, kv_heads=2, ffn=1024),
-                GgufConfig(hidden=1280, layers=4, heads=10, kv_heads=2, ffn=3456))  # fmt: skip
+# Two shapes whose bytes per layer differ by ~7x, so layer costs and bandwidth separate. Both
+# are over 100 MB in Q4_0, several times a CPU's last-level cache (32 MiB on a Zen 5 CCD): a
+# model that stays partly in cache streams faster than the models people run (docs/speed.md,
+# "llama.cpp on this CPU").
+PROBE_MODELS = (GgufConfig(hidden=768, layers=24, heads=12, kv_heads=4, ffn=2048),
+                GgufConfig(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=5632))  # fmt: skip
 TYPES = ("f16", "q8_0", "q4_0", "q4_k_m")
 N_PROMPT, N_GEN, REPS = 256, 32, 5
-# Steps on the larger model: decodes of one sequence and of a batch, and a prompt chunk, at no
-# depth and at DEPTH (a served request's context), for attention's rates and a small batch's
-# matmuls (fit.py).
+# Steps on the narrow model (head_dim 64, 24 layers: attention is most of a deep step there):
+# decodes of one sequence and of a batch, and a prompt chunk, at no depth and at DEPTH (a
+# served request's context), for attention's rates and a small batch's matmuls (fit.py).
 DEPTH, SEQS, CHUNK = 1024, 4, 256
-DECODE_CASES = [(0, 1), (DEPTH, 1), (0, SEQS), (DEPTH, SEQS), (0, 1, CHUNK), (DEPTH, 1, CHUNK)]
+DECODE_CASES = [(0, 1), (DEPTH, 1), (0, SEQS), (DEPTH, SEQS), (0, 1, CHUNK), (DEPTH, 1, CHUNK),
+                (0, 1, CHUNK, DEPTH)]  # the last: beside DEPTH cells of another sequence
 ATTEMPTS, QUIET = 3, 0.05  # runs of a timing at most; others' share of the CPUs that is quiet
 
 Progress = Callable[[str, float], None]
@@ -76,7 +80,7 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, 
               "tg_s": tg_s, "bytes": tb["total"],
               "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
               "system_info": run["system_info"]}  # fmt: skip
-    if cfg == PROBE_MODELS[-1]:
+    if cfg == PROBE_MODELS[0]:
         steps = quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES))
         record["decode_steps"] = dict(steps["step_s"])
     return record
