@@ -32,7 +32,10 @@ def main() -> None:
           f"{'steps':>8s} {'simulated s':>12s} {'sim/wall':>9s}")  # fmt: skip
     for runtime, device, weights in CASES:
         hw = find_hardware(device)
-        plan = InferencePlan(prompt_tokens=512, new_tokens=256, weights=weights, runtime=runtime)
+        # llama-server's context: 4 slots of 4096 cells (a normal spread reaches past 1024)
+        ctx = 16384 if runtime == "llama.cpp" else None
+        plan = InferencePlan(prompt_tokens=512, new_tokens=256, weights=weights, runtime=runtime,
+                             context_alloc=ctx)  # fmt: skip
         engine = build_engine(arch, plan, hw, rates_from_spec(hw), ReplicaOptions())
         ceiling = rate_ceiling(engine, 512, 256)
         for load in LOADS:

@@ -15,6 +15,7 @@ from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.memory.host_allocator import ResidentHeap, allocator_slack, replay_resident
 from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.speed.page_faults import GlibcHeap
 from gpuwise.workload.ops import Shape
 from gpuwise.workload.plans import ALLOCATORS
 from gpuwise.workload.process_heap import generate_events, training_step_events
@@ -22,6 +23,8 @@ from gpuwise.workload.traced import HeapEvent
 
 MIB = 2**20
 TOP_PAD = host_allocator().top_pad
+AT_BUILD = host_allocator().mmap_threshold_at_build  # where the imports left the threshold
+BIG = 4 * MIB  # over it: mapped until a freed mapping raises the threshold
 CPU = find_hardware("cpu-cloud-32vcpu")
 GPU = find_hardware("h100-sxm")
 
@@ -30,20 +33,53 @@ def heap(name: str = "glibc") -> ResidentHeap:
     return ResidentHeap(choice=allocator_choice(name))
 
 
-def test_a_freed_mapped_megabyte_sends_the_next_one_to_the_heap_where_it_stays_resident():
+def test_a_freed_mapped_tensor_sends_the_next_one_to_the_heap_where_it_stays_resident():
     h = heap()
-    h.malloc(1, MIB)
-    assert h.chunks[1][2] and h.resident == pytest.approx(MIB, rel=0.01)  # mapped: > 128 KiB
+    h.malloc(1, BIG)
+    assert h.chunks[1][2] and h.resident == pytest.approx(BIG, rel=0.01)  # mapped
     h.free(1)
     assert h.resident == 0  # unmapped at once
-    assert h.mmap_threshold > MIB and h.trim_threshold == 2 * h.mmap_threshold
-    h.malloc(2, MIB)
+    assert h.mmap_threshold > BIG and h.trim_threshold == 2 * h.mmap_threshold
+    h.malloc(2, BIG)
     assert not h.chunks[2][2]  # the same size now comes from the heap...
     h.free(2)
-    # ...and stays resident: the free top (1 MiB + pad) is under the 2 MiB trim threshold,
+    # ...and stays resident: the free top (4 MiB + pad) is under the 8 MiB trim threshold,
     # and the pages written stay (the pad's, never written, are not resident)
-    assert h.live == 0 and h.resident == pytest.approx(MIB, rel=0.01)
-    assert h.end - h.top >= MIB + TOP_PAD
+    assert h.live == 0 and h.resident == pytest.approx(BIG, rel=0.01)
+    assert h.end - h.top >= BIG + TOP_PAD
+
+
+def test_the_imports_have_raised_the_threshold_before_the_model_is_built():
+    h = heap()
+    assert h.mmap_threshold == AT_BUILD > host_allocator().mmap_threshold_min
+    h.malloc(1, MIB)  # under it: from the heap at once
+    h.malloc(2, BIG)
+    assert not h.chunks[1][2] and h.chunks[2][2]
+    assert heap("glibc-mmap64k").mmap_threshold == 65536  # pinned: as set
+
+
+def test_a_tensor_does_not_fit_the_chunk_a_tensor_of_its_size_left():
+    # _int_memalign asks for the tensor's chunk + 64 + MINSIZE: a freed chunk with its 48-byte
+    # leaders is 96 bytes over the tensor's, 16 short; a slightly smaller tensor fits
+    for n, fits in ((MIB, False), (MIB - 16, True)):
+        h = heap()
+        h.malloc(0, MIB)
+        h.malloc(1, MIB // 2)  # a neighbour that stays
+        h.free(0)
+        h.malloc(2, n)
+        assert (h.chunks[2][0] < h.chunks[1][0]) is fits
+        assert h.resident >= h.live + (0 if fits else MIB)
+
+
+def test_memalign_places_each_tensor_at_a_64_byte_aligned_spot_after_a_leader():
+    h = GlibcHeap(memalign=True, mmap_threshold=8 * MIB)
+    h.malloc(0, MIB)
+    h.malloc(1, MIB)
+    (a, size_a, _), (b, _, _) = h.chunks[0], h.chunks[1]
+    assert size_a == MIB + 16  # request2size: the request + SIZE_SZ, to 16 bytes
+    assert (a + 16) % 64 == 0 and (b + 16) % 64 == 0  # the user pointers are aligned
+    assert a == 48 and b == a + size_a + 48  # leaders of 48 bytes; the trailer went back
+    assert h.top == b + MIB + 16
 
 
 def test_pinned_at_64_kib_every_tensor_is_mapped_and_nothing_stays():
@@ -57,14 +93,14 @@ def test_pinned_at_64_kib_every_tensor_is_mapped_and_nothing_stays():
 
 def test_the_heap_shrinks_only_when_its_free_top_reaches_twice_the_threshold():
     h = heap()
-    h.malloc(0, MIB)
-    h.free(0)  # threshold ~1 MiB, trim threshold ~2 MiB
+    h.malloc(0, BIG)
+    h.free(0)  # threshold ~4 MiB, trim threshold ~8 MiB
     for key in (1, 2, 3):
-        h.malloc(key, int(0.9 * MIB))
+        h.malloc(key, int(0.9 * BIG))
     for key in (1, 2, 3):
         h.free(key)
-    assert h.resident <= TOP_PAD + 4096  # 2.7 MiB on top: trimmed back to the pad
-    assert h.peak_resident == pytest.approx(2.7 * MIB, rel=0.02)
+    assert h.resident <= TOP_PAD + 4096  # 10.8 MiB on top: trimmed back to the pad
+    assert h.peak_resident == pytest.approx(2.7 * BIG, rel=0.02)
 
 
 def test_a_hole_too_small_for_a_growing_tensor_keeps_its_pages():
@@ -79,22 +115,20 @@ def test_a_hole_too_small_for_a_growing_tensor_keeps_its_pages():
     assert h.resident >= h.live + MIB  # ...whose megabyte stays resident
 
 
-def test_a_training_pass_carves_freed_chunks_so_a_same_size_tensor_goes_on_top():
+def test_a_training_pass_carves_freed_chunks_so_a_smaller_tensor_goes_on_top():
     # a step's small allocations take the start of a freed tensor's chunk until the step ends
     held = {}
     for carve in (0, allocator_choice("glibc").carved_by_small_bytes):
         h = ResidentHeap(choice=allocator_choice("glibc"), carve=carve)
-        h.malloc(0, 4 * MIB)
-        h.free(0)  # from now on up to 4 MiB comes from the heap
         h.malloc(1, MIB)
         h.malloc(2, MIB // 2)  # a neighbour that stays
         h.free(1)
-        h.malloc(3, MIB)  # the same size: into the hole, unless it was carved
+        h.malloc(3, MIB - 512)  # fits the hole (memalign's 112 bytes over), unless it was carved
         held[carve] = h.resident
         h.end_pass()
         assert h.carved == []  # the pieces go back when the pass ends
     plain, carved = held.values()
-    assert carved >= plain + MIB
+    assert carved >= plain + MIB - 4096  # the smaller tensor on top
 
 
 def test_only_glibc_carves_and_only_a_training_replay():
@@ -105,17 +139,17 @@ def test_only_glibc_carves_and_only_a_training_replay():
     train = TrainingPlan(batch=2, seq=256)
     smollm = arch("smollm2-135m")
     assert allocator_slack(smollm, train).slack_bytes > 100 * MIB  # its gradients go on top
-    assert allocator_slack(smollm, infer).slack_bytes < 20 * MIB
+    assert allocator_slack(smollm, infer).slack_bytes < 40 * MIB
 
 
 def test_tcmalloc_keeps_what_glibc_would_unmap_and_jemalloc_gives_back_oversize():
-    big = [HeapEvent(1, 64 * MIB), HeapEvent(1, 0), HeapEvent(2, MIB), HeapEvent(2, 0)]
+    big = [HeapEvent(1, 64 * MIB), HeapEvent(1, 0), HeapEvent(2, BIG), HeapEvent(2, 0)]
     glibc = replay_resident([big], allocator_choice("glibc"))
     tcmalloc = replay_resident([big], allocator_choice("tcmalloc"))
     jemalloc = replay_resident([big], allocator_choice("jemalloc"))
-    assert glibc.resident < MIB  # 64 MiB unmapped; 1 MiB mapped, then unmapped
+    assert glibc.resident < MIB  # 64 MiB unmapped; 4 MiB mapped, then unmapped
     assert tcmalloc.resident >= 64 * MIB  # every freed span kept
-    assert jemalloc.resident < 2 * MIB  # over 8 MiB: the oversize arena keeps nothing
+    assert jemalloc.resident < BIG + MIB  # over 8 MiB: the oversize arena keeps nothing
 
 
 def test_jemalloc_rounds_to_four_size_classes_a_doubling():

@@ -244,12 +244,8 @@ def test_more_load_never_lowers_sglangs_latency_percentiles(rate, more):
 
 
 def test_llama_servers_idle_slots_keep_cells_that_a_new_prompt_passes_over():
-    """llama.cpp's shared cache: a prompt's attention spans the other slots' cells, the
-    finished requests' included (llama-server keeps them for its prompt cache)."""
-    from collections import deque
-
-    from gpuwise.estimate.serve.simulate import _cells
-
+    """llama.cpp's shared cache: a prompt's attention spans the cells up to the highest in
+    use, the finished requests' included (llama-server keeps them for its prompt cache)."""
     seen: list[float] = []
     eng = engine("llama.cpp", find_hardware("rtx-4090"))
     assert eng.shared_cells and not engine("vllm").shared_cells
@@ -260,8 +256,23 @@ def test_llama_servers_idle_slots_keep_cells_that_a_new_prompt_passes_over():
         return 0.01, 0.0, 0.0
 
     eng = replace(eng, step_parts=parts)
-    reqs = [Request(10.0 * i, 100, 10) for i in range(3)]  # one at a time
-    simulate(eng, reqs)
-    # the first prompt is alone; each later one passes over every request before it
-    assert seen == [0.0, 100 * 109, 100 * 2 * 109]
-    assert _cells(replace(eng, shared_cells=False), [], deque([5])) == 0
+    simulate(eng, [Request(10.0 * i, 100, 10) for i in range(3)])  # one at a time
+    # each request's 109 cells follow the last's: the span, padded to 256, covers them all
+    assert seen == [100 * (256 - 100), 100 * (256 - 100), 100 * (512 - 100)]
+
+
+def test_shared_cells_give_the_longest_idle_slots_cells_to_a_new_request():
+    from gpuwise.estimate.serve.cells import SharedCells
+
+    cells = SharedCells(1024, slots=2)
+    for seq in (0, 1):
+        cells.start(seq)
+        cells.take([(seq, 300)])
+        cells.finish(seq)
+    assert cells.span() == 768 and cells.used == 600
+    cells.start(2)  # both slots used: the longest idle (0) is cleared
+    assert 0 not in cells.owned and cells.used == 300
+    cells.take([(2, 100)])  # the head (600) is over twice 100 past the 300 in use: from 0
+    assert cells.owned[2][0] == 0 and cells.span() == 768  # slot 1's cells still above
+    cells.take([(2, 100)])  # from the head now (100)
+    assert cells.owned[2][100] == 100

@@ -117,3 +117,16 @@ def test_a_probed_cpu_charges_the_replayed_faults_to_backward_and_optimizer_only
     assert not any(t.op.name == "page faults" for t in on_gpu.backward.ops + on_gpu.optimizer.ops)
     lora = estimate_training_time(a, replace(plan, finetune="lora"), CPU)
     assert not any(t.op.name == "page faults" for t in lora.backward.ops)
+
+
+def test_a_lora_projections_backward_sums_the_gradients_through_the_adapters_and_the_base():
+    # peft: result + lora_B(lora_A(x)) * scaling; the backward takes the scaled output
+    # gradient, the input's gradient through lora_A and through the base, and their sum
+    a = arch("smollm2-135m")
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa")
+    taken = {}
+    for adapted in (False, True):
+        events = training_heap_events(a, s, 4, "sgd", False, adapted=adapted)
+        taken[adapted] = sum(1 for e in events if e.nbytes and e.phase == "backward")
+    projections = len(layer_weights(a)) * a.num_layers
+    assert taken[True] - taken[False] == 3 * projections

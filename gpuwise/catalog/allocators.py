@@ -20,8 +20,10 @@ class HostAllocator:
     page_bytes: int
     chunk_header_bytes: int  # SIZE_SZ
     malloc_alignment: int  # chunk sizes are multiples of it
+    min_chunk_bytes: int  # MINSIZE
     mmap_threshold_min: int  # the initial mmap threshold
     mmap_threshold_max: int  # the most a freed mapped chunk raises it to
+    mmap_threshold_at_build: int  # reached by a torch + transformers process's imports
     trim_threshold: int  # the initial trim threshold
     top_pad: int  # kept beyond the top chunk when the heap grows or is trimmed
     fastbin_consolidation_threshold: int  # a free at least this large may trim

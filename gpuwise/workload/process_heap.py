@@ -12,10 +12,11 @@ say what the process keeps resident beyond its live tensors.
   `log_softmax`'s output (saved), the two fp32 gradients `log_softmax`'s backward holds, the
   embedding's and head's weight gradients, their optimizer states and step temporaries.
 
-The weights are not replayed: transformers builds them before anything is freed, so glibc's
-mmap threshold is still at its 128 KiB start and every weight of that size or more is mapped
-on its own (catalog/data/allocators.toml): they are resident exactly while they live, and add
-the same to the replay's live and resident bytes.
+The weights are not replayed: transformers builds them before the run, the ones over the mmap
+threshold the imports left (1.9 MiB, `mmap_threshold_at_build` in catalog/data/
+allocators.toml) mapped on their own and the smaller ones at the bottom of the heap, below
+anything the run takes: either way they are resident exactly while they live, and add the same
+to the replay's live and resident bytes.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ the step faults.
   taken and its output's given back, then what the operation saved; each projection takes
   its weight's gradient, kept to the end of the step (`zero_grad` sets it to None). Under
   autocast the projection saved its weight's cast, and its gradient is taken in the compute
-  dtype, then copied to the fp32 parameter's.
+  dtype, then copied to the fp32 parameter's. A LoRA projection (peft) takes four: the output's
+  gradient scaled for the adapters' branch, the input's gradient through lora_A and through the
+  frozen base, and their sum.
 - Optimizer (torch.optim's single-tensor loop a CPU runs): the states the first step
   creates and keeps; AdamW's `denom = (exp_avg_sq.sqrt() / c).add_(eps)` takes the square
   root and the quotient, gives the root back, and keeps the quotient until the next
@@ -48,6 +50,7 @@ class _Record:
     grad_bytes: float
     weight: int = 0
     cast: int | None = None
+    out_bytes: float = 0.0  # a projection's output
 
 
 class _StepHeap(HeapTrace):
@@ -74,6 +77,7 @@ class _StepHeap(HeapTrace):
         self.take(name, nbytes)
         record = self.records[-1]
         record.grad_bytes, record.weight, record.cast = inputs, weight, cast
+        record.out_bytes = nbytes
         if self.adapted and record.key is not None:
             self._adapter_sum(name, record, nbytes)
 
@@ -119,12 +123,27 @@ class _StepHeap(HeapTrace):
                 cast = self.take_key(r.weight * self.compute_bytes) if r.cast else None
                 self.take_key(r.weight * self.param_bytes)
                 self.free(cast)
-            new = self.take_key(r.grad_bytes)
+            adapter = self.adapted and r.weight
+            new = self._adapter_grads(r) if adapter else self.take_key(r.grad_bytes)
             self.free(grad)
             self.free(r.key)
             self.free(r.cast)
             grad = new
         return grad
+
+    def _adapter_grads(self, r: _Record) -> int | None:
+        """The input's gradient of a LoRA projection (peft/tuners/lora/layer.py, `result +
+        lora_B(lora_A(x)) * scaling`): the output's gradient scaled for the adapters' branch,
+        the input's gradient through lora_A and through the frozen base, and their sum
+        (autograd accumulates the two); the adapters' own tensors are below 64 KiB."""
+        scaled = self.take_key(r.out_bytes)
+        through_adapters = self.take_key(r.grad_bytes)
+        self.free(scaled)
+        through_base = self.take_key(r.grad_bytes)
+        total = self.take_key(r.grad_bytes)
+        self.free(through_adapters)
+        self.free(through_base)
+        return total
 
 
 def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,

@@ -4,7 +4,13 @@ the host allocator's rules (the "allocator" row of a CPU estimate). Pure: no I/O
 glibc as users start it (malloc/malloc.c; the values in catalog/data/allocators.toml):
 
 - a request that no free chunk and not the heap's top can hold is mapped on its own when it is
-  at least the mmap threshold (128 KiB at start), else the heap grows (sysmalloc);
+  at least the mmap threshold, else the heap grows (sysmalloc); the threshold starts at 128
+  KiB, but a torch + transformers process's imports have raised it to 1.9 MiB before the
+  model is built (`mmap_threshold_at_build`), and the replay starts there;
+- a tensor comes through posix_memalign at 64 bytes, and _int_memalign asks for its chunk +
+  64 + MINSIZE and gives back a leader before the aligned spot and the trailer after it: the
+  chunk a freed tensor leaves (with the 48-byte leaders beside it) is 16 bytes too small for a
+  tensor of its size, which goes on top (`GlibcHeap.memalign`);
 - freeing a mapped chunk unmaps it and raises the threshold to its size, up to 32 MiB, and the
   trim threshold to twice that (__libc_free): from then on tensors of that size come from the
   heap, and the heap's pages stay resident after they are freed;
@@ -66,11 +72,15 @@ class ResidentHeap(GlibcHeap):
     def __post_init__(self) -> None:
         super().__post_init__()
         c = self.choice
+        self.memalign = c is None or c.name == "glibc" or bool(c.mmap_threshold)
         if c is not None and c.mmap_threshold:  # glibc pinned: no dynamic thresholds
             self.mmap_threshold, self.trim_threshold = c.mmap_threshold, c.trim_threshold
         elif c is not None and c.name != "glibc":  # extents or spans: kept, never trimmed
             self.mmap_threshold = c.returned_from_bytes or NEVER
             self.trim_threshold = NEVER
+        else:  # where the process's imports left glibc's thresholds (allocators.toml)
+            at_build = max(self.mmap_threshold, self.rules.mmap_threshold_at_build)
+            self.mmap_threshold, self.trim_threshold = at_build, 2 * at_build
 
     @property
     def dynamic(self) -> bool:

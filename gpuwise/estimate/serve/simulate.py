@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.serve.cells import SharedCells
 from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq, Step
 from gpuwise.estimate.serve.schedulers import POLICY, Limits
 from gpuwise.workload.requests import Request
@@ -74,7 +75,8 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             pending.popleft()
     waiting: deque[Seq] = deque(s for s in seqs if s.id in arrivals)
     running: list[Seq] = []
-    kept: deque[int] = deque(maxlen=engine.limits.max_seqs)  # idle slots' cells (shared_cells)
+    cells = (SharedCells(engine.kv_blocks * engine.block_tokens, engine.limits.max_seqs)
+             if engine.shared_cells else None)  # fmt: skip
     now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
@@ -91,13 +93,15 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
         run = _steady_run(engine, running, waiting, kv, now, nxt_arrival)
         if run is not None:
             parts, k = run
+            if cells:
+                cells.take_run([s.id for s in running], k)
             finished = _apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl)
         else:
             step = schedule(waiting, running, kv, engine.limits)
             trace.preemptions += step.preempted
             if not step.work:
                 continue
-            c, m, h = engine.step_parts(*_step_work(engine, step, _cells(engine, running, kept)))
+            c, m, h = engine.step_parts(*_step_work(engine, step, _placed(cells, step)))
             parts, k = (c, m, h + _server_s(engine, step)), 1
             finished = _apply(step, now + sum(parts), engine.policy, trace.itl)
         now += sum(parts)
@@ -105,7 +109,8 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
         for seq in finished:
             running.remove(seq)
             kv.free(seq)
-            kept.append(seq.computed)
+            if cells:
+                cells.finish(seq.id)
             done += 1
             if clients and pending:
                 nxt = pending.popleft()
@@ -200,19 +205,23 @@ def _server_s(engine: Engine, step: Step) -> float:
     return started * engine.request_host_s + len(step.work) * engine.token_host_s
 
 
-def _cells(engine: Engine, running: list[Seq], kept: deque[int]) -> int:
-    """Cells in a shared cache (0 elsewhere): the running sequences' and those the idle
-    slots keep of their last requests (the slots taken longest ago are the ones reused)."""
-    if not engine.shared_cells:
+def _placed(cells: SharedCells | None, step: Step) -> int:
+    """The step's tokens placed in a shared cache (llama.cpp), new requests taking their
+    slots first; the cells its attention spans then (0: no shared cache)."""
+    if cells is None:
         return 0
-    idle = max(0, engine.limits.max_seqs - len(running))
-    return sum(s.computed for s in running) + (sum(list(kept)[-idle:]) if idle else 0)
+    for seq, _ in step.work:
+        if seq.computed == 0:
+            cells.start(seq.id)
+    cells.take([(seq.id, n) for seq, n in step.work])
+    return cells.span()
 
 
 def _step_work(engine: Engine, step: Step,
                cells: int = 0) -> tuple[int, int, float, float, float]:  # fmt: skip
     """The step's tokens, prompt tokens, cached positions read, prompt attention FLOPs and,
-    in a shared cache of `cells` cells, the other sequences' cells its prompt tokens span."""
+    in a shared cache whose attention spans `cells` cells, the cells not its own that its
+    prompt tokens pass over (other sequences' and free ones, masked out)."""
     tokens = prompt = 0
     kv_read = pairs = masked = 0.0
     for seq, n in step.work:
@@ -221,7 +230,7 @@ def _step_work(engine: Engine, step: Step,
         if seq.computed < seq.target:  # a prompt chunk (the property, inlined: a hot loop)
             prompt += n
             pairs += n * (seq.computed + n / 2)
-            masked += n * max(0, cells - seq.computed)
+            masked += n * max(0, cells - seq.computed - n)
     return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, masked
 
 

@@ -14,6 +14,16 @@ when first written. A pass faults wherever glibc gives back memory it must take 
 first ones) and counts the bytes faulted in the last, by phase. Free chunks are reused best
 fit, as glibc's large bins do; the fast bins and tcache of small requests are left out.
 glibc's thresholds and sizes are its defaults on 64-bit Linux (catalog/data/allocators.toml).
+
+With `memalign` (the resident-set replay, estimate/memory/host_allocator.py) a tensor is taken
+as PyTorch takes it, through posix_memalign at 64 bytes (c10/core/impl/alloc_cpu.cpp), and
+glibc's `_int_memalign` (malloc/malloc.c) does the arithmetic: it asks `_int_malloc` for
+request2size(nb + alignment + MINSIZE), nb the tensor's own chunk (request2size of its bytes),
+so a free chunk must hold 112 bytes more than the tensor's chunk; it then gives back the leader
+before the first 64-byte aligned spot at least MINSIZE in, and the trailer past nb when it is
+over MINSIZE (both coalesced, as malloc_consolidate does at the next large request). A chunk
+freed by a tensor, with the 48-byte leaders on either side, is 96 bytes over its size: a tensor
+of the same size does not fit in it and goes on top (docs/memory.md, "On a CPU").
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ class GlibcHeap:
     glibc's defaults (`rules`)."""
 
     rules: HostAllocator = field(default_factory=host_allocator, repr=False)
+    memalign: bool = False  # tensors through posix_memalign, split as _int_memalign splits them
     mmap_threshold: int = 0
     trim_threshold: int = 0
     top: int = 0
@@ -61,39 +72,115 @@ class GlibcHeap:
         return (nbytes + page - 1) // page * page
 
     def malloc(self, key: int, nbytes: int) -> None:
+        if self.memalign:
+            self._memalign(key, nbytes)
+            return
         size = self._chunk(nbytes)
         start = self._best_fit(size)
         if start is None:  # the top chunk, else the system: a mapping, or a larger heap
-            if self.top + size > self.end:
-                if size >= self.mmap_threshold:
-                    mapped = self._pages(size + self.rules.chunk_header_bytes)
-                    self.faulted += mapped
-                    self.chunks[key] = (-1, mapped, True)
-                    return
-                self.end = self._pages(self.top + size + self.rules.top_pad)
-            start = self.top
-            self.top += size
+            start = self._from_top(size)
+            if start is None:
+                self._map(key, size)
+                return
         self._touch(start + size)
         self.chunks[key] = (start, size, False)
+
+    def _from_top(self, size: int) -> int | None:
+        """`size` bytes off the top chunk, the heap grown as sysmalloc grows it; None: the
+        request is at least the mmap threshold and mapped on its own instead."""
+        if self.top + size > self.end:
+            if size >= self.mmap_threshold:
+                return None
+            self.end = self._pages(self.top + size + self.rules.top_pad)
+        start = self.top
+        self.top += size
+        return start
+
+    def _map(self, key: int, size: int) -> None:
+        mapped = self._pages(size + self.rules.chunk_header_bytes)
+        self.faulted += mapped
+        self.chunks[key] = (-1, mapped, True)
+
+    def _memalign(self, key: int, nbytes: int) -> None:
+        """glibc's _int_memalign: request2size(nb + alignment + MINSIZE) from the best-fitting
+        free chunk (the rest split off when at least MINSIZE) or the top; the tensor's chunk
+        at the first aligned spot, leader and trailer given back (module docstring)."""
+        r = self.rules
+        nb = self._request2size(nbytes)
+        need = self._request2size(nb + r.tensor_alignment + r.min_chunk_bytes)
+        start, taken = self._take(need)
+        if start is None:
+            start, taken = self._from_top(need), need
+            if start is None:
+                self._map(key, need)
+                return
+        lead = self._leader(start)
+        rest = taken - lead - nb
+        size = nb + (rest if rest <= r.min_chunk_bytes else 0)
+        self._touch(start + lead + size)
+        self.chunks[key] = (start + lead, size, False)
+        for piece, length in ((start, lead), (start + lead + size, taken - lead - size)):
+            if length:
+                self._release(piece, length)
+
+    def _request2size(self, nbytes: int) -> int:
+        """glibc's request2size: the request plus SIZE_SZ rounded up to MALLOC_ALIGNMENT, at
+        least MINSIZE."""
+        r = self.rules
+        align = r.malloc_alignment
+        size = (nbytes + r.chunk_header_bytes + align - 1) // align * align
+        return max(r.min_chunk_bytes, size)
+
+    def _leader(self, start: int) -> int:
+        """What _int_memalign gives back before the aligned spot of a chunk at `start` (the
+        user pointer is 2 * SIZE_SZ past the chunk; position 0 is 64-byte aligned): nothing
+        when the pointer is aligned, else the distance to the next aligned spot, one
+        alignment further when that is under MINSIZE."""
+        r = self.rules
+        user = start + 2 * r.chunk_header_bytes
+        lead = -user % r.tensor_alignment
+        return lead + r.tensor_alignment if 0 < lead < r.min_chunk_bytes else lead
+
+    def _take(self, need: int) -> tuple[int | None, int]:
+        """The best-fitting free chunk of at least `need` bytes: its start and the bytes
+        taken (all of it when the rest would be under MINSIZE)."""
+        best = None
+        for i, (_, free) in enumerate(self.free_chunks):
+            if free >= need and (best is None or free < self.free_chunks[best][1]):
+                best = i
+        if best is None:
+            return None, 0
+        start, free = self.free_chunks.pop(best)
+        if free - need >= self.rules.min_chunk_bytes:
+            bisect.insort(self.free_chunks, (start + need, free - need))
+            return start, need
+        return start, free
 
     def free(self, key: int) -> None:
         entry = self.chunks.pop(key, None)
         if entry is None:
             return
         start, size, mapped = entry
-        if mapped:
+        if mapped:  # __libc_free raises the thresholds to the chunk's size (past its leader)
+            size -= self._leader(0) if self.memalign else 0
             if self.mmap_threshold < size <= self.rules.mmap_threshold_max:
                 self.mmap_threshold, self.trim_threshold = size, 2 * size
             return
+        size = self._release(start, size)
+        trims = size >= self.rules.fastbin_consolidation_threshold
+        if trims and self.end - self.top >= self.trim_threshold:
+            self.end = self._pages(self.top + self.rules.top_pad)
+            self.touched = min(self.touched, self.end)
+
+    def _release(self, start: int, size: int) -> int:
+        """A free chunk coalesced with its free neighbours, then binned or merged into the
+        top; its coalesced size."""
         start, size = self._coalesce(start, size)
         if start + size >= self.top:
             self.top = start
         else:
             bisect.insort(self.free_chunks, (start, size))
-        trims = size >= self.rules.fastbin_consolidation_threshold
-        if trims and self.end - self.top >= self.trim_threshold:
-            self.end = self._pages(self.top + self.rules.top_pad)
-            self.touched = min(self.touched, self.end)
+        return size
 
     def _touch(self, upto: int) -> None:
         if upto > self.touched:

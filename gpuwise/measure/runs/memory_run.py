@@ -9,8 +9,9 @@ Measurement method
 ------------------
 CPU: the process as users run it. The child imports torch and transformers, then runs the
 plan once on a tiny model of the same family (every tensor under 64 KiB, `model_build.TINY`),
-which loads the runtime's code, kernel caches and thread pools without moving glibc's dynamic
-mmap threshold (it moves only when a block of 128 KiB or more mapped on its own is freed). The
+which loads the runtime's code, kernel caches and thread pools; its tensors move nothing, but
+the imports and the interpreter's own tables have by then raised glibc's dynamic mmap threshold
+to about 1.9 MiB (`mmap_threshold_at_build`, catalog/data/allocators.toml). The
 baseline is the resident set then. The kernel's resident high-water mark (`VmHWM`) is reset by
 writing "5" to `/proc/self/clear_refs` (Linux >= 4.0; where that is not possible a thread
 samples the resident set every millisecond instead, and the result says so); the model is

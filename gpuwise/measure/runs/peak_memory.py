@@ -92,8 +92,8 @@ def measure_cpu(run: Callable[[], None], at_rest: Callable[[], dict[str, int]]) 
 
 def _warm_up_runtime(job: dict, prepare: Callable[[dict], Prepared]) -> str:
     """Run the plan once on a tiny model of the family (`model_build.TINY`): the runtime's
-    code, kernel caches and thread pools are then in place, and glibc's mmap threshold has not
-    moved. Returns what was warmed up."""
+    code, kernel caches and thread pools are then in place (glibc's mmap threshold is where the
+    imports left it: `mmap_threshold_at_build`). Returns what was warmed up."""
     try:
         prepare({**job, **TINY_PLAN, "tiny": True})[0]()
     except Exception as exc:  # noqa: BLE001 - a family the shrinking does not fit: no warm-up
