@@ -183,14 +183,17 @@ def test_generate_gives_back_everything_and_grows_the_cache_each_step(name, atte
     assert {one * 513, one * 519} <= sizes  # the first and the last decode step's copies
 
 
-def test_a_training_step_puts_the_vocabulary_sized_tensors_back_and_lora_takes_no_grads():
+def test_a_training_step_puts_the_vocabulary_sized_tensors_back_and_lora_steps_the_adapters():
     a = arch("smollm2-135m")
     s = _shape(2, 256, 4)
     full = training_step_events(a, s, 4, "adamw", False)
     logits = 2 * 256 * a.vocab_size * 4
     assert sum(e.nbytes == logits for e in full) >= 3  # log_softmax's output and two grads
-    lora = training_step_events(a, s, 4, "adamw", False, trains_weights=False)
-    assert not held_at_end(lora) and not [e for e in lora if e.phase == "optimizer"]
+    lora = training_step_events(a, s, 4, "adamw", False, trains_weights=False, lora_rank=16)
+    adapter = 1536 * 16 * 4  # the adapters of 64 KiB and more, their gradients kept
+    held = held_at_end(lora)
+    assert {e.nbytes for e in lora if e.key in held and e.nbytes} == {adapter}
+    assert {e.nbytes for e in lora if e.phase == "optimizer" and e.nbytes} == {adapter}
     assert max(n for *_, n in walk(lora)) < max(n for *_, n in walk(full))
 
 
@@ -203,7 +206,9 @@ def test_lora_projections_give_back_the_base_output_and_the_adapters_in_the_forw
             if e.phase == "forward"]  # fmt: skip
     projections = 7 * a.num_layers
     freed = sum(not e.nbytes for e in lora) - sum(not e.nbytes for e in full)
-    assert freed == 3 * projections
+    # and the scaled adapters' output is what RMSNorm's `weight * x` no longer saves
+    norms = 2 * a.num_layers + 1
+    assert freed == 3 * projections + norms
     assert sum(e.nbytes > 0 for e in lora) - sum(e.nbytes > 0 for e in full) == 3 * projections
 
 

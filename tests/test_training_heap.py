@@ -19,7 +19,13 @@ from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.probed_kernels import KernelRates
 from gpuwise.estimate.speed.training_time import estimate_training_time, training_fault_bytes
 from gpuwise.workload.ops import Shape
-from gpuwise.workload.training_heap import layer_weights, optimizer_events, training_heap_events
+from gpuwise.workload.training_heap import (
+    adapter_step_events,
+    layer_weights,
+    optimizer_events,
+    step_events,
+    training_heap_events,
+)
 
 MB = 1e6
 SMALL = host_allocator().untracked_below_bytes
@@ -121,7 +127,8 @@ def test_a_probed_cpu_charges_the_replayed_faults_to_backward_and_optimizer_only
 
 def test_a_lora_projections_backward_sums_the_gradients_through_the_adapters_and_the_base():
     # peft: result + lora_B(lora_A(x)) * scaling; the backward takes the scaled output
-    # gradient, the input's gradient through lora_A and through the base, and their sum
+    # gradient, the input's gradient through lora_A and through the base, and their sum; the
+    # frozen base takes no weight gradient
     a = arch("smollm2-135m")
     s = Shape(2, 256, 256, 4, 4, 4, "sdpa")
     taken = {}
@@ -129,4 +136,70 @@ def test_a_lora_projections_backward_sums_the_gradients_through_the_adapters_and
         events = training_heap_events(a, s, 4, "sgd", False, adapted=adapted)
         taken[adapted] = sum(1 for e in events if e.nbytes and e.phase == "backward")
     projections = len(layer_weights(a)) * a.num_layers
-    assert taken[True] - taken[False] == 3 * projections
+    assert taken[True] - taken[False] == (3 - 1) * projections
+
+
+def test_lora_adapters_of_64_kib_take_gradients_kept_to_zero_grad_and_an_adamw_step():
+    # SmolLM2-135M, rank 16: lora_B of gate and up (1536 x 16) and lora_A of down (16 x 1536)
+    # are 96 KiB in fp32; the other adapters are below 64 KiB
+    a = arch("smollm2-135m")
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa")
+    events = training_heap_events(a, s, 4, "adamw", False, adapted=True, lora_rank=16)
+    adapter = 1536 * 16 * 4
+    grads = [e for e in events if e.nbytes == adapter and e.phase == "backward"]
+    assert len(grads) == 3 * a.num_layers and {e.key for e in grads} <= held_at_end(events)
+    step = [e for e in events if e.phase == "optimizer"]
+    assert {e.nbytes for e in step if e.nbytes} == {adapter}
+    assert sum(e.kept for e in step) == 2 * 3 * a.num_layers  # exp_avg, exp_avg_sq
+    assert sum(1 for e in step if e.nbytes and not e.kept) == 2 * 3 * a.num_layers  # root, denom
+    assert adapter_step_events(a, "adamw", 16, 1) == step_events(
+        [adapter] * 3 * a.num_layers, "adamw", itertools.count(1)
+    )
+
+
+def _forward_sizes(events: list, nbytes: int) -> int:
+    return sum(1 for e in events if e.nbytes == nbytes and e.phase == "forward")
+
+
+def test_the_detailed_step_copies_k_and_v_into_the_cache_unless_checkpointed():
+    # transformers' DynamicLayer.update cats each onto an empty tensor; checkpointing turns
+    # the cache off
+    a = arch("smollm2-135m")
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa")
+    kv = 2 * 256 * a.kv_dim * 4
+    for checkpointing in (False, True):
+        coarse = training_heap_events(a, s, 4, "sgd", checkpointing)
+        fine = training_heap_events(a, s, 4, "sgd", checkpointing, detailed=True)
+        copies = _forward_sizes(fine, kv) - _forward_sizes(coarse, kv)
+        assert copies == (0 if checkpointing else 2 * a.num_layers)
+
+
+def test_the_detailed_step_frees_in_the_forward_what_autograd_does_not_save():
+    # rotary's products, RMSNorm's pow, the residual sums' operands: given back before the
+    # backward, the same tensors taken
+    a = arch("smollm2-135m")
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa")
+    coarse = training_heap_events(a, s, 4, "sgd", False)
+    fine = training_heap_events(a, s, 4, "sgd", False, detailed=True)
+    forward = [e for e in fine if e.phase == "forward"]
+    freed = sum(1 for e in forward if not e.nbytes)
+    assert freed > sum(1 for e in coarse if e.phase == "forward" and not e.nbytes) + a.num_layers
+    taken = [e.key for e in fine if e.nbytes]
+    given = [e.key for e in fine if not e.nbytes]
+    assert len(set(taken)) == len(taken) and len(set(given)) == len(given)
+
+
+def test_the_detailed_backward_takes_k_and_v_gradients_and_sums_sibling_projections():
+    # the CPU flash kernel's backward zero-fills the gradients of q, k and v; the input
+    # gradients of q, k, v (and of gate, up) are summed into new tensors (input_buffer.cpp)
+    a = arch("smollm2-135m")
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa")
+    kv, hidden = 2 * 256 * a.kv_dim * 4, 2 * 256 * a.hidden_size * 4
+    coarse = training_heap_events(a, s, 4, "sgd", True)
+    fine = training_heap_events(a, s, 4, "sgd", True, detailed=True)
+
+    def backward(events: list, nbytes: int) -> int:
+        return sum(1 for e in events if e.nbytes == nbytes and e.phase == "backward")
+
+    assert backward(fine, kv) - backward(coarse, kv) == 2 * a.num_layers
+    assert backward(fine, hidden) - backward(coarse, hidden) == 3 * a.num_layers

@@ -70,16 +70,9 @@ def train(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Training
     timing = estimate_training_time(arch, plan, rates) if rates else None
     faults = _faults(arch, plan, rates, timing)
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
-    memory = estimate_training(arch, plan, hw)
-    if plan.runtime == "compiled":
-        memory = replace(memory, notes=(*memory.notes, COMPILED_MEMORY_NOTE))
+    memory = estimate_training(arch, plan, hw)  # its notes say how compile's layers are saved
     return TrainAnswer(model, arch, hw, plan, memory, found, timing, how, faults, fp32,
                        train_tokens)  # fmt: skip
-
-
-# torch.compile's memory is estimated as eager's (docs/speed.md, "Runtimes").
-COMPILED_MEMORY_NOTE = ("memory as transformers' eager step: torch.compile's fused kernels "
-                        "save fewer activations, which is not modelled (an upper bound)")
 
 
 def _faults(arch: Architecture, plan: TrainingPlan, rates: DeviceRates | None,

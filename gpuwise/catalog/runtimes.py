@@ -9,6 +9,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from gpuwise.catalog.sourced import sourced_section
+from gpuwise.catalog.stacks import stack_value
+
 
 @dataclass(frozen=True)
 class Runtime:
@@ -62,6 +65,33 @@ def activation_profile(model_type: str, mode: str, attention: str, checkpointing
         attention = "eager"
         prof = profiles[key(attention)]
     return prof, attention
+
+
+def compiled_layer_profile(model_type: str, mode: str, attention: str,
+                           dropout: bool) -> dict[str, float] | None:  # fmt: skip
+    """Bytes per unit of each term that one decoder layer saves under torch.compile
+    (AOTAutograd's min-cut partitioner, data/stacks.toml [compiled_layer]), for the families
+    and settings the rules cover; None elsewhere (the eager profile stands in). Weight copies
+    under autocast are the eager profile's: the partitioner saves each cast weight once, as
+    autograd does."""
+    family = PROFILE_FAMILY.get(model_type, "llama")
+    mode = {"fp16": "bf16", "mixed-fp16": "mixed-bf16"}.get(mode, mode)
+    if family not in stack_value("compiled_layer", "families") or dropout:
+        return None
+    if attention not in ("sdpa", "flash"):  # eager's b x h x s x s path is not covered
+        return None
+    compute = 4.0 if mode == "fp32" else 2.0
+    stream = 2.0 if mode == "bf16" else 4.0  # autocast keeps the residual stream in fp32
+    width = {"stream": stream, "compute": compute, "fp32": 4.0}
+    prof: dict[str, float] = {}
+    for key, count in sourced_section("stacks.toml", "compiled_layer")[0].items():
+        if key != "families":
+            kind, term = key.split("_", 1)
+            prof[term] = prof.get(term, 0.0) + count * width[kind]
+    eager, _ = activation_profile(model_type, mode, attention, False, dropout)
+    if "weight_cast" in eager["per_layer"]:
+        prof["weight_cast"] = eager["per_layer"]["weight_cast"]
+    return prof
 
 
 def profile_runtime() -> str:

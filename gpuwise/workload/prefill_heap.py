@@ -33,6 +33,12 @@ class HeapTrace:
         self.serial = 0
         self.phase = "forward"
         self.small = host_allocator().untracked_below_bytes
+        self.frozen = False  # the weights take no gradient (LoRA's frozen base)
+        # The host replay's training step (`process_heap`): the rotary inputs given back
+        # once both are rotated, and what `training_heap._StepHeap` details. The GPU and
+        # fault-time replays keep the coarser list.
+        self.detailed = False
+        self.cache = False  # the forward fills a DynamicCache (`_cache_update`)
 
     def take(self, name: str, nbytes: float) -> None:
         if nbytes < self.small:
@@ -41,9 +47,17 @@ class HeapTrace:
         self.live[name] = self.serial
         self.events.append(HeapEvent(self.serial, int(nbytes), self.phase))
 
-    def linear(self, name: str, nbytes: float, inputs: float, weight: int) -> None:
-        """A projection's output; `inputs` (bytes of its input) and `weight` (its weight's
-        elements) matter to a training step (`training_heap`), not to a prefill."""
+    def grad_free(self) -> None:
+        """The tensor just taken has no input gradient to take in a backward (`cat`'s
+        backward hands out views of its output's gradient); a prefill has none."""
+
+    def side_grads(self, *nbytes: float) -> None:
+        """The op just taken also takes these inputs' gradients in a backward."""
+
+    def linear(self, name: str, nbytes: float, inputs: float, weight: int, src: str = "") -> None:
+        """A projection's output; `inputs` (bytes of its input), `weight` (its weight's
+        elements) and `src` (its input's name, shared by sibling projections) matter to a
+        training step (`training_heap`), not to a prefill."""
         self.take(name, nbytes)
 
     def drop(self, *names: str) -> None:
@@ -51,6 +65,10 @@ class HeapTrace:
             key = self.live.pop(name, None)
             if key is not None:
                 self.events.append(HeapEvent(key, 0, self.phase))
+
+    def release(self, *names: str) -> None:
+        """Given back now: tensors nothing saves for a backward (as `drop` in a prefill)."""
+        self.drop(*names)
 
     def rename(self, old: str, new: str) -> None:
         if old in self.live:
@@ -66,33 +84,41 @@ def norm_tensors(h: HeapTrace, arch: Architecture, elements: int, c: float, out:
     if c != 4:
         h.take(out + ".up", elements * 4)
     h.take(out + ".pow", elements * 4)
-    h.drop(out + ".pow")
+    h.release(out + ".pow")  # pow saves its input, mean nothing (derivatives.yaml)
     h.take(out + ".scaled", elements * 4)
     h.drop(out + ".up")
     if c != 4:
         h.take(out + ".down", elements * c)
     h.take(out, elements * c)
+    if h.frozen:  # `weight * x` saves x only for the weight's gradient
+        h.release(out + ".down", out + ".scaled")
     h.drop(out + ".down", out + ".scaled")
 
 
 def _rotary(h: HeapTrace, name: str, elements: float, share: float, c: float) -> None:
     """apply_rotary_pos_emb on one of q or k: (x * cos) + (rotate_half(x) * sin), where
     rotate_half is cat(-x2, x1); a partial rotary (`share` < 1) cats the rotated part back
-    onto the rest. The rotated tensor replaces `name`."""
+    onto the rest. The rotated tensor replaces `name` (detailed: the input is left as
+    `name`.pre). Autograd saves none of these: a product with cos or sin saves only the table
+    (it needs no gradient), `neg` and `cat` nothing (torch/csrc/autograd derivatives.yaml),
+    so a training step frees them at once."""
     rot = elements * share * c
     h.take(name + ".cos", rot)
     h.take(name + ".neg", rot / 2)
     h.take(name + ".cat", rot)
-    h.drop(name + ".neg")
+    h.release(name + ".neg")
     h.take(name + ".sin", rot)
-    h.drop(name + ".cat")
+    h.release(name + ".cat")
     h.take(name + ".rot", rot)
-    h.drop(name + ".cos", name + ".sin")
+    h.release(name + ".cos", name + ".sin")
     if share < 1:
         h.take(name + ".full", elements * c)
-        h.drop(name + ".rot")
+        h.release(name + ".rot")
         h.rename(name + ".full", name + ".rot")
-    h.drop(name)
+    if h.detailed:  # given back when apply_rotary_pos_emb returns (`_attention`)
+        h.rename(name, name + ".pre")
+    else:
+        h.drop(name)
     h.rename(name + ".rot", name)
 
 
@@ -105,36 +131,64 @@ def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
     if fused:  # q, k and v are views of one tensor, kept whole while the cache holds k or v
         h.linear(f"qkv{layer}", (q + 2 * kv) * c, rows * d * c, d * (arch.q_dim + 2 * arch.kv_dim))
     else:
-        h.linear("q", q * c, rows * d * c, d * arch.q_dim)
-        h.linear(k_name, kv * c, rows * d * c, d * arch.kv_dim)
-        h.linear(v_name, kv * c, rows * d * c, d * arch.kv_dim)
+        h.linear("q", q * c, rows * d * c, d * arch.q_dim, "n1")
+        h.linear(k_name, kv * c, rows * d * c, d * arch.kv_dim, "n1")
+        h.linear(v_name, kv * c, rows * d * c, d * arch.kv_dim, "n1")
     if arch.position == "rope" and arch.rotary_dim:  # of a fused projection: its views
         share = arch.rotary_dim / max(1, arch.head_dim)
         _rotary(h, "q", q, share, c)
         _rotary(h, k_name, kv, share, c)
+        h.release("q.pre", k_name + ".pre")  # apply_rotary_pos_emb returned: both rebound
+    if h.cache:
+        _cache_update(h, k_name, v_name, kv * c)
     if s.attention == "eager":
-        _eager_scores(h, arch, s, fused)
+        _eager_scores(h, arch, s, fused, fused and not h.cache)
     else:
         h.take("attn", q * c)  # the CPU flash kernel: its output only
+        # its backward (_scaled_dot_product_flash_attention_for_cpu_backward) zero-fills
+        # the gradients of q, k and v at once
+        h.side_grads(kv * c, kv * c)
     h.drop("q")
+    if h.cache:  # the cache holds copies: the fused projection goes with its views
+        h.drop(f"qkv{layer}")
     h.take("attn.t", q * c)  # transpose(1, 2).contiguous()
     h.drop("attn")
     h.linear("o", rows * d * c, q * c, arch.q_dim * d)
     h.drop("attn.t")
 
 
-def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool) -> None:
+def _cache_update(h: HeapTrace, k_name: str, v_name: str, nbytes: float) -> None:
+    """transformers' DynamicLayer.update (cache_utils.py) on a fresh cache: `self.keys =
+    torch.cat([self.keys, key_states], dim=-2)` onto an empty tensor, then the values: a copy
+    of each, which the cache and the attention hold (and autograd saves); the layer's own k
+    (rotated) and v go when `key_states, value_states` are reassigned to the copies (nothing
+    saves them: `cat` saves no input). A fused projection's k and v are views: the copies
+    leave the projection's output to its query view."""
+    for name in (k_name, v_name):
+        h.take(name + ".cat", nbytes)
+        h.grad_free()
+    h.release(k_name, v_name)
+    for name in (k_name, v_name):
+        h.rename(name + ".cat", name)
+
+
+def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool,
+                  kv_views: bool) -> None:  # fmt: skip
     """matmul(q, k^T) * scale + mask, softmax in fp32, downcast, @ v: each a fresh tensor;
-    grouped KV heads are repeated first (repeat_kv), views of a fused projection copied."""
+    grouped KV heads are repeated first (repeat_kv), views of a fused projection copied (k
+    and v only when still views: `kv_views`, no cache copy stands in for them)."""
     c = s.compute_bytes
     scores = s.batch * arch.num_heads * s.tokens * s.context * c
     repeated = s.batch * arch.num_heads * s.context * arch.head_dim * c
     if arch.num_kv_heads != arch.num_heads:
         h.take("k.rep", repeated)
         h.take("v.rep", repeated)
-    elif fused:  # batched matmul on transposed views: contiguous copies of q and k
-        h.take("q.c", s.rows * arch.q_dim * c)
-        h.take("k.rep", repeated)
+    elif fused:  # batched matmul on transposed views: contiguous copies of q and k; matmul
+        # folds (batch, heads) by `reshape`, a view for one sequence (LinearAlgebra.cpp)
+        if kv_views or s.batch > 1:
+            h.take("q.c", s.rows * arch.q_dim * c)
+        if kv_views:
+            h.take("k.rep", repeated)
     h.take("s1", scores)
     h.drop("q.c")
     h.take("s2", scores)  # * scaling
@@ -147,7 +201,7 @@ def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool) -> No
         h.take("p", scores)  # .to(query.dtype)
         h.drop("p32")
         h.rename("p", "p32")
-    if fused and "v.rep" not in h.live:
+    if kv_views and "v.rep" not in h.live:
         h.take("v.rep", repeated)
     h.take("attn", s.rows * arch.q_dim * c)
     h.drop("p32", "k.rep", "v.rep")
@@ -158,10 +212,10 @@ def _mlp(h: HeapTrace, arch: Architecture, s: Shape, src: str) -> None:
     c, d, width = s.compute_bytes, arch.hidden_size, arch.intermediate_size
     inner, hidden = s.rows * width * c, s.rows * d * c
     if arch.gated_mlp:  # down(act(gate(x)) * up(x))
-        h.linear("gate", inner, hidden, d * width)
+        h.linear("gate", inner, hidden, d * width, src)
         h.take("act", inner)
         h.drop("gate")
-        h.linear("up", inner, hidden, d * width)
+        h.linear("up", inner, hidden, d * width, src)
         h.take("mul", inner)
         h.drop("act", "up")
         h.rename("mul", "act")
@@ -195,16 +249,19 @@ def layer_tensors(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> Non
         else:
             _mlp(h, arch, s, "n1")
         h.take("x.o", hidden * c)
-        h.drop("o")
+        h.release("o")  # a sum saves neither operand (derivatives.yaml, add)
         h.take("x.next", hidden * c)
-        h.drop("x.o", "down", "x")
+        h.release("x.o", "down")
+        h.drop("x")
     else:
-        h.take("x.mid", hidden * c)  # residual + attention
-        h.drop("o", "n1", "x")
+        h.take("x.mid", hidden * c)  # residual + attention; a sum saves neither operand
+        h.release("o")
+        h.drop("n1", "x")
         norm_tensors(h, arch, hidden, c, "n2")
         _mlp(h, arch, s, "n2")
         h.take("x.next", hidden * c)
-        h.drop("down", "x.mid")
+        h.release("down")
+        h.drop("x.mid")
     h.rename("x.next", "x")
 
 

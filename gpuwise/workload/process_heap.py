@@ -7,7 +7,10 @@ say what the process keeps resident beyond its live tensors.
   `_sample`: `logits[:, -1, :].to(float32, copy=True)`, then a processor's `clone()`), and
   each decode step: every layer's cache grown by `torch.cat` into a new tensor (the old one
   given back), eager attention repeating grouped keys and values (`repeat_kv`), the logits.
-- Training steps: `training_heap`'s forward, backward and optimizer step, with the
+- Training steps: `training_heap`'s forward, backward and optimizer step (`detailed`: what
+  autograd does not save given back in the forward, the cache's copies of k and v, the
+  attention's k and v gradients, sibling projections' summed gradients; LoRA's adapters of
+  64 KiB and more with their gradients and optimizer step), with the
   vocabulary-sized tensors it leaves out put back: the logits, their fp32 copy and
   `log_softmax`'s output (saved), the two fp32 gradients `log_softmax`'s backward holds, the
   embedding's and head's weight gradients, their optimizer states and step temporaries.
@@ -138,17 +141,16 @@ def _loss(keys: Iterator[int], arch: Architecture, s: Shape,
 
 
 def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optimizer: str,
-                         checkpointing: bool, trains_weights: bool = True) -> list[HeapEvent]:  # fmt: skip
+                         checkpointing: bool, trains_weights: bool = True,
+                         lora_rank: int = 0) -> list[HeapEvent]:  # fmt: skip
     """One training step's tensors of 64 KiB and more, vocabulary-sized ones included; with
-    `trains_weights` False (LoRA) the base's weight gradients and optimizer step are left out
-    (the adapters' are below 64 KiB at the ranks LoRA uses)."""
+    `trains_weights` False (LoRA of `lora_rank`) the base takes no weight gradients and the
+    optimizer steps the adapters only (`training_heap.adapter_step_events`)."""
     events = training_heap_events(arch, s, param_bytes, optimizer, checkpointing,
-                                  adapted=not trains_weights)  # fmt: skip
+                                  adapted=not trains_weights, detailed=True,
+                                  lora_rank=lora_rank)  # fmt: skip
     keys = itertools.count(max((e.key for e in events), default=0) + 1)
     parts = _phases(events)
-    if not trains_weights:
-        parts["backward"] = _without_weight_grads(parts["backward"], s)
-        parts["optimizer"] = []
     fwd, back = _loss(keys, arch, s, param_bytes if trains_weights else 0.0)
     vocab = arch.vocab_size * arch.hidden_size * param_bytes
     grads = []
@@ -161,11 +163,3 @@ def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optim
         heads = 1 if arch.tie_embeddings else 2
         step = step_events([int(vocab)] * heads, optimizer, keys)
     return parts["forward"] + fwd + back + parts["backward"] + grads + step + parts["optimizer"]
-
-
-def _without_weight_grads(events: list[HeapEvent], s: Shape) -> list[HeapEvent]:
-    """The backward less the weight gradients a frozen base does not take: every tensor the
-    backward takes that is never given back within it (`training_heap` keeps weight gradients
-    to the end of the step)."""
-    freed = {e.key for e in events if not e.nbytes}
-    return [e for e in events if not e.nbytes or e.key in freed]

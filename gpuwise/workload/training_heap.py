@@ -11,13 +11,20 @@ the step faults.
   taken and its output's given back, then what the operation saved; each projection takes
   its weight's gradient, kept to the end of the step (`zero_grad` sets it to None). Under
   autocast the projection saved its weight's cast, and its gradient is taken in the compute
-  dtype, then copied to the fp32 parameter's. A LoRA projection (peft) takes four: the output's
-  gradient scaled for the adapters' branch, the input's gradient through lora_A and through the
-  frozen base, and their sum.
-- Optimizer (torch.optim's single-tensor loop a CPU runs): the states the first step
-  creates and keeps; AdamW's `denom = (exp_avg_sq.sqrt() / c).add_(eps)` takes the square
-  root and the quotient, gives the root back, and keeps the quotient until the next
-  parameter's replaces it; Adafactor's squared gradient and update stay the same way.
+  dtype, then copied to the fp32 parameter's. A LoRA projection (peft) takes no gradient for
+  the frozen base's weight but lora_B's and lora_A's (fp32), and four more: the output's
+  gradient scaled for the adapters' branch, the input's gradient through lora_A and through
+  the frozen base, and their sum.
+- `detailed` (the host replay, `process_heap`): what autograd saves nothing of is given back
+  in the forward (rotary's products, RMSNorm's pow, a residual sum's operands), the forward
+  fills transformers' DynamicCache with copies of k and v, the attention's backward takes
+  k's and v's gradients with q's, and projections sharing an input have their input
+  gradients summed into a new tensor.
+- Optimizer (torch.optim's single-tensor loop a CPU runs; LoRA: the adapters only): the
+  states the first step creates and keeps; AdamW's `denom = (exp_avg_sq.sqrt() /
+  c).add_(eps)` takes the square root and the quotient, gives the root back, and keeps the
+  quotient until the next parameter's replaces it; Adafactor's squared gradient and update
+  stay the same way.
   SGD with momentum takes nothing.
 
 Vocabulary-sized tensors (logits, the embedding's and head's gradients and their optimizer
@@ -39,6 +46,8 @@ from gpuwise.workload.ops import FUSED_QKV, Shape
 from gpuwise.workload.prefill_heap import HeapTrace, layer_tensors, norm_tensors
 from gpuwise.workload.traced import HeapEvent
 
+ADAPTER_BYTES = 4  # peft upcasts LoRA weights to fp32 (get_peft_model's autocast_adapter_dtype)
+
 
 @dataclass
 class _Record:
@@ -51,24 +60,32 @@ class _Record:
     weight: int = 0
     cast: int | None = None
     out_bytes: float = 0.0  # a projection's output
+    side: tuple[float, ...] = ()  # more inputs' gradients (attention's k and v)
+    src: str = ""  # a projection's input, when sibling projections share it
+    adapter_in: int | None = None  # a LoRA projection's lora_A output, saved
 
 
 class _StepHeap(HeapTrace):
     """A training step's tensors: drops in a saving forward are deferred to the backward."""
 
-    def __init__(self, param_bytes: float, compute_bytes: float, adapted: bool = False) -> None:
+    def __init__(self, param_bytes: float, compute_bytes: float, adapted: bool = False,
+                 rows: int = 0, rank: int = 0) -> None:  # fmt: skip
         super().__init__()
         self.param_bytes, self.compute_bytes = param_bytes, compute_bytes
         self.adapted = adapted  # LoRA adapters on every projection (peft)
+        self.frozen = adapted
+        self.rows, self.rank = rows, rank  # the step's tokens; the adapters' rank
         self.saving = True
         self.records: list[_Record] = []
         self.grads = 0
+        self.last_src = ""  # the input of the projection the backward met last
+        self.pending: list[int | None] = []  # side gradients, given back at the next projection
 
     def take(self, name: str, nbytes: float) -> None:
         super().take(name, nbytes)
         self.records.append(_Record(self.serial if nbytes >= self.small else None, nbytes))
 
-    def linear(self, name: str, nbytes: float, inputs: float, weight: int) -> None:
+    def linear(self, name: str, nbytes: float, inputs: float, weight: int, src: str = "") -> None:
         cast = None
         copy = weight * self.compute_bytes
         if self.param_bytes != self.compute_bytes and copy >= self.small:  # autocast's copy
@@ -78,6 +95,7 @@ class _StepHeap(HeapTrace):
         record = self.records[-1]
         record.grad_bytes, record.weight, record.cast = inputs, weight, cast
         record.out_bytes = nbytes
+        record.src = src
         if self.adapted and record.key is not None:
             self._adapter_sum(name, record, nbytes)
 
@@ -85,7 +103,9 @@ class _StepHeap(HeapTrace):
         """peft's lora.Linear.forward, `result = result + lora_B(lora_A(dropout(x))) *
         scaling` (peft/tuners/lora/layer.py): lora_B's output and its scaled copy are taken
         and given back at once (neither is saved), and the sum replaces the base layer's
-        output, which is given back too; the adapters' own tensors are below 64 KiB."""
+        output, which is given back too. lora_A's output (tokens x rank, fp32) is saved for
+        lora_B's weight gradient (tracked when 64 KiB or more, as every tensor)."""
+        record.adapter_in = self.take_key(self.rows * self.rank * ADAPTER_BYTES)
         lora_b = self.take_key(nbytes)
         scaled = self.take_key(nbytes)
         self.free(lora_b)
@@ -95,6 +115,27 @@ class _StepHeap(HeapTrace):
         record.key = total
         if total is not None:
             self.live[name] = total
+
+    def grad_free(self) -> None:
+        self.records[-1].grad_bytes = -1.0  # the output's gradient passes through
+
+    def side_grads(self, *nbytes: float) -> None:
+        if self.detailed:
+            self.records[-1].side = nbytes
+
+    def release(self, *names: str) -> None:
+        """Given back in the forward even while saving (detailed; else as `drop`): the
+        backward does not free them."""
+        if not self.detailed:
+            self.drop(*names)
+            return
+        for name in names:
+            key = self.live.pop(name, None)
+            if key is None:
+                continue
+            self.free(key)
+            for r in self.records:
+                r.key = None if r.key == key else r.key
 
     def drop(self, *names: str) -> None:
         if not self.saving:
@@ -115,16 +156,45 @@ class _StepHeap(HeapTrace):
         self.records.pop()
         return self.live.pop(name, None)
 
+    def _accumulate(self, r: _Record, new: int | None) -> int | None:
+        """Projections sharing an input (q, k, v on the norm's output; gate and up): autograd
+        sums their input gradients into a new tensor, `old_var + var`, and gives both back
+        (torch/csrc/autograd/input_buffer.cpp, accumulate); the older is the chain's."""
+        if self.detailed and r.src and r.src == self.last_src:
+            total = self.take_key(r.grad_bytes)
+            self.free(new)
+            new = total
+        self.last_src = r.src
+        return new
+
+    def _adapter_sizes(self, r: _Record) -> tuple[int, int]:
+        """Bytes of lora_B (out x rank) and lora_A (rank x in), and of their gradients (kept
+        to zero_grad like any .grad): fp32, as peft keeps the adapters."""
+        if not (self.rank and self.rows and r.out_bytes):
+            return 0, 0
+        out = round(r.out_bytes / (self.rows * self.compute_bytes))
+        return out * self.rank * ADAPTER_BYTES, r.weight // max(1, out) * self.rank * ADAPTER_BYTES
+
     def backward(self, records: list[_Record], grad: int | None) -> int | None:
         """Each operation in reverse: its weight's gradient (kept), its input's gradient,
         the output's gradient and what it saved given back. Returns the last gradient."""
         for r in reversed(records):
-            if r.weight:  # .grad, kept to zero_grad; under autocast copied from bf16
+            if r.grad_bytes < 0:  # a copy's backward hands its gradient on (a view)
+                self.free(r.key)
+                continue
+            if r.weight and self.pending:  # the projection that consumes them
+                for key in self.pending:
+                    self.free(key)
+                self.pending = []
+            if r.weight and not self.adapted:  # .grad, kept to zero_grad; autocast: from bf16
                 cast = self.take_key(r.weight * self.compute_bytes) if r.cast else None
                 self.take_key(r.weight * self.param_bytes)
                 self.free(cast)
             adapter = self.adapted and r.weight
             new = self._adapter_grads(r) if adapter else self.take_key(r.grad_bytes)
+            if r.weight:
+                new = self._accumulate(r, new)
+            self.pending += [self.take_key(n) for n in r.side]
             self.free(grad)
             self.free(r.key)
             self.free(r.cast)
@@ -133,12 +203,20 @@ class _StepHeap(HeapTrace):
 
     def _adapter_grads(self, r: _Record) -> int | None:
         """The input's gradient of a LoRA projection (peft/tuners/lora/layer.py, `result +
-        lora_B(lora_A(x)) * scaling`): the output's gradient scaled for the adapters' branch,
-        the input's gradient through lora_A and through the frozen base, and their sum
-        (autograd accumulates the two); the adapters' own tensors are below 64 KiB."""
+        lora_B(lora_A(x)) * scaling`). The engine runs the adapters' branch first (its nodes
+        are newer): the output's gradient scaled, lora_B's weight gradient, the scaled one
+        given back once lora_B's backward is done, lora_A's weight gradient and the input's
+        gradient through lora_A; then the frozen base's, and their sum, into a new tensor
+        (torch/csrc/autograd/input_buffer.cpp, accumulate), the two given back."""
         scaled = self.take_key(r.out_bytes)
-        through_adapters = self.take_key(r.grad_bytes)
+        lora_b, lora_a = self._adapter_sizes(r)
+        self.take_key(lora_b)
+        middle = self.take_key(self.rows * self.rank * ADAPTER_BYTES)  # lora_A output's
         self.free(scaled)
+        self.free(r.adapter_in)
+        self.take_key(lora_a)
+        through_adapters = self.take_key(r.grad_bytes)
+        self.free(middle)
         through_base = self.take_key(r.grad_bytes)
         total = self.take_key(r.grad_bytes)
         self.free(through_adapters)
@@ -148,11 +226,19 @@ class _StepHeap(HeapTrace):
 
 def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
                          optimizer: str = "adamw", checkpointing: bool = False,
-                         adapted: bool = False) -> list[HeapEvent]:  # fmt: skip
+                         adapted: bool = False, detailed: bool = False,
+                         lora_rank: int = 0) -> list[HeapEvent]:  # fmt: skip
     """One training step's tensors of 64 KiB and more below 32 MiB, in order, by phase
     (forward, backward, optimizer); what the step leaves (gradients) is given back by the
-    replay at its end. `adapted`: LoRA adapters on every projection (their sums' tensors)."""
-    h = _StepHeap(param_bytes, s.compute_bytes, adapted)
+    replay at its end. `adapted`: LoRA adapters of `lora_rank` on every projection (their
+    sums' tensors, their weight gradients and optimizer step; the frozen base takes none).
+    `detailed` (the host replay): what autograd does not save is given back in the forward,
+    the attention's backward takes k's and v's gradients, sibling projections' input
+    gradients are summed, and the forward fills a DynamicCache (`prefill_heap._cache_update`),
+    as transformers' models do when called with `use_cache` left to the config's True, but
+    not under checkpointing (`GradientCheckpointingLayer` turns the cache off)."""
+    h = _StepHeap(param_bytes, s.compute_bytes, adapted, s.rows, lora_rank)
+    h.detailed, h.cache = detailed, detailed and not checkpointing
     hidden = s.rows * arch.hidden_size * s.compute_bytes
     h.take("x", hidden)
     stem, h.records = h.records, []
@@ -182,18 +268,37 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
             h.live.clear()
         grad = h.backward(layers[layer], grad)
     h.free(h.backward(stem, grad))
-    h.events += optimizer_events(arch, optimizer, param_bytes, h.serial + 1)
+    if adapted:
+        h.events += adapter_step_events(arch, optimizer, lora_rank, h.serial + 1)
+    else:
+        h.events += optimizer_events(arch, optimizer, param_bytes, h.serial + 1)
     return h.events
+
+
+def layer_projections(arch: Architecture) -> list[tuple[int, int]]:
+    """(in, out) features of one layer's projections, in the order torch.optim steps them."""
+    d, i = arch.hidden_size, arch.intermediate_size
+    if arch.model_type in FUSED_QKV:
+        attention = [(d, arch.q_dim + 2 * arch.kv_dim), (arch.q_dim, d)]
+    else:
+        attention = [(d, arch.q_dim), (d, arch.kv_dim), (d, arch.kv_dim), (arch.q_dim, d)]
+    return attention + [(d, i)] * (2 if arch.gated_mlp else 1) + [(i, d)]
 
 
 def layer_weights(arch: Architecture) -> list[int]:
     """Elements of one layer's projection weights, in the order torch.optim steps them."""
-    d, i = arch.hidden_size, arch.intermediate_size
-    if arch.model_type in FUSED_QKV:
-        attention = [d * (arch.q_dim + 2 * arch.kv_dim), arch.q_dim * d]
-    else:
-        attention = [d * arch.q_dim, d * arch.kv_dim, d * arch.kv_dim, arch.q_dim * d]
-    return attention + [d * i] * (3 if arch.gated_mlp else 2)
+    return [n * m for n, m in layer_projections(arch)]
+
+
+def adapter_step_events(arch: Architecture, optimizer: str, rank: int,
+                        first_key: int) -> list[HeapEvent]:  # fmt: skip
+    """The optimizer step over the LoRA adapters (the only parameters that train): each
+    projection's lora_A (rank x in) then lora_B (out x rank), fp32, in the order peft
+    registers them (model.parameters()); those of 64 KiB and more."""
+    sizes = [n * ADAPTER_BYTES for i, o in layer_projections(arch) for n in (rank * i, o * rank)]
+    small = host_allocator().untracked_below_bytes
+    sizes = [n for n in sizes * arch.num_layers if n >= small]
+    return step_events(sizes, optimizer, itertools.count(first_key))
 
 
 def optimizer_events(arch: Architecture, optimizer: str, state_bytes: float,
@@ -227,7 +332,9 @@ def step_events(sizes: list[int], optimizer: str, keys: Iterator[int]) -> list[H
     (`STEP_TEMPORARIES`); what the last tensor left is given back at the end."""
     spec = optimizers().get(optimizer)
     states = spec.states_per_param if spec else 0
-    events = [HeapEvent(next(keys), n, "optimizer", kept=True) for n in sizes for _ in range(states)]
+    events = [
+        HeapEvent(next(keys), n, "optimizer", kept=True) for n in sizes for _ in range(states)
+    ]
     left: dict[str, int] = {}  # what the previous parameter's step left in its locals
     for n in sizes:
         now: dict[str, int] = {}

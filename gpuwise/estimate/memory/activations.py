@@ -1,12 +1,14 @@
 """Activation memory: what autograd saves for backward (training) and the transient peak of a
 forward pass without grad (inference prefill). Training terms come from measured per-family
-profiles of the transformers runtime (catalog/data/activation_profiles.json)."""
+profiles of the transformers runtime (catalog/data/activation_profiles.json); under
+torch.compile a decoder layer saves what AOTAutograd's min-cut partitioner keeps
+(catalog/data/stacks.toml [compiled_layer]) where its rules cover the family."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpuwise.catalog.runtimes import activation_profile
+from gpuwise.catalog.runtimes import activation_profile, compiled_layer_profile
 from gpuwise.workload import Architecture, count_params
 
 
@@ -43,30 +45,47 @@ def _apply(coefs: dict[str, float], units: dict[str, float], cast_params: float,
     return total
 
 
+def _compiled_layer(arch: Architecture, mode: str, attention: str,
+                    dropout: bool) -> dict[str, float] | None:  # fmt: skip
+    """A dense layer's saved bytes per term under torch.compile, or None where the
+    partitioner's rules are not derived (MoE routing: the layer is not one graph)."""
+    if arch.moe:
+        return None
+    return compiled_layer_profile(arch.model_type, mode, attention, dropout)
+
+
 def saved_for_backward(arch: Architecture, batch: int, seq: int, mode: str, attention: str,
-                       checkpointing: bool, tp: int = 1) -> dict[str, Any]:  # fmt: skip
+                       checkpointing: bool, tp: int = 1,
+                       compiled: bool = False) -> dict[str, Any]:  # fmt: skip
     """Bytes autograd holds at the end of the forward pass, by part.
 
     Returns layers (all decoder layers), recompute (one layer rebuilt during backward under
     checkpointing), logits (the b x s x vocab tensors) and other (embeddings, final norm, loss),
-    with the attention implementation the profile used.
+    with the attention implementation the profile used and whether the compiled layer applied.
+    `compiled` (torch.compile of each decoder layer, as torchtune and torchtitan do): a layer
+    saves what the min-cut partitioner keeps, and a checkpointed layer's backward
+    materialises the same set (its recomputed pointwise ops are fused into the backward's
+    kernels); the embeddings, final norm and loss keep the eager profile.
     """
     dropout = arch.attention_dropout > 0 or arch.hidden_dropout > 0
     prof, used = activation_profile(arch.model_type, mode, attention, checkpointing, dropout)
+    layer = _compiled_layer(arch, mode, used, dropout) if compiled else None
     units = term_units(arch, batch, seq, tp)
     counts = count_params(arch)
     layer_linear = counts.linear / arch.num_layers / tp
     head = (counts.lm_head or counts.embedding) / tp
-    per_layer = _apply(prof["per_layer"], units, layer_linear)
+    saves = layer if layer is not None and not checkpointing else prof["per_layer"]
+    per_layer = _apply(saves, units, layer_linear)
     model = prof["model"]
     logits = _apply(model, units, 0.0, only="bsv")
     other = _apply({k: v for k, v in model.items() if k != "bsv"}, units, head)
     recompute = 0.0
     if checkpointing:
         full, _ = activation_profile(arch.model_type, mode, attention, False, dropout)
-        recompute = _apply(full["per_layer"], units, layer_linear)
+        recompute = _apply(layer if layer is not None else full["per_layer"], units,
+                           layer_linear)  # fmt: skip
     return {"layers": per_layer * arch.num_layers, "recompute": recompute, "logits": logits,
-            "other": other, "attention": used}  # fmt: skip
+            "other": other, "attention": used, "compiled_layer": layer is not None}  # fmt: skip
 
 
 def prefill_transient(arch: Architecture, batch: int, tokens: int, compute_bytes: float,
@@ -94,17 +113,21 @@ def prefill_transient(arch: Architecture, batch: int, tokens: int, compute_bytes
 
 
 def saved_with_policy(arch: Architecture, batch: int, seq: int, mode: str, attention: str,
-                      checkpointing: bool, policy: str, tp: int = 1) -> dict[str, Any]:  # fmt: skip
+                      checkpointing: bool, policy: str, tp: int = 1,
+                      compiled: bool = False) -> dict[str, Any]:  # fmt: skip
     """`saved_for_backward` under a checkpointing policy: "full" (every layer keeps only its
     input), a number N (every Nth layer checkpointed, the rest save everything: torchtune's
     and torchtitan's selective layer policy), or "op" (torchtitan's selective op policy,
     catalog/data/stacks.toml [selective_ac_op]: each layer keeps its input, the attention's
     output and logsumexp, and the output of every second matmul: q, v, the MLP's first
-    projection (w1) and its output (w2); the rest is recomputed)."""
+    projection (w1) and its output (w2); the rest is recomputed). Compiled, the policy's
+    tags decide what is saved (torch/_functorch/partitioners.py must_recompute: a
+    PREFER_RECOMPUTE op is never saved, MUST_SAVE always), as in eager."""
+    args = (arch, batch, seq, mode, attention)
     if not checkpointing or policy == "full":
-        return saved_for_backward(arch, batch, seq, mode, attention, checkpointing, tp)
-    full = saved_for_backward(arch, batch, seq, mode, attention, False, tp)
-    kept = saved_for_backward(arch, batch, seq, mode, attention, True, tp)
+        return saved_for_backward(*args, checkpointing, tp, compiled)
+    full = saved_for_backward(*args, False, tp, compiled)
+    kept = saved_for_backward(*args, True, tp, compiled)
     per_full = full["layers"] / arch.num_layers
     per_input = kept["layers"] / arch.num_layers
     if policy == "op":

@@ -186,8 +186,10 @@ def _generate_slack(arch: Architecture, allocator: str, shape: Shape, steps: int
 
 @lru_cache(maxsize=128)
 def _training_slack(arch: Architecture, allocator: str, shape: Shape, param: float,
-                    optimizer: str, checkpointing: bool, full: bool) -> AllocatorSlack:  # fmt: skip
-    step = training_step_events(arch, shape, param, optimizer, checkpointing, trains_weights=full)
+                    optimizer: str, checkpointing: bool, full: bool,
+                    lora_rank: int = 0) -> AllocatorSlack:  # fmt: skip
+    step = training_step_events(arch, shape, param, optimizer, checkpointing, trains_weights=full,
+                                lora_rank=lora_rank)  # fmt: skip
     return _slack(allocator, [step] * TRAINING_STEPS, training=True)
 
 
@@ -213,8 +215,9 @@ def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> A
     c = weight_format(plan.compute_dtype).bytes_per_element
     param = 4.0 if plan.mixed else c
     s = Shape(plan.batch, plan.seq, plan.seq, c, param, c, plan.attention)
+    full = plan.finetune == "full"
     return _training_slack(arch, plan.allocator, s, param, plan.optimizer, plan.checkpointing,
-                           plan.finetune == "full")  # fmt: skip
+                           full, 0 if full else plan.lora_rank)  # fmt: skip
 
 
 def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,

@@ -204,7 +204,8 @@ def _placed(arch: Architecture, plan: TrainingPlan, pb: ParamBytes) -> _Placed:
 def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str, float | str]:
     """Saved activations under the checkpointing policy and activation offload."""
     saved = saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
-                              plan.checkpointing, plan.checkpointing_policy, plan.tp)  # fmt: skip
+                              plan.checkpointing, plan.checkpointing_policy, plan.tp,
+                              plan.runtime == "compiled")  # fmt: skip
     layers = saved["layers"]
     if "activations" in plan.offload:
         layers = offloaded_activations(layers, arch)
@@ -282,7 +283,8 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
         rows = {**host_allocator_rows(arch, plan, hw, held_slack),  # glibc's heap on a CPU
                 "overhead": rt.baseline_bytes + rt.allocator_fraction * dynamic}
     parts.update(rows)
-    notes = _notes(arch, plan, str(saved["attention"])) + placed.notes
+    notes = _notes(arch, plan, str(saved["attention"]), bool(saved["compiled_layer"]))
+    notes += placed.notes
     total_phases = {k: v + sum(rows.values()) for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
                          total_phases, notes)  # fmt: skip
@@ -319,9 +321,17 @@ def _runtime_name(base: str, plan: TrainingPlan) -> str:
     return base + (f" + {', '.join(named)}" if named else "")
 
 
-def _notes(arch: Architecture, plan: TrainingPlan, attention: str) -> tuple[str, ...]:
+def _notes(arch: Architecture, plan: TrainingPlan, attention: str,
+           compiled_layer: bool) -> tuple[str, ...]:  # fmt: skip
     notes = [f"{attention} attention; saved activations from the measured "
              f"{arch.model_type} profile of the transformers runtime"]  # fmt: skip
+    if compiled_layer:
+        notes[0] = (f"{attention} attention; each decoder layer saves what torch.compile's "
+                    "min-cut partitioner keeps, the rest the measured "
+                    f"{arch.model_type} profile")  # fmt: skip
+    elif plan.runtime == "compiled":
+        notes.append(f"torch.compile's saved tensors are not derived for {arch.model_type} "
+                     "with this attention/dropout: the eager profile stands in")  # fmt: skip
     if attention != plan.attention:
         notes.append(f"{arch.model_type} has no {plan.attention} path in transformers: "
                      f"{attention} assumed")  # fmt: skip
