@@ -118,8 +118,14 @@ def _partitioner_saved_bytes(mode: str, dims: dict[str, int]) -> float:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "mixed-bf16"):
             return layer(x, position_embeddings=(cos, sin), attention_mask=None)
 
+    from torch._dynamo.utils import counters
+
     torch._dynamo.reset()
-    torch.compile(run, backend=backend)(x, cos, sin)
+    try:
+        torch.compile(run, backend=backend)(x, cos, sin)
+    finally:  # later tests in this process must not see a compiled graph (gpuwise.watch
+        torch._dynamo.reset()  # leaves operator counting off when dynamo has compiled one)
+        counters.clear()
     (gm,) = graphs
     outputs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     bases = {}
