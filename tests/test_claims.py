@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from gpuwise.app.claims import (
     CLAIM_IDS,
@@ -27,22 +28,10 @@ from gpuwise.app.claims import reproducibility as repro
 from gpuwise.app.claims.result import Verdict, not_measured
 from gpuwise.catalog import sourced
 from gpuwise.catalog.claims import claim_thresholds, thread_watts
-from gpuwise.cli import main
 from gpuwise.errors import GpuwiseError
 from gpuwise.report.claims_view import claims_view
 from gpuwise.report.html.claims import FIGURES
 from gpuwise.report.html.page import FIRST_LINE
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 # ------------------------------------------------------------------ the rules, both ways
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import run_cli
 
-from gpuwise.cli import main
 from gpuwise.cli.repro import optional_value
 from gpuwise.errors import GpuwiseError
 
@@ -171,16 +171,6 @@ def comparable(analysis: dict[str, Any]) -> dict[str, Any]:
     out.pop("deterministic_time_ratio")
     out.pop("deterministic_energy_ratio")
     return out
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- bad input: one line, exit 2, the results file untouched ------------------------------------

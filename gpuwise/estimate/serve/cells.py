@@ -50,9 +50,10 @@ class SharedCells:
         self.idle.append(seq)
 
     def release(self, seq: int) -> None:
-        for cell in self.owned.pop(seq, []):
+        cells = self.owned.pop(seq, [])
+        for cell in cells:
             self.taken[cell] = 0
-        self.used = sum(len(c) for c in self.owned.values())
+        self.used -= len(cells)
         self.top = self.taken.rfind(1, 0, self.top) + 1
 
     def take(self, work: list[tuple[int, int]]) -> None:
