@@ -75,7 +75,8 @@ def bracketed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
                                     for k, v in a["decode_steps"].items()}  # fmt: skip
         timings.append({**a, **mean})
         moved += [b["pp_s"] / a["pp_s"] - 1, b["tg_s"] / a["tg_s"] - 1]
-    return {**before, "timings": timings, "rates": rates_from_timings(timings),
+    return {**before, "timings": timings, "rates": rates_from_timings(timings, before.get("n_prompt", 256),
+                                                                   before.get("n_gen", 32)),
             "moved_between_probes": {"median": statistics.median(moved),
                                      "largest": max(moved, key=abs)}}  # fmt: skip
 

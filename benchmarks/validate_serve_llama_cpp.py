@@ -112,7 +112,8 @@ def main() -> None:
     run = json.loads(args.run.read_text())
     probe = run.get("probe") or json.loads((RESULTS / "llama_cpp_time.json").read_text())["probe"]
     if "timings" in probe:  # fitted again, so the comparison follows the current fit
-        probe = {**probe, "rates": rates_from_timings(probe["timings"])}
+        probe = {**probe, "rates": rates_from_timings(probe["timings"], probe.get("n_prompt", 256),
+                                                      probe.get("n_gen", 32))}  # fmt: skip
     rows = []
     for point in run["points"]:
         slower = slowdown(run, point)

@@ -13,6 +13,7 @@ from gpuwise.estimate.serve.step_time import StepTime
 from gpuwise.estimate.speed.device_rates import rates_from_spec
 from gpuwise.estimate.speed.ggml_time import (
     GgmlRates,
+    chunk_pairs,
     decode_attention_rate,
     matmul_flops,
     matmul_seconds,
@@ -100,14 +101,18 @@ def test_a_measured_cpu_batch_of_four_costs_what_the_probe_timed():
     assert four > 2 * one  # unlike a GPU's, a CPU's decode batch is not nearly free
 
 
-def test_prompt_attention_comes_from_a_chunk_at_depth():
+def test_prompt_attention_comes_from_a_chunk_at_depth_counted_in_tiles():
     from gpuwise.measure.llama_cpp.fit import fit_rates
 
     small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
                         *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)  # fmt: skip
     per_position = 4.0 * ARCH.num_layers * ARCH.q_dim
+    # ggml-cpu's 64x64 tiles: 4 query tiles after 1 cached position compute 2+3+4+5 tiles,
+    # after 1024 they compute 17+18+19+20 (the causal count would say 256 x 1024 pairs)
+    tiles = (17 + 18 + 19 + 20) - (2 + 3 + 4 + 5)
+    assert chunk_pairs(256, 1024) - chunk_pairs(256, 1) == 4096 * tiles
     steps = {"d0/s1": 0.004, "d1024/s1": 0.004 + per_position * 1024 / 30e9,
-             "d0/s1/t256": 0.2, "d1024/s1/t256": 0.2 + per_position * 256 * 1024 / 90e9}  # fmt: skip
+             "d0/s1/t256": 0.2, "d1024/s1/t256": 0.2 + per_position * 4096 * tiles / 90e9}  # fmt: skip
     big = replace(_timing(), decode_steps=steps)
     rates = fit_rates(small, big, 1024, 4, 256)
     assert rates["attention_flops"] == pytest.approx(90e9)
@@ -116,22 +121,35 @@ def test_prompt_attention_comes_from_a_chunk_at_depth():
     assert plain["attention_flops"] == plain["matmul_flops"]
 
 
+def test_small_chunks_take_the_per_query_path_and_large_ones_whole_tiles():
+    assert chunk_pairs(3, 509) == 3 * (509 + 1.5)
+    assert chunk_pairs(64, 0) == 4096  # one tile, the causal half of it included
+    assert chunk_pairs(512, 0) == 4096 * 36 > 512 * 256
+
+
 def test_masked_cells_of_another_sequence_come_from_a_chunk_beside_them():
-    from gpuwise.measure.llama_cpp.fit import fit_rates
+    from gpuwise.measure.llama_cpp.fit import _probe_chunk, fit_rates
 
     small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
                         *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)  # fmt: skip
-    cell_s = 5e-9
-    steps = {"d0/s1": 0.004, "d0/s1/t256": 0.2,
-             "d0/s1/t256/o1024": 0.2 + 256 * 1024 * ARCH.num_layers * cell_s}  # fmt: skip
+    head_s, att = 2e-10, 90e9
+    alone, beside = _probe_chunk(256, 0), _probe_chunk(256, 1024)
+    # beside 1024 cells of another sequence: the span grows from 8 to 24 KV tiles; the chunk's
+    # query tiles compute one tile more each (the one its first cells share with the other's)
+    assert (beside.computed - alone.computed, beside.span) == (4 * 4096, 1536)
+    per_pair = 4.0 * ARCH.num_layers * ARCH.q_dim
+    extra = ((beside.computed - alone.computed) * per_pair / att
+             + (beside.skipped - alone.skipped) * ARCH.num_layers * ARCH.num_heads * head_s)  # fmt: skip
+    deep = 0.2 + per_pair * (chunk_pairs(256, 1024) - chunk_pairs(256, 1)) / att
+    steps = {"d0/s1": 0.004, "d0/s1/t256": 0.2, "d1024/s1/t256": deep, "d0/s1/t256/o1024": 0.2 + extra}
     rates = fit_rates(small, replace(_timing(), decode_steps=steps), 1024, 4, 256)
-    assert rates["masked_cell_s"] == pytest.approx(cell_s)
+    assert rates["masked_head_s"] == pytest.approx(head_s)
     del steps["d0/s1/t256/o1024"]  # not timed: not charged
-    assert fit_rates(small, replace(_timing(), decode_steps=steps), 1024, 4, 256)["masked_cell_s"] == 0.0
+    assert fit_rates(small, replace(_timing(), decode_steps=steps), 1024, 4, 256)["masked_head_s"] == 0.0
 
 
 def test_a_prompt_beside_other_sequences_cells_pays_for_passing_over_them():
-    step = _step(_g(masked_cell_s=5e-9))
+    step = _step(_g(masked_head_s=3e-10))
     alone = sum(step.parts(512, 512, 512.0, 1e9))
     beside = sum(step.parts(512, 512, 512.0, 1e9, masked=512 * 2000.0))
-    assert beside - alone == pytest.approx(512 * 2000 * ARCH.num_layers * 5e-9)
+    assert beside - alone == pytest.approx(512 * 2000 * ARCH.num_layers * ARCH.num_heads * 3e-10)

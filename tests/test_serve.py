@@ -276,3 +276,26 @@ def test_shared_cells_give_the_longest_idle_slots_cells_to_a_new_request():
     assert cells.owned[2][0] == 0 and cells.span() == 768  # slot 1's cells still above
     cells.take([(2, 100)])  # from the head now (100)
     assert cells.owned[2][100] == 100
+
+
+def test_on_a_cpu_a_decoding_sequence_in_a_prompts_first_tile_makes_its_tiles_computed():
+    """ggml-cpu's flash attention computes whole 64x64 tiles: a tile where any query sees any
+    cell is computed, the rest skipped after reading the mask (cells.py)."""
+    from gpuwise.estimate.serve.cells import SharedCells
+
+    def prompt_beside(decoding: bool) -> list:
+        cells = SharedCells(8192, slots=2, tiled=True)
+        cells.start(0)
+        cells.take([(0, 1024)])  # another sequence's 1024 cells: KV tiles 0-15
+        cells.start(1)
+        return cells.take(([(0, 1)] if decoding else []) + [(1, 512)])
+
+    [alone], (mixed, rest) = prompt_beside(False), prompt_beside(True)
+    assert alone.span == mixed.span == 1536
+    assert alone.computed == 4096 * 36  # the prompt's own causal tiles only
+    assert alone.skipped == 512 * 1536 - alone.computed
+    # the decoding token (cell 1024, tile 16 beside the prompt's first cells) sees tiles 0-16
+    assert mixed.computed == alone.computed + 4096 * 16
+    assert (rest.parts, rest.computed) == ([(1, 511, 1)], 0)  # a 1-token ubatch: per query
+    # off a CPU (or without tiles) nothing is counted in tiles
+    assert SharedCells(8192, slots=2).take([(0, 512)])[0].computed == 0

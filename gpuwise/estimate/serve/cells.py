@@ -9,21 +9,63 @@ tokens land, how far a ubatch's attention spans, and which idle slot gives its c
   every sequence's and the free ones between, all but its own masked out.
 - tools/server/server-context.cpp `get_available_slot`: a new request takes a slot never used
   first, else the idle one used longest ago, whose cells it clears (`prompt_clear`); until then
-  an idle slot keeps its last request's cells for the prompt cache."""
+  an idle slot keeps its last request's cells for the prompt cache.
+- ggml-cpu's flash attention (ggml/src/ggml-cpu/ops.cpp `flash_attn_ext_tiled`, for a ubatch
+  of 64 tokens or more): tiles of 64 queries by 64 cells (common.h GGML_FA_TILE_Q/KV). A tile
+  where every query has every cell masked is skipped after reading its mask; any other is
+  computed whole, masked cells and padded queries included. So a decoding sequence in a
+  prompt's first query tile makes every tile holding its cells computed, and a prompt whose
+  cells fill holes between other sequences' computes the tiles it shares with them."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
+from gpuwise.estimate.speed.ggml_time import FA_TILE
+
 PAD = 256  # get_n_kv: n_kv padded to max(n_pad, 256)
 UBATCH = 512  # llama-server's n_ubatch (common/common.h)
+TILE = FA_TILE
+
+
+@dataclass
+class Ubatch:
+    """One ubatch as placed: its (sequence, first position, tokens) parts in batch order, the
+    cells its attention spans, and on the tiled path (TILE tokens or more) the (query, cell)
+    pairs of the tiles flash attention computes and of those it skips (0, 0 otherwise)."""
+
+    parts: list[tuple[int, int, int]]
+    span: int
+    computed: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class _SeqTiles:
+    """A sequence's KV tiles in the order its positions first reach them, with that position."""
+
+    order: list[int] = field(default_factory=list)
+    firsts: list[int] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+    scanned: int = 0
+
+    def update(self, cells: list[int]) -> None:
+        for pos in range(self.scanned, len(cells)):
+            tile = cells[pos] // TILE
+            if tile not in self.seen:
+                self.seen.add(tile)
+                self.order.append(tile)
+                self.firsts.append(pos)
+        self.scanned = len(cells)
 
 
 @dataclass
 class SharedCells:
     size: int
     slots: int
+    tiled: bool = False  # attention on ggml-cpu's tiled path (Ubatch.computed, .skipped)
     head: int = 0
     used: int = 0
     top: int = 0  # one past the highest cell in use
@@ -31,6 +73,7 @@ class SharedCells:
     owned: dict[int, list[int]] = field(default_factory=dict)
     idle: deque[int] = field(default_factory=deque)  # finished requests, longest idle first
     fresh: int = field(init=False)  # slots not used yet
+    tiles: dict[int, _SeqTiles] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.taken = bytearray(self.size)
@@ -51,13 +94,16 @@ class SharedCells:
 
     def release(self, seq: int) -> None:
         cells = self.owned.pop(seq, [])
+        self.tiles.pop(seq, None)
         for cell in cells:
             self.taken[cell] = 0
         self.used -= len(cells)
         self.top = self.taken.rfind(1, 0, self.top) + 1
 
-    def take(self, work: list[tuple[int, int]]) -> None:
-        """Cells for a batch of (sequence, tokens), in ubatches of UBATCH tokens."""
+    def take(self, work: list[tuple[int, int]]) -> list[Ubatch]:
+        """Cells for a batch of (sequence, tokens), in ubatches of UBATCH tokens (llama_decode
+        splits a batch in order: llama-batch.cpp split_simple); each ubatch as placed."""
+        out: list[Ubatch] = []
         ubatch: list[tuple[int, int]] = []
         room = UBATCH
         for seq, n in work:
@@ -66,10 +112,42 @@ class SharedCells:
                 ubatch.append((seq, part))
                 n, room = n - part, room - part
                 if not room:
-                    self._ubatch(ubatch)
+                    out.append(self._placed(ubatch))
                     ubatch, room = [], UBATCH
         if ubatch:
-            self._ubatch(ubatch)
+            out.append(self._placed(ubatch))
+        return out
+
+    def _placed(self, parts: list[tuple[int, int]]) -> Ubatch:
+        starts = [len(self.owned.get(seq, ())) for seq, _ in parts]
+        self._ubatch(parts)
+        rows = [(seq, start, n) for (seq, n), start in zip(parts, starts, strict=True)]
+        ub = Ubatch(rows, self.span())
+        if self.tiled and sum(n for _, n in parts) >= TILE:
+            ub.computed, ub.skipped = self._flash(rows, ub.span // TILE)
+        return ub
+
+    def _flash(self, rows: list[tuple[int, int, int]], kv_tiles: int) -> tuple[int, int]:
+        """(computed, skipped) (query, cell) pairs of a ubatch's tiled flash attention: each
+        tile of TILE queries computes the KV tiles holding a cell any of its queries sees (a
+        sequence's own up to the query's position), and reads the mask of the others."""
+        bounds, row = [], 0
+        for seq, start, n in rows:
+            bounds.append((row, row + n, seq, start))
+            row += n
+        computed = skipped = 0
+        for q0 in range(0, row, TILE):
+            q1 = min(row, q0 + TILE)
+            seen = []
+            for r0, r1, seq, start in bounds:
+                if r0 < q1 and r1 > q0:
+                    tiles = self.tiles.setdefault(seq, _SeqTiles())
+                    tiles.update(self.owned.get(seq, []))
+                    seen.append((tiles.order, bisect_right(tiles.firsts, start + min(q1, r1) - 1 - r0)))
+            k = seen[0][1] if len(seen) == 1 else len(set().union(*(o[:n] for o, n in seen)))
+            computed += TILE * TILE * k
+            skipped += (q1 - q0) * TILE * (kv_tiles - k)
+        return computed, skipped
 
     def take_run(self, seqs: list[int], steps: int) -> None:
         """Cells for `steps` decode steps of one token of each of `seqs`: as many ubatches.

@@ -17,6 +17,7 @@ from gpuwise.estimate.serve.schedulers import Limits
 from gpuwise.estimate.serve.simulate import Engine
 from gpuwise.estimate.serve.step_time import StepTime
 from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.ggml_time import chunk_pairs
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
@@ -65,7 +66,12 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                   step.parts, pair_flops, max_len, sched.token_host_s, sched.request_host_s,
                   opts.shared_prefix,
                   sched.prefix_cache if opts.prefix_cache is None else opts.prefix_cache,
-                  sched.shared_cells)  # fmt: skip
+                  sched.shared_cells, sched.shared_cells and _tiled(plan, rates))  # fmt: skip
+
+
+def _tiled(plan: InferencePlan, rates: DeviceRates) -> bool:
+    """llama.cpp's flash attention on a CPU runs in tiles (estimate/serve/cells.py)."""
+    return rates.kind == "cpu" and plan.attention != "eager"
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:
@@ -73,7 +79,8 @@ def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, fl
     budget, done, ttft = engine.limits.max_batched_tokens, 0, 0.0
     while done < prompt:
         n = min(budget, prompt - done)
-        ttft += engine.step_seconds(n, n, done + n, n * (done + n / 2) * engine.attention_flops_per_pair)
+        pairs = chunk_pairs(n, done) if engine.tiled_attention else n * (done + n / 2)
+        ttft += engine.step_seconds(n, n, done + n, pairs * engine.attention_flops_per_pair)
         done += n
     mid = prompt + output / 2
     tpot = engine.step_seconds(1, 0, mid, 0.0) + engine.token_host_s if output > 1 else 0.0

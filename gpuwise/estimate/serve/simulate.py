@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.serve.cells import SharedCells
+from gpuwise.estimate.serve.cells import SharedCells, Ubatch
 from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq, Step
 from gpuwise.estimate.serve.schedulers import POLICY, Limits
 from gpuwise.workload.requests import Request
@@ -36,6 +36,7 @@ class Engine:
     shared_prefix: int = 0  # prompt tokens every request begins with
     prefix_cache: bool = False  # computed once and kept, its blocks shared (vLLM, SGLang)
     shared_cells: bool = False  # one cache whose every cell a prompt spans (llama.cpp)
+    tiled_attention: bool = False  # ggml-cpu's flash attention in 64x64 tiles (cells.py)
 
     def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float,
                      masked: float = 0.0) -> float:  # fmt: skip
@@ -75,8 +76,8 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             pending.popleft()
     waiting: deque[Seq] = deque(s for s in seqs if s.id in arrivals)
     running: list[Seq] = []
-    cells = (SharedCells(engine.kv_blocks * engine.block_tokens, engine.limits.max_seqs)
-             if engine.shared_cells else None)  # fmt: skip
+    cells = (SharedCells(engine.kv_blocks * engine.block_tokens, engine.limits.max_seqs,
+                         tiled=engine.tiled_attention) if engine.shared_cells else None)  # fmt: skip
     now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
@@ -101,7 +102,8 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             trace.preemptions += step.preempted
             if not step.work:
                 continue
-            c, m, h = engine.step_parts(*_step_work(engine, step, _placed(cells, step)))
+            c, m, h = (_shared_step(engine, step, cells) if cells
+                       else engine.step_parts(*_step_work(engine, step)))  # fmt: skip
             parts, k = (c, m, h + _server_s(engine, step)), 1
             finished = _apply(step, now + sum(parts), engine.policy, trace.itl)
         now += sum(parts)
@@ -205,33 +207,52 @@ def _server_s(engine: Engine, step: Step) -> float:
     return started * engine.request_host_s + len(step.work) * engine.token_host_s
 
 
-def _placed(cells: SharedCells | None, step: Step) -> int:
-    """The step's tokens placed in a shared cache (llama.cpp), new requests taking their
-    slots first; the cells its attention spans then (0: no shared cache)."""
-    if cells is None:
-        return 0
+def _shared_step(engine: Engine, step: Step, cells: SharedCells) -> tuple[float, float, float]:
+    """A step in llama.cpp's shared cache: new requests take their slots first, then the
+    batch's tokens their cells, one ubatch (a graph evaluation) at a time."""
+    seqs = {}
     for seq, _ in step.work:
+        seqs[seq.id] = seq
         if seq.computed == 0:
             cells.start(seq.id)
-    cells.take([(seq.id, n) for seq, n in step.work])
-    return cells.span()
+    c = m = h = 0.0
+    for ub in cells.take([(seq.id, n) for seq, n in step.work]):
+        ci, mi, hi = engine.step_parts(*_ubatch_work(engine, ub, seqs))
+        c, m, h = c + ci, m + mi, h + hi
+    return c, m, h
 
 
-def _step_work(engine: Engine, step: Step,
-               cells: int = 0) -> tuple[int, int, float, float, float]:  # fmt: skip
-    """The step's tokens, prompt tokens, cached positions read, prompt attention FLOPs and,
-    in a shared cache whose attention spans `cells` cells, the cells not its own that its
-    prompt tokens pass over (other sequences' and free ones, masked out)."""
+def _ubatch_work(engine: Engine, ub: Ubatch,
+                 seqs: dict[int, Seq]) -> tuple[int, int, float, float, float]:  # fmt: skip
+    """A ubatch's tokens, prompt tokens, cached positions read, prompt attention FLOPs and
+    (prompt token, masked cell) pairs. On the tiled path (cells.py) attention is its tiles:
+    computed ones at the attention rate, skipped ones as masked pairs; otherwise each
+    prompt token spans the cells not its own that are below the span's end."""
     tokens = prompt = 0
     kv_read = pairs = masked = 0.0
+    for sid, start, n in ub.parts:
+        tokens += n
+        if start < seqs[sid].target:
+            prompt += n
+            pairs += n * (start + n / 2)
+            masked += n * max(0, ub.span - start - n)
+        kv_read += start + n
+    if ub.computed:
+        kv_read, pairs, masked = 0.0, float(ub.computed), float(ub.skipped)
+    return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, masked
+
+
+def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float, float]:
+    """The step's tokens, prompt tokens, cached positions read and prompt attention FLOPs."""
+    tokens = prompt = 0
+    kv_read = pairs = 0.0
     for seq, n in step.work:
         tokens += n
         kv_read += seq.computed + n
         if seq.computed < seq.target:  # a prompt chunk (the property, inlined: a hot loop)
             prompt += n
             pairs += n * (seq.computed + n / 2)
-            masked += n * max(0, cells - seq.computed - n)
-    return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, masked
+    return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, 0.0
 
 
 def _apply(step: Step, now: float, policy: str, itl: Histogram) -> list[Seq]:

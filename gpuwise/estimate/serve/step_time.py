@@ -134,7 +134,7 @@ def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
                prompt_attention_flops: float, masked: float) -> tuple[float, float, float]:  # fmt: skip
     """llama.cpp's batch: the weights streamed once, or their matmuls, whichever is longer,
     plus the KV cache, the other sequences' cells its prompt tokens' attention passes over
-    (masked: `masked_cell_s` a pair and layer, where the probe measured it) and the graph's
+    (masked: `masked_head_s` a pair, layer and head, where the probe measured it) and the graph's
     fixed costs (estimate/speed/ggml_time.py)."""
     g, read, per_token, per_logit = _ggml(step)
     # logits of every token, or (llama.cpp's default) of decodes and each prompt's last
@@ -143,7 +143,7 @@ def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
     computed = matmul_seconds(g, tokens, tokens * per_token + logits * per_logit, streamed)
     memory = kv_read * step.kv_bytes_per_token / g.kv_bytes_per_s
     compute = prompt_attention_flops / g.attention_flops
-    compute += masked * step.arch.num_layers * g.masked_cell_s
+    compute += masked * step.arch.num_layers * step.arch.num_heads * g.masked_head_s
     decoding = tokens - prompt_tokens
     att_rate = decode_attention_rate(g, decoding) if decoding else 0.0
     if att_rate:  # measured: decode attention runs at its own rate (kv_read: its positions)

@@ -6,7 +6,7 @@ graph evaluation pays the host's fixed cost and every node the backend's cost pe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.runtime_speed import GgmlBackend, ggml_backend
@@ -44,11 +44,14 @@ class GgmlRates:
     decode_attention_flops: float = 0.0  # one token's attention over its cached positions
     batch_attention_flops: float = 0.0  # the same, in a step of BATCH_SEQS tokens
     batch_matmul_flops: float = 0.0  # the matmuls of a step of BATCH_SEQS tokens
-    # a prompt token's attention passing over one cell of another sequence in a shared cache
-    # (masked out), per layer (llama-kv-cache.cpp get_n_kv; docs/serve.md, "A step's time")
-    masked_cell_s: float = 0.0
+    # a query's attention passing over one masked cell (another sequence's, in a shared
+    # cache) in a tile flash attention skips, per layer and head: reading its mask
+    # (ggml-cpu ops.cpp flash_attn_ext_tiled; docs/serve.md, "A step's time")
+    masked_head_s: float = 0.0
 
 
+_FIELDS = {f.name for f in fields(GgmlRates)} - {"source"}
+FA_TILE = 64  # ggml-cpu common.h GGML_FA_TILE_Q and GGML_FA_TILE_KV
 BATCH_SEQS = 4  # the batch the probe times decode steps at (measure/llama_cpp/probe.py)
 UBATCH_TOKENS = 512  # where prompt processing's matmul rate is measured (pp, one ubatch)
 
@@ -194,6 +197,31 @@ def decode_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: s
     return _phase("decode", rows, arch.num_layers * g.layer_s + g.token_s)
 
 
+def chunk_pairs(tokens: int, depth: int) -> float:
+    """(query, key) pairs flash attention computes for one sequence's `tokens` new tokens
+    after `depth` cached positions, its cells in position order. ggml-cpu's tiled path (64
+    tokens or more: ops.cpp flash_attn_ext_tiled) computes whole tiles of FA_TILE queries by
+    FA_TILE cells up to each query tile's last position and skips the masked ones beyond;
+    the per-query path computes each query's own positions."""
+    if tokens < FA_TILE:
+        return tokens * (depth + tokens / 2)
+    tiles = sum((depth + min(FA_TILE * (i + 1), tokens) - 1) // FA_TILE + 1
+                for i in range(-(-tokens // FA_TILE)))  # fmt: skip
+    return float(FA_TILE * FA_TILE * tiles)
+
+
+def _prefill_attention_s(arch: Architecture, plan: InferencePlan, g: GgmlRates,
+                         causal_flops: float, n_ubatch: int) -> float:  # fmt: skip
+    """Flash attention's seconds over a prompt in ubatches, counted in tiles (chunk_pairs);
+    without flash attention (`-fa off`) its causal FLOPs."""
+    if plan.attention == "eager":
+        return causal_flops / g.attention_flops
+    n, pairs = plan.prompt_tokens, 0.0
+    for start in range(0, n, n_ubatch):
+        pairs += chunk_pairs(min(n_ubatch, n - start), start)
+    return plan.batch * pairs * 4.0 * arch.num_layers * arch.q_dim / g.attention_flops
+
+
 def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str,
                   n_ubatch: int) -> PhaseTime:  # fmt: skip
     """The prompt in ubatches of `n_ubatch` tokens: each streams the weights once and runs
@@ -207,8 +235,8 @@ def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: 
         kv += 2 * 4 * arch.num_layers * arch.num_heads * plan.prompt_tokens**2 / 2 * plan.batch
     rows = [(Op(f"weights ({gtype})", "matmul", flops, read * ubatches, m=tokens),
              flops / g.matmul_flops, read * ubatches / g.weight_bytes_per_s),
-            (Op("attention", "attention", attention, kv), attention / g.attention_flops,
-             kv / g.kv_bytes_per_s)]  # fmt: skip
+            (Op("attention", "attention", attention, kv), _prefill_attention_s(arch, plan, g,
+             attention, n_ubatch), kv / g.kv_bytes_per_s)]  # fmt: skip
     fixed = ubatches * (arch.num_layers * g.layer_s + g.token_s)
     return _phase("prefill", rows, fixed + arch.num_layers * tokens * g.layer_token_s)
 
@@ -218,8 +246,8 @@ def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates
     took them (`gpuwise probe`), else the datasheet with the backend's shares."""
     threads = threads or max(1, rates.compute_units)
     measured = rates.ggml_measured.get(f"{gtype}/{threads}") if rates.kind == "cpu" else None
-    if measured:
-        return GgmlRates(**measured, source="measured")
+    if measured:  # a probe from an older gpuwise may lack fields, or hold retired ones
+        return GgmlRates(**{k: v for k, v in measured.items() if k in _FIELDS}, source="measured")
     return spec_ggml_rates(rates, ggml_backend(rates.kind), gtype, threads)
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuwise.estimate.serve.cells import SharedCells, Ubatch
 from gpuwise.estimate.speed.ggml_time import (
+    chunk_pairs,
     kv_bytes,
     matmul_flops,
     prefill_flops,
@@ -103,7 +105,7 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
         rest = m.pp_s - layers * layer_s - (att / attention if attention else 0.0)
         eqs.append((mm + (0.0 if attention else att), float(layers * n), rest))
     per_flop, layer_token_s = _solve(eqs[0], eqs[1])
-    decode["masked_cell_s"] = _masked_cell_s(stepped, depth, chunk)
+    decode["masked_head_s"] = _masked_head_s(stepped, depth, chunk, attention)
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
             "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
             "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode}  # fmt: skip
@@ -116,18 +118,34 @@ def _prompt_attention(m: ModelTiming, depth: int, chunk: int) -> float:
     deep = m.decode_steps.get(f"d{depth}/s1/t{chunk}")
     if not (depth and chunk and near and deep and deep > near):
         return 0.0
-    return 4.0 * m.arch.num_layers * m.arch.q_dim * chunk * depth / (deep - near)
+    pairs = chunk_pairs(chunk, depth) - chunk_pairs(chunk, 1)  # a sequence holds 1 cell at "d0"
+    return 4.0 * m.arch.num_layers * m.arch.q_dim * pairs / (deep - near)
 
 
-def _masked_cell_s(m: ModelTiming, depth: int, chunk: int) -> float:
-    """Seconds a prompt token's attention takes per layer over one masked cell of another
-    sequence: a `chunk`-token chunk with `depth` cells of another sequence in the cache
-    against the same alone (0.0: not timed, or not resolved)."""
+def _masked_head_s(m: ModelTiming, depth: int, chunk: int, attention: float) -> float:
+    """Seconds a query's attention takes per layer and head over one masked cell in a tile
+    flash attention skips: a `chunk`-token chunk with `depth` cells of another sequence in
+    the cache against the same alone, less the tiles the other cells make it compute at the
+    attention rate (0.0: not timed, or not resolved)."""
     alone = m.decode_steps.get(f"d0/s1/t{chunk}")
     beside = m.decode_steps.get(f"d0/s1/t{chunk}/o{depth}")
-    if not (depth and chunk and alone and beside and beside > alone):
+    if not (depth and chunk and alone and beside and attention):
         return 0.0
-    return (beside - alone) / (chunk * depth * m.arch.num_layers)
+    a, b = _probe_chunk(chunk, 0), _probe_chunk(chunk, depth)
+    computed = (b.computed - a.computed) * 4.0 * m.arch.num_layers * m.arch.q_dim / attention
+    seconds = beside - alone - computed
+    heads = m.arch.num_layers * m.arch.num_heads
+    return seconds / ((b.skipped - a.skipped) * heads) if seconds > 0 else 0.0
+
+
+def _probe_chunk(chunk: int, other: int) -> Ubatch:
+    """The probe's timed chunk as placed (decode_child: one cell of its sequence, `other`
+    cells of another, then the chunk) in a cache of the size the probe's context has."""
+    cells = SharedCells(1 + chunk + other + 256, slots=2, tiled=True)
+    cells.take([(0, 1)])
+    if other:
+        cells.take([(1, other)])
+    return cells.take([(0, chunk)])[-1]
 
 
 def fit_decode(m: ModelTiming, rates: dict[str, float], steps: dict[str, float],

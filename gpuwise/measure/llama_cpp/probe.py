@@ -28,13 +28,15 @@ from gpuwise.measure.llama_cpp.gguf_model import GgufConfig, quantize, write_ran
 PROBE_MODELS = (GgufConfig(hidden=768, layers=24, heads=12, kv_heads=4, ffn=2048),
                 GgufConfig(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=5632))  # fmt: skip
 TYPES = ("f16", "q8_0", "q4_0", "q4_k_m")
-N_PROMPT, N_GEN, REPS = 256, 32, 5
+N_PROMPT, N_GEN, REPS = 512, 32, 5  # pp at one full ubatch: a served prompt step's size
 # Steps on the narrow model (head_dim 64, 24 layers: attention is most of a deep step there):
 # decodes of one sequence and of a batch, and a prompt chunk, at no depth and at DEPTH (a
 # served request's context), for attention's rates and a small batch's matmuls (fit.py).
 DEPTH, SEQS, CHUNK = 1024, 4, 256
 DECODE_CASES = [(0, 1), (DEPTH, 1), (0, SEQS), (DEPTH, SEQS), (0, 1, CHUNK), (DEPTH, 1, CHUNK),
                 (0, 1, CHUNK, DEPTH)]  # the last: beside DEPTH cells of another sequence
+# Fits that read only the f16 cache, whatever the weights' type
+TYPE_FREE = ("attention_flops", "decode_attention_flops", "batch_attention_flops", "masked_head_s")
 ATTEMPTS, QUIET = 3, 0.05  # runs of a timing at most; others' share of the CPUs that is quiet
 
 Progress = Callable[[str, float], None]
@@ -86,15 +88,19 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, 
     return record
 
 
-def rates_from_timings(timings: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """The fitted rates by "ggml type/threads" from the probe models' timings."""
+def rates_from_timings(timings: list[dict[str, Any]], n_prompt: int = 0,
+                       n_gen: int = 0) -> dict[str, dict[str, float]]:  # fmt: skip
+    """The fitted rates by "ggml type/threads" from the probe models' timings (taken at
+    `n_prompt` and `n_gen` tokens: this probe's unless said). Attention's rates do not depend
+    on the weights' type (the cache is f16 in each), so each thread count takes the median
+    of its types' fits: one type's reading is a difference of two steps, and noisy."""
     models = {cfg.name: cfg for cfg in PROBE_MODELS}
     pairs: dict[tuple[str, int], list[ModelTiming]] = {}
     for t in timings:
         cfg = models[t["model"]]
         arch = llama_arch(cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
-        pp, tg = timing_plans(t["type"], t["bytes"], t["embedding_bytes"], N_PROMPT, N_GEN,
-                              t["threads"])  # fmt: skip
+        pp, tg = timing_plans(t["type"], t["bytes"], t["embedding_bytes"], n_prompt or N_PROMPT,
+                              n_gen or N_GEN, t["threads"])  # fmt: skip
         pairs.setdefault((t["type"], t["threads"]), []).append(
             ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"], t.get("decode_steps") or {}))
     out = {}
@@ -102,6 +108,13 @@ def rates_from_timings(timings: list[dict[str, Any]]) -> dict[str, dict[str, flo
         if len(found) < 2:
             continue
         out[f"{GGML_TYPE[q]}/{n}"] = fit_rates(found[0], found[1], DEPTH, SEQS, CHUNK)
+    for threads in {key.split("/")[1] for key in out}:
+        fits = [r for key, r in out.items() if key.endswith(f"/{threads}")]
+        for name in TYPE_FREE:
+            found = [r[name] for r in fits if r.get(name)]
+            pooled = statistics.median(found) if found else 0.0
+            for r in fits:
+                r[name] = pooled
     return out
 
 
@@ -128,5 +141,5 @@ def probe_llama_cpp(cores: int, progress: Progress | None = None) -> dict[str, A
     for record in timings:
         del record["version"], record["system_info"]
     return {**info, "n_prompt": N_PROMPT, "n_gen": N_GEN,
-            "models": [cfg.name for cfg in PROBE_MODELS], "rates": rates_from_timings(timings),
+            "models": [cfg.name for cfg in PROBE_MODELS], "rates": rates_from_timings(timings, N_PROMPT, N_GEN),
             "timings": timings}  # fmt: skip
