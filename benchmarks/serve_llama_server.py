@@ -27,7 +27,7 @@ Before the load, the llama.cpp probe (`probe_llama_cpp`, the one `gpuwise probe 
 llama.cpp` runs) measures this machine's rates; benchmarks/validate_serve_llama_cpp.py
 simulates every point from that probe, so the comparison does not depend on how busy the
 machine was on another day. Just after the probe and before each point, the served model's
-own generation is timed in-process (tg32, the server idle, `reference_tg_s`): the machine's
+own prompt and generation are timed in-process (pp512 and tg32, the server idle, `reference`): the machine's
 speed drifts by up to 40% within an hour here, and the readings show how far it moved. Each point records the CPU seconds of server, client and others
 and is flagged "disturbed" when others kept over 5% of the CPUs busy (serve_llama_cpp.py).
 
@@ -217,12 +217,14 @@ def no_load(port: int, mix: tuple[int, int], seed: int) -> dict[str, Any]:
             "records": [r.row() for r in records]}  # fmt: skip
 
 
-def reference_tg_s(model: Path) -> float:
-    """Seconds a token of the served model's generation takes in its own process (tg32, the
-    median of 3 repetitions), the server idle: the machine's speed now, against the reading
-    taken just after the probe (validate_serve_llama_cpp.py `--drift`)."""
-    run = time_llama_cpp(model, threads=os.cpu_count() or 1, n_prompt=0, n_gen=32, reps=3)
-    return statistics.median(run["tg_samples_s"]) / 32
+def reference(model: Path) -> dict[str, float]:
+    """The served model's own speed in its own process, the server idle: seconds of a 512-token
+    prompt (pp512) and of a generated token (tg32), each the median of 3 repetitions. Against
+    the reading taken just after the probe they show how far the machine's speed moved, for
+    prompts and for decoding apart (validate_serve_llama_cpp.py `--drift`)."""
+    run = time_llama_cpp(model, threads=os.cpu_count() or 1, n_prompt=512, n_gen=32, reps=3)
+    return {"pp_s": statistics.median(run["pp_samples_s"]),
+            "tg_s": statistics.median(run["tg_samples_s"]) / 32}  # fmt: skip
 
 
 def run_point(port: int, pid: int, mix: tuple[int, int], mode: str, value: float,
@@ -283,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         results["probe"] = probe_llama_cpp(os.cpu_count() or 1)
         results["probe_s"] = round(time.perf_counter() - t0, 1)
-        results["reference_tg_s"] = reference_tg_s(model)
+        results["reference"] = reference(model)
     server = LlamaServer(args.server, model, args.models / "llama-server.log")
     results["server_settings"] = server.start()
     requests = dict(kv.split(":") for kv in args.requests.split(","))
@@ -294,11 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             plan = [("open", float(f)) for f in args.factors.split(",")]
             plan += [("closed", float(args.concurrency))] if args.concurrency else []
             for i, (mode, value) in enumerate(plan):
-                reference = reference_tg_s(model)
+                speed = reference(model)
                 point = run_point(server.port, server.proc.pid, mix, mode, value,  # type: ignore[union-attr]
                                   nl["e2e_ms"] / 1e3, int(requests[name]), args.max_window,
                                   SEED + 100 * (10 * k + i))  # fmt: skip
-                point["mix"], point["reference_tg_s"] = name, reference
+                point["mix"], point["reference"] = name, speed
                 results["points"].append(point)
                 s = point["summary"]
                 print(f"{name} {mode} {value:g}: ttft p50 {s['ttft_ms']['p50']} ms, tpot p50 "
@@ -326,12 +328,12 @@ def rerun(args: argparse.Namespace, model: Path) -> int:
             k = list(MIXES).index(old["mix"])
             mix, value = MIXES[old["mix"]], old.get("rate_factor") or old["concurrency"]
             i = sum(1 for p in results["points"][:j] if p["mix"] == old["mix"])
-            reference = reference_tg_s(model)
+            speed = reference(model)
             point = run_point(server.port, server.proc.pid, mix, old["mode"], float(value),  # type: ignore[union-attr]
                               results["no_load"][old["mix"]]["e2e_ms"] / 1e3,
                               int(requests[old["mix"]]), args.max_window,
                               SEED + 100 * (10 * k + i))  # fmt: skip
-            point["mix"], point["rerun"], point["reference_tg_s"] = old["mix"], True, reference
+            point["mix"], point["rerun"], point["reference"] = old["mix"], True, speed
             results["points"][j] = point
             print(f"{old['mix']} {key}: others {point['cpu']['others_frac_of_cpus']:.3f}"
                   f"{'  (disturbed)' if point['disturbed'] else ''}", flush=True)  # fmt: skip

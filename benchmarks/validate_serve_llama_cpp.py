@@ -10,10 +10,11 @@ rates the llama.cpp probe measured just before the load (the run's own `probe`; 
 benchmarks/results/llama_cpp_time.json), the server's slots, batch and logits settings, and
 compares TTFT and TPOT (p50, p90) and the output tokens/s. Points the benchmark flagged
 `disturbed` (other processes took over 5% of the CPUs) are reported apart. The run also timed
-the served model's own generation just after the probe and before each point
-(`reference_tg_s`); each point's label shows the ratio, how far the machine's speed moved, and
-`--drift` simulates each point with the probe's rates scaled by it. A short reading moves by
-about 10% on its own here, so the rates as probed are the default.
+the served model's own prompt and generation just after the probe and before each point
+(`reference`: pp512 and tg32; older runs: tg32 only, `reference_tg_s`); each point's label shows
+the ratios, how far the machine's speed moved, and `--drift` simulates each point with the
+probe's prompt-processing rates scaled by the first and the others by the second. A short
+reading moves by about 10% on its own here, so the rates as probed are the default.
 
 Run:  .venv/bin/python benchmarks/validate_serve_llama_cpp.py [--run RESULT] [--json OUT]
       [--drift]
@@ -73,21 +74,33 @@ def engine_for(run: dict, probe: dict, prompt: int, output: int) -> object:
     return engine
 
 
-def drifted(rates: dict[str, dict[str, float]], slower: float) -> dict[str, dict[str, float]]:
-    """The probe's rates on a machine `slower` times as slow: rates (per second, FLOPs a
-    second) divided by it, costs in seconds multiplied."""
+# The probe's fields by the phase they were fitted to: prompt processing's scale with the
+# served model's prompt reading, the rest (generation, decode steps) with its generation's.
+PROMPT_FIELDS = ("matmul_flops", "half_matmul_flops", "attention_flops", "layer_token_s",
+                 "masked_head_s")  # fmt: skip
+
+
+def drifted(rates: dict[str, dict[str, float]], slower: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The probe's rates on a machine `slower` times as slow ("pp_s" for prompt processing's
+    fields, "tg_s" for the others): rates (per second, FLOPs a second) divided by it, costs
+    in seconds multiplied."""
 
     def one(k: str, v: float) -> float:
-        return v / slower if k.endswith(("_per_s", "_flops")) else v * slower
+        by = slower["pp_s" if k in PROMPT_FIELDS else "tg_s"]
+        return v / by if k.endswith(("_per_s", "_flops")) else v * by
 
     return {key: {k: one(k, v) for k, v in r.items()} for key, r in rates.items()}
 
 
-def slowdown(run: dict, point: dict) -> float:
-    """The point's reference generation time against the one just after the probe (1.0
-    where the run has no readings)."""
-    before, now = run.get("reference_tg_s"), point.get("reference_tg_s")
-    return now / before if before and now else 1.0
+def slowdown(run: dict, point: dict) -> dict[str, float]:
+    """The point's readings of the served model's speed against those just after the probe
+    (1.0 where the run has none; older runs read generation only)."""
+    before = run.get("reference") or {"tg_s": run.get("reference_tg_s")}
+    now = point.get("reference") or {"tg_s": point.get("reference_tg_s")}
+    out = {k: now[k] / before[k] if before.get(k) and now.get(k) else 1.0 for k in ("pp_s", "tg_s")}
+    if "pp_s" not in before:
+        out["pp_s"] = out["tg_s"]
+    return out
 
 
 def simulated(point: dict, engine: object) -> dict:
@@ -118,11 +131,14 @@ def main() -> None:
     for point in run["points"]:
         slower = slowdown(run, point)
         at_point = {**probe, "rates": drifted(probe["rates"], slower)} if args.drift else probe
+        moved = "" if set(slower.values()) == {1.0} else (
+            f" x{slower['tg_s']:.2f}" if slower["pp_s"] == slower["tg_s"]
+            else f" pp x{slower['pp_s']:.2f} tg x{slower['tg_s']:.2f}")  # fmt: skip
         engine = engine_for(run, at_point, point["prompt_tokens"], point["output_tokens"])
         sim, real = simulated(point, engine), point["summary"]
         label = (f"{point['mix']} {point['mode']} "
                  + (f"{point['rate']:.3g}/s" if point["mode"] == "open" else "4 clients")
-                 + (f" x{slower:.2f}" if slower != 1.0 else ""))  # fmt: skip
+                 + moved)  # fmt: skip
         for key, stat in QUANTITIES:
             rows.append({"point": label, "quantity": f"{key[:-3]} {stat}",
                          "measured": real[key][stat], "simulated": sim[key][stat],
@@ -131,10 +147,10 @@ def main() -> None:
                      "measured": real["output_tokens_per_s"],
                      "simulated": sim["output_tokens_per_s"],
                      "disturbed": bool(point.get("disturbed"))})  # fmt: skip
-    print(f"{'point':28s} {'quantity':16s} {'measured':>10s} {'simulated':>10s} {'error':>7s}")
+    print(f"{'point':38s} {'quantity':16s} {'measured':>10s} {'simulated':>10s} {'error':>7s}")
     for r in rows:
         r["error"] = r["simulated"] / r["measured"] - 1
-        print(f"{r['point']:28s} {r['quantity']:16s} {r['measured']:10.1f} {r['simulated']:10.1f} "
+        print(f"{r['point']:38s} {r['quantity']:16s} {r['measured']:10.1f} {r['simulated']:10.1f} "
               f"{100 * r['error']:+6.0f}%{'  (disturbed)' if r['disturbed'] else ''}")  # fmt: skip
     summaries = {}
     for name, subset in (("quiet points", [r for r in rows if not r["disturbed"]]),

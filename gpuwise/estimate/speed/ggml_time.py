@@ -48,12 +48,16 @@ class GgmlRates:
     # cache) in a tile flash attention skips, per layer and head: reading its mask
     # (ggml-cpu ops.cpp flash_attn_ext_tiled; docs/serve.md, "A step's time")
     masked_head_s: float = 0.0
+    # prompt processing's matmuls at half a ubatch (HALF_UBATCH_TOKENS), where the probe timed
+    # it: a CPU's rate a token is not highest at a full ubatch
+    half_matmul_flops: float = 0.0
 
 
 _FIELDS = {f.name for f in fields(GgmlRates)} - {"source"}
 FA_TILE = 64  # ggml-cpu common.h GGML_FA_TILE_Q and GGML_FA_TILE_KV
 BATCH_SEQS = 4  # the batch the probe times decode steps at (measure/llama_cpp/probe.py)
 UBATCH_TOKENS = 512  # where prompt processing's matmul rate is measured (pp, one ubatch)
+HALF_UBATCH_TOKENS = 256  # and half of it (half_matmul_flops)
 
 
 def _log_between(n: float, points: tuple[tuple[float, float], ...]) -> float:
@@ -79,7 +83,9 @@ def matmul_seconds(g: GgmlRates, tokens: int, flops: float, single_s: float) -> 
         return flops / g.matmul_flops
     per_token = flops / tokens
     fours = tokens - tokens % BATCH_SEQS
-    points = ((float(BATCH_SEQS), g.batch_matmul_flops), (float(UBATCH_TOKENS), g.matmul_flops))
+    half = ((float(HALF_UBATCH_TOKENS), g.half_matmul_flops),) if g.half_matmul_flops else ()
+    points = ((float(BATCH_SEQS), g.batch_matmul_flops), *half,
+              (float(UBATCH_TOKENS), g.matmul_flops))  # fmt: skip
     gemm = fours * per_token / _log_between(float(fours), points) if fours else 0.0
     return gemm + tokens % BATCH_SEQS * single_s
 

@@ -16,10 +16,11 @@ against the model's own weights the matmul rate of a 4-token batch, and 4 at dep
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuwise.estimate.serve.cells import SharedCells, Ubatch
 from gpuwise.estimate.speed.ggml_time import (
+    HALF_UBATCH_TOKENS,
     chunk_pairs,
     kv_bytes,
     matmul_flops,
@@ -43,6 +44,7 @@ class ModelTiming:
     pp_s: float  # the whole prompt
     tg_s: float  # one generated token
     decode_steps: dict[str, float] = field(default_factory=dict)  # fit_decode's timings
+    pp_half_s: float = 0.0  # a prompt of HALF_UBATCH_TOKENS (0.0: not timed)
 
 
 def llama_arch(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int,
@@ -97,18 +99,39 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
     decode = fit_decode(stepped, {"layer_s": layer_s, "token_s": 0.0}, stepped.decode_steps,
                         depth, seqs)  # fmt: skip
     attention = _prompt_attention(stepped, depth, chunk)
-    eqs = []
-    for m in (a, b):
-        n = m.plan_pp.prompt_tokens
-        layers = m.arch.num_layers
-        mm, att = prefill_flops(m.arch, m.plan_pp)
-        rest = m.pp_s - layers * layer_s - (att / attention if attention else 0.0)
-        eqs.append((mm + (0.0 if attention else att), float(layers * n), rest))
+    eqs = [_pp_equation(m, m.plan_pp, m.pp_s, layer_s, attention) for m in (a, b)]
     per_flop, layer_token_s = _solve(eqs[0], eqs[1])
     decode["masked_head_s"] = _masked_head_s(stepped, depth, chunk, attention)
+    decode["half_matmul_flops"] = _half_rate(a, b, layer_s, layer_token_s, attention)
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
             "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
             "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode}  # fmt: skip
+
+
+def _pp_equation(m: ModelTiming, plan: InferencePlan, seconds: float, layer_s: float,
+                 attention: float) -> tuple[float, float, float]:  # fmt: skip
+    """(matmul FLOPs, layer-tokens, seconds left for them) of a prompt: the layers' fixed
+    cost and flash attention (in tiles, at its own rate where measured) taken off."""
+    n, layers = plan.prompt_tokens, m.arch.num_layers
+    mm, att = prefill_flops(m.arch, plan)
+    if attention:
+        att_s = chunk_pairs(n, 0) * 4.0 * layers * m.arch.q_dim / attention
+        return mm, float(layers * n), seconds - layers * layer_s - att_s
+    return mm + att, float(layers * n), seconds - layers * layer_s
+
+
+def _half_rate(a: ModelTiming, b: ModelTiming, layer_s: float, layer_token_s: float,
+               attention: float) -> float:  # fmt: skip
+    """The matmul rate at half a ubatch, both models' prompts of that size together, their
+    per-token costs as at a full one (0.0: not timed)."""
+    if not (a.pp_half_s and b.pp_half_s):
+        return 0.0
+    flops = left = 0.0
+    for m in (a, b):
+        plan = replace(m.plan_pp, prompt_tokens=HALF_UBATCH_TOKENS)
+        mm, tokens, rest = _pp_equation(m, plan, m.pp_half_s, layer_s, attention)
+        flops, left = flops + mm, left + rest - tokens * layer_token_s
+    return flops / left if left > 0 else 0.0
 
 
 def _prompt_attention(m: ModelTiming, depth: int, chunk: int) -> float:

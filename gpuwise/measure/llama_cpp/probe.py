@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpuwise.estimate.speed.ggml_time import HALF_UBATCH_TOKENS
 from gpuwise.measure.llama_cpp.bench import tensor_bytes, time_decode_steps, time_llama_cpp
 from gpuwise.measure.llama_cpp.fit import (
     GGML_TYPE,
@@ -82,6 +83,10 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, 
               "tg_s": tg_s, "bytes": tb["total"],
               "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
               "system_info": run["system_info"]}  # fmt: skip
+    if N_PROMPT > HALF_UBATCH_TOKENS:  # the prompt's rate at half a ubatch too (pp only)
+        half = quietest(lambda: time_llama_cpp(path, threads=threads,
+                                               n_prompt=HALF_UBATCH_TOKENS, n_gen=0, reps=REPS))  # fmt: skip
+        record["pp_half_s"] = statistics.median(half["pp_samples_s"])
     if cfg == PROBE_MODELS[0]:
         steps = quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES))
         record["decode_steps"] = dict(steps["step_s"])
@@ -102,7 +107,8 @@ def rates_from_timings(timings: list[dict[str, Any]], n_prompt: int = 0,
         pp, tg = timing_plans(t["type"], t["bytes"], t["embedding_bytes"], n_prompt or N_PROMPT,
                               n_gen or N_GEN, t["threads"])  # fmt: skip
         pairs.setdefault((t["type"], t["threads"]), []).append(
-            ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"], t.get("decode_steps") or {}))
+            ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"], t.get("decode_steps") or {},
+                        t.get("pp_half_s", 0.0)))  # fmt: skip
     out = {}
     for (q, n), found in pairs.items():
         if len(found) < 2:
