@@ -40,6 +40,7 @@ from validate_serve_llama_cpp import RESULTS, engine_for  # noqa: E402
 from gpuwise.estimate.serve.cells import SharedCells  # noqa: E402
 from gpuwise.estimate.serve.engine import Seq  # noqa: E402
 from gpuwise.estimate.serve.simulate import _ubatch_work  # noqa: E402
+from gpuwise.measure.llama_cpp.bench_child import _capture_log  # noqa: E402
 from gpuwise.measure.llama_cpp.decode_child import _context  # noqa: E402
 from gpuwise.measure.llama_cpp.probe import rates_from_timings  # noqa: E402
 from gpuwise.workload.requests import Request  # noqa: E402
@@ -131,6 +132,7 @@ def main() -> None:
     path, _ = prepare_model(DEFAULT_MODELS)
     import llama_cpp as lc
 
+    _capture_log(lc)  # llama.cpp's log kept out of the table
     lc.llama_backend_init()
     model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
     rows = []

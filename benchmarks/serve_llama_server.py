@@ -75,7 +75,7 @@ from serve_llama_cpp import (
     summarize,
 )
 
-from gpuwise.measure.llama_cpp.bench import time_llama_cpp
+from gpuwise.measure.llama_cpp.bench import time_decode_steps, time_llama_cpp
 from gpuwise.measure.llama_cpp.probe import probe_llama_cpp
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "serve_llama_server.json"
@@ -227,6 +227,16 @@ def reference(model: Path) -> dict[str, float]:
             "tg_s": statistics.median(run["tg_samples_s"]) / 32}  # fmt: skip
 
 
+def in_process_step(model: Path, mix: tuple[int, int]) -> float:
+    """Seconds of one decode step of the served model in its own process, one sequence at the
+    no-load requests' middle depth (decode_child, the median of 3 runs of 32 steps), the server
+    idle: what the server's token gaps at no load add to it is its own host work a token
+    (sampling, streaming; validate_serve_llama_cpp.py `token_host_s`)."""
+    depth = mix[0] + mix[1] // 2
+    steps = time_decode_steps(model, threads=os.cpu_count() or 1, cases=[(depth, 1)])
+    return float(steps["step_s"][f"d{depth}/s1"])
+
+
 def run_point(port: int, pid: int, mix: tuple[int, int], mode: str, value: float,
               service_s: float, n: int, window: float, seed: int) -> dict[str, Any]:  # fmt: skip
     gate = quiet_pause(2.0)
@@ -293,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, name in enumerate(args.mixes.split(",")):
             mix = MIXES[name]
             nl = results["no_load"][name] = no_load(server.port, mix, SEED + k)
+            nl["in_process_step_s"] = in_process_step(model, mix)
             plan = [("open", float(f)) for f in args.factors.split(",")]
             plan += [("closed", float(args.concurrency))] if args.concurrency else []
             for i, (mode, value) in enumerate(plan):

@@ -48,11 +48,20 @@ def server_settings(run: dict) -> dict:
     if run.get("server") == "llama-server":  # its defaults: tools/server/server.cpp
         ctx = run["server_settings"].get("n_ctx_slot", 4096)
         return {"slots": run["server_settings"]["slots"], "batch": 2048, "logits": "last",
-                "context": ctx, "host": None}  # fmt: skip
+                "context": ctx, "host": None, "token_host_s": token_host_s(run)}  # fmt: skip
     # llama-cpp-python: one request at a time, n_batch 512, logits_all; its own host costs
     # measured at no load against the same Llama object in-process (serve_llama_cpp.py)
     return {"slots": 1, "batch": 512, "logits": "all", "context": 2048,
             "host": (0.8e-3, 6.0e-3)}  # fmt: skip
+
+
+def token_host_s(run: dict) -> float | None:
+    """llama-server's own host work a streamed token, as the run measured it at no load: its
+    token gaps (TPOT) less the same decode step in-process, the median over the mixes (None:
+    an older run without the in-process step; schedulers.toml's then)."""
+    gaps = [nl["tpot_ms"] / 1e3 - nl["in_process_step_s"] for nl in run["no_load"].values()
+            if nl.get("in_process_step_s")]  # fmt: skip
+    return max(0.0, statistics.median(gaps)) if gaps else None
 
 
 def engine_for(run: dict, probe: dict, prompt: int, output: int) -> object:
@@ -71,6 +80,8 @@ def engine_for(run: dict, probe: dict, prompt: int, output: int) -> object:
                           ReplicaOptions(max_seqs=srv["slots"], max_batched_tokens=srv["batch"]))  # fmt: skip
     if srv["host"]:
         engine = replace(engine, token_host_s=srv["host"][0], request_host_s=srv["host"][1])
+    if srv.get("token_host_s") is not None:
+        engine = replace(engine, token_host_s=srv["token_host_s"])
     return engine
 
 

@@ -7,9 +7,10 @@ tokens land, how far a ubatch's attention spans, and which idle slot gives its c
   cell taken (`apply_ubatch`).
 - `get_n_kv`: a ubatch's attention spans the cells up to the highest in use, padded to 256,
   every sequence's and the free ones between, all but its own masked out.
-- tools/server/server-context.cpp `get_available_slot`: a new request takes a slot never used
-  first, else the idle one used longest ago, whose cells it clears (`prompt_clear`); until then
-  an idle slot keeps its last request's cells for the prompt cache.
+- tools/server/server-context.cpp: when a new request takes a slot, every idle slot's cells
+  are saved to the host-memory prompt cache and cleared from the unified KV cache
+  (`cache_idle_slots`, on by default with `--cache-ram`); so only the running requests' cells
+  stay, and a finished request's stay until the next one starts.
 - ggml-cpu's flash attention (ggml/src/ggml-cpu/ops.cpp `flash_attn_ext_tiled`, for a ubatch
   of 64 tokens or more): tiles of 64 queries by 64 cells (common.h GGML_FA_TILE_Q/KV). A tile
   where every query has every cell masked is skipped after reading its mask; any other is
@@ -71,22 +72,18 @@ class SharedCells:
     top: int = 0  # one past the highest cell in use
     taken: bytearray = field(init=False)
     owned: dict[int, list[int]] = field(default_factory=dict)
-    idle: deque[int] = field(default_factory=deque)  # finished requests, longest idle first
-    fresh: int = field(init=False)  # slots not used yet
+    idle: deque[int] = field(default_factory=deque)  # finished requests whose cells stay
     tiles: dict[int, _SeqTiles] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.taken = bytearray(self.size)
-        self.fresh = self.slots
 
     def start(self, seq: int) -> None:
-        """A new request takes a slot: an unused one, else the longest idle one's cells go."""
+        """A new request takes a slot, and every idle slot's cells go (`cache_idle_slots`)."""
         if seq in self.owned:
             return
         self.owned[seq] = []
-        if self.fresh:
-            self.fresh -= 1
-        elif self.idle:
+        while self.idle:
             self.release(self.idle.popleft())
 
     def finish(self, seq: int) -> None:
