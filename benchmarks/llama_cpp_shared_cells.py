@@ -115,7 +115,10 @@ def estimate(engine: Any, layout: str, decoding: bool) -> float:
     if layout:
         for s in range(3):  # sequences 0-2 are decoding: past their prompts
             seqs[s].target = 0
-    return sum(sum(engine.step_parts(*_ubatch_work(engine, ub, seqs)))
+    for s, n in (work for batch in _fill(layout) for work in batch):
+        seqs[s].computed += n
+    done = dict.fromkeys(seqs, 0)
+    return sum(sum(engine.step_parts(*_ubatch_work(engine, ub, seqs, done)))
                for ub in cells.take(_timed(layout, decoding)))  # fmt: skip
 
 

@@ -243,9 +243,10 @@ def test_more_load_never_lowers_sglangs_latency_percentiles(rate, more):
         assert heavy[key]["p90"] >= light[key]["p90"] * 0.99
 
 
-def test_llama_servers_idle_slots_keep_cells_that_a_new_prompt_passes_over():
+def test_a_prompt_passes_over_the_running_requests_cells_not_the_finished_ones():
     """llama.cpp's shared cache: a prompt's attention spans the cells up to the highest in
-    use, the finished requests' included (llama-server keeps them for its prompt cache)."""
+    use, the running requests' included; llama-server clears every idle slot's cells when a
+    new request starts (`cache_idle_slots`), so finished requests' cells add nothing."""
     seen: list[float] = []
     eng = engine("llama.cpp", find_hardware("rtx-4090"))
     assert eng.shared_cells and not engine("vllm").shared_cells
@@ -256,24 +257,24 @@ def test_llama_servers_idle_slots_keep_cells_that_a_new_prompt_passes_over():
         return 0.01, 0.0, 0.0
 
     eng = replace(eng, step_parts=parts)
-    simulate(eng, [Request(10.0 * i, 100, 10) for i in range(3)])  # one at a time
-    # each request's 109 cells follow the last's: the span, padded to 256, covers them all
-    assert seen == [100 * (256 - 100), 100 * (256 - 100), 100 * (512 - 100)]
+    # the second arrives while the first decodes (its 300 cells below); the third after both
+    simulate(eng, [Request(0.0, 300, 100), Request(0.5, 100, 10), Request(10.0, 100, 10)])
+    assert seen == [300 * (512 - 300), 100 * (512 - 100), 100 * (256 - 100)]
 
 
-def test_shared_cells_give_the_longest_idle_slots_cells_to_a_new_request():
+def test_a_new_request_clears_every_idle_slots_cells():
     from gpuwise.estimate.serve.cells import SharedCells
 
-    cells = SharedCells(1024, slots=2)
+    cells = SharedCells(1024, slots=3)
     for seq in (0, 1):
         cells.start(seq)
         cells.take([(seq, 300)])
-        cells.finish(seq)
-    assert cells.span() == 768 and cells.used == 600
-    cells.start(2)  # both slots used: the longest idle (0) is cleared
-    assert 0 not in cells.owned and cells.used == 300
+    cells.finish(0)
+    assert cells.span() == 768 and cells.used == 600  # finished, its cells kept till then
+    cells.start(2)  # slot 0 idle: saved to the prompt cache and cleared; 1 still runs
+    assert 0 not in cells.owned and cells.used == 300 and cells.span() == 768
     cells.take([(2, 100)])  # the head (600) is over twice 100 past the 300 in use: from 0
-    assert cells.owned[2][0] == 0 and cells.span() == 768  # slot 1's cells still above
+    assert cells.owned[2][0] == 0
     cells.take([(2, 100)])  # from the head now (100)
     assert cells.owned[2][100] == 100
 

@@ -1,5 +1,5 @@
 """llama.cpp's unified KV cache as cells (docs/serve.md, "A step's time"): where a step's
-tokens land, how far a ubatch's attention spans, and which idle slot gives its cells up.
+tokens land, how far a ubatch's attention spans, and when a finished request's cells go.
 
 - `find_slot` (src/llama-kv-cache.cpp): a ubatch's tokens take free cells one by one from the
   cache's head, wrapping at the end; it starts from the first cell instead when the head is

@@ -216,21 +216,26 @@ def _shared_step(engine: Engine, step: Step, cells: SharedCells) -> tuple[float,
         if seq.computed == 0:
             cells.start(seq.id)
     c = m = h = 0.0
+    done = dict.fromkeys(seqs, 0)  # a sequence's tokens in the step's earlier ubatches
     for ub in cells.take([(seq.id, n) for seq, n in step.work]):
-        ci, mi, hi = engine.step_parts(*_ubatch_work(engine, ub, seqs))
+        ci, mi, hi = engine.step_parts(*_ubatch_work(engine, ub, seqs, done))
         c, m, h = c + ci, m + mi, h + hi
     return c, m, h
 
 
-def _ubatch_work(engine: Engine, ub: Ubatch,
-                 seqs: dict[int, Seq]) -> tuple[int, int, float, float, float]:  # fmt: skip
+def _ubatch_work(engine: Engine, ub: Ubatch, seqs: dict[int, Seq],
+                 done: dict[int, int]) -> tuple[int, int, float, float, float]:  # fmt: skip
     """A ubatch's tokens, prompt tokens, cached positions read, prompt attention FLOPs and
     (prompt token, masked cell) pairs. On the tiled path (cells.py) attention is its tiles:
     computed ones at the attention rate, skipped ones as masked pairs; otherwise each
-    prompt token spans the cells not its own that are below the span's end."""
+    prompt token spans the cells not its own that are below the span's end. A sequence's
+    positions are its own (`done`: its tokens in the step's earlier ubatches), whether or
+    not a full cache placed its cells."""
     tokens = prompt = 0
     kv_read = pairs = masked = 0.0
-    for sid, start, n in ub.parts:
+    for sid, _, n in ub.parts:
+        start = seqs[sid].computed + done[sid]
+        done[sid] += n
         tokens += n
         if start < seqs[sid].target:
             prompt += n
@@ -301,7 +306,7 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
         return None
     k = min(s.req.output - s.generated for s in running if s.generated < s.req.output)
     n, kv_now = len(running), sum(s.computed for s in running)
-    first = engine.step_seconds(n, 0, kv_now + n, 0.0)
+    first = engine.step_seconds(n, 0, kv_now + n, 0.0) + n * engine.token_host_s  # as _server_s
     if not closed and math.isfinite(next_arrival):
         k = min(k, int((next_arrival - now) / first))
     if k < STEADY_MIN_STEPS:

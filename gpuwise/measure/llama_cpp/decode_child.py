@@ -8,8 +8,8 @@ for depth 0) is decoded untimed, then steps each decode `tokens` new tokens of e
 (1: a decode step; more: a prompt chunk at that depth), synchronising after each, and are
 timed together: `n_gen` steps of one token, or one step of more. A fourth number, `other`,
 first fills one more sequence with that many cells: they are in the cache the steps' attention
-spans but masked out for the timed sequences (llama-server's idle slots keep their last
-request's cells, llama-kv-cache.cpp `get_n_kv`). Before each of `reps` timed
+spans but masked out for the timed sequences (as running slots' cells are in llama-server,
+llama-kv-cache.cpp `get_n_kv`). Before each of `reps` timed
 runs the new positions are removed again, so every run starts at the same depth. The result
 holds, per case, the seconds of one step in each run.
 """
