@@ -11,12 +11,13 @@ sequence's last token. Three sequences are filled first, in one of two layouts:
   their later cells alternate (as decoding slots' cells do in the server).
 Then a fourth sequence's 512-token prompt is decoded, alone in the batch or after the three
 sequences' next tokens (llama-server puts decode tokens first: one ubatch of 3 + 509, one of
-3). Each case is the median of 3 timed runs after a warm-up, the new positions removed before
+3). Two more cases time decode steps, of one and of four sequences 64 tokens past their
+512-token prompts. Each case is the median of 3 timed runs after a warm-up, the new positions removed before
 each. The estimate places the same tokens with estimate/serve/cells.py and times each ubatch
 with the rates of the llama.cpp probe stored with the latest llama-server run
 (benchmarks/results/serve_llama_server.json, or `--probe FILE`). Since the probe ran at another
 time and this machine's speed drifts, the comparison is of each case against the empty cache,
-measured side by side: the ratios.
+measured side by side: the ratios, to the mean of the empty cache's step timed first and last.
 
 Run:  .venv/bin/python benchmarks/llama_cpp_shared_cells.py [--json OUT]
 """
@@ -46,25 +47,29 @@ from gpuwise.measure.llama_cpp.probe import rates_from_timings  # noqa: E402
 from gpuwise.workload.requests import Request  # noqa: E402
 
 N_CTX, SEQS, PROMPT, THREADS, REPS, UBATCH = 16384, 4, 512, 2, 3, 512
-CASES = (("alone", "", False), ("contiguous", "contiguous", False),
-         ("contiguous + 3 decoding", "contiguous", True), ("interleaved", "interleaved", False),
-         ("interleaved + 3 decoding", "interleaved", True))  # fmt: skip
+THREE = [(0, 1), (1, 1), (2, 1)]  # the three sequences' next tokens, first in the batch
+# (name, layout of the cache before, the timed batch as (sequence, tokens))
+CASES = (("alone", "", [(3, PROMPT)]), ("contiguous", "contiguous", [(3, PROMPT)]),
+         ("contiguous + 3 decoding", "contiguous", [*THREE, (3, PROMPT)]),
+         ("interleaved", "interleaved", [(3, PROMPT)]),
+         ("interleaved + 3 decoding", "interleaved", [*THREE, (3, PROMPT)]),
+         ("decode step, 1 of 4 at 576", "decoding", [(0, 1)]),
+         ("decode step, 4 at 576", "decoding", [*THREE, (3, 1)]),
+         ("alone, again", "", [(3, PROMPT)]))  # fmt: skip
 
 
 def _fill(layout: str) -> list[list[tuple[int, int]]]:
-    """The batches that fill sequences 0-2, as (sequence, tokens)."""
+    """The batches that fill the cache first, as (sequence, tokens)."""
     if layout == "contiguous":
         return [[(s, PROMPT)] for s in range(3)]
     if layout == "interleaved":
-        return [[(s, 128)] for s in range(3)] + [[(0, 1), (1, 1), (2, 1)]] * 384
+        return [[(s, 128)] for s in range(3)] + [THREE] * 384
+    if layout == "decoding":  # four slots past their prompts, 64 tokens into decoding
+        return [[(s, PROMPT)] for s in range(4)] + [[*THREE, (3, 1)]] * 64
     return []
 
 
-def _timed(layout: str, decoding: bool) -> list[tuple[int, int]]:
-    return ([(0, 1), (1, 1), (2, 1)] if decoding and layout else []) + [(3, PROMPT)]
-
-
-def measure(lc: Any, model: Any, layout: str, decoding: bool) -> float:
+def measure(lc: Any, model: Any, layout: str, timed: list[tuple[int, int]]) -> float:
     """Seconds of the timed batch: the median of REPS runs after a warm-up."""
     n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
     rng = random.Random(7)
@@ -95,7 +100,7 @@ def measure(lc: Any, model: Any, layout: str, decoding: bool) -> float:
                 lc.llama_memory_seq_rm(memory, s, pos[s], -1)
             lc.llama_synchronize(ctx)
             start = time.perf_counter()
-            decode(_timed(layout, decoding))
+            decode(timed)
             lc.llama_synchronize(ctx)
             runs.append(time.perf_counter() - start)
     finally:
@@ -104,7 +109,7 @@ def measure(lc: Any, model: Any, layout: str, decoding: bool) -> float:
     return statistics.median(runs[1:])
 
 
-def estimate(engine: Any, layout: str, decoding: bool) -> float:
+def estimate(engine: Any, layout: str, timed: list[tuple[int, int]]) -> float:
     """The simulation's seconds for the timed batch, its tokens placed as cells.py places them."""
     cells = SharedCells(N_CTX, SEQS, tiled=engine.tiled_attention)
     seqs = {s: Seq(s, Request(0.0, PROMPT, 128), PROMPT) for s in range(SEQS)}
@@ -112,14 +117,14 @@ def estimate(engine: Any, layout: str, decoding: bool) -> float:
         cells.start(s)
     for work in _fill(layout):
         cells.take(work)
-    if layout:
-        for s in range(3):  # sequences 0-2 are decoding: past their prompts
-            seqs[s].target = 0
     for s, n in (work for batch in _fill(layout) for work in batch):
         seqs[s].computed += n
+    for s, n in timed:
+        if n == 1:  # a decoding sequence: past its prompt
+            seqs[s].target = 0
     done = dict.fromkeys(seqs, 0)
     return sum(sum(engine.step_parts(*_ubatch_work(engine, ub, seqs, done)))
-               for ub in cells.take(_timed(layout, decoding)))  # fmt: skip
+               for ub in cells.take(timed))  # fmt: skip
 
 
 def main() -> None:
@@ -140,12 +145,13 @@ def main() -> None:
     model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
     rows = []
     try:
-        for name, layout, decoding in CASES:
-            rows.append({"case": name, "measured_s": measure(lc, model, layout, decoding),
-                         "estimated_s": estimate(engine, layout, decoding)})  # fmt: skip
+        for name, layout, timed in CASES:
+            rows.append({"case": name, "measured_s": measure(lc, model, layout, timed),
+                         "estimated_s": estimate(engine, layout, timed)})  # fmt: skip
     finally:
         lc.llama_model_free(model)
-    base = rows[0]
+    # the empty cache's step before and after the rest: the machine's speed drifts meanwhile
+    base = {k: (rows[0][k] + rows[-1][k]) / 2 for k in ("measured_s", "estimated_s")}
     print(f"{'case':28s} {'measured':>9s} {'estimated':>9s}   {'x alone':>7s} {'x alone':>7s}  error")
     for r in rows:
         r["measured_ratio"] = r["measured_s"] / base["measured_s"]

@@ -7,7 +7,8 @@ M, L in q8_0, q4_0, q4_k_m and f16 at 1 and 2 threads, llama-bench's pp and tg),
 the rates were fitted to. By default all run here: the probe before and after the cases, whose
 mean timings give the rates (a shared machine drifts over minutes; how far it moved is
 recorded), so that probe and cases see the same machine; `--probe FILE` and `--cases FILE`
-reuse earlier results instead. Each case's time is its median repetition, as the probe's.
+reuse earlier results instead (a probe with its timings is fitted again, so the comparison
+follows the current fit). Each case's time is its median repetition, as the probe's.
 
 Run:  .venv/bin/python benchmarks/validate_llama_cpp.py [--probe FILE] [--cases FILE]
         [--out benchmarks/results/llama_cpp_time.json]
@@ -105,8 +106,13 @@ def main() -> None:
     parser.add_argument("--cases", type=Path, help="a measure_llama_cpp.py result")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    if args.probe:
+    if args.probe:  # a probe record, or an earlier result holding one: fitted again
         probe = json.loads(args.probe.read_text())
+        probe = probe.get("probe", probe)
+        if "timings" in probe:
+            probe = {**probe, "rates": rates_from_timings(probe["timings"],
+                                                          probe.get("n_prompt", 256),
+                                                          probe.get("n_gen", 32))}  # fmt: skip
         cases = _cases(args.cases)
     else:  # the machine drifts: probe before and after the cases, and take the mean
         before = probe_llama_cpp(os.cpu_count() or 1)

@@ -153,3 +153,21 @@ def test_a_prompt_beside_other_sequences_cells_pays_for_passing_over_them():
     alone = sum(step.parts(512, 512, 512.0, 1e9))
     beside = sum(step.parts(512, 512, 512.0, 1e9, masked=512 * 2000.0))
     assert beside - alone == pytest.approx(512 * 2000 * ARCH.num_layers * ARCH.num_heads * 3e-10)
+
+
+def test_a_prompts_rate_and_per_token_cost_at_half_a_ubatch_come_from_its_own_timings():
+    from gpuwise.estimate.speed.ggml_time import layer_token_s
+    from gpuwise.measure.llama_cpp.fit import fit_rates
+
+    small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
+                        *timing_plans("q4_0", 20_000_000, 7_000_000, 512, 32, 2), 0.1, 0.001)  # fmt: skip
+    big = _timing()
+    plain = fit_rates(small, big)
+    assert plain["half_matmul_flops"] == plain["half_layer_token_s"] == 0.0  # not timed
+    # at 256 tokens, each model a bit more than half its 512-token time
+    halves = fit_rates(replace(small, pp_half_s=0.06), replace(big, pp_half_s=0.55))
+    assert halves["half_matmul_flops"] > 0 and halves["half_layer_token_s"] >= 0
+    g = _g(half_layer_token_s=2e-6)  # RATES' cost at a full ubatch: 5e-6
+    assert layer_token_s(g, 128) == layer_token_s(g, 256) == 2e-6  # at half a ubatch and below
+    assert layer_token_s(g, 512) == 5e-6 and 2e-6 < layer_token_s(g, 362) < 5e-6
+    assert layer_token_s(_g(), 128) == 5e-6  # an older probe: one cost

@@ -18,6 +18,7 @@ from gpuwise.estimate.speed.ggml_time import (
     decode_attention_rate,
     ggml_rates,
     ggml_type,
+    layer_token_s,
     matmul_seconds,
     weights_read,
 )
@@ -154,4 +155,5 @@ def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
     else:
         memory += streamed
     layers = step.arch.num_layers
-    return compute, memory, layers * (g.layer_s + prompt_tokens * g.layer_token_s) + g.token_s
+    per_token = prompt_tokens * layer_token_s(g, prompt_tokens) if prompt_tokens else 0.0
+    return compute, memory, layers * (g.layer_s + per_token) + g.token_s

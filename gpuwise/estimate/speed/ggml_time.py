@@ -48,9 +48,11 @@ class GgmlRates:
     # cache) in a tile flash attention skips, per layer and head: reading its mask
     # (ggml-cpu ops.cpp flash_attn_ext_tiled; docs/serve.md, "A step's time")
     masked_head_s: float = 0.0
-    # prompt processing's matmuls at half a ubatch (HALF_UBATCH_TOKENS), where the probe timed
-    # it: a CPU's rate a token is not highest at a full ubatch
+    # prompt processing at half a ubatch (HALF_UBATCH_TOKENS), where the probe timed it: its
+    # matmul rate and per-layer, per-token cost (a CPU's rate a token is not highest at a
+    # full ubatch)
     half_matmul_flops: float = 0.0
+    half_layer_token_s: float = 0.0
 
 
 _FIELDS = {f.name for f in fields(GgmlRates)} - {"source"}
@@ -88,6 +90,15 @@ def matmul_seconds(g: GgmlRates, tokens: int, flops: float, single_s: float) -> 
               (float(UBATCH_TOKENS), g.matmul_flops))  # fmt: skip
     gemm = fours * per_token / _log_between(float(fours), points) if fours else 0.0
     return gemm + tokens % BATCH_SEQS * single_s
+
+
+def layer_token_s(g: GgmlRates, tokens: int) -> float:
+    """The per-layer, per-token cost of a ubatch of `tokens` prompt tokens: the probe's at a
+    full ubatch, or where it timed half of one, that at half and below, linear in log2 between."""
+    if not g.half_layer_token_s:
+        return g.layer_token_s
+    points = ((float(HALF_UBATCH_TOKENS), g.half_layer_token_s), (float(UBATCH_TOKENS), g.layer_token_s))
+    return _log_between(float(tokens), points)
 
 
 def decode_attention_rate(g: GgmlRates, seqs: int) -> float:
@@ -244,7 +255,13 @@ def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: 
             (Op("attention", "attention", attention, kv), _prefill_attention_s(arch, plan, g,
              attention, n_ubatch), kv / g.kv_bytes_per_s)]  # fmt: skip
     fixed = ubatches * (arch.num_layers * g.layer_s + g.token_s)
-    return _phase("prefill", rows, fixed + arch.num_layers * tokens * g.layer_token_s)
+    per_token = sum(u * layer_token_s(g, u) for u in _ubatch_sizes(tokens, n_ubatch))
+    return _phase("prefill", rows, fixed + arch.num_layers * per_token)
+
+
+def _ubatch_sizes(tokens: int, n_ubatch: int) -> list[int]:
+    full, rest = divmod(tokens, n_ubatch)
+    return [n_ubatch] * full + ([rest] if rest else [])
 
 
 def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates:

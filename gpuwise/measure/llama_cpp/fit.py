@@ -102,7 +102,7 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
     eqs = [_pp_equation(m, m.plan_pp, m.pp_s, layer_s, attention) for m in (a, b)]
     per_flop, layer_token_s = _solve(eqs[0], eqs[1])
     decode["masked_head_s"] = _masked_head_s(stepped, depth, chunk, attention)
-    decode["half_matmul_flops"] = _half_rate(a, b, layer_s, layer_token_s, attention)
+    decode.update(_half_rates(a, b, layer_s, attention))
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
             "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
             "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode}  # fmt: skip
@@ -120,18 +120,16 @@ def _pp_equation(m: ModelTiming, plan: InferencePlan, seconds: float, layer_s: f
     return mm + att, float(layers * n), seconds - layers * layer_s
 
 
-def _half_rate(a: ModelTiming, b: ModelTiming, layer_s: float, layer_token_s: float,
-               attention: float) -> float:  # fmt: skip
-    """The matmul rate at half a ubatch, both models' prompts of that size together, their
-    per-token costs as at a full one (0.0: not timed)."""
+def _half_rates(a: ModelTiming, b: ModelTiming, layer_s: float,
+                attention: float) -> dict[str, float]:  # fmt: skip
+    """The matmul rate and per-layer, per-token cost at half a ubatch, from both models'
+    prompts of that size as at a full one (0.0 each: not timed)."""
     if not (a.pp_half_s and b.pp_half_s):
-        return 0.0
-    flops = left = 0.0
-    for m in (a, b):
-        plan = replace(m.plan_pp, prompt_tokens=HALF_UBATCH_TOKENS)
-        mm, tokens, rest = _pp_equation(m, plan, m.pp_half_s, layer_s, attention)
-        flops, left = flops + mm, left + rest - tokens * layer_token_s
-    return flops / left if left > 0 else 0.0
+        return {"half_matmul_flops": 0.0, "half_layer_token_s": 0.0}
+    eqs = [_pp_equation(m, replace(m.plan_pp, prompt_tokens=HALF_UBATCH_TOKENS), m.pp_half_s,
+                        layer_s, attention) for m in (a, b)]  # fmt: skip
+    per_flop, per_token = _solve(eqs[0], eqs[1])
+    return {"half_matmul_flops": 1 / per_flop, "half_layer_token_s": per_token}
 
 
 def _prompt_attention(m: ModelTiming, depth: int, chunk: int) -> float:

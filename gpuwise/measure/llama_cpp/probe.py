@@ -117,8 +117,8 @@ def rates_from_timings(timings: list[dict[str, Any]], n_prompt: int = 0,
     for threads in {key.split("/")[1] for key in out}:
         fits = [r for key, r in out.items() if key.endswith(f"/{threads}")]
         for name in TYPE_FREE:
-            found = [r[name] for r in fits if r.get(name)]
-            pooled = statistics.median(found) if found else 0.0
+            values = [r[name] for r in fits if r.get(name)]
+            pooled = statistics.median(values) if values else 0.0
             for r in fits:
                 r[name] = pooled
     return out

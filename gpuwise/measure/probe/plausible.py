@@ -171,7 +171,8 @@ def _llama_cpp(record: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
                           bounds.elementwise_gbs, "GB/s", bounds.kind)  # fmt: skip
         yield from _judge(f"llama.cpp {key} prompt matmuls", r["matmul_flops"] / 1e12, matmul,
                           "GFLOP/s", bounds.kind, 1e3)  # fmt: skip
-        for cost in ("layer_s", "layer_token_s", "token_s"):
-            if not 0 <= r[cost] <= bounds.overhead_s[1]:
-                yield (f"llama.cpp {key} {cost} read {r[cost] * 1e6:,.0f} us: a stalled run, "
+        for cost in ("layer_s", "layer_token_s", "half_layer_token_s", "token_s"):
+            value = r.get(cost, 0.0)
+            if not 0 <= value <= bounds.overhead_s[1]:
+                yield (f"llama.cpp {key} {cost} read {value * 1e6:,.0f} us: a stalled run, "
                        f"not a cost (at most {bounds.overhead_s[1] * 1e6:,.0f} us)")  # fmt: skip
