@@ -300,3 +300,35 @@ def test_on_a_cpu_a_decoding_sequence_in_a_prompts_first_tile_makes_its_tiles_co
     assert (rest.parts, rest.computed) == ([(1, 511, 1)], 0)  # a 1-token ubatch: per query
     # off a CPU (or without tiles) nothing is counted in tiles
     assert SharedCells(8192, slots=2).take([(0, 512)])[0].computed == 0
+
+
+def test_decode_runs_place_cells_as_step_by_step_ubatches_do():
+    """take_run places whole runs of decode steps at once (contiguous free cells, or scattered
+    ones in order); it must leave the cache exactly as one ubatch a step does."""
+    import random
+
+    from gpuwise.estimate.serve.cells import SharedCells
+
+    def scenario(seed: int, runs: bool) -> tuple:
+        rng = random.Random(seed)
+        cells, running, nxt = SharedCells(rng.choice([512, 1000, 2048]), slots=4), [], 0
+        for _ in range(60):
+            r = rng.random()
+            if r < 0.3 and len(running) < 4:
+                cells.start(nxt)
+                cells.take([(nxt, rng.randint(1, 300))])
+                running.append(nxt)
+                nxt += 1
+            elif r < 0.5 and running:
+                cells.finish(running.pop(rng.randrange(len(running))))
+            elif running:
+                k = rng.randint(1, 80)
+                if runs:
+                    cells.take_run(list(running), k)
+                else:
+                    for _ in range(k):
+                        cells.take([(s, 1) for s in running])
+        return bytes(cells.taken), cells.owned, cells.head, cells.used, cells.top
+
+    for seed in range(300):
+        assert scenario(seed, True) == scenario(seed, False), seed

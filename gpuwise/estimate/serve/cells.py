@@ -158,9 +158,13 @@ class SharedCells:
             start = -1 if below else self.taken.find(0, self.head)
             end = self.taken.find(1, start) if start >= 0 else -1
             fit = min(steps, ((self.size if end < 0 else end) - start) // n) if start >= 0 else 0
+            if fit and start - self.used > 2 * n:  # after the first step the next restarts
+                fit = 1
             if fit == 0:
-                self._ubatch(one)
-                steps -= 1
+                placed = 0 if below else self._scattered(seqs, steps)
+                if not placed:
+                    self._ubatch(one)
+                steps -= placed or 1
                 continue
             stop = start + fit * n
             self.taken[start:stop] = b"\x01" * (stop - start)
@@ -169,6 +173,40 @@ class SharedCells:
             self.head = start
             self._moved(stop)
             steps -= fit
+
+    def _scattered(self, seqs: list[int], steps: int) -> int:
+        """Whole decode steps through scattered free cells from the head, as one by one: a
+        step takes the next len(seqs) free cells, so the steps take the next free cells in
+        order, the i-th to seqs[i % n]. A step starts from the first cell instead once the
+        head leads the cells in use by over 2n; that lead is the same at every step that ends
+        inside one run of free cells, so it is checked once a run. Stops before such a step
+        and at the cache's end; returns the steps placed."""
+        n, got = len(seqs), []
+        pos, want = self.head, steps * len(seqs)
+        while len(got) < want:
+            start = self.taken.find(0, pos)
+            if start < 0:
+                break
+            end = self.taken.find(1, start)
+            end = self.size if end < 0 else end
+            take = min(end - start, want - len(got))
+            boundary = (len(got) // n + 1) * n - len(got)  # cells to this run's first step end
+            if boundary <= take and start - self.used - len(got) > 2 * n:
+                got.extend(range(start, start + boundary))  # the step ending there, no more
+                break
+            got.extend(range(start, start + take))
+            pos = start + take
+        del got[len(got) - len(got) % n :]
+        if not got:
+            return 0
+        for cell in got:
+            self.taken[cell] = 1
+        for i, seq in enumerate(seqs):
+            self.owned.setdefault(seq, []).extend(got[i::n])
+        self.used += len(got)
+        self.top = max(self.top, got[-1] + 1)
+        self.head = (got[-1] + 1) % self.size
+        return len(got) // n
 
     def _free(self, start: int, end: int) -> bool:
         return end <= self.size and self.taken.find(1, start, end) < 0
