@@ -181,7 +181,7 @@ class SharedCells:
         head leads the cells in use by over 2n; that lead is the same at every step that ends
         inside one run of free cells, so it is checked once a run. Stops before such a step
         and at the cache's end; returns the steps placed."""
-        n, got = len(seqs), []
+        n, got = len(seqs), list[int]()
         pos, want = self.head, steps * len(seqs)
         while len(got) < want:
             start = self.taken.find(0, pos)
