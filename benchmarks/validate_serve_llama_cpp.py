@@ -59,7 +59,7 @@ def token_host_s(run: dict) -> float | None:
     """llama-server's own host work a streamed token, as the run measured it at no load: its
     token gaps (TPOT) less the same decode step in-process, the median over the mixes (None:
     an older run without the in-process step; schedulers.toml's then)."""
-    gaps = [nl["tpot_ms"] / 1e3 - nl["in_process_step_s"] for nl in run["no_load"].values()
+    gaps = [nl["tpot_ms"] / 1e3 - nl["in_process_step_s"] for nl in run.get("no_load", {}).values()
             if nl.get("in_process_step_s")]  # fmt: skip
     return max(0.0, statistics.median(gaps)) if gaps else None
 

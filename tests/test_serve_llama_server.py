@@ -55,7 +55,7 @@ def test_a_short_load_streams_every_token_and_replays(bench, tmp_path: Path) -> 
     assert s["completed"] == 12 and s["errors"] == 0
     assert [row[5] for row in point["records"]] == [MIX[1]] * 12  # every token, ignore_eos
     assert 0 < s["ttft_ms"]["p50"] <= s["e2e_ms"]["p50"]
-    run = {"server": "llama-server", "server_settings": settings,
+    run = {"server": "llama-server", "server_settings": settings, "no_load": {"tiny": idle},
            "model": {"file_bytes": model.stat().st_size,
                      "config": {"hidden": cfg.hidden, "layers": cfg.layers, "heads": cfg.heads,
                                 "kv_heads": cfg.kv_heads, "ffn": cfg.ffn, "vocab": cfg.vocab}}}  # fmt: skip
