@@ -111,7 +111,7 @@ def measure(lc: Any, model: Any, layout: str, timed: list[tuple[int, int]]) -> f
 
 def estimate(engine: Any, layout: str, timed: list[tuple[int, int]]) -> float:
     """The simulation's seconds for the timed batch, its tokens placed as cells.py places them."""
-    cells = SharedCells(N_CTX, SEQS, tiled=engine.tiled_attention)
+    cells = SharedCells(N_CTX, tiled=engine.tiled_attention)
     seqs = {s: Seq(s, Request(0.0, PROMPT, 128), PROMPT) for s in range(SEQS)}
     for s in range(SEQS):
         cells.start(s)

@@ -265,7 +265,7 @@ def test_a_prompt_passes_over_the_running_requests_cells_not_the_finished_ones()
 def test_a_new_request_clears_every_idle_slots_cells():
     from gpuwise.estimate.serve.cells import SharedCells
 
-    cells = SharedCells(1024, slots=3)
+    cells = SharedCells(1024)
     for seq in (0, 1):
         cells.start(seq)
         cells.take([(seq, 300)])
@@ -285,7 +285,7 @@ def test_on_a_cpu_a_decoding_sequence_in_a_prompts_first_tile_makes_its_tiles_co
     from gpuwise.estimate.serve.cells import SharedCells
 
     def prompt_beside(decoding: bool) -> list:
-        cells = SharedCells(8192, slots=2, tiled=True)
+        cells = SharedCells(8192, tiled=True)
         cells.start(0)
         cells.take([(0, 1024)])  # another sequence's 1024 cells: KV tiles 0-15
         cells.start(1)
@@ -299,7 +299,7 @@ def test_on_a_cpu_a_decoding_sequence_in_a_prompts_first_tile_makes_its_tiles_co
     assert mixed.computed == alone.computed + 4096 * 16
     assert (rest.parts, rest.computed) == ([(1, 511, 1)], 0)  # a 1-token ubatch: per query
     # off a CPU (or without tiles) nothing is counted in tiles
-    assert SharedCells(8192, slots=2).take([(0, 512)])[0].computed == 0
+    assert SharedCells(8192).take([(0, 512)])[0].computed == 0
 
 
 def test_decode_runs_place_cells_as_step_by_step_ubatches_do():
@@ -311,7 +311,7 @@ def test_decode_runs_place_cells_as_step_by_step_ubatches_do():
 
     def scenario(seed: int, runs: bool) -> tuple:
         rng = random.Random(seed)
-        cells, running, nxt = SharedCells(rng.choice([512, 1000, 2048]), slots=4), [], 0
+        cells, running, nxt = SharedCells(rng.choice([512, 1000, 2048])), [], 0
         for _ in range(60):
             r = rng.random()
             if r < 0.3 and len(running) < 4:

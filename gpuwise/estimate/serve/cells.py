@@ -28,13 +28,12 @@ from gpuwise.estimate.speed.ggml_time import FA_TILE
 
 PAD = 256  # get_n_kv: n_kv padded to max(n_pad, 256)
 UBATCH = 512  # llama-server's n_ubatch (common/common.h)
-TILE = FA_TILE
 
 
 @dataclass
 class Ubatch:
     """One ubatch as placed: its (sequence, first position, tokens) parts in batch order, the
-    cells its attention spans, and on the tiled path (TILE tokens or more) the (query, cell)
+    cells its attention spans, and on the tiled path (FA_TILE tokens or more) the (query, cell)
     pairs of the tiles flash attention computes and of those it skips (0, 0 otherwise)."""
 
     parts: list[tuple[int, int, int]]
@@ -54,7 +53,7 @@ class _SeqTiles:
 
     def update(self, cells: list[int]) -> None:
         for pos in range(self.scanned, len(cells)):
-            tile = cells[pos] // TILE
+            tile = cells[pos] // FA_TILE
             if tile not in self.seen:
                 self.seen.add(tile)
                 self.order.append(tile)
@@ -65,7 +64,6 @@ class _SeqTiles:
 @dataclass
 class SharedCells:
     size: int
-    slots: int
     tiled: bool = False  # attention on ggml-cpu's tiled path (Ubatch.computed, .skipped)
     head: int = 0
     used: int = 0
@@ -120,21 +118,21 @@ class SharedCells:
         self._ubatch(parts)
         rows = [(seq, start, n) for (seq, n), start in zip(parts, starts, strict=True)]
         ub = Ubatch(rows, self.span())
-        if self.tiled and sum(n for _, n in parts) >= TILE:
-            ub.computed, ub.skipped = self._flash(rows, ub.span // TILE)
+        if self.tiled and sum(n for _, n in parts) >= FA_TILE:
+            ub.computed, ub.skipped = self._flash(rows, ub.span // FA_TILE)
         return ub
 
     def _flash(self, rows: list[tuple[int, int, int]], kv_tiles: int) -> tuple[int, int]:
         """(computed, skipped) (query, cell) pairs of a ubatch's tiled flash attention: each
-        tile of TILE queries computes the KV tiles holding a cell any of its queries sees (a
+        tile of FA_TILE queries computes the KV tiles holding a cell any of its queries sees (a
         sequence's own up to the query's position), and reads the mask of the others."""
         bounds, row = [], 0
         for seq, start, n in rows:
             bounds.append((row, row + n, seq, start))
             row += n
         computed = skipped = 0
-        for q0 in range(0, row, TILE):
-            q1 = min(row, q0 + TILE)
+        for q0 in range(0, row, FA_TILE):
+            q1 = min(row, q0 + FA_TILE)
             seen = []
             for r0, r1, seq, start in bounds:
                 if r0 < q1 and r1 > q0:
@@ -142,71 +140,63 @@ class SharedCells:
                     tiles.update(self.owned.get(seq, []))
                     seen.append((tiles.order, bisect_right(tiles.firsts, start + min(q1, r1) - 1 - r0)))
             k = seen[0][1] if len(seen) == 1 else len(set().union(*(o[:n] for o, n in seen)))
-            computed += TILE * TILE * k
-            skipped += (q1 - q0) * TILE * (kv_tiles - k)
+            computed += FA_TILE * FA_TILE * k
+            skipped += (q1 - q0) * FA_TILE * (kv_tiles - k)
         return computed, skipped
 
     def take_run(self, seqs: list[int], steps: int) -> None:
-        """Cells for `steps` decode steps of one token of each of `seqs`: as many ubatches.
-        A step takes the next free cells from the head unless it starts from the first cell
-        with free ones below the head; within a run of free cells that holds for every step
-        (the head's lead over the cells in use stays the same), so whole steps are placed a
-        run at a time, and a step at a run's end or starting from the first cell by the rules."""
+        """Cells for `steps` decode steps of one token of each of `seqs`: as many ubatches,
+        placed a run of free cells at a time (`_steps`) where the rules allow, one ubatch at
+        a time where a step starts from the first cell."""
         n, one = len(seqs), [(seq, 1) for seq in seqs]
         while steps > 0 and n:
             below = self.head > self.used + 2 * n and self.taken.find(0, 0, self.head) >= 0
-            start = -1 if below else self.taken.find(0, self.head)
-            end = self.taken.find(1, start) if start >= 0 else -1
-            fit = min(steps, ((self.size if end < 0 else end) - start) // n) if start >= 0 else 0
-            if fit and start - self.used > 2 * n:  # after the first step the next restarts
-                fit = 1
-            if fit == 0:
-                placed = 0 if below else self._scattered(seqs, steps)
-                if not placed:
-                    self._ubatch(one)
-                steps -= placed or 1
-                continue
-            stop = start + fit * n
-            self.taken[start:stop] = b"\x01" * (stop - start)
-            for i, seq in enumerate(seqs):
-                self.owned.setdefault(seq, []).extend(range(start + i, stop, n))
-            self.head = start
-            self._moved(stop)
-            steps -= fit
+            placed = 0 if below else self._steps(seqs, steps)
+            if not placed:
+                self._ubatch(one)
+            steps -= placed or 1
 
-    def _scattered(self, seqs: list[int], steps: int) -> int:
-        """Whole decode steps through scattered free cells from the head, as one by one: a
-        step takes the next len(seqs) free cells, so the steps take the next free cells in
+    def _steps(self, seqs: list[int], steps: int) -> int:
+        """Whole decode steps from the head, as one ubatch a step would place them: a step
+        takes the next n = len(seqs) free cells, so the steps take the next free cells in
         order, the i-th to seqs[i % n]. A step starts from the first cell instead once the
         head leads the cells in use by over 2n; that lead is the same at every step that ends
         inside one run of free cells, so it is checked once a run. Stops before such a step
         and at the cache's end; returns the steps placed."""
-        n, got = len(seqs), list[int]()
+        n, runs, got = len(seqs), list[tuple[int, int]](), 0
         pos, want = self.head, steps * len(seqs)
-        while len(got) < want:
+        while got < want:
             start = self.taken.find(0, pos)
             if start < 0:
                 break
             end = self.taken.find(1, start)
-            end = self.size if end < 0 else end
-            take = min(end - start, want - len(got))
-            boundary = (len(got) // n + 1) * n - len(got)  # cells to this run's first step end
-            if boundary <= take and start - self.used - len(got) > 2 * n:
-                got.extend(range(start, start + boundary))  # the step ending there, no more
+            take = min((self.size if end < 0 else end) - start, want - got)
+            boundary = (got // n + 1) * n - got  # cells to this run's first step end
+            if boundary <= take and start - self.used - got > 2 * n:
+                runs.append((start, start + boundary))  # the step ending there, no more
+                got += boundary
                 break
-            got.extend(range(start, start + take))
-            pos = start + take
-        del got[len(got) - len(got) % n :]
-        if not got:
+            runs.append((start, start + take))
+            got, pos = got + take, start + take
+        extra = got % n  # a step cut short at the cache's end: left to _ubatch
+        while extra:
+            start, stop = runs.pop()
+            cut = min(extra, stop - start)
+            if stop - cut > start:
+                runs.append((start, stop - cut))
+            extra -= cut
+        if not runs:
             return 0
-        for cell in got:
-            self.taken[cell] = 1
+        cells: list[int] = []
+        for start, stop in runs:
+            self.taken[start:stop] = b"\x01" * (stop - start)
+            cells.extend(range(start, stop))
         for i, seq in enumerate(seqs):
-            self.owned.setdefault(seq, []).extend(got[i::n])
-        self.used += len(got)
-        self.top = max(self.top, got[-1] + 1)
-        self.head = (got[-1] + 1) % self.size
-        return len(got) // n
+            self.owned.setdefault(seq, []).extend(cells[i::n])
+        self.used += len(cells)
+        self.top = max(self.top, runs[-1][1])
+        self.head = runs[-1][1] % self.size
+        return len(cells) // n
 
     def _free(self, start: int, end: int) -> bool:
         return end <= self.size and self.taken.find(1, start, end) < 0

@@ -17,7 +17,7 @@ from gpuwise.estimate.serve.schedulers import Limits
 from gpuwise.estimate.serve.simulate import Engine
 from gpuwise.estimate.serve.step_time import StepTime
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.ggml_time import chunk_pairs
+from gpuwise.estimate.speed.ggml_time import chunk_pairs, tiled_attention
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
@@ -66,12 +66,8 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                   step.parts, pair_flops, max_len, sched.token_host_s, sched.request_host_s,
                   opts.shared_prefix,
                   sched.prefix_cache if opts.prefix_cache is None else opts.prefix_cache,
-                  sched.shared_cells, sched.shared_cells and _tiled(plan, rates))  # fmt: skip
-
-
-def _tiled(plan: InferencePlan, rates: DeviceRates) -> bool:
-    """llama.cpp's flash attention on a CPU runs in tiles (estimate/serve/cells.py)."""
-    return rates.kind == "cpu" and plan.attention != "eager"
+                  sched.shared_cells,
+                  sched.shared_cells and tiled_attention(rates.kind, plan))  # fmt: skip
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:

@@ -76,7 +76,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             pending.popleft()
     waiting: deque[Seq] = deque(s for s in seqs if s.id in arrivals)
     running: list[Seq] = []
-    cells = (SharedCells(engine.kv_blocks * engine.block_tokens, engine.limits.max_seqs,
+    cells = (SharedCells(engine.kv_blocks * engine.block_tokens,
                          tiled=engine.tiled_attention) if engine.shared_cells else None)  # fmt: skip
     now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]

@@ -227,11 +227,17 @@ def chunk_pairs(tokens: int, depth: int) -> float:
     return float(FA_TILE * FA_TILE * tiles)
 
 
+def tiled_attention(kind: str, plan: InferencePlan) -> bool:
+    """Whether llama.cpp's attention runs on ggml-cpu's tiled flash-attention path (a CPU,
+    flash attention on), counted in tiles (chunk_pairs, estimate/serve/cells.py)."""
+    return kind == "cpu" and plan.attention != "eager"
+
+
 def _prefill_attention_s(arch: Architecture, plan: InferencePlan, g: GgmlRates,
-                         causal_flops: float, n_ubatch: int) -> float:  # fmt: skip
-    """Flash attention's seconds over a prompt in ubatches, counted in tiles (chunk_pairs);
-    without flash attention (`-fa off`) its causal FLOPs."""
-    if plan.attention == "eager":
+                         causal_flops: float, n_ubatch: int, tiled: bool) -> float:  # fmt: skip
+    """Flash attention's seconds over a prompt in ubatches: counted in tiles on the tiled
+    path (chunk_pairs), else its causal FLOPs."""
+    if not tiled:
         return causal_flops / g.attention_flops
     n, pairs = plan.prompt_tokens, 0.0
     for start in range(0, n, n_ubatch):
@@ -240,7 +246,7 @@ def _prefill_attention_s(arch: Architecture, plan: InferencePlan, g: GgmlRates,
 
 
 def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str,
-                  n_ubatch: int) -> PhaseTime:  # fmt: skip
+                  n_ubatch: int, tiled: bool = False) -> PhaseTime:  # fmt: skip
     """The prompt in ubatches of `n_ubatch` tokens: each streams the weights once and runs
     the matmuls and flash attention over the cache so far."""
     tokens = plan.batch * plan.prompt_tokens
@@ -253,7 +259,7 @@ def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: 
     rows = [(Op(f"weights ({gtype})", "matmul", flops, read * ubatches, m=tokens),
              flops / g.matmul_flops, read * ubatches / g.weight_bytes_per_s),
             (Op("attention", "attention", attention, kv), _prefill_attention_s(arch, plan, g,
-             attention, n_ubatch), kv / g.kv_bytes_per_s)]  # fmt: skip
+             attention, n_ubatch, tiled), kv / g.kv_bytes_per_s)]  # fmt: skip
     fixed = ubatches * (arch.num_layers * g.layer_s + g.token_s)
     per_token = sum(u * layer_token_s(g, u) for u in _ubatch_sizes(tokens, n_ubatch))
     return _phase("prefill", rows, fixed + arch.num_layers * per_token)
@@ -282,7 +288,8 @@ def ggml_phases(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
     gtype = ggml_type(plan)
     g = ggml_rates(rates, gtype, None if rates.kind != "cpu" else threads)
     n_ubatch = llama_cpp_runtime().n_ubatch
-    prefill, decode = prefill_phase(arch, plan, g, gtype, n_ubatch), decode_phase(arch, plan, g, gtype)
+    prefill = prefill_phase(arch, plan, g, gtype, n_ubatch, tiled_attention(rates.kind, plan))
+    decode = decode_phase(arch, plan, g, gtype)
     on = plan.gpu_layers
     if on is None or on >= arch.num_layers or rates.kind == "cpu" or host is None:
         return prefill, decode, g

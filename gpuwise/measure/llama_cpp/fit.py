@@ -162,7 +162,7 @@ def _masked_head_s(m: ModelTiming, depth: int, chunk: int, attention: float) -> 
 def _probe_chunk(chunk: int, other: int) -> Ubatch:
     """The probe's timed chunk as placed (decode_child: one cell of its sequence, `other`
     cells of another, then the chunk) in a cache of the size the probe's context has."""
-    cells = SharedCells(1 + chunk + other + 256, slots=2, tiled=True)
+    cells = SharedCells(1 + chunk + other + 256, tiled=True)
     cells.take([(0, 1)])
     if other:
         cells.take([(1, other)])
