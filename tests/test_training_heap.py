@@ -203,3 +203,33 @@ def test_the_detailed_backward_takes_k_and_v_gradients_and_sums_sibling_projecti
 
     assert backward(fine, kv) - backward(coarse, kv) == 2 * a.num_layers
     assert backward(fine, hidden) - backward(coarse, hidden) == 3 * a.num_layers
+
+
+def test_the_detailed_step_gives_back_eager_scores_but_keeps_the_softmax():
+    # q @ k^T, its scaling and its mask save nothing a backward needs; softmax saves its
+    # output: of the four score-sized tensors of a layer, one is alive when the forward ends
+    a = arch("pythia-160m")
+    s = Shape(1, 512, 512, 4, 4, 4, "eager")
+    scores = a.num_heads * 512 * 512 * 4  # twice the MLP's 512 x 3072 activations
+    events = training_heap_events(a, s, 4, "adamw", False, detailed=True)
+    forward = [e for e in events if e.phase == "forward"]
+    taken = {e.key for e in forward if e.nbytes == scores}
+    freed = {e.key for e in forward if not e.nbytes} & taken
+    assert len(taken) == 4 * a.num_layers and len(taken - freed) == a.num_layers
+
+
+def test_a_half_precision_lora_base_saves_an_fp32_copy_of_each_projections_input():
+    # peft casts x to lora_A's fp32 before the adapters (`_cast_input_dtype`): one copy per
+    # projection, saved by lora_A to the backward; an fp32 base takes none
+    a = arch("qwen2.5-0.5b")
+    wide = 256 * a.intermediate_size * 4  # the down projection's input, in fp32
+    saved = {}
+    for c, adapted in ((2, True), (4, True), (4, False)):
+        s = Shape(1, 256, 256, c, c, c, "sdpa")
+        events = training_heap_events(a, s, c, "adamw", False, adapted=adapted, detailed=True,
+                                      lora_rank=16)  # fmt: skip
+        forward = {e.key for e in events if e.phase == "forward" and e.nbytes == wide}
+        freed_later = {e.key for e in events if e.phase == "backward" and not e.nbytes}
+        saved[c, adapted] = len(forward & freed_later)
+    assert saved[2, True] == a.num_layers  # bf16 activations are half as wide
+    assert saved[4, True] == saved[4, False]

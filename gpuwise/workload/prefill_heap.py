@@ -191,12 +191,15 @@ def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool,
             h.take("k.rep", repeated)
     h.take("s1", scores)
     h.drop("q.c")
+    # A backward needs none of the raw, scaled or masked scores (a product or quotient by a
+    # constant and a masked fill save nothing that needs a gradient; softmax saves its
+    # output): a training step gives them back at once (derivatives.yaml)
     h.take("s2", scores)  # * scaling
-    h.drop("s1")
+    h.release("s1")
     h.take("s3", scores)  # + causal mask
-    h.drop("s2")
+    h.release("s2")
     h.take("p32", scores * 4 / c)  # softmax(dtype=float32)
-    h.drop("s3")
+    h.release("s3")
     if c != 4:
         h.take("p", scores)  # .to(query.dtype)
         h.drop("p32")

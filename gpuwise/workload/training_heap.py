@@ -63,6 +63,7 @@ class _Record:
     side: tuple[float, ...] = ()  # more inputs' gradients (attention's k and v)
     src: str = ""  # a projection's input, when sibling projections share it
     adapter_in: int | None = None  # a LoRA projection's lora_A output, saved
+    adapter_x: int | None = None  # its input's fp32 copy (a half-precision base), saved
 
 
 class _StepHeap(HeapTrace):
@@ -100,18 +101,29 @@ class _StepHeap(HeapTrace):
             self._adapter_sum(name, record, nbytes)
 
     def _adapter_sum(self, name: str, record: _Record, nbytes: float) -> None:
-        """peft's lora.Linear.forward, `result = result + lora_B(lora_A(dropout(x))) *
-        scaling` (peft/tuners/lora/layer.py): lora_B's output and its scaled copy are taken
-        and given back at once (neither is saved), and the sum replaces the base layer's
-        output, which is given back too. lora_A's output (tokens x rank, fp32) is saved for
-        lora_B's weight gradient (tracked when 64 KiB or more, as every tensor)."""
+        """peft's lora.Linear.forward (peft/tuners/lora/layer.py): `x =
+        self._cast_input_dtype(x, lora_A.weight.dtype)`, then `result = result +
+        lora_B(lora_A(dropout(x))) * scaling`, then `result.to(torch_result_dtype)`. With a
+        half-precision base the input's fp32 copy is taken (a projection's own, saved by
+        lora_A), and the sum is fp32 until it is cast back. lora_B's output and its scaled
+        copy are taken and given back at once (neither is saved), and the sum replaces the
+        base layer's output, which is given back too. lora_A's output (tokens x rank, fp32)
+        is saved for lora_B's weight gradient (tracked when 64 KiB or more, as every
+        tensor)."""
+        wide = nbytes * ADAPTER_BYTES / self.compute_bytes  # the adapters' fp32 output
+        if self.compute_bytes != ADAPTER_BYTES:
+            record.adapter_x = self.take_key(record.grad_bytes * ADAPTER_BYTES / self.compute_bytes)
         record.adapter_in = self.take_key(self.rows * self.rank * ADAPTER_BYTES)
-        lora_b = self.take_key(nbytes)
-        scaled = self.take_key(nbytes)
+        lora_b = self.take_key(wide)
+        scaled = self.take_key(wide)
         self.free(lora_b)
-        total = self.take_key(nbytes)
+        total = self.take_key(wide)
         self.free(scaled)
         self.free(record.key)
+        if self.compute_bytes != ADAPTER_BYTES:  # result.to(torch_result_dtype)
+            cast = self.take_key(nbytes)
+            self.free(total)
+            total = cast
         record.key = total
         if total is not None:
             self.live[name] = total
@@ -203,21 +215,35 @@ class _StepHeap(HeapTrace):
 
     def _adapter_grads(self, r: _Record) -> int | None:
         """The input's gradient of a LoRA projection (peft/tuners/lora/layer.py, `result +
-        lora_B(lora_A(x)) * scaling`). The engine runs the adapters' branch first (its nodes
-        are newer): the output's gradient scaled, lora_B's weight gradient, the scaled one
-        given back once lora_B's backward is done, lora_A's weight gradient and the input's
-        gradient through lora_A; then the frozen base's, and their sum, into a new tensor
-        (torch/csrc/autograd/input_buffer.cpp, accumulate), the two given back."""
-        scaled = self.take_key(r.out_bytes)
+        lora_B(lora_A(x)) * scaling`). With a half-precision base the output's gradient is
+        first cast to fp32 (`.to`'s backward) and back for the base's branch. The engine runs
+        the adapters' branch first (its nodes are newer): the output's gradient scaled,
+        lora_B's weight gradient, the scaled one given back once lora_B's backward is done,
+        lora_A's weight gradient and the input's gradient through lora_A (fp32, cast back
+        to the input's dtype: then the fp32 copy of the input goes); then the frozen base's,
+        and their sum, into a new tensor (torch/csrc/autograd/input_buffer.cpp,
+        accumulate), the two given back."""
+        half = self.compute_bytes != ADAPTER_BYTES
+        widen = ADAPTER_BYTES / self.compute_bytes
+        wide = self.take_key(r.out_bytes * widen) if half else None  # grad.to(fp32)
+        base_grad = self.take_key(r.out_bytes) if half else None  # and back, for the base
+        scaled = self.take_key(r.out_bytes * widen)
+        self.free(wide)
         lora_b, lora_a = self._adapter_sizes(r)
         self.take_key(lora_b)
         middle = self.take_key(self.rows * self.rank * ADAPTER_BYTES)  # lora_A output's
         self.free(scaled)
         self.free(r.adapter_in)
         self.take_key(lora_a)
-        through_adapters = self.take_key(r.grad_bytes)
+        through_adapters = self.take_key(r.grad_bytes * widen)
         self.free(middle)
+        if half:
+            narrowed = self.take_key(r.grad_bytes)
+            self.free(through_adapters)
+            self.free(r.adapter_x)
+            through_adapters = narrowed
         through_base = self.take_key(r.grad_bytes)
+        self.free(base_grad)
         total = self.take_key(r.grad_bytes)
         self.free(through_adapters)
         self.free(through_base)
