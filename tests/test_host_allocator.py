@@ -115,20 +115,22 @@ def test_a_hole_too_small_for_a_growing_tensor_keeps_its_pages():
     assert h.resident >= h.live + MIB  # ...whose megabyte stays resident
 
 
-def test_a_training_pass_carves_freed_chunks_so_a_smaller_tensor_goes_on_top():
-    # a step's small allocations take the start of a freed tensor's chunk until the step ends
+def test_a_training_forward_carves_the_chunks_it_frees_and_a_backward_does_not():
+    # the graph's small allocations take the start of a chunk the forward frees, so a
+    # smaller tensor no longer fits it; the backward's reuse the graph's freed pieces
+    glibc = allocator_choice("glibc")
     held = {}
-    for carve in (0, allocator_choice("glibc").carved_by_small_bytes):
-        h = ResidentHeap(choice=allocator_choice("glibc"), carve=carve)
-        h.malloc(1, MIB)
-        h.malloc(2, MIB // 2)  # a neighbour that stays
-        h.free(1)
-        h.malloc(3, MIB - 512)  # fits the hole (memalign's 112 bytes over), unless it was carved
-        held[carve] = h.resident
-        h.end_pass()
-        assert h.carved == []  # the pieces go back when the pass ends
-    plain, carved = held.values()
-    assert carved >= plain + MIB - 4096  # the smaller tensor on top
+    for phase in ("forward", "backward"):
+        events = [HeapEvent(1, MIB, phase), HeapEvent(2, MIB // 2, phase),  # a neighbour stays
+                  HeapEvent(1, 0, phase),
+                  HeapEvent(3, MIB - 512, phase)]  # fits the hole (memalign's 112 bytes over)
+        held[phase] = replay_resident([events], glibc, training=True).peak_resident
+    assert held["forward"] >= held["backward"] + MIB - 4096  # the smaller tensor on top
+    # the pieces stay taken for the run: what the passes gave back merges above the piece
+    first = [HeapEvent(1, MIB), HeapEvent(2, MIB // 2), HeapEvent(1, 0)]
+    heap = replay_resident([first, first], glibc, training=True)
+    assert heap.top == 2 * glibc.carved_by_small_bytes  # one piece a pass
+    assert replay_resident([first, first], glibc).top == 0
 
 
 def test_only_glibc_carves_and_only_a_training_replay():

@@ -188,3 +188,17 @@ def test_cli_names_the_stacks_and_refuses_bad_values(capsys):
                           "--json"], capsys)  # fmt: skip
     assert code == 0, err
     assert '"allocator_slack"' in out and '"verdict"' in out
+
+
+def test_a_checkpointed_backward_peaks_at_its_end_with_every_gradient():
+    # with checkpointing the saved activations are a layer's inputs, so the backward holds
+    # most at its end: every gradient, the logits the loop keeps, and a tied embedding's
+    # dense gradient before AccumulateGrad adds it into the head's .grad
+    gpt2 = from_config(resolve_model("gpt2").config, "gpt2")
+    plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="sgd", checkpointing=True)
+    e = est(plan, gpt2)
+    b = e.breakdown
+    embedding = gpt2.vocab_size * gpt2.hidden_size * 4
+    assert e.peak_phase == "backward" and b["gradients"] == b["weights"]
+    assert b["workspace"] == pytest.approx(embedding)
+    assert est(replace(plan, checkpointing=False), gpt2).breakdown["gradients"] == 0

@@ -39,6 +39,7 @@ class HeapTrace:
         # fault-time replays keep the coarser list.
         self.detailed = False
         self.cache = False  # the forward fills a DynamicCache (`_cache_update`)
+        self.dropout = (0.0, 0.0)  # a training step's (hidden, attention) dropout (`_dropout`)
 
     def take(self, name: str, nbytes: float) -> None:
         if nbytes < self.small:
@@ -92,6 +93,8 @@ def norm_tensors(h: HeapTrace, arch: Architecture, elements: int, c: float, out:
     h.take(out, elements * c)
     if h.frozen:  # `weight * x` saves x only for the weight's gradient
         h.release(out + ".down", out + ".scaled")
+    if c != 4:  # `.to(input_dtype)` saves nothing: the fp32 product goes
+        h.release(out + ".scaled")
     h.drop(out + ".down", out + ".scaled")
 
 
@@ -122,6 +125,43 @@ def _rotary(h: HeapTrace, name: str, elements: float, share: float, c: float) ->
     h.rename(name + ".rot", name)
 
 
+def _dropout(h: HeapTrace, name: str, nbytes: float, p: float, saved: bool = False) -> None:
+    """A training step's dropout on `name`, which it replaces. On a CPU `at::dropout` takes
+    a noise tensor (`empty_like(input).bernoulli_(1 - p).div_(1 - p)`, saved for the
+    backward) and the product `input * noise` (aten/src/ATen/native/Dropout.cpp: the fused
+    kernel is for a GPU), which saves the noise only; the input goes unless the op that
+    made it `saved` it (softmax its output)."""
+    if not p:
+        return
+    h.take(name + ".noise", nbytes)
+    h.grad_free()  # the noise takes no gradient
+    h.drop(name + ".noise")
+    h.take(name + ".out", nbytes)
+    (h.drop if saved else h.release)(name)
+    h.rename(name + ".out", name)
+
+
+def _math_scores(h: HeapTrace, arch: Architecture, s: Shape) -> None:
+    """SDPA's math path, which a CPU takes when a training step asks for attention dropout
+    (the CPU flash kernel has none): `query * sqrt(scale)` and `key.transpose(-2, -1) *
+    sqrt(scale)` (both saved by the matmul), the scores, `_safe_softmax` (saved), dropout,
+    and the product with v (aten/src/ATen/native/transformers/attention.cpp,
+    `_scaled_dot_product_attention_math`); the causal mask is a tokens x context float
+    tensor added in place, below 64 KiB a row."""
+    c = s.compute_bytes
+    scores = s.batch * arch.num_heads * s.tokens * s.context * c
+    h.take("q.c", s.rows * arch.q_dim * c)
+    h.take("k.rep", s.rows * arch.kv_dim * c)
+    h.take("s1", scores)
+    h.take("mask", s.tokens * s.context * 4)
+    h.release("mask")
+    h.take("p32", scores)
+    h.release("s1")
+    _dropout(h, "p32", scores, h.dropout[1], saved=True)
+    h.take("attn", s.rows * arch.q_dim * c)
+    h.drop("q.c", "k.rep", "p32")
+
+
 def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
     """Projections, rotary, the cache, attention and its output projection; leaves "o"."""
     rows, c, d = s.rows, s.compute_bytes, arch.hidden_size
@@ -143,18 +183,24 @@ def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
         _cache_update(h, k_name, v_name, kv * c)
     if s.attention == "eager":
         _eager_scores(h, arch, s, fused, fused and not h.cache)
+    elif h.dropout[1]:
+        _math_scores(h, arch, s)
     else:
         h.take("attn", q * c)  # the CPU flash kernel: its output only
         # its backward (_scaled_dot_product_flash_attention_for_cpu_backward) zero-fills
         # the gradients of q, k and v at once
         h.side_grads(kv * c, kv * c)
     h.drop("q")
-    if h.cache:  # the cache holds copies: the fused projection goes with its views
+    if h.cache and h.dropout[1] and s.attention != "eager":  # the math path: k and v
+        # copied, q scaled: nothing holds a view
+        h.release(f"qkv{layer}")
+    elif h.cache:  # the cache holds copies: the fused projection goes with its views
         h.drop(f"qkv{layer}")
     h.take("attn.t", q * c)  # transpose(1, 2).contiguous()
     h.drop("attn")
     h.linear("o", rows * d * c, q * c, arch.q_dim * d)
     h.drop("attn.t")
+    _dropout(h, "o", rows * d * c, h.dropout[0])
 
 
 def _cache_update(h: HeapTrace, k_name: str, v_name: str, nbytes: float) -> None:
@@ -204,6 +250,7 @@ def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool,
         h.take("p", scores)  # .to(query.dtype)
         h.drop("p32")
         h.rename("p", "p32")
+    _dropout(h, "p32", scores, h.dropout[1], saved=True)
     if kv_views and "v.rep" not in h.live:
         h.take("v.rep", repeated)
     h.take("attn", s.rows * arch.q_dim * c)
@@ -228,7 +275,9 @@ def _mlp(h: HeapTrace, arch: Architecture, s: Shape, src: str) -> None:
             h.take("half", inner)  # 0.5 * x, evaluated first
             for i in range(PYTHON_GELU_STEPS):
                 h.take(f"g{i}", inner)
-                h.drop(f"g{i - 1}")
+                # pow saves its input, the two scalings and the sum nothing; tanh saves its
+                # output and the last product its operands (derivatives.yaml)
+                (h.release if 0 < i < PYTHON_GELU_STEPS - 1 else h.drop)(f"g{i - 1}")
             h.take("act", inner)
             h.drop("half", f"g{PYTHON_GELU_STEPS - 1}")
         else:
@@ -236,6 +285,7 @@ def _mlp(h: HeapTrace, arch: Architecture, s: Shape, src: str) -> None:
         h.drop("fc")
     h.linear("down", hidden, inner, d * width)
     h.drop("act", src)
+    _dropout(h, "down", hidden, h.dropout[0])
 
 
 def layer_tensors(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:

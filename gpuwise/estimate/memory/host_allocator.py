@@ -66,8 +66,7 @@ class ResidentHeap(GlibcHeap):
     peak_live: int = 0
     peak_resident: int = 0
     sizes: dict[int, int] = field(default_factory=dict)
-    carve: int = 0  # bytes the pass's small allocations take from each freed heap chunk
-    carved: list[int] = field(default_factory=list)  # where they sit, until the pass ends
+    carve: int = 0  # bytes the forward's small allocations take from each freed heap chunk
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -124,8 +123,8 @@ class ResidentHeap(GlibcHeap):
             self._carve(entry[0])
 
     def _carve(self, start: int) -> None:
-        """The pass's small allocations take the first bytes of the free chunk that now
-        holds `start` (allocators.toml, carved_by_small_bytes)."""
+        """The forward's small allocations take the first bytes of the free chunk that now
+        holds `start`, for the rest of the run (allocators.toml, carved_by_small_bytes)."""
         i = bisect.bisect_right(self.free_chunks, (start, NEVER)) - 1
         if i < 0:
             return
@@ -133,23 +132,17 @@ class ResidentHeap(GlibcHeap):
         if not begin <= start < begin + size or size <= self.carve:
             return
         self.free_chunks[i] = (begin + self.carve, size - self.carve)  # order unchanged
-        self.carved.append(begin)
-
-    def end_pass(self) -> None:
-        """The pass's small allocations are given back: each carved piece is freed."""
-        carved, self.carved = self.carved, []
-        for n, begin in enumerate(carved):
-            key = -1 - n
-            self.chunks[key] = (begin, self.carve, False)
-            GlibcHeap.free(self, key)
 
 
 def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
                     training: bool = False) -> ResidentHeap:  # fmt: skip
     """Run each pass in order; what a pass leaves is given back at its end, except tensors
-    `kept` (an optimizer's states), which later passes do not take again. A training pass's
-    small allocations carve the chunks it frees (`carved_by_small_bytes`) until it ends."""
-    heap = ResidentHeap(choice=choice, carve=choice.carved_by_small_bytes if training else 0)
+    `kept` (an optimizer's states), which later passes do not take again. A training
+    forward's small allocations (autograd's graph, which grows until the backward) carve
+    the chunks it frees (`carved_by_small_bytes`), and the pieces stay taken for the run;
+    the backward and the optimizer carve nothing."""
+    carve = choice.carved_by_small_bytes if training else 0
+    heap = ResidentHeap(choice=choice, carve=carve)
     kept: set[int] = set()
     for n, events in enumerate(passes):
         for e in events:
@@ -157,13 +150,13 @@ def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
                 continue
             if e.kept:
                 kept.add(e.key)
+            heap.carve = carve if e.phase == "forward" else 0
             if e.nbytes:
                 heap.malloc(e.key, e.nbytes)
             else:
                 heap.free(e.key)
         for key in [k for k in heap.chunks if k not in kept]:
             heap.free(key)
-        heap.end_pass()
     return heap
 
 

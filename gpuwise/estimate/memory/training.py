@@ -264,6 +264,11 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     acts, base = float(saved["acts"]), pb.weights + pb.optimizer
     phases = {"forward": base + working + acts + loss.saved,
               "backward": base + working + acts + logits_in_bwd + extra}
+    kept = logits_in_bwd if plan.loss != "chunked" else 0.0  # torchtune's `del logits`
+    at_end = _backward_end(arch, plan, pb.gradients, state if full else 0.0) + kept
+    ends = not plan.optimizer_in_backward and base + working + at_end > phases["backward"]
+    if ends:  # the backward peaks at its end, every gradient taken (checkpointing)
+        phases["backward"] = base + working + at_end
     if not plan.optimizer_in_backward and not on_host:
         phases["optimizer step"] = base + pb.gradients + step_temp
     phase = max(phases, key=lambda k: phases[k])
@@ -273,6 +278,9 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
              "workspace": extra if phase == "backward" else 0.0}  # fmt: skip
     if phase == "optimizer step":
         parts.update(gradients=pb.gradients, activations=0.0, logits=0.0, workspace=step_temp)
+    elif phase == "backward" and ends:
+        parts.update(gradients=pb.gradients, activations=0.0, logits=kept,
+                     workspace=at_end - pb.gradients - kept)  # fmt: skip
     if working and phase != "optimizer step":
         parts["fsdp_unsharded"] = working
     tensors = sum(parts.values())
@@ -288,6 +296,18 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     total_phases = {k: v + sum(rows.values()) for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
                          total_phases, notes)  # fmt: skip
+
+
+def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,
+                  grad_bytes: float) -> float:  # fmt: skip
+    """What the backward holds at its end beyond the weights, the optimizer's states and the
+    logits transformers' loop keeps (`_backward_extra`): every gradient, and a tied
+    embedding's own: the embedding's backward takes a dense
+    vocabulary x hidden gradient last and adds it into the head's `.grad` in place
+    (torch/csrc/autograd/functions/accumulate_grad.h, `variable_grad += new_grad`). Without
+    checkpointing the saved activations outweigh it; with it, this is the backward's peak."""
+    tied = arch.tie_embeddings and plan.finetune == "full"
+    return gradients + (arch.vocab_size * arch.hidden_size * grad_bytes / plan.tp if tied else 0.0)
 
 
 def _backward_extra(plan: TrainingPlan, loss: LossMemory, head_grad: float,
