@@ -56,7 +56,7 @@ class AllocatorChoice:
     returned_from_bytes: int  # freed blocks this large go back at once (0: glibc's rules)
     keeps_freed: bool  # freed blocks below that stay resident and are reused best fit
     size_classes_per_doubling: int  # 0: no size classes
-    carved_by_small_bytes: int  # taken from each chunk a training pass frees, to its end
+    carved_by_small_bytes: int  # taken from each chunk a training forward frees, for the run
     page_bytes: int
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 

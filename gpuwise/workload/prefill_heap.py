@@ -196,8 +196,13 @@ def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
         h.release(f"qkv{layer}")
     elif h.cache:  # the cache holds copies: the fused projection goes with its views
         h.drop(f"qkv{layer}")
-    h.take("attn.t", q * c)  # transpose(1, 2).contiguous()
-    h.drop("attn")
+    if h.detailed and s.attention != "eager" and not h.dropout[1]:
+        # the CPU flash kernel writes its output as (batch, tokens, heads, dim) and returns
+        # it transposed: `transpose(1, 2).contiguous()` is the same tensor (sdp_utils_cpp)
+        h.rename("attn", "attn.t")
+    else:
+        h.take("attn.t", q * c)  # transpose(1, 2).contiguous()
+        h.drop("attn")
     h.linear("o", rows * d * c, q * c, arch.q_dim * d)
     h.drop("attn.t")
     _dropout(h, "o", rows * d * c, h.dropout[0])

@@ -26,11 +26,11 @@ Other allocators (`--allocator`): glibc pinned at a 64 KiB threshold keeps nothi
 keeps freed extents below its oversize threshold (8 MiB) for its 10 s dirty decay and rounds
 to four size classes a doubling; tcmalloc keeps every freed span (8 KiB pages). Tensors below
 64 KiB and allocations outside PyTorch's (the interpreter's, oneDNN's) are not replayed one by
-one; what they do to the tensors' chunks is: in a training step the small allocations that
-live to its end take the start of the chunks freed tensors leave (glibc serves a small request
-from the best-fitting larger free chunk when no bin of its size has one), so a chunk no longer
-holds the next tensor of its own size and that tensor goes on top (`carved_by_small_bytes`,
-docs/memory.md, "On a CPU").
+one; what they do to the tensors' chunks is: in a training forward autograd's graph grows by
+small allocations that no bin of their size holds, and glibc serves them from the start of the
+chunks freed tensors leave (the last remainder, or the best-fitting larger free chunk), so a
+chunk no longer holds the next tensor of its own size and that tensor goes on top; the split
+stays for the run (`carved_by_small_bytes`, docs/memory.md, "On a CPU").
 """
 
 from __future__ import annotations

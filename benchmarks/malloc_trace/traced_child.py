@@ -1,0 +1,58 @@
+"""The child of benchmarks/malloc_trace.py: a memory job run as `gpuwise validate` runs it
+(measure_cpu_process), with marker requests the tracer records: 77777 and 77779 bytes around
+the build, 77781 before each backward, 77783 after it and 77785 after each optimizer step."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+
+LIBC = ctypes.CDLL(None)
+LIBC.malloc.restype = ctypes.c_void_p
+LIBC.free.argtypes = [ctypes.c_void_p]
+
+
+def mark(nbytes: int) -> None:
+    LIBC.free(LIBC.malloc(nbytes))
+
+
+def _marked(cls: type, name: str, before: int, after: int) -> None:
+    plain = getattr(cls, name)
+
+    def call(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if before:
+            mark(before)
+        out = plain(self, *args, **kwargs)
+        mark(after)
+        return out
+
+    setattr(cls, name, call)
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    import torch
+    import transformers
+    from transformers.optimization import Adafactor
+
+    from gpuwise.measure.runs import memory_run, peak_memory
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    _marked(torch.Tensor, "backward", 77781, 77783)
+    for cls in (torch.optim.AdamW, torch.optim.SGD, Adafactor):
+        _marked(cls, "step", 0, 77785)
+
+    def prepare(job: dict):  # type: ignore[no-untyped-def]
+        mark(77777)
+        out = memory_run._prepare(job)
+        mark(77779)
+        return out
+
+    result = peak_memory.measure_cpu_process(job, prepare)
+    print(json.dumps({"model_bytes": result["model_bytes"]}))
+
+
+if __name__ == "__main__":
+    main()
