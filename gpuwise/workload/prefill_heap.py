@@ -39,7 +39,7 @@ class HeapTrace:
         # fault-time replays keep the coarser list.
         self.detailed = False
         self.cache = False  # the forward fills a DynamicCache (`_cache_update`)
-        self.dropout = (0.0, 0.0)  # a training step's (hidden, attention) dropout (`_dropout`)
+        self.dropout = (0.0, 0.0)  # a training step's (hidden, attention) dropout probabilities
 
     def take(self, name: str, nbytes: float) -> None:
         if nbytes < self.small:
@@ -125,7 +125,8 @@ def _rotary(h: HeapTrace, name: str, elements: float, share: float, c: float) ->
     h.rename(name + ".rot", name)
 
 
-def _dropout(h: HeapTrace, name: str, nbytes: float, p: float, saved: bool = False) -> None:
+def dropout_tensors(h: HeapTrace, name: str, nbytes: float, p: float,
+                    saved: bool = False) -> None:  # fmt: skip
     """A training step's dropout on `name`, which it replaces. On a CPU `at::dropout` takes
     a noise tensor (`empty_like(input).bernoulli_(1 - p).div_(1 - p)`, saved for the
     backward) and the product `input * noise` (aten/src/ATen/native/Dropout.cpp: the fused
@@ -157,7 +158,7 @@ def _math_scores(h: HeapTrace, arch: Architecture, s: Shape) -> None:
     h.release("mask")
     h.take("p32", scores)
     h.release("s1")
-    _dropout(h, "p32", scores, h.dropout[1], saved=True)
+    dropout_tensors(h, "p32", scores, h.dropout[1], saved=True)
     h.take("attn", s.rows * arch.q_dim * c)
     h.drop("q.c", "k.rep", "p32")
 
@@ -205,7 +206,7 @@ def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
         h.drop("attn")
     h.linear("o", rows * d * c, q * c, arch.q_dim * d)
     h.drop("attn.t")
-    _dropout(h, "o", rows * d * c, h.dropout[0])
+    dropout_tensors(h, "o", rows * d * c, h.dropout[0])
 
 
 def _cache_update(h: HeapTrace, k_name: str, v_name: str, nbytes: float) -> None:
@@ -255,7 +256,7 @@ def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool,
         h.take("p", scores)  # .to(query.dtype)
         h.drop("p32")
         h.rename("p", "p32")
-    _dropout(h, "p32", scores, h.dropout[1], saved=True)
+    dropout_tensors(h, "p32", scores, h.dropout[1], saved=True)
     if kv_views and "v.rep" not in h.live:
         h.take("v.rep", repeated)
     h.take("attn", s.rows * arch.q_dim * c)
@@ -290,7 +291,7 @@ def _mlp(h: HeapTrace, arch: Architecture, s: Shape, src: str) -> None:
         h.drop("fc")
     h.linear("down", hidden, inner, d * width)
     h.drop("act", src)
-    _dropout(h, "down", hidden, h.dropout[0])
+    dropout_tensors(h, "down", hidden, h.dropout[0])
 
 
 def layer_tensors(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:

@@ -43,7 +43,7 @@ from gpuwise.catalog.allocators import host_allocator
 from gpuwise.catalog.optimizers import optimizers
 from gpuwise.workload.arch import Architecture
 from gpuwise.workload.ops import FUSED_QKV, Shape
-from gpuwise.workload.prefill_heap import HeapTrace, _dropout, layer_tensors, norm_tensors
+from gpuwise.workload.prefill_heap import HeapTrace, dropout_tensors, layer_tensors, norm_tensors
 from gpuwise.workload.traced import HeapEvent
 
 ADAPTER_BYTES = 4  # peft upcasts LoRA weights to fp32 (get_peft_model's autocast_adapter_dtype)
@@ -270,7 +270,7 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
     hidden = s.rows * arch.hidden_size * s.compute_bytes
     h.take("x", hidden)
     if detailed and arch.position == "learned":  # GPT-2's wte + wpe, then its embedding dropout
-        _dropout(h, "x", hidden, arch.hidden_dropout)
+        dropout_tensors(h, "x", hidden, arch.hidden_dropout)
     stem, h.records = h.records, []
     inputs, layers = [], []
     for layer in range(arch.num_layers):
