@@ -1,18 +1,21 @@
 """What glibc does with a real run's allocations, traced: the check behind the host replay's
 rules (docs/memory.md, "On a CPU"; catalog/data/allocators.toml, carved_by_small_bytes).
 
-Each case of validate_cpu.py's suite (by number; default the training cases) runs in a fresh
+Each case of validate_cpu.py's suite (by number; default all 22) runs in a fresh
 process as `gpuwise validate` runs it, under an LD_PRELOAD tracer of malloc and free that
 records every call (malloc_trace/mtrace.c), and is compared with that process's own peak above
 its baseline:
 
 - glibc: the whole trace replayed through this machine's glibc, every block written, the
-  high-water mark from the build on (malloc_trace/replay.c); and again without the requests
-  under 64 bytes, to show what the small ones do;
+  high-water mark after the build above the resident set before it, as the process is
+  measured (malloc_trace/replay.c); and again without the requests under 64 bytes, to show
+  what the small ones do;
 - rule: the traced tensors (64 KiB and more, in order, the forward, backward and optimizer
-  marked) run through the replay's heap (`host_allocator.ResidentHeap`): each chunk a training
-  forward frees carved (`carved_by_small_bytes`), the pieces kept for the run; beside it the
-  earlier rule, which carved every chunk a step freed and gave the pieces back at its end.
+  marked) run through the replay's heap (`host_allocator.ResidentHeap.enter`): each chunk a
+  training forward frees carved (`carved_by_small_bytes`), the pieces kept for the run; each
+  chunk an inference frees carved, the last `pinned_small_chunks` pieces kept; beside it the
+  earlier rule, which carved every chunk a training step freed (inference none) and gave the
+  pieces back at the step's end.
 
 The rules are fed the process's own tensors here, so their errors are the allocator rules'
 alone; `validate_cpu.py` checks them on the estimator's tensor lists.
@@ -105,6 +108,9 @@ class _EarlierRule(ResidentHeap):
         if i >= 0 and self.free_chunks[i][0] != begin:  # carved: the piece starts at `begin`
             self.pieces.append(begin)
 
+    def enter(self, phase: str, training: bool) -> None:
+        """Set by `rule_replay` instead."""
+
     def end_step(self) -> None:
         for n, begin in enumerate(self.pieces):
             self.chunks[-1 - n] = (begin, self.carve, False)
@@ -113,19 +119,24 @@ class _EarlierRule(ResidentHeap):
 
 
 def rule_replay(recs: list, m1: int, training: bool, earlier: bool = False) -> float:
-    """The traced tensors through the replay's heap, from the build on: its peak."""
-    carve = allocator_choice("glibc").carved_by_small_bytes if training else 0
-    heap = (_EarlierRule if earlier else ResidentHeap)(choice=allocator_choice("glibc"))
+    """The traced tensors through the replay's heap from the build on: its peak after the
+    build, as the process is measured."""
+    glibc = allocator_choice("glibc")
+    heap = (_EarlierRule if earlier else ResidentHeap)(choice=glibc)
     live: dict[int, int] = {}
     phase = ""
     for n, (ptr, size, _, _) in enumerate(recs[m1:]):
-        if size == RUN:
+        if size == RUN:  # the process's high-water mark is reset after the build
             phase = "forward"
+            heap.peak_resident = heap.resident
         elif size in PHASES:
             phase = PHASES[size]
             if earlier and phase == "forward":
                 heap.end_step()
-        heap.carve = carve if phase == "forward" or (earlier and phase) else 0
+        if earlier:  # every chunk a step frees, none in inference
+            heap.carve = glibc.carved_by_small_bytes if phase and training else 0
+        elif phase:
+            heap.enter(phase, training)
         if size >= TRACKED:
             live[ptr] = n
             heap.malloc(n, size)
@@ -156,8 +167,7 @@ def case_row(case: int, lib: Path, replay: Path, folder: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    training = [i for i, (_, plan) in enumerate(CASES) if not isinstance(plan, InferencePlan)]
-    parser.add_argument("--cases", default=",".join(map(str, training)))
+    parser.add_argument("--cases", default=",".join(map(str, range(len(CASES)))))
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuwise-trace-") as tmp:

@@ -130,10 +130,27 @@ def test_a_training_forward_carves_the_chunks_it_frees_and_a_backward_does_not()
     first = [HeapEvent(1, MIB), HeapEvent(2, MIB // 2), HeapEvent(1, 0)]
     heap = replay_resident([first, first], glibc, training=True)
     assert heap.top == 2 * glibc.carved_by_small_bytes  # one piece a pass
-    assert replay_resident([first, first], glibc).top == 0
 
 
-def test_only_glibc_carves_and_only_a_training_replay():
+def test_an_inference_keeps_only_the_last_pieces_tcache_would_hold():
+    # no graph grows: only the last `pinned_small_chunks` pieces stay taken, the oldest
+    # given back (and merged) as a new one is taken
+    glibc = allocator_choice("glibc")
+    pinned = glibc.pinned_small_chunks
+    heap = ResidentHeap(choice=glibc)
+    heap.enter("forward", training=False)
+    for key in range(2 * pinned + 4):
+        heap.malloc(key, MIB // 4)
+    starts = [heap.chunks[key][0] for key in range(0, 2 * pinned + 4, 2)]
+    for key in range(0, 2 * pinned + 4, 2):  # every other one goes, its neighbours stay
+        heap.free(key)
+    assert len(heap.recent) == pinned
+    assert min(start for start, _ in heap.recent) > starts[1]  # the two oldest went back
+    free = dict(heap.free_chunks)
+    assert free.get(starts[0] - heap._leader(0), 0) >= MIB // 4  # and merged with their hole
+
+
+def test_only_glibc_carves():
     assert allocator_choice("glibc").carved_by_small_bytes > 0
     for name in ("glibc-mmap64k", "jemalloc", "tcmalloc"):
         assert allocator_choice(name).carved_by_small_bytes == 0

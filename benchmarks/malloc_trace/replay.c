@@ -1,6 +1,7 @@
 /* Replays a trace written by mtrace.c through this process's glibc: every block written
-   (memset), freed where the trace frees it. At record `m1` the resident set is read and the
-   kernel's high-water mark reset; prints the high-water mark above it. Requests under `lo`
+   (memset), freed where the trace frees it. At record `m1` (before the model's build) the
+   resident set is read, at record `m2` (after it) the kernel's high-water mark is reset, as
+   the measured process does; prints the high-water mark above the first. Requests under `lo`
    bytes after record `m2` are left out. Usage: replay TRACE M1 M2 [LO]. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -26,7 +27,8 @@ int main(int argc, char **argv){
   memset(keys,0,sizeof keys); memset(vals,0,sizeof vals);
   long base=0;
   for(long i=0;i<n;i++){
-    if(i==m1){ base=rss(); reset(); }
+    if(i==m1) base=rss();
+    if(i==m2) reset();
     if(r[i].size){
       if(i>m2 && r[i].size<lo) continue;
       void *p; if (r[i].flags & 8) { if(posix_memalign(&p,64,r[i].size)) p=0; } else p = malloc(r[i].size);

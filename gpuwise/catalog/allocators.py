@@ -57,6 +57,7 @@ class AllocatorChoice:
     keeps_freed: bool  # freed blocks below that stay resident and are reused best fit
     size_classes_per_doubling: int  # 0: no size classes
     carved_by_small_bytes: int  # taken from each chunk a training forward frees, for the run
+    pinned_small_chunks: int  # how many such pieces stay taken elsewhere (glibc's tcache)
     page_bytes: int
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 

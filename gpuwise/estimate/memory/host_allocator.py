@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -66,7 +67,10 @@ class ResidentHeap(GlibcHeap):
     peak_live: int = 0
     peak_resident: int = 0
     sizes: dict[int, int] = field(default_factory=dict)
-    carve: int = 0  # bytes the forward's small allocations take from each freed heap chunk
+    carve: int = 0  # bytes small allocations take from each freed heap chunk
+    pinned: int = 0  # how many pieces stay taken outside a training forward (tcache's)
+    for_run: bool = False  # this free's piece stays for the run (a training forward)
+    recent: deque[tuple[int, int]] = field(default_factory=deque)  # the pinned pieces
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -122,9 +126,24 @@ class ResidentHeap(GlibcHeap):
         if self.carve and not entry[2]:
             self._carve(entry[0])
 
+    def enter(self, phase: str, training: bool) -> None:
+        """What small allocations do to the chunks freed from now on (allocators.toml): a
+        training forward's (autograd's graph, which grows until the backward) carve each and
+        keep the pieces for the run; inference's (no graph) carve each, and only the last
+        `pinned_small_chunks` pieces stay taken; a training backward's and optimizer step's
+        reuse the graph's freed pieces and carve nothing."""
+        c = self.choice
+        if c is None:
+            return
+        self.for_run = training and phase == "forward"
+        self.carve = c.carved_by_small_bytes if self.for_run or not training else 0
+        self.pinned = c.pinned_small_chunks
+
     def _carve(self, start: int) -> None:
-        """The forward's small allocations take the first bytes of the free chunk that now
-        holds `start`, for the rest of the run (allocators.toml, carved_by_small_bytes)."""
+        """Small allocations take the first bytes of the free chunk that now holds `start`
+        (allocators.toml, carved_by_small_bytes): a training forward's for the rest of the
+        run; elsewhere only the last `pinned` pieces stay taken, the oldest given back as a
+        new one is taken (allocators.toml, pinned_small_chunks)."""
         i = bisect.bisect_right(self.free_chunks, (start, NEVER)) - 1
         if i < 0:
             return
@@ -132,17 +151,21 @@ class ResidentHeap(GlibcHeap):
         if not begin <= start < begin + size or size <= self.carve:
             return
         self.free_chunks[i] = (begin + self.carve, size - self.carve)  # order unchanged
+        if self.for_run:
+            return
+        self.recent.append((begin, self.carve))
+        while len(self.recent) > self.pinned:
+            piece, length = self.recent.popleft()
+            self.chunks[-1] = (piece, length, False)
+            GlibcHeap.free(self, -1)
 
 
 def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
                     training: bool = False) -> ResidentHeap:  # fmt: skip
     """Run each pass in order; what a pass leaves is given back at its end, except tensors
-    `kept` (an optimizer's states), which later passes do not take again. A training
-    forward's small allocations (autograd's graph, which grows until the backward) carve
-    the chunks it frees (`carved_by_small_bytes`), and the pieces stay taken for the run;
-    the backward and the optimizer carve nothing."""
-    carve = choice.carved_by_small_bytes if training else 0
-    heap = ResidentHeap(choice=choice, carve=carve)
+    `kept` (an optimizer's states), which later passes do not take again. Small allocations
+    carve the chunks freed tensors leave (`ResidentHeap.enter`)."""
+    heap = ResidentHeap(choice=choice)
     kept: set[int] = set()
     for n, events in enumerate(passes):
         for e in events:
@@ -150,7 +173,7 @@ def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
                 continue
             if e.kept:
                 kept.add(e.key)
-            heap.carve = carve if e.phase == "forward" else 0
+            heap.enter(e.phase, training)
             if e.nbytes:
                 heap.malloc(e.key, e.nbytes)
             else:
