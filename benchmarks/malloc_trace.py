@@ -11,7 +11,7 @@ its baseline:
   measured (malloc_trace/replay.c); and again without the requests under 64 bytes, to show
   what the small ones do;
 - rule: the traced tensors (64 KiB and more, in order, the forward, backward and optimizer
-  marked) run through the replay's heap (`host_allocator.ResidentHeap.enter`): each chunk a
+  marked, and a checkpointed layer's recomputation) run through the replay's heap (`host_allocator.ResidentHeap.enter`): each chunk a
   training forward frees carved (`carved_by_small_bytes`), the pieces kept for the run; each
   chunk an inference frees carved, the last `pinned_small_chunks` pieces kept; beside it the
   earlier rule, which carved every chunk a training step freed (inference none) and gave the
@@ -53,7 +53,8 @@ HERE = Path(__file__).resolve().parent / "malloc_trace"
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = struct.Struct("QQII")
 BUILD, RUN = 77777, 77779  # traced_child.py's markers
-PHASES = {77781: "backward", 77783: "optimizer", 77785: "forward"}
+PHASES = {77781: "backward", 77783: "optimizer", 77785: "forward", 77787: "recompute",
+          77789: "backward"}  # fmt: skip
 TRACKED = 65536  # the replay's tensors (untracked_below_bytes)
 TINY = 64
 

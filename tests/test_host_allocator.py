@@ -120,12 +120,13 @@ def test_a_training_forward_carves_the_chunks_it_frees_and_a_backward_does_not()
     # smaller tensor no longer fits it; the backward's reuse the graph's freed pieces
     glibc = allocator_choice("glibc")
     held = {}
-    for phase in ("forward", "backward"):
+    for phase in ("forward", "recompute", "backward"):  # recompute: a checkpointed layer's
         events = [HeapEvent(1, MIB, phase), HeapEvent(2, MIB // 2, phase),  # a neighbour stays
                   HeapEvent(1, 0, phase),
                   HeapEvent(3, MIB - 512, phase)]  # fits the hole (memalign's 112 bytes over)
         held[phase] = replay_resident([events], glibc, training=True).peak_resident
     assert held["forward"] >= held["backward"] + MIB - 4096  # the smaller tensor on top
+    assert held["recompute"] == held["forward"]
     # the pieces stay taken for the run: what the passes gave back merges above the piece
     first = [HeapEvent(1, MIB), HeapEvent(2, MIB // 2), HeapEvent(1, 0)]
     heap = replay_resident([first, first], glibc, training=True)

@@ -198,8 +198,8 @@ def test_the_detailed_backward_takes_k_and_v_gradients_and_sums_sibling_projecti
     coarse = training_heap_events(a, s, 4, "sgd", True)
     fine = training_heap_events(a, s, 4, "sgd", True, detailed=True)
 
-    def backward(events: list, nbytes: int) -> int:
-        return sum(1 for e in events if e.nbytes == nbytes and e.phase == "backward")
+    def backward(events: list, nbytes: int) -> int:  # a recomputed layer's forward included
+        return sum(1 for e in events if e.nbytes == nbytes and e.phase in ("backward", "recompute"))
 
     assert backward(fine, kv) - backward(coarse, kv) == 2 * a.num_layers
     # the three sums a layer the detailed step takes, less the flash
@@ -246,3 +246,16 @@ def test_the_detailed_step_takes_no_copy_of_the_cpu_flash_attentions_output():
     coarse = training_heap_events(a, s, 4, "sgd", True)
     fine = training_heap_events(a, s, 4, "sgd", True, detailed=True)
     assert _forward_sizes(coarse, q) - _forward_sizes(fine, q) == a.num_layers
+
+
+def test_a_checkpointed_layers_recomputation_is_its_own_phase_in_the_detailed_step():
+    # its forward builds the layer's graph again, so the host replay carves what it frees as
+    # a forward's; the coarse list keeps it in the backward
+    a = arch("smollm2-135m")
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa")
+    fine = training_heap_events(a, s, 4, "sgd", True, detailed=True)
+    coarse = training_heap_events(a, s, 4, "sgd", True)
+    assert sum(e.phase == "recompute" for e in fine) > 10 * a.num_layers
+    assert not any(e.phase == "recompute" for e in coarse)
+    assert not any(e.phase == "recompute" for e in training_heap_events(a, s, 4, "sgd", False,
+                                                                        detailed=True))

@@ -108,7 +108,7 @@ def generate_events(arch: Architecture, s: Shape, new_tokens: int,
 def _phases(events: list[HeapEvent]) -> dict[str, list[HeapEvent]]:
     out: dict[str, list[HeapEvent]] = {"forward": [], "backward": [], "optimizer": []}
     for e in events:
-        out[e.phase].append(e)
+        out["backward" if e.phase == "recompute" else e.phase].append(e)
     return out
 
 

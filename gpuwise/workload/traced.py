@@ -15,7 +15,7 @@ class HeapEvent:
 
     key: int
     nbytes: int
-    phase: str = "forward"
+    phase: str = "forward"  # forward, backward, optimizer; recompute: a checkpointed layer's
     kept: bool = False
 
 

@@ -293,7 +293,9 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
     for layer in reversed(range(arch.num_layers)):
         if checkpointing:  # the layer's forward again, from its saved input
             h.free(inputs[layer + 1])
+            h.phase = "recompute" if detailed else "backward"  # its graph grows again
             layer_tensors(h, arch, s, layer)
+            h.phase = "backward"
             layers[layer], h.records = h.records, []
             h.live.clear()
         grad = h.backward(layers[layer], grad)

@@ -128,14 +128,15 @@ class ResidentHeap(GlibcHeap):
 
     def enter(self, phase: str, training: bool) -> None:
         """What small allocations do to the chunks freed from now on (allocators.toml): a
-        training forward's (autograd's graph, which grows until the backward) carve each and
-        keep the pieces for the run; inference's (no graph) carve each, and only the last
-        `pinned_small_chunks` pieces stay taken; a training backward's and optimizer step's
-        reuse the graph's freed pieces and carve nothing."""
+        training forward's, and a checkpointed layer's recomputed forward's (autograd's graph,
+        which grows until the backward), carve each and keep the pieces for the run;
+        inference's (no graph) carve each, and only the last `pinned_small_chunks` pieces stay
+        taken; a training backward's and optimizer step's reuse the graph's freed pieces and
+        carve nothing."""
         c = self.choice
         if c is None:
             return
-        self.for_run = training and phase == "forward"
+        self.for_run = training and phase in ("forward", "recompute")
         self.carve = c.carved_by_small_bytes if self.for_run or not training else 0
         self.pinned = c.pinned_small_chunks
 
