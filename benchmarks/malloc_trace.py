@@ -100,21 +100,19 @@ class _EarlierRule(ResidentHeap):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.pieces: list[int] = []
+        self.for_run = True  # the pieces stay to `end_step`, not only the last few
+        self.pieces: list[tuple[int, int]] = []
 
     def _carve(self, start: int) -> None:
         i = bisect.bisect_right(self.free_chunks, (start, NEVER)) - 1
         begin = self.free_chunks[i][0] if i >= 0 else None
         super()._carve(start)
         if i >= 0 and self.free_chunks[i][0] != begin:  # carved: the piece starts at `begin`
-            self.pieces.append(begin)
-
-    def enter(self, phase: str, training: bool) -> None:
-        """Set by `rule_replay` instead."""
+            self.pieces.append((begin, self.carve))
 
     def end_step(self) -> None:
-        for n, begin in enumerate(self.pieces):
-            self.chunks[-1 - n] = (begin, self.carve, False)
+        for n, (begin, size) in enumerate(self.pieces):
+            self.chunks[-1 - n] = (begin, size, False)
             GlibcHeap.free(self, -1 - n)
         self.pieces = []
 
