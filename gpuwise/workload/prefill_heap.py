@@ -182,9 +182,10 @@ def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
         h.release("q.pre", k_name + ".pre")  # apply_rotary_pos_emb returned: both rebound
     if h.cache:
         _cache_update(h, k_name, v_name, kv * c)
+    math = s.attention != "eager" and bool(h.dropout[1])  # SDPA without its flash kernel
     if s.attention == "eager":
         _eager_scores(h, arch, s, fused, fused and not h.cache)
-    elif h.dropout[1]:
+    elif math:
         _math_scores(h, arch, s)
     else:
         h.take("attn", q * c)  # the CPU flash kernel: its output only
@@ -192,12 +193,11 @@ def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
         # the gradients of q, k and v at once
         h.side_grads(kv * c, kv * c)
     h.drop("q")
-    if h.cache and h.dropout[1] and s.attention != "eager":  # the math path: k and v
-        # copied, q scaled: nothing holds a view
+    if h.cache and math:  # k and v copied, q scaled: nothing holds a view
         h.release(f"qkv{layer}")
     elif h.cache:  # the cache holds copies: the fused projection goes with its views
         h.drop(f"qkv{layer}")
-    if h.detailed and s.attention != "eager" and not h.dropout[1]:
+    if h.detailed and s.attention != "eager" and not math:
         # the CPU flash kernel writes its output as (batch, tokens, heads, dim) and returns
         # it transposed: `transpose(1, 2).contiguous()` is the same tensor (sdp_utils_cpp)
         h.rename("attn", "attn.t")

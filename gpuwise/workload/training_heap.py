@@ -269,7 +269,7 @@ def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
         h.dropout = (arch.hidden_dropout, arch.attention_dropout)
     hidden = s.rows * arch.hidden_size * s.compute_bytes
     h.take("x", hidden)
-    if detailed and arch.position == "learned":  # GPT-2's wte + wpe, then its embedding dropout
+    if detailed:  # the embeddings' dropout (GPT-2's embd_pdrop, as its resid_pdrop)
         dropout_tensors(h, "x", hidden, arch.hidden_dropout)
     stem, h.records = h.records, []
     inputs, layers = [], []

@@ -68,13 +68,14 @@ class ResidentHeap(GlibcHeap):
     peak_resident: int = 0
     sizes: dict[int, int] = field(default_factory=dict)
     carve: int = 0  # bytes small allocations take from each freed heap chunk
-    pinned: int = 0  # how many pieces stay taken outside a training forward (tcache's)
+    pinned: int = 0  # how many pieces stay taken outside a training forward (the choice's)
     for_run: bool = False  # this free's piece stays for the run (a training forward)
     recent: deque[tuple[int, int]] = field(default_factory=deque)  # the pinned pieces
 
     def __post_init__(self) -> None:
         super().__post_init__()
         c = self.choice
+        self.pinned = c.pinned_small_chunks if c is not None else 0
         self.memalign = c is None or c.name == "glibc" or bool(c.mmap_threshold)
         if c is not None and c.mmap_threshold:  # glibc pinned: no dynamic thresholds
             self.mmap_threshold, self.trim_threshold = c.mmap_threshold, c.trim_threshold
@@ -138,7 +139,6 @@ class ResidentHeap(GlibcHeap):
             return
         self.for_run = training and phase in ("forward", "recompute")
         self.carve = c.carved_by_small_bytes if self.for_run or not training else 0
-        self.pinned = c.pinned_small_chunks
 
     def _carve(self, start: int) -> None:
         """Small allocations take the first bytes of the free chunk that now holds `start`
@@ -168,13 +168,16 @@ def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
     carve the chunks freed tensors leave (`ResidentHeap.enter`)."""
     heap = ResidentHeap(choice=choice)
     kept: set[int] = set()
+    phase = ""
     for n, events in enumerate(passes):
         for e in events:
             if e.kept and n:
                 continue
             if e.kept:
                 kept.add(e.key)
-            heap.enter(e.phase, training)
+            if e.phase != phase:
+                phase = e.phase
+                heap.enter(phase, training)
             if e.nbytes:
                 heap.malloc(e.key, e.nbytes)
             else:

@@ -302,10 +302,10 @@ def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,
                   grad_bytes: float) -> float:  # fmt: skip
     """What the backward holds at its end beyond the weights, the optimizer's states and the
     logits transformers' loop keeps (`_backward_extra`): every gradient, and a tied
-    embedding's own: the embedding's backward takes a dense
-    vocabulary x hidden gradient last and adds it into the head's `.grad` in place
-    (torch/csrc/autograd/functions/accumulate_grad.h, `variable_grad += new_grad`). Without
-    checkpointing the saved activations outweigh it; with it, this is the backward's peak."""
+    embedding's own: the embedding's backward takes a dense vocabulary x hidden gradient
+    last and adds it into the head's `.grad` in place (torch/csrc/autograd/functions/
+    accumulate_grad.h, `variable_grad += new_grad`). Without checkpointing the saved
+    activations outweigh it; with it, this is the backward's peak."""
     tied = arch.tie_embeddings and plan.finetune == "full"
     return gradients + (arch.vocab_size * arch.hidden_size * grad_bytes / plan.tp if tied else 0.0)
 
