@@ -16,7 +16,12 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.activations import saved_with_policy
 from gpuwise.estimate.memory.quant_workspace import quant_workspace
 from gpuwise.estimate.memory.serving_runtimes import vllm_pool
-from gpuwise.estimate.memory.stack_features import fused_chunk_rows, loss_memory, qlora_weights
+from gpuwise.estimate.memory.stack_features import (
+    fused_chunk_rows,
+    loss_memory,
+    qlora_dequant_bytes,
+    qlora_weights,
+)
 from gpuwise.estimate.memory.training import estimate_training, param_bytes
 from gpuwise.workload import count_params, from_config
 from gpuwise.workload.plans import InferencePlan, TrainingPlan
@@ -130,10 +135,14 @@ def test_qlora_double_quantisation_and_peft_fp32_cast():
     assert nodq - dq == pytest.approx(counts.linear / 64 * (4 - 1.015625))
     prepared = qlora_weights(LLAMA8, replace(plan, kbit_prepare=True))
     assert prepared - dq == pytest.approx((counts.total - counts.linear) * 2)
-    fp32 = est(replace(plan, quant_compute_dtype="fp32")).breakdown["workspace"]
-    bf16 = est(plan).breakdown["workspace"]
+    fp32 = replace(plan, quant_compute_dtype="fp32")
     largest = LLAMA8.hidden_size * LLAMA8.intermediate_size
-    assert fp32 - bf16 == pytest.approx(largest * 2)
+    dequant = qlora_dequant_bytes(LLAMA8, fp32) - qlora_dequant_bytes(LLAMA8, plan)
+    assert dequant == pytest.approx(largest * 2)
+    # it counts with the layers' backward, after the loss's saved logits have gone
+    short = replace(plan, batch=1, seq=16)
+    grown = est(replace(short, quant_compute_dtype="fp32")).phases["backward"]
+    assert 0 < grown - est(short).phases["backward"] <= dequant
 
 
 def test_adapter_dtype_decides_peft_fp32_input_casts():
@@ -192,13 +201,14 @@ def test_cli_names_the_stacks_and_refuses_bad_values(capsys):
 
 def test_a_checkpointed_backward_peaks_at_its_end_with_every_gradient():
     # with checkpointing the saved activations are a layer's inputs, so the backward holds
-    # most at its end: every gradient, the logits the loop keeps, and a tied embedding's
-    # dense gradient before AccumulateGrad adds it into the head's .grad
+    # most at its end: every gradient, and a tied weight's two addends (the head's gradient
+    # and the embedding's dense one) while their sum is taken; no logits (the loop holds
+    # only the loss)
     gpt2 = from_config(resolve_model("gpt2").config, "gpt2")
     plan = TrainingPlan(batch=2, seq=256, dtype="fp32", optimizer="sgd", checkpointing=True)
     e = est(plan, gpt2)
     b = e.breakdown
     embedding = gpt2.vocab_size * gpt2.hidden_size * 4
     assert e.peak_phase == "backward" and b["gradients"] == b["weights"]
-    assert b["workspace"] == pytest.approx(embedding)
+    assert b["workspace"] == pytest.approx(2 * embedding) and b["logits"] == 0
     assert est(replace(plan, checkpointing=False), gpt2).breakdown["gradients"] == 0

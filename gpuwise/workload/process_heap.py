@@ -112,6 +112,17 @@ def _phases(events: list[HeapEvent]) -> dict[str, list[HeapEvent]]:
     return out
 
 
+def tied_sum(keys: Iterator[int], head: int, embedding: int, nbytes: int) -> list[HeapEvent]:
+    """A tied weight's two gradients meet in its AccumulateGrad's input buffer: the head's,
+    taken early in the backward, waits there for the embedding's, taken last, and their sum
+    is a new tensor before both are given back (traced by benchmarks/malloc_trace.py: GPT-2
+    and SmolLM2 take a third vocabulary x hidden tensor, then free the two; docs/memory.md,
+    "On a CPU")."""
+    total = next(keys)
+    return [HeapEvent(total, nbytes, "backward"), HeapEvent(head, 0, "backward"),
+            HeapEvent(embedding, 0, "backward")]  # fmt: skip
+
+
 def _loss(keys: Iterator[int], arch: Architecture, s: Shape,
           param_bytes: float) -> tuple[list[HeapEvent], list[HeapEvent]]:  # fmt: skip
     """The loss's vocabulary-sized tensors: (end of the forward, start of the backward).
@@ -154,12 +165,15 @@ def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optim
     fwd, back = _loss(keys, arch, s, param_bytes if trains_weights else 0.0)
     vocab = arch.vocab_size * arch.hidden_size * param_bytes
     grads = []
-    if trains_weights:  # the embedding's weight gradient, added into a tied head's
+    if trains_weights:
         grads = [HeapEvent(next(keys), int(vocab), "backward")]
         if arch.tie_embeddings:
-            grads.append(HeapEvent(grads[0].key, 0, "backward"))
+            grads += tied_sum(keys, back[-2].key, grads[0].key, int(vocab))
     step = []
     if trains_weights:
         heads = 1 if arch.tie_embeddings else 2
         step = step_events([int(vocab)] * heads, optimizer, keys)
-    return parts["forward"] + fwd + back + parts["backward"] + grads + step + parts["optimizer"]
+    both = step + parts["optimizer"]  # torch.optim creates every state before it steps any
+    states = [e for e in both if e.kept] + [e for e in step if not e.kept]
+    return (parts["forward"] + fwd + back + parts["backward"] + grads + states
+            + [e for e in parts["optimizer"] if not e.kept])  # fmt: skip

@@ -264,8 +264,7 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     acts, base = float(saved["acts"]), pb.weights + pb.optimizer
     phases = {"forward": base + working + acts + loss.saved,
               "backward": base + working + acts + logits_in_bwd + extra}
-    kept = logits_in_bwd if plan.loss != "chunked" else 0.0  # torchtune's `del logits`
-    at_end = _backward_end(arch, plan, pb.gradients, state if full else 0.0) + kept
+    at_end = _backward_end(arch, plan, pb.gradients, state if full else 0.0)
     ends = not plan.optimizer_in_backward and base + working + at_end > phases["backward"]
     if ends:  # the backward peaks at its end, every gradient taken (checkpointing)
         phases["backward"] = base + working + at_end
@@ -279,8 +278,8 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     if phase == "optimizer step":
         parts.update(gradients=pb.gradients, activations=0.0, logits=0.0, workspace=step_temp)
     elif phase == "backward" and ends:
-        parts.update(gradients=pb.gradients, activations=0.0, logits=kept,
-                     workspace=at_end - pb.gradients - kept)  # fmt: skip
+        parts.update(gradients=pb.gradients, activations=0.0, logits=0.0,
+                     workspace=at_end - pb.gradients)  # fmt: skip
     if working and phase != "optimizer step":
         parts["fsdp_unsharded"] = working
     tensors = sum(parts.values())
@@ -300,26 +299,29 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
 
 def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,
                   grad_bytes: float) -> float:  # fmt: skip
-    """What the backward holds at its end beyond the weights, the optimizer's states and the
-    logits transformers' loop keeps (`_backward_extra`): every gradient, and a tied
-    embedding's own: the embedding's backward takes a dense vocabulary x hidden gradient
-    last and adds it into the head's `.grad` in place (torch/csrc/autograd/functions/
-    accumulate_grad.h, `variable_grad += new_grad`). Without checkpointing the saved
-    activations outweigh it; with it, this is the backward's peak."""
+    """What the backward holds at its end beyond the weights and the optimizer's states:
+    every gradient, and a tied weight's two addends: the head's gradient waits for the
+    embedding's dense vocabulary x hidden one, taken last, and their sum is a new tensor
+    (`process_heap.tied_sum`). No logits: the loop holds only the loss (`model(...).loss`;
+    transformers' Trainer.compute_loss returns the loss alone), and log_softmax's saved
+    output goes once its backward has run, as traced (docs/memory.md, "On a CPU"). Without
+    checkpointing the saved activations outweigh it; with it, this is the backward's peak."""
     tied = arch.tie_embeddings and plan.finetune == "full"
-    return gradients + (arch.vocab_size * arch.hidden_size * grad_bytes / plan.tp if tied else 0.0)
+    return gradients + (2 * arch.vocab_size * arch.hidden_size * grad_bytes / plan.tp if tied
+                        else 0.0)  # fmt: skip
 
 
 def _backward_extra(plan: TrainingPlan, loss: LossMemory, head_grad: float,
                     layer_work: float) -> tuple[float, float]:  # fmt: skip
-    """The logits still held and the workspace at the backward's peak. transformers' loop
-    keeps the model's output (the logits) to the end of the step, so the loss's turn, the
-    head's gradient and a layer's recomputation count together. torchtune's recipes `del
-    logits` before `loss.backward()` (recipes/full_finetune_single_device.py, "free logits
-    otherwise it peaks backward memory"): the chunks' saved logits go as the loss's backward
-    finishes, before the layers' (recomputed) backward starts, so the peak is the larger of
-    the two."""
-    if plan.loss != "chunked":
+    """The logits still held and the workspace at the backward's peak. The loss's saved
+    logits go as its backward finishes, before the layers' (recomputed) backward starts, so
+    the peak is the larger of the two: transformers' Trainer holds only the loss
+    (Trainer.compute_loss returns it alone), torchtune's recipes `del logits` before
+    `loss.backward()` (recipes/full_finetune_single_device.py, "free logits otherwise it
+    peaks backward memory"), torchtitan's train step `del pred`; traced on a CPU, the fp32
+    log-probabilities are given back before the first layer's backward (docs/memory.md, "On
+    a CPU"). A fused loss's head gradient, taken in its forward, counts with the layers'."""
+    if plan.loss == "fused":
         return loss.saved, max(loss.turn, head_grad) + layer_work
     at_loss = loss.saved + max(loss.turn, head_grad)
     in_layers = head_grad + layer_work
