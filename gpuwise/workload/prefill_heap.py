@@ -52,6 +52,10 @@ class HeapTrace:
         """The tensor just taken has no input gradient to take in a backward (`cat`'s
         backward hands out views of its output's gradient); a prefill has none."""
 
+    def joined_grads(self) -> None:
+        """The projection just taken is split into q, k and v: a backward joins their
+        gradients into one tensor for it (`split`'s backward, a cat); a prefill has none."""
+
     def side_grads(self, *nbytes: float) -> None:
         """The op just taken also takes these inputs' gradients in a backward."""
 
@@ -144,21 +148,27 @@ def dropout_tensors(h: HeapTrace, name: str, nbytes: float, p: float,
 
 def _math_scores(h: HeapTrace, arch: Architecture, s: Shape) -> None:
     """SDPA's math path, which a CPU takes when a training step asks for attention dropout
-    (the CPU flash kernel has none): `query * sqrt(scale)` and `key.transpose(-2, -1) *
-    sqrt(scale)` (both saved by the matmul), the scores, `_safe_softmax` (saved), dropout,
-    and the product with v (aten/src/ATen/native/transformers/attention.cpp,
-    `_scaled_dot_product_attention_math`); the causal mask is a tokens x context float
-    tensor added in place, below 64 KiB a row."""
+    (the CPU flash kernel has none): `query * sqrt(scale)`, the causal mask (a tokens x
+    context float tensor, added in place and held to the attention's end), `key.transpose(-2,
+    -1) * sqrt(scale)` and its contiguous copy for the batched matmul (the copy saved, the
+    product not), the scores, `_safe_softmax` (saved), dropout, and the product with v
+    (aten/src/ATen/native/transformers/attention.cpp, `_scaled_dot_product_attention_math`;
+    the order as traced, docs/memory.md "On a CPU")."""
     c = s.compute_bytes
     scores = s.batch * arch.num_heads * s.tokens * s.context * c
     h.take("q.c", s.rows * arch.q_dim * c)
+    for name, nbytes in (("ones", 1), ("tril", 1), ("mask", 4)):  # where(tril, 0, -inf)
+        h.take(name, s.tokens * s.context * nbytes)
+        h.grad_free()  # no gradient
+    h.release("ones", "tril")
+    h.take("k.t", s.rows * arch.kv_dim * c)
     h.take("k.rep", s.rows * arch.kv_dim * c)
+    h.release("k.t")
     h.take("s1", scores)
-    h.take("mask", s.tokens * s.context * 4)
-    h.release("mask")
     h.take("p32", scores)
     h.release("s1")
     dropout_tensors(h, "p32", scores, h.dropout[1], saved=True)
+    h.release("mask")
     h.take("attn", s.rows * arch.q_dim * c)
     h.drop("q.c", "k.rep", "p32")
 
@@ -171,6 +181,7 @@ def _attention(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> None:
     fused = arch.model_type in FUSED_QKV
     if fused:  # q, k and v are views of one tensor, kept whole while the cache holds k or v
         h.linear(f"qkv{layer}", (q + 2 * kv) * c, rows * d * c, d * (arch.q_dim + 2 * arch.kv_dim))
+        h.joined_grads()
     else:
         h.linear("q", q * c, rows * d * c, d * arch.q_dim, "n1")
         h.linear(k_name, kv * c, rows * d * c, d * arch.kv_dim, "n1")

@@ -59,6 +59,7 @@ class _Record:
     grad_bytes: float
     weight: int = 0
     cast: int | None = None
+    joins: bool = False  # a fused projection: its output's gradient is joined from q's, k's, v's
     out_bytes: float = 0.0  # a projection's output
     side: tuple[float, ...] = ()  # more inputs' gradients (attention's k and v)
     src: str = ""  # a projection's input, when sibling projections share it
@@ -131,6 +132,9 @@ class _StepHeap(HeapTrace):
     def grad_free(self) -> None:
         self.records[-1].grad_bytes = -1.0  # the output's gradient passes through
 
+    def joined_grads(self) -> None:
+        self.records[-1].joins = self.detailed
+
     def side_grads(self, *nbytes: float) -> None:
         if self.detailed:
             self.records[-1].side = nbytes
@@ -194,6 +198,7 @@ class _StepHeap(HeapTrace):
             if r.grad_bytes < 0:  # a copy's backward hands its gradient on (a view)
                 self.free(r.key)
                 continue
+            joined = self.take_key(r.out_bytes) if r.joins else None  # cat([dq, dk, dv])
             if r.weight and self.pending:  # the projection that consumes them
                 for key in self.pending:
                     self.free(key)
@@ -210,6 +215,7 @@ class _StepHeap(HeapTrace):
             self.free(grad)
             self.free(r.key)
             self.free(r.cast)
+            self.free(joined)
             grad = new
         return grad
 
