@@ -11,11 +11,11 @@ its baseline:
   measured (malloc_trace/replay.c); and again without the requests under 64 bytes, to show
   what the small ones do;
 - rule: the traced tensors (64 KiB and more, in order, the forward, backward and optimizer
-  marked, and a checkpointed layer's recomputation) run through the replay's heap (`host_allocator.ResidentHeap.enter`): each chunk a
-  training forward frees carved (`carved_by_small_bytes`), the pieces kept for the run; each
-  chunk an inference frees carved, the last `pinned_small_chunks` pieces kept; beside it the
-  earlier rule, which carved every chunk a training step freed (inference none) and gave the
-  pieces back at the step's end.
+  marked, and a checkpointed layer's recomputation) run through the replay's heap
+  (`host_allocator.ResidentHeap.enter`): each chunk a freed tensor leaves is carved
+  (`carved_by_small_bytes`); a training forward's pieces are kept for the run, every other
+  phase's only the last `pinned_small_chunks`; beside it the rule before, under which a
+  training step's backward and optimizer step carved nothing.
 
 The rules are fed the process's own tensors here, so their errors are the allocator rules'
 alone; `validate_cpu.py` checks them on the estimator's tensor lists.
@@ -29,7 +29,6 @@ Run:  .venv/bin/python benchmarks/malloc_trace.py [--cases 10,13,17] [--json FIL
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import os
 import statistics
@@ -45,8 +44,7 @@ from gpuwise.app.validate import plan_kwargs
 from gpuwise.catalog import resolve_model
 from gpuwise.catalog.allocators import allocator_choice
 from gpuwise.estimate import InferencePlan
-from gpuwise.estimate.memory.host_allocator import NEVER, ResidentHeap
-from gpuwise.estimate.speed.page_faults import GlibcHeap
+from gpuwise.estimate.memory.host_allocator import ResidentHeap
 from gpuwise.measure.runs.jobs import inference_job, training_job
 
 HERE = Path(__file__).resolve().parent / "malloc_trace"
@@ -95,33 +93,19 @@ def glibc_replay(replay: Path, path: Path, m1: int, m2: int, below: int = 0) -> 
     return float(out.split()[-1]) * 2**20
 
 
-class _EarlierRule(ResidentHeap):
-    """Every chunk a step frees carved, the pieces given back when the step ends."""
+class _ForwardOnly(ResidentHeap):
+    """The rule before: a training step's backward and optimizer step carve nothing."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.for_run = True  # the pieces stay to `end_step`, not only the last few
-        self.pieces: list[tuple[int, int]] = []
-
-    def _carve(self, start: int) -> None:
-        i = bisect.bisect_right(self.free_chunks, (start, NEVER)) - 1
-        begin = self.free_chunks[i][0] if i >= 0 else None
-        super()._carve(start)
-        if i >= 0 and self.free_chunks[i][0] != begin:  # carved: the piece starts at `begin`
-            self.pieces.append((begin, self.carve))
-
-    def end_step(self) -> None:
-        for n, (begin, size) in enumerate(self.pieces):
-            self.chunks[-1 - n] = (begin, size, False)
-            GlibcHeap.free(self, -1 - n)
-        self.pieces = []
+    def enter(self, phase: str, training: bool) -> None:
+        super().enter(phase, training)
+        c = self.choice
+        self.carve = c.carved_by_small_bytes if c and (self.for_run or not training) else 0
 
 
-def rule_replay(recs: list, m1: int, training: bool, earlier: bool = False) -> float:
+def rule_replay(recs: list, m1: int, training: bool, forward_only: bool = False) -> float:
     """The traced tensors through the replay's heap from the build on: its peak after the
     build, as the process is measured."""
-    glibc = allocator_choice("glibc")
-    heap = (_EarlierRule if earlier else ResidentHeap)(choice=glibc)
+    heap = (_ForwardOnly if forward_only else ResidentHeap)(choice=allocator_choice("glibc"))
     live: dict[int, int] = {}
     phase = ""
     for n, (ptr, size, _, _) in enumerate(recs[m1:]):
@@ -130,11 +114,7 @@ def rule_replay(recs: list, m1: int, training: bool, earlier: bool = False) -> f
             heap.peak_resident = heap.resident
         elif size in PHASES:
             phase = PHASES[size]
-            if earlier and phase == "forward":
-                heap.end_step()
-        if earlier:  # every chunk a step frees, none in inference
-            heap.carve = glibc.carved_by_small_bytes if phase and training else 0
-        elif phase:
+        if phase:
             heap.enter(phase, training)
         if size >= TRACKED:
             live[ptr] = n
@@ -155,11 +135,11 @@ def case_row(case: int, lib: Path, replay: Path, folder: Path) -> dict:
            "glibc": glibc_replay(replay, path, m1, m2),
            "glibc_without_tiny": glibc_replay(replay, path, m1, m2, TINY),
            "rule": rule_replay(recs, m1, training),
-           "earlier_rule": rule_replay(recs, m1, training, earlier=True)}  # fmt: skip
+           "forward_only_rule": rule_replay(recs, m1, training, forward_only=True)}  # fmt: skip
     path.unlink()
     print(f"[{case:2d}] {name:13s} {row['plan']:44s} measured {measured / 2**20:7.1f} MiB  "
           + "  ".join(f"{k} {100 * (row[k] / measured - 1):+5.1f}%"
-                      for k in ("glibc", "glibc_without_tiny", "rule", "earlier_rule")),
+                      for k in ("glibc", "glibc_without_tiny", "rule", "forward_only_rule")),
           flush=True)  # fmt: skip
     return row
 
@@ -173,7 +153,7 @@ def main() -> None:
         lib, replay = build(Path(tmp))
         rows = [case_row(int(c), lib, replay, Path(tmp)) for c in args.cases.split(",")]
     summary = {}
-    for key in ("glibc", "rule", "earlier_rule"):
+    for key in ("glibc", "rule", "forward_only_rule"):
         errors = [abs(r[key] / r["measured"] - 1) for r in rows]
         summary[key] = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
         print(f"{key}: median |error| {100 * statistics.median(errors):.1f}%  worst "

@@ -99,8 +99,10 @@ def test_training_parts_add_up_and_grow(name, batch, seq, dtype, opt, finetune, 
     assert all(v >= 0 for v in est.breakdown.values())
     for bigger in (replace(plan, batch=batch + 1), replace(plan, seq=seq + 128)):
         assert tensors(estimate_training(arch, bigger, H100)) >= tensors(est)
-    if dtype == "bf16":
-        assert tensors(estimate_training(arch, replace(plan, dtype="fp32"), H100)) >= tensors(est)
+    if dtype == "bf16":  # fp32 holds as much, but for the loss gradient's cast back to bf16
+        cast = batch * seq * arch.vocab_size * 2  # (the loss's turn can be the peak)
+        fp32 = estimate_training(arch, replace(plan, dtype="fp32"), H100)
+        assert tensors(fp32) >= tensors(est) - cast
 
 
 @settings(max_examples=80, deadline=None)

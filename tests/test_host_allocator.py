@@ -115,9 +115,10 @@ def test_a_hole_too_small_for_a_growing_tensor_keeps_its_pages():
     assert h.resident >= h.live + MIB  # ...whose megabyte stays resident
 
 
-def test_a_training_forward_carves_the_chunks_it_frees_and_a_backward_does_not():
-    # the graph's small allocations take the start of a chunk the forward frees, so a
-    # smaller tensor no longer fits it; the backward's reuse the graph's freed pieces
+def test_a_training_forwards_pieces_stay_for_the_run_and_a_backwards_only_the_last():
+    # a small request takes the start of a chunk a freed tensor left, so a smaller tensor no
+    # longer fits it; a training forward's pieces stay for the run, a backward's only while
+    # they are among the last `pinned_small_chunks` (tcache)
     glibc = allocator_choice("glibc")
     held = {}
     for phase in ("forward", "recompute", "backward"):  # recompute: a checkpointed layer's
@@ -125,12 +126,17 @@ def test_a_training_forward_carves_the_chunks_it_frees_and_a_backward_does_not()
                   HeapEvent(1, 0, phase),
                   HeapEvent(3, MIB - 512, phase)]  # fits the hole (memalign's 112 bytes over)
         held[phase] = replay_resident([events], glibc, training=True).peak_resident
-    assert held["forward"] >= held["backward"] + MIB - 4096  # the smaller tensor on top
-    assert held["recompute"] == held["forward"]
-    # the pieces stay taken for the run: what the passes gave back merges above the piece
+    assert held["forward"] == held["recompute"] == held["backward"]  # the smaller one on top
+    assert held["forward"] >= 2 * MIB + MIB // 2 - 4096  # the three side by side
+    # a forward's pieces stay taken for the run: what the passes gave back merges above them
     first = [HeapEvent(1, MIB), HeapEvent(2, MIB // 2), HeapEvent(1, 0)]
     heap = replay_resident([first, first], glibc, training=True)
     assert heap.top == 2 * glibc.carved_by_small_bytes  # one piece a pass
+    # a backward's go once newer ones push them out of the last `pinned_small_chunks`
+    back = [[HeapEvent(1, MIB, "backward"), HeapEvent(2, MIB // 2, "backward"),
+             HeapEvent(1, 0, "backward")]] * (glibc.pinned_small_chunks + 2)  # fmt: skip
+    heap = replay_resident(back, glibc, training=True)
+    assert len(heap.recent) == glibc.pinned_small_chunks
 
 
 def test_an_inference_keeps_only_the_last_pieces_tcache_would_hold():

@@ -202,9 +202,12 @@ def test_the_detailed_backward_takes_k_and_v_gradients_and_sums_sibling_projecti
         return sum(1 for e in events if e.nbytes == nbytes and e.phase in ("backward", "recompute"))
 
     assert backward(fine, kv) - backward(coarse, kv) == 2 * a.num_layers
-    # the three sums a layer the detailed step takes, less the flash
-    # output's copy the coarse list takes, in the recomputed forward and for its gradient
-    assert backward(fine, hidden) - backward(coarse, hidden) == (3 - 2) * a.num_layers
+    # the three sums a layer the detailed step takes, less the flash output's copy the
+    # coarse list takes, in the recomputed forward and for its gradient; and each RMSNorm's
+    # backward scratch (five fp32 products of the hidden size: two norms a layer, and the
+    # final one)
+    scratch = 5 * (a.norms_per_layer * a.num_layers + 1)
+    assert backward(fine, hidden) - backward(coarse, hidden) == (3 - 2) * a.num_layers + scratch
 
 
 def test_the_detailed_step_gives_back_eager_scores_but_keeps_the_softmax():

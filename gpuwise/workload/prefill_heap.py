@@ -59,6 +59,10 @@ class HeapTrace:
     def side_grads(self, *nbytes: float) -> None:
         """The op just taken also takes these inputs' gradients in a backward."""
 
+    def backward_scratch(self, *nbytes: float) -> None:
+        """The op just taken's backward also takes these tensors and gives them back at
+        once (a product reduced to a small gradient, a derivative's factors)."""
+
     def linear(self, name: str, nbytes: float, inputs: float, weight: int, src: str = "") -> None:
         """A projection's output; `inputs` (bytes of its input), `weight` (its weight's
         elements) and `src` (its input's name, shared by sibling projections) matter to a
@@ -85,16 +89,22 @@ def norm_tensors(h: HeapTrace, arch: Architecture, elements: int, c: float, out:
     if arch.norm == "layer":  # one kernel (its row statistics are small)
         h.take(out, elements * c)
         return
-    # RMSNorm: x.to(fp32); x.pow(2).mean(); x * rsqrt(var + eps); weight * x.to(dtype)
+    # RMSNorm: x.to(fp32); x.pow(2).mean(); x * rsqrt(var + eps); weight * x.to(dtype).
+    # Backward, as traced (docs/memory.md, "On a CPU"): each product also takes its other
+    # operand's full-size gradient, reduced to the small one; mean's backward divides, and
+    # pow's takes x^1, its scaled and its product with the gradient, one after another.
     if c != 4:
         h.take(out + ".up", elements * 4)
     h.take(out + ".pow", elements * 4)
+    h.backward_scratch(elements * 4, elements * 4, elements * 4)
     h.release(out + ".pow")  # pow saves its input, mean nothing (derivatives.yaml)
     h.take(out + ".scaled", elements * 4)
+    h.backward_scratch(elements * 4)
     h.drop(out + ".up")
     if c != 4:
         h.take(out + ".down", elements * c)
     h.take(out, elements * c)
+    h.backward_scratch(elements * c)
     if h.frozen:  # `weight * x` saves x only for the weight's gradient
         h.release(out + ".down", out + ".scaled")
     if c != 4:  # `.to(input_dtype)` saves nothing: the fp32 product goes

@@ -60,6 +60,7 @@ class _Record:
     weight: int = 0
     cast: int | None = None
     joins: bool = False  # a fused projection: its output's gradient is joined from q's, k's, v's
+    scratch: tuple[float, ...] = ()  # taken and given back in its backward (`backward_scratch`)
     out_bytes: float = 0.0  # a projection's output
     side: tuple[float, ...] = ()  # more inputs' gradients (attention's k and v)
     src: str = ""  # a projection's input, when sibling projections share it
@@ -131,6 +132,10 @@ class _StepHeap(HeapTrace):
 
     def grad_free(self) -> None:
         self.records[-1].grad_bytes = -1.0  # the output's gradient passes through
+
+    def backward_scratch(self, *nbytes: float) -> None:
+        if self.detailed:
+            self.records[-1].scratch = nbytes
 
     def joined_grads(self) -> None:
         self.records[-1].joins = self.detailed
@@ -212,6 +217,8 @@ class _StepHeap(HeapTrace):
             if r.weight:
                 new = self._accumulate(r, new)
             self.pending += [self.take_key(n) for n in r.side]
+            for key in [self.take_key(n) for n in r.scratch]:
+                self.free(key)
             self.free(grad)
             self.free(r.key)
             self.free(r.cast)

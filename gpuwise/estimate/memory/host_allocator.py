@@ -26,11 +26,12 @@ Other allocators (`--allocator`): glibc pinned at a 64 KiB threshold keeps nothi
 keeps freed extents below its oversize threshold (8 MiB) for its 10 s dirty decay and rounds
 to four size classes a doubling; tcmalloc keeps every freed span (8 KiB pages). Tensors below
 64 KiB and allocations outside PyTorch's (the interpreter's, oneDNN's) are not replayed one by
-one; what they do to the tensors' chunks is: in a training forward autograd's graph grows by
-small allocations that no bin of their size holds, and glibc serves them from the start of the
-chunks freed tensors leave (the last remainder, or the best-fitting larger free chunk), so a
-chunk no longer holds the next tensor of its own size and that tensor goes on top; the split
-stays for the run (`carved_by_small_bytes`, docs/memory.md, "On a CPU").
+one; what they do to the tensors' chunks is: a small request that no bin of its size holds is
+served from the start of a chunk a freed tensor left (the last remainder, or the best-fitting
+larger free chunk), so the chunk no longer holds the next tensor of its own size and that
+tensor goes on top. Freed, the small chunk waits in tcache and keeps the split. A training
+forward's splits stay for the run; elsewhere (a backward, an optimizer step, an inference)
+only the last `pinned_small_chunks` do (`carved_by_small_bytes`; docs/memory.md, "On a CPU").
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class ResidentHeap(GlibcHeap):
     peak_live: int = 0
     peak_resident: int = 0
     sizes: dict[int, int] = field(default_factory=dict)
-    carve: int = 0  # bytes small allocations take from each freed heap chunk
+    carve: int = 0  # bytes small allocations take from each freed heap chunk (the choice's)
     pinned: int = 0  # how many pieces stay taken outside a training forward (the choice's)
     for_run: bool = False  # this free's piece stays for the run (a training forward)
     recent: deque[tuple[int, int]] = field(default_factory=deque)  # the pinned pieces
@@ -128,17 +129,13 @@ class ResidentHeap(GlibcHeap):
             self._carve(entry[0])
 
     def enter(self, phase: str, training: bool) -> None:
-        """What small allocations do to the chunks freed from now on (allocators.toml): a
-        training forward's, and a checkpointed layer's recomputed forward's (autograd's graph,
-        which grows until the backward), carve each and keep the pieces for the run;
-        inference's (no graph) carve each, and only the last `pinned_small_chunks` pieces stay
-        taken; a training backward's and optimizer step's reuse the graph's freed pieces and
-        carve nothing."""
+        """Whose splits stay (allocators.toml): a training forward's, and a checkpointed
+        layer's recomputed forward's, for the run; every other phase's (a backward, an
+        optimizer step, an inference) only the last `pinned_small_chunks`, as tcache holds
+        them."""
         c = self.choice
-        if c is None:
-            return
-        self.for_run = training and phase in ("forward", "recompute")
-        self.carve = c.carved_by_small_bytes if self.for_run or not training else 0
+        self.carve = c.carved_by_small_bytes if c is not None else 0
+        self.for_run = c is not None and training and phase in ("forward", "recompute")
 
     def _carve(self, start: int) -> None:
         """Small allocations take the first bytes of the free chunk that now holds `start`
