@@ -71,7 +71,7 @@ TIME_CASES: list[tuple[str, InferencePlan | TrainingPlan]] = [
 MEMORY_CASES = (0, 2, 3, 5, 7, 9, 11)
 
 
-def _case_id(name: str, plan: InferencePlan | TrainingPlan) -> str:
+def case_id(name: str, plan: InferencePlan | TrainingPlan) -> str:
     return f"{name} {describe(plan)}"
 
 
@@ -135,7 +135,7 @@ def measure(out: Path, probe: bool, runs: bool, quick: bool) -> None:
         _probe(out)
     cases = (TIME_CASES[:2] if quick else TIME_CASES) if runs else []
     for i, (name, plan) in enumerate(cases):
-        print(f"[{i + 1}/{len(cases)}] {_case_id(name, plan)}", flush=True)
+        print(f"[{i + 1}/{len(cases)}] {case_id(name, plan)}", flush=True)
         config, kwargs = resolve_model(name).config, plan_kwargs(plan, DEVICE)
         timer = timerun.time_inference if isinstance(plan, InferencePlan) else timerun.time_training
         row = {"model": name, "plan": asdict(plan), "kind": type(plan).__name__,
@@ -151,7 +151,7 @@ def measure(out: Path, probe: bool, runs: bool, quick: bool) -> None:
 # ---------------------------------------------------------------- compare (anywhere)
 
 
-def _plan(row: dict[str, Any]) -> InferencePlan | TrainingPlan:
+def row_plan(row: dict[str, Any]) -> InferencePlan | TrainingPlan:
     return (InferencePlan if row["kind"] == "InferencePlan" else TrainingPlan)(**row["plan"])
 
 
@@ -162,15 +162,15 @@ def _times(arch: Any, plan: InferencePlan | TrainingPlan, rates: DeviceRates) ->
     return {"step_s": estimate_training_time(arch, plan, rates).step_s}
 
 
-def _memory_row(name: str, arch: Any, plan: Any, hw: Any, measured: dict) -> dict[str, Any]:
+def memory_row(name: str, arch: Any, plan: Any, hw: Any, measured: dict) -> dict[str, Any]:
     est = (estimate_inference if isinstance(plan, InferencePlan) else estimate_training)(arch, plan, hw)
-    return {"case": _case_id(name, plan), "estimated_model_bytes": est.model_bytes,
+    return {"case": case_id(name, plan), "estimated_model_bytes": est.model_bytes,
             "measured_model_bytes": measured["model_bytes"],
             "estimated_total_bytes": est.total_bytes, "measured_peak_bytes": measured["peak_bytes"],
             "error": est.model_bytes / measured["model_bytes"] - 1}  # fmt: skip
 
 
-def _summary(errors: list[float]) -> dict[str, float | int | None]:
+def error_summary(errors: list[float]) -> dict[str, float | int | None]:
     if not errors:
         return {"median_abs_error": None, "worst_abs_error": None, "count": 0}
     absolute = [abs(e) for e in errors]
@@ -191,22 +191,22 @@ def compare(measured_path: Path, profile_path: Path | None, device: str, out: Pa
             rates["probed"] = found
     rows, memory = [], []
     for case in measured["cases"]:
-        name, plan = case["model"], _plan(case)
+        name, plan = case["model"], row_plan(case)
         arch = from_config(resolve_model(name).config, name)
         result = case["time"].get("result")
         if result:
             estimates = {source: _times(arch, plan, r) for source, r in rates.items()}
             for key in ("prefill_s", "decode_s_per_token", "step_s"):
                 if result.get(key):
-                    row = {"case": _case_id(name, plan), "quantity": key, "measured": result[key]}
+                    row = {"case": case_id(name, plan), "quantity": key, "measured": result[key]}
                     for source, est in estimates.items():
                         row[source] = est[key]
                         row[f"{source}_error"] = est[key] / result[key] - 1
                     rows.append(row)
         if (case.get("memory") or {}).get("result"):
-            memory.append(_memory_row(name, arch, plan, hw, case["memory"]["result"]))
-    summary = {source: _summary([r[f"{source}_error"] for r in rows]) for source in rates}
-    summary["memory"] = _summary([r["error"] for r in memory])
+            memory.append(memory_row(name, arch, plan, hw, case["memory"]["result"]))
+    summary = {source: error_summary([r[f"{source}_error"] for r in rows]) for source in rates}
+    summary["memory"] = error_summary([r["error"] for r in memory])
     _print(rows, memory, summary, list(rates))
     record = {"environment": measured["environment"], "device": hw.id, "summary": summary,
               "time": rows, "memory": memory}  # fmt: skip
