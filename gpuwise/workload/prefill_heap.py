@@ -302,10 +302,13 @@ def _mlp(h: HeapTrace, arch: Architecture, s: Shape, src: str) -> None:
             h.take("half", inner)  # 0.5 * x, evaluated first
             for i in range(PYTHON_GELU_STEPS):
                 h.take(f"g{i}", inner)
+                if i == 0:  # pow's backward: x^2, 3 x^2 and their product with the gradient
+                    h.backward_scratch(inner, inner)
                 # pow saves its input, the two scalings and the sum nothing; tanh saves its
                 # output and the last product its operands (derivatives.yaml)
                 (h.release if 0 < i < PYTHON_GELU_STEPS - 1 else h.drop)(f"g{i - 1}")
             h.take("act", inner)
+            h.side_grads(inner)  # the product's backward takes both operands' gradients
             h.drop("half", f"g{PYTHON_GELU_STEPS - 1}")
         else:
             h.take("act", inner)
