@@ -2,8 +2,9 @@
 logits, and the temporaries of backward and of the optimizer step.
 
 The peak is the largest of three moments: the end of the forward pass (every saved
-activation alive), the start of backward (plus the gradient of the logits and the LM head's
-weight gradient), and the optimizer step (all gradients, all states and the step's
+activation alive), the backward (the larger of the loss's turn, with the logits' gradients
+and the LM head's weight gradient, and the layers' turn, with a recomputed layer; or its end,
+every gradient taken), and the optimizer step (all gradients, all states and the step's
 temporaries, with activations already freed).
 
 The stacks' memory features (the loss, optimizer in backward, paged states, offload, FSDP2,
