@@ -124,11 +124,12 @@ def tied_sum(keys: Iterator[int], head: int, embedding: int, nbytes: int) -> lis
 
 
 def _loss(keys: Iterator[int], arch: Architecture, s: Shape,
-          param_bytes: float) -> tuple[list[HeapEvent], list[HeapEvent]]:  # fmt: skip
-    """The loss's vocabulary-sized tensors: (end of the forward, start of the backward).
-    transformers' ForCausalLMLoss upcasts the logits, `cross_entropy` saves log_softmax's
-    fp32 output; its backward holds two fp32 gradients, then the head's weight gradient is
-    taken (kept to zero_grad) while the logits' gradient lives."""
+          param_bytes: float) -> tuple[list[HeapEvent], list[HeapEvent], int]:  # fmt: skip
+    """The loss's vocabulary-sized tensors: (end of the forward, start of the backward, the
+    head's weight gradient's key). transformers' ForCausalLMLoss upcasts the logits,
+    `cross_entropy` saves log_softmax's fp32 output; its backward holds two fp32 gradients,
+    then the head's weight gradient is taken (kept to zero_grad) while the logits' gradient
+    lives."""
     logits = s.rows * arch.vocab_size
     c = s.compute_bytes
     k = {name: next(keys) for name in ("logits", "up", "logsm", "g1", "g2", "gc", "head")}
@@ -148,7 +149,7 @@ def _loss(keys: Iterator[int], arch: Architecture, s: Shape,
         back.append(HeapEvent(k["head"], int(arch.vocab_size * arch.hidden_size * param_bytes),
                               "backward"))  # fmt: skip
     back.append(HeapEvent(k["g2"], 0, "backward"))
-    return fwd, back
+    return fwd, back, k["head"]
 
 
 def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optimizer: str,
@@ -162,13 +163,13 @@ def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optim
                                   lora_rank=lora_rank)  # fmt: skip
     keys = itertools.count(max((e.key for e in events), default=0) + 1)
     parts = _phases(events)
-    fwd, back = _loss(keys, arch, s, param_bytes if trains_weights else 0.0)
+    fwd, back, head = _loss(keys, arch, s, param_bytes if trains_weights else 0.0)
     vocab = arch.vocab_size * arch.hidden_size * param_bytes
     grads = []
     if trains_weights:
         grads = [HeapEvent(next(keys), int(vocab), "backward")]
         if arch.tie_embeddings:
-            grads += tied_sum(keys, back[-2].key, grads[0].key, int(vocab))
+            grads += tied_sum(keys, head, grads[0].key, int(vocab))
     step = []
     if trains_weights:
         heads = 1 if arch.tie_embeddings else 2

@@ -129,7 +129,8 @@ class ResidentHeap(GlibcHeap):
             self._carve(entry[0])
 
     def enter(self, phase: str, training: bool) -> None:
-        """Whose splits stay (allocators.toml): a training forward's, and a checkpointed
+        """From the run's first phase on, small requests carve every chunk a tensor frees
+        (allocators.toml); whose splits stay: a training forward's, and a checkpointed
         layer's recomputed forward's, for the run; every other phase's (a backward, an
         optimizer step, an inference) only the last `pinned_small_chunks`, as tcache holds
         them."""
