@@ -107,15 +107,12 @@ def rule_replay(recs: list, m1: int, training: bool, forward_only: bool = False)
     build, as the process is measured."""
     heap = (_ForwardOnly if forward_only else ResidentHeap)(choice=allocator_choice("glibc"))
     live: dict[int, int] = {}
-    phase = ""
     for n, (ptr, size, _, _) in enumerate(recs[m1:]):
         if size == RUN:  # the process's high-water mark is reset after the build
-            phase = "forward"
+            heap.enter("forward", training)
             heap.peak_resident = heap.resident
-        elif size in PHASES:
-            phase = PHASES[size]
-        if phase:
-            heap.enter(phase, training)
+        elif size in PHASES:  # the replay's rules change only where a phase begins
+            heap.enter(PHASES[size], training)
         if size >= TRACKED:
             live[ptr] = n
             heap.malloc(n, size)
