@@ -76,3 +76,26 @@ def allocator_choices() -> dict[str, AllocatorChoice]:
 
 def allocator_choice(name: str) -> AllocatorChoice:
     return allocator_choices()[name]
+
+
+@dataclass(frozen=True)
+class BlasPacking:
+    """What a CPU matrix product leaves each thread that took part (data/allocators.toml,
+    [blas_packing]): MKL's sgemm packing buffers for fp32, oneDNN's for bf16."""
+
+    header_bytes: int
+    fixed_pages: int
+    rows_cap: int  # rows of the left operand a thread packs, at most
+    cols_cap: int  # columns of the right operand, at most
+    depth_wide: int  # the packed depth (k block) for k above narrow_depth_max
+    depth_narrow: int
+    narrow_depth_max: int
+    no_buffer_rows_max: int  # products this short pack nothing
+    one_thread_rows_below: int  # products this short run on one thread
+    onednn_bytes: int  # a bf16 product's buffer per thread
+    sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+@cache
+def blas_packing() -> BlasPacking:
+    return sourced_record(BlasPacking, FILE, "blas_packing")

@@ -39,12 +39,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from gpuwise.catalog.allocators import AllocatorChoice, allocator_choice
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.memory.blas_buffers import blas_buffer_bytes
 from gpuwise.estimate.speed.page_faults import GlibcHeap
 from gpuwise.workload import Architecture
 from gpuwise.workload.ops import Shape
@@ -241,12 +242,29 @@ def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> A
 def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
                         held: float | None = None) -> dict[str, float]:  # fmt: skip
     """The "allocator" row of a CPU estimate (what the plan's host allocator keeps beyond the
-    live tensors); no row elsewhere. `held` stands in for the replay: a search holds one
+    live tensors) and the "blas_buffers" row (the matrix products' packing buffers,
+    blas_buffers.py); no rows elsewhere. `held` stands in for the replay: a search holds one
     replay's slack while it narrows (fits.py)."""
     if hw.kind != "cpu":
         return {}
     slack = allocator_slack(arch, plan).slack_bytes if held is None else held
-    return {"allocator": float(slack)}
+    return {"allocator": float(slack), "blas_buffers": float(_blas_buffers(arch, plan, hw))}
+
+
+def _blas_buffers(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware) -> int:
+    """The packing buffers the plan's matrix products leave on the host's threads
+    (`blas_buffers`): the prefill and a decode step, or a training step."""
+    threads = max(1, getattr(plan, "threads", None) or hw.compute_units)
+    if isinstance(plan, InferencePlan):
+        c = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
+        prefill = Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, c,
+                        plan.attention)  # fmt: skip
+        decode = replace(prefill, tokens=1, context=plan.context_tokens)
+        return blas_buffer_bytes(arch, [prefill, decode], threads)
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    s = Shape(plan.batch, plan.seq, plan.seq, c, c, c, plan.attention, logits_tokens=plan.seq)
+    return blas_buffer_bytes(arch, [s], threads, training=True,
+                             trains_weights=plan.finetune == "full")  # fmt: skip
 
 
 def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
@@ -262,4 +280,4 @@ def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, h
     notes.append(f"allocator: {allocator_choice(plan.allocator).label}; it keeps "
                  f"{rows['allocator'] / 2**20:,.0f} MiB beyond the live tensors at the peak "
                  "(docs/memory.md, the CPU process)")  # fmt: skip
-    return rows["allocator"]
+    return sum(rows.values())
