@@ -131,3 +131,18 @@ def test_fits_keeps_a_margin(headroom_share, verdict):
     assert est.verdict == verdict
     if verdict == "tight":
         assert est.fits and est.headroom_bytes < est.margin_bytes
+
+
+def test_a_cpu_process_keeps_a_wider_margin_than_a_gpu_pool():
+    """Default CPU processes of one plan differ by up to ~10% (allocators.toml, [host_fits]):
+    a CPU plan's margin is 10% of what it takes beyond the baseline, a GPU's 5% (or its
+    allocator slack); headroom of 7% is tight on the CPU."""
+    arch = from_config(resolve_model("gpt2").config)
+    plan = InferencePlan(batch=2, prompt_tokens=512, new_tokens=8, weights="fp32")
+    cpu, gpu = find_hardware("cpu-cloud-32vcpu"), find_hardware("h100-sxm")
+    on_cpu, on_gpu = estimate_inference(arch, plan, cpu), estimate_inference(arch, plan, gpu)
+    assert on_cpu.margin_bytes == pytest.approx(0.10 * on_cpu.model_bytes, abs=1)
+    slack = on_gpu.breakdown.get("allocator_slack", 0)
+    assert on_gpu.margin_bytes == pytest.approx(max(slack, 0.05 * on_gpu.model_bytes), abs=1)
+    sized = replace(cpu, memory_bytes=on_cpu.total_bytes + int(0.07 * on_cpu.model_bytes))
+    assert estimate_inference(arch, plan, sized).verdict == "tight"

@@ -99,3 +99,11 @@ class BlasPacking:
 @cache
 def blas_packing() -> BlasPacking:
     return sourced_record(BlasPacking, FILE, "blas_packing")
+
+
+@cache
+def host_tight_fraction() -> float:
+    """A CPU plan with less headroom than this share of its memory beyond the baseline is
+    "tight" (data/allocators.toml, [host_fits])."""
+    values, _ = sourced_section(FILE, "host_fits")
+    return float(values["tight_fraction"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpuwise.catalog.allocators import host_tight_fraction
 from gpuwise.catalog.cuda_allocator import cuda_allocator
 
 # Rows of device memory outside the framework's pool (the CUDA context, NCCL's buffers):
@@ -23,7 +24,7 @@ class MemoryEstimate:
     phases: dict[str, int] = field(default_factory=dict)  # total at each phase's peak
     notes: tuple[str, ...] = ()
     source: str = "estimated"
-    margin_bytes: int = 0  # "tight" below this much headroom (fits.md: the allocator's slack)
+    margin_bytes: int = 0  # "tight" below this much headroom (memory.md: does it fit)
 
     @property
     def fits(self) -> bool:
@@ -58,7 +59,9 @@ def make_estimate(parts: dict[str, float], capacity: int, runtime: str, phase: s
     """Round the parts to whole bytes and total them, so the parts always add up."""
     breakdown = {k: int(round(v)) for k, v in parts.items()}
     pool = sum(v for k, v in breakdown.items() if k not in OUTSIDE_POOL)
-    margin = max(breakdown.get("allocator_slack", 0), cuda_allocator().tight_fraction * pool)
+    # a host allocator's row marks a CPU process, less repeatable than a GPU's pool
+    fraction = host_tight_fraction() if "allocator" in breakdown else cuda_allocator().tight_fraction
+    margin = max(breakdown.get("allocator_slack", 0), fraction * pool)
     return MemoryEstimate(
         total_bytes=sum(breakdown.values()), breakdown=breakdown, capacity_bytes=capacity,
         runtime=runtime, peak_phase=phase,

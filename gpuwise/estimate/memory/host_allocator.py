@@ -251,10 +251,15 @@ def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan, 
     return {"allocator": float(slack), "blas_buffers": float(_blas_buffers(arch, plan, hw))}
 
 
+def blas_threads(plan: InferencePlan | TrainingPlan, hw: Hardware) -> int:
+    """The threads a CPU plan's matrix products run on: the plan's, else one a core."""
+    return max(1, getattr(plan, "threads", None) or hw.compute_units)
+
+
 def _blas_buffers(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware) -> int:
     """The packing buffers the plan's matrix products leave on the host's threads
     (`blas_buffers`): the prefill and a decode step, or a training step."""
-    threads = max(1, getattr(plan, "threads", None) or hw.compute_units)
+    threads = blas_threads(plan, hw)
     if isinstance(plan, InferencePlan):
         c = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
         prefill = Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, c,
@@ -280,4 +285,6 @@ def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, h
     notes.append(f"allocator: {allocator_choice(plan.allocator).label}; it keeps "
                  f"{rows['allocator'] / 2**20:,.0f} MiB beyond the live tensors at the peak "
                  "(docs/memory.md, the CPU process)")  # fmt: skip
+    notes.append(f"blas_buffers: the matrix products' packing buffers, kept by each of "
+                 f"{blas_threads(plan, hw)} threads (docs/memory.md, the CPU process)")
     return sum(rows.values())
