@@ -281,7 +281,10 @@ def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool,
     if kv_views and "v.rep" not in h.live:
         h.take("v.rep", repeated)
     h.take("attn", s.rows * arch.q_dim * c)
-    h.drop("p32", "k.rep", "v.rep")
+    h.drop("k.rep", "v.rep")
+    # returned as the attention's weights, which the decoder layer holds in a local to its
+    # end (`hidden_states, _ = self.self_attn(...)`), through the MLP: traced
+    h.rename("p32", "probs")
 
 
 def _mlp(h: HeapTrace, arch: Architecture, s: Shape, src: str) -> None:
@@ -345,6 +348,7 @@ def layer_tensors(h: HeapTrace, arch: Architecture, s: Shape, layer: int) -> Non
         h.take("x.next", hidden * c)
         h.release("down")
         h.drop("x.mid")
+    h.drop("probs")
     h.rename("x.next", "x")
 
 

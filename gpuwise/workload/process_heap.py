@@ -2,8 +2,8 @@
 that `estimate/memory/host_allocator.py` can replay them through the allocator's rules and
 say what the process keeps resident beyond its live tensors.
 
-- generate(): the prefill (`prefill_heap`'s layers, the cache keeping each layer's keys and
-  values), the last position's logits and the sampler's fp32 copies (transformers'
+- generate(): the prefill (`prefill_heap`'s layers, a fresh DynamicCache copying each layer's
+  keys and values with `torch.cat`, as `DynamicLayer.update` does), the last position's logits and the sampler's fp32 copies (transformers'
   `_sample`: `logits[:, -1, :].to(float32, copy=True)`, then a processor's `clone()`), and
   each decode step: every layer's cache grown by `torch.cat` into a new tensor (the old one
   given back), eager attention repeating grouped keys and values (`repeat_kv`), the logits.
@@ -88,6 +88,7 @@ def generate_events(arch: Architecture, s: Shape, new_tokens: int,
     with `stride` > 1 each decode step stands for that many, its cache grown by as many
     positions (a long generation replayed in fewer steps)."""
     h = HeapTrace()
+    h.cache = True  # the prefill fills a fresh DynamicCache: copies of k and v
     c, rows = s.compute_bytes, s.rows
     h.take("x", rows * arch.hidden_size * c)
     _rotary_tables(h, arch, rows, c)
