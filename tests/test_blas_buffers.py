@@ -42,13 +42,13 @@ def test_one_product_keeps_what_was_traced(gemm, traced):
 
 def test_short_products_keep_nothing_or_use_one_thread():
     rule = blas_packing()
-    assert held_bytes([(2, 50257, 768, 2)], 2) == 0  # a gemv-like product: nothing packed
-    assert held_bytes([(4, 50257, 768, 2)], 2) == 4938400  # one thread only
-    assert held_bytes([(8, 50257, 768, 2)], 2) == 2 * buffer_bytes(rule, 8, 50257, 768, 2)
+    assert held_bytes([(2, 50257, 768, False)], 2) == 0  # a gemv-like product: nothing packed
+    assert held_bytes([(4, 50257, 768, False)], 2) == 4938400  # one thread only
+    assert held_bytes([(8, 50257, 768, False)], 2) == 2 * buffer_bytes(rule, 8, 50257, 768, 2)
 
 
 def test_a_thread_keeps_each_record_need_in_the_order_run():
-    a, b = (512, 2304, 768, 2), (512, 512, 768, 2)
+    a, b = (512, 2304, 768, False), (512, 512, 768, False)
     # the smaller product after the larger fits in its buffer; before it, both stay
     assert held_bytes([a, b], 2) == 2 * 2179744
     assert held_bytes([b, a], 2) == 2 * (803488 + 2179744)
@@ -62,6 +62,25 @@ def test_training_step_keeps_the_traced_pairs(model, per_thread):
     arch = from_config(resolve_model(model).config)
     s = Shape(2, 256, 256, 4, 4, 4, "sdpa", logits_tokens=256)
     assert blas_buffer_bytes(arch, [s], 2, training=True) == 2 * sum(per_thread)
+
+
+def test_a_training_step_on_four_threads_keeps_what_was_traced():
+    """GPT-2, b2 s256, OMP_NUM_THREADS=4 MKL_DYNAMIC=FALSE: MKL's 1 x 3 grid keeps c_attn's,
+    c_fc's and the head's buffers on three threads; the fourth, idle in that grid, keeps
+    the SDPA math path's batched product (dropout: no flash kernel), on one thread each."""
+    arch = from_config(resolve_model("gpt2").config)
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa", logits_tokens=256)
+    traced = 410272 + 3 * (1196704 + 1393312 + 5522080)
+    assert blas_buffer_bytes(arch, [s], 4, training=True) == traced
+
+
+def test_a_training_step_on_eight_threads_is_within_six_percent_of_the_trace():
+    """SmolLM2-135M, b2 s256, 8 threads: traced 8 x q_proj's, 4 x gate_proj's and 8 x the
+    head's buffers; the rule keeps gate_proj's on all eight of the 2 x 4 grid."""
+    arch = from_config(resolve_model("smollm2-135m").config)
+    s = Shape(2, 256, 256, 4, 4, 4, "sdpa", logits_tokens=256)
+    traced = 8 * 520864 + 4 * 705184 + 8 * 5325472
+    assert blas_buffer_bytes(arch, [s], 8, training=True) == pytest.approx(traced, rel=0.06)
 
 
 def test_bf16_products_keep_onednn_buffer_per_thread():
@@ -94,3 +113,35 @@ def test_more_threads_keep_more():
     s = Shape(2, 256, 256, 4, 4, 4, "sdpa", logits_tokens=256)
     one, two, eight = (blas_buffer_bytes(arch, [s], t, training=True) for t in (1, 2, 8))
     assert one < two < eight
+
+
+# threads -> {(m, n, k): (threads that kept a buffer, pages of the largest beyond the fixed 4)},
+# traced with MKL_DYNAMIC=FALSE (allocators.toml, [blas_packing] grids)
+GRIDS = {
+    3: {(512, 2304, 768): (2, 360), (256, 2304, 768): (2, 312), (2048, 768, 768): (2, 216)},
+    4: {(512, 2304, 768): (3, 288), (512, 576, 576): (3, 180), (1024, 3072, 768): (3, 336),
+        (256, 2304, 768): (3, 240), (512, 50257, 768): (3, 1344)},
+    8: {(512, 2304, 768): (8, 204), (512, 1536, 576): (8, 168), (2048, 768, 768): (8, 180),
+        (256, 2304, 768): (8, 156), (512, 50257, 768): (8, 1296)},
+    16: {(512, 2304, 768): (15, 151.5), (512, 576, 576): (15, 88.5),
+         (1024, 3072, 768): (15, 246), (512, 50257, 768): (15, 1264.5)},
+    24: {(512, 2304, 768): (24, 120), (256, 2304, 768): (24, 96), (2048, 768, 768): (24, 168)},
+    32: {(512, 2304, 768): (32, 102), (256, 2304, 768): (32, 78), (2048, 768, 768): (32, 162)},
+    64: {(512, 2304, 768): (63, 76.5), (256, 2304, 768): (63, 63), (2048, 768, 768): (56, 129)},
+}
+
+
+@pytest.mark.parametrize("threads", sorted(GRIDS))
+def test_more_threads_split_the_product_into_the_traced_grid(threads):
+    rule = blas_packing()
+    for (m, n, k), (buffers, pages) in GRIDS[threads].items():
+        each = buffer_bytes(rule, m, n, k, threads)
+        assert (each - rule.header_bytes) / 4096 - rule.fixed_pages == pytest.approx(pages, rel=0.03)
+        assert held_bytes([(m, n, k, False)], threads, rule) == buffers * each
+
+
+def test_past_the_last_measured_grid_the_split_stays_about_square():
+    rule = blas_packing()
+    rows, cols = rule.grid(112)
+    assert rows * cols <= 112 and abs(rows - cols) <= 4
+    assert rule.grid(5) == rule.grid(4) and rule.grid(1) == (1, 1)

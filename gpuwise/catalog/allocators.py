@@ -5,7 +5,7 @@ its source."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from gpuwise.catalog.sourced import data_file, sourced_record, sourced_section
@@ -93,12 +93,26 @@ class BlasPacking:
     no_buffer_rows_max: int  # products this short pack nothing
     one_thread_rows_below: int  # products this short run on one thread
     onednn_bytes: int  # a bf16 product's buffer per thread
+    grids: tuple[tuple[int, int, int], ...]  # (threads, row blocks, column blocks) measured
+    min_cols_per_block: int  # a column block is at least this wide
     sources: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def grid(self, threads: int) -> tuple[int, int]:
+        """(row blocks, column blocks) MKL splits a product into on `threads` threads: the
+        measured grid of the most threads up to `threads`; past the last, one as square as
+        the last (7 x 9 for 64), scaled by the root of the threads."""
+        last, rows, cols = self.grids[-1]
+        if threads > last:
+            rows = max(1, round(rows * (threads / last) ** 0.5))
+            return rows, max(1, threads // rows)
+        return next((r, c) for t, r, c in reversed(self.grids) if t <= max(1, threads))
 
 
 @cache
 def blas_packing() -> BlasPacking:
-    return sourced_record(BlasPacking, FILE, "blas_packing")
+    record = sourced_record(BlasPacking, FILE, "blas_packing")
+    grids = tuple(sorted((int(t), int(r), int(c)) for t, r, c in record.grids))
+    return replace(record, grids=grids)
 
 
 @cache

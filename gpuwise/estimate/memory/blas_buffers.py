@@ -19,59 +19,72 @@ from gpuwise.catalog.allocators import BlasPacking, blas_packing
 from gpuwise.workload.arch import Architecture
 from gpuwise.workload.ops import Shape, forward_ops
 
-Gemm = tuple[int, int, int, int]  # (m, n, k, threads): (m x k) @ (k x n), how many threads
+Gemm = tuple[int, int, int, bool]  # (m, n, k, batched): (m x k) @ (k x n); torch.bmm's
+# batched products run a slice of the batch a thread, each product on its one thread
 
 
 def buffer_bytes(rule: BlasPacking, m: int, n: int, k: int, threads: int) -> int:
-    """What one thread keeps after an fp32 (m x k) @ (k x n) on `threads` threads."""
-    rows = min(2 * -(-m // threads), rule.rows_cap)
+    """What each thread that takes part keeps after an fp32 (m x k) @ (k x n) on `threads`
+    threads (the largest block of MKL's grid)."""
+    row_blocks, col_blocks = _grid(rule, n, threads)
+    rows = min(2 * -(-m // row_blocks), rule.rows_cap)
     depth = rule.depth_narrow if k <= rule.narrow_depth_max else rule.depth_wide
-    cols = min(n, rule.cols_cap)
+    cols = min(-(-n // col_blocks), rule.cols_cap)
     return rule.header_bytes + rule.fixed_pages * 4096 + 4 * depth * (rows + cols)
 
 
-def _threads_used(rule: BlasPacking, m: int, threads: int) -> int:
+def _grid(rule: BlasPacking, n: int, threads: int) -> tuple[int, int]:
+    """MKL's row and column blocks, a column block at least `min_cols_per_block` wide."""
+    row_blocks, col_blocks = rule.grid(threads)
+    return row_blocks, max(1, min(col_blocks, n // rule.min_cols_per_block))
+
+
+def _threads_used(rule: BlasPacking, m: int, n: int, threads: int) -> int:
     if m <= rule.no_buffer_rows_max:
         return 0
-    return 1 if m < rule.one_thread_rows_below else threads
+    if m < rule.one_thread_rows_below:
+        return 1
+    row_blocks, col_blocks = _grid(rule, n, threads)
+    return row_blocks * col_blocks
 
 
-def _forward(arch: Architecture, s: Shape, threads: int) -> list[Gemm]:
+def _forward(arch: Architecture, s: Shape, batched_attention: bool) -> list[Gemm]:
     """The forward's products in the order the first layer runs them, then the head: a
-    projection run as several GEMMs (q, k, v; gate, up) is one each; eager attention's
-    batched products run one a thread, each on one thread (torch.bmm splits the batch)."""
+    projection run as several GEMMs (q, k, v; gate, up) is one each; attention's scores and
+    their product with v where they are batched products (eager, SDPA's math path)."""
     out: list[Gemm] = []
     for op in forward_ops(arch, s):
         if op.kind == "matmul":
-            out += [(op.m, n, op.k, threads) for n in (op.splits or (op.n,))]
-        elif op.kind == "attention" and s.attention == "eager":
-            scores = (s.tokens, s.context, arch.head_dim, 1)
-            out += [scores, (s.tokens, arch.head_dim, s.context, 1)]
+            out += [(op.m, n, op.k, False) for n in (op.splits or (op.n,))]
+        elif op.kind == "attention" and batched_attention:
+            out += [(s.tokens, s.context, arch.head_dim, True),
+                    (s.tokens, arch.head_dim, s.context, True)]  # fmt: skip
     return out
 
 
 def _backward(forward: list[Gemm], trains_weights: bool) -> list[Gemm]:
     """The backward's products, last layer's first: each product's input gradient
-    (m x n) @ (n x k), and its weight gradient (n x m) @ (m x k) where the weights train."""
+    (m x n) @ (n x k), and its weight gradient (n x m) @ (m x k) where the weights train (a
+    batched product's operands both take one)."""
     out: list[Gemm] = []
-    for m, n, k, t in reversed(forward):
-        out.append((m, k, n, t))
-        if trains_weights:
-            out.append((n, k, m, t))
+    for m, n, k, batched in reversed(forward):
+        out.append((m, k, n, batched))
+        if trains_weights or batched:
+            out.append((n, k, m, batched))
     return out
 
 
 def held_bytes(gemms: list[Gemm], threads: int, rule: BlasPacking | None = None) -> int:
-    """Every thread's kept buffers after running `gemms` in order (fp32, MKL): a product
-    whose need passes a thread's largest buffer adds a new one to that thread."""
+    """Every thread's kept buffers after running `gemms` in order (fp32, MKL) on `threads`
+    threads: a product whose need passes a thread's largest buffer adds a new one to it."""
     rule = rule or blas_packing()
     largest = [0] * threads
     held = 0
-    for m, n, k, t in gemms:
-        used = min(_threads_used(rule, m, t), threads)
-        if not used:
+    for m, n, k, batched in gemms:
+        used = threads if batched else _threads_used(rule, m, n, threads)
+        if not used or m <= rule.no_buffer_rows_max:
             continue
-        need = buffer_bytes(rule, m, n, k, used)
+        need = buffer_bytes(rule, m, n, k, 1 if batched or used == 1 else threads)
         for i in range(used):  # the calling thread is thread 0
             if need > largest[i]:
                 largest[i] = need
@@ -88,7 +101,8 @@ def blas_buffer_bytes(arch: Architecture, shapes: list[Shape], threads: int,
     threads = max(1, threads)
     if shapes[0].compute_bytes != 4:  # bf16 and fp16 products: oneDNN's buffer
         return rule.onednn_bytes * threads
-    gemms = [g for s in shapes for g in _forward(arch, s, threads)]
+    math = training and bool(arch.attention_dropout)  # SDPA's math path (prefill_heap)
+    gemms = [g for s in shapes for g in _forward(arch, s, s.attention == "eager" or math)]
     if training:
         gemms += _backward(gemms, trains_weights)
     return held_bytes(gemms, threads, rule)
