@@ -3,8 +3,9 @@ that `estimate/memory/host_allocator.py` can replay them through the allocator's
 say what the process keeps resident beyond its live tensors.
 
 - generate(): the prefill (`prefill_heap`'s layers, a fresh DynamicCache copying each layer's
-  keys and values with `torch.cat`, as `DynamicLayer.update` does), the last position's logits and the sampler's fp32 copies (transformers'
-  `_sample`: `logits[:, -1, :].to(float32, copy=True)`, then a processor's `clone()`), and
+  keys and values with `torch.cat`, as `DynamicLayer.update` does), the last position's
+  logits and the sampler's fp32 copies (transformers' `_sample`: `logits[:, -1, :].to(float32,
+  copy=True)`, then a processor's `clone()`), and
   each decode step: every layer's cache grown by `torch.cat` into a new tensor (the old one
   given back), eager attention repeating grouped keys and values (`repeat_kv`), the logits.
 - Training steps: `training_heap`'s forward, backward and optimizer step (`detailed`: what

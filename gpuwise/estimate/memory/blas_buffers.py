@@ -39,9 +39,13 @@ def _grid(rule: BlasPacking, n: int, threads: int) -> tuple[int, int]:
     return row_blocks, max(1, min(col_blocks, n // rule.min_cols_per_block))
 
 
-def _threads_used(rule: BlasPacking, m: int, n: int, threads: int) -> int:
+def _threads_used(rule: BlasPacking, m: int, n: int, threads: int, batched: bool) -> int:
+    """How many threads keep a buffer: none for a product of a row or two, every thread for
+    a batched one (a slice each), one for a short product, else MKL's grid."""
     if m <= rule.no_buffer_rows_max:
         return 0
+    if batched:
+        return threads
     if m < rule.one_thread_rows_below:
         return 1
     row_blocks, col_blocks = _grid(rule, n, threads)
@@ -81,8 +85,8 @@ def held_bytes(gemms: list[Gemm], threads: int, rule: BlasPacking | None = None)
     largest = [0] * threads
     held = 0
     for m, n, k, batched in gemms:
-        used = threads if batched else _threads_used(rule, m, n, threads)
-        if not used or m <= rule.no_buffer_rows_max:
+        used = _threads_used(rule, m, n, threads, batched)
+        if not used:
             continue
         need = buffer_bytes(rule, m, n, k, 1 if batched or used == 1 else threads)
         for i in range(used):  # the calling thread is thread 0

@@ -55,12 +55,12 @@ class MemoryEstimate:
 
 def make_estimate(parts: dict[str, float], capacity: int, runtime: str, phase: str,
                   phases: dict[str, float] | None = None,
-                  notes: tuple[str, ...] = ()) -> MemoryEstimate:  # fmt: skip
-    """Round the parts to whole bytes and total them, so the parts always add up."""
+                  notes: tuple[str, ...] = (), host: bool = False) -> MemoryEstimate:  # fmt: skip
+    """Round the parts to whole bytes and total them, so the parts always add up. `host`: a
+    process on a CPU, less repeatable than a GPU's pool, keeps a wider margin."""
     breakdown = {k: int(round(v)) for k, v in parts.items()}
     pool = sum(v for k, v in breakdown.items() if k not in OUTSIDE_POOL)
-    # a host allocator's row marks a CPU process, less repeatable than a GPU's pool
-    fraction = host_tight_fraction() if "allocator" in breakdown else cuda_allocator().tight_fraction
+    fraction = host_tight_fraction() if host else cuda_allocator().tight_fraction
     margin = max(breakdown.get("allocator_slack", 0), fraction * pool)
     return MemoryEstimate(
         total_bytes=sum(breakdown.values()), breakdown=breakdown, capacity_bytes=capacity,

@@ -223,20 +223,26 @@ def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> A
     """What the plan's allocator keeps beyond the live tensors at the process's peak. The
     replay is cached on what it depends on (the tensors' shapes and dtypes), so plans that
     differ only in their weight format share one."""
+    s = _plan_shape(plan)
+    if isinstance(plan, InferencePlan):
+        stride = max(1, -(-plan.new_tokens // DECODE_STEPS_REPLAYED))
+        steps = -(-max(0, plan.new_tokens - 1) // stride)
+        return _generate_slack(arch, plan.allocator, s, steps + 1, stride)
+    full = plan.finetune == "full"
+    return _training_slack(arch, plan.allocator, s, s.weight_bytes, plan.optimizer,
+                           plan.checkpointing, full, 0 if full else plan.lora_rank)  # fmt: skip
+
+
+def _plan_shape(plan: InferencePlan | TrainingPlan) -> Shape:
+    """The prefill's shape, or a training step's (its weights fp32 under autocast)."""
     if isinstance(plan, InferencePlan):
         fmt = weight_format(plan.weights)
         c = weight_format(fmt.compute_dtype).bytes_per_element
         kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
-        stride = max(1, -(-plan.new_tokens // DECODE_STEPS_REPLAYED))
-        s = Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, kv, plan.attention)
-        steps = -(-max(0, plan.new_tokens - 1) // stride)
-        return _generate_slack(arch, plan.allocator, s, steps + 1, stride)
+        return Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, kv, plan.attention)
     c = weight_format(plan.compute_dtype).bytes_per_element
     param = 4.0 if plan.mixed else c
-    s = Shape(plan.batch, plan.seq, plan.seq, c, param, c, plan.attention)
-    full = plan.finetune == "full"
-    return _training_slack(arch, plan.allocator, s, param, plan.optimizer, plan.checkpointing,
-                           full, 0 if full else plan.lora_rank)  # fmt: skip
+    return Shape(plan.batch, plan.seq, plan.seq, c, param, c, plan.attention)
 
 
 def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
@@ -259,17 +265,12 @@ def blas_threads(plan: InferencePlan | TrainingPlan, hw: Hardware) -> int:
 def _blas_buffers(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware) -> int:
     """The packing buffers the plan's matrix products leave on the host's threads
     (`blas_buffers`): the prefill and a decode step, or a training step."""
-    threads = blas_threads(plan, hw)
+    threads, s = blas_threads(plan, hw), _plan_shape(plan)
     if isinstance(plan, InferencePlan):
-        c = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
-        prefill = Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, c,
-                        plan.attention)  # fmt: skip
-        decode = replace(prefill, tokens=1, context=plan.context_tokens)
-        return blas_buffer_bytes(arch, [prefill, decode], threads)
-    c = weight_format(plan.compute_dtype).bytes_per_element
-    s = Shape(plan.batch, plan.seq, plan.seq, c, c, c, plan.attention, logits_tokens=plan.seq)
-    return blas_buffer_bytes(arch, [s], threads, training=True,
-                             trains_weights=plan.finetune == "full")  # fmt: skip
+        decode = replace(s, tokens=1, context=plan.context_tokens)
+        return blas_buffer_bytes(arch, [s, decode], threads)
+    return blas_buffer_bytes(arch, [replace(s, logits_tokens=plan.seq)], threads,
+                             training=True, trains_weights=plan.finetune == "full")  # fmt: skip
 
 
 def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,

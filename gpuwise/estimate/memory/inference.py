@@ -90,4 +90,5 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
     # CUDA allocator, context, ...
     kept += inference_gpu_rows(arch, plan, hw, parts, notes, in_forward=phase != "load")
     total_phases = {k: v + overhead + kept for k, v in phases.items()}
-    return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes))
+    return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes),
+                         host=hw.kind == "cpu")  # fmt: skip

@@ -295,7 +295,7 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     notes += placed.notes
     total_phases = {k: v + sum(rows.values()) for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
-                         total_phases, notes)  # fmt: skip
+                         total_phases, notes, host=hw.kind == "cpu")  # fmt: skip
 
 
 def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,
