@@ -1,6 +1,6 @@
 """The BLAS packing buffers a CPU run leaves (estimate/memory/blas_buffers.py) against what an
 LD_PRELOAD tracer of malloc and free saw torch 2.13's MKL and oneDNN keep (allocators.toml,
-[blas_packing])."""
+[blas_packing]; benchmarks/blas_buffers_trace.py)."""
 
 import pytest
 
