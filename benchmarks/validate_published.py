@@ -1,6 +1,9 @@
 """Time estimates from catalogue specs and default efficiencies vs published GPU measurements
 (../shared/validation/published.json, or the path given). Nothing is fitted to these entries.
 
+Every estimate is what `gpuwise infer MODEL --on DEVICE ... --json` answers (the decode time,
+and the device rates of its record), as users run it.
+
 Run:  .venv/bin/python benchmarks/validate_published.py [path/to/published.json]
 Target (issue 3): median absolute error <= 15%.
 """
@@ -12,11 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from gpuwise.catalog import find_hardware, resolve_model
-from gpuwise.estimate import InferencePlan
-from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.inference_time import estimate_inference_time
-from gpuwise.workload import from_config
+from public_cli import gpuwise_json
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published.json"
 HARDWARE = {"A100-SXM4-80GB": "a100-sxm-80gb", "A100-SXM": "a100-sxm-80gb",
@@ -34,27 +33,36 @@ def _weights(text: str) -> str:
     return text.split()[0]
 
 
+def infer(model: str, device: str, *options: str) -> dict:
+    """`gpuwise infer MODEL --on DEVICE OPTIONS --json`: the answer's time record."""
+    return gpuwise_json("infer", model, "--on", device, *options)["time"]
+
+
+def device_rates(device: str) -> dict:
+    """The datasheet rates with default efficiencies that `infer --on DEVICE` estimates from."""
+    return infer("gpt2", device, "--new-tokens", "1")["device_rates"]
+
+
 def decode_rows(entries: list[dict]) -> list[dict]:
     rows = []
     for e in entries:
-        arch = from_config(resolve_model(e["model"].lower()).config)
-        rates = rates_from_spec(find_hardware(_hardware(e["hardware"])))
-        plan = InferencePlan(batch=e["batch"], prompt_tokens=e.get("prompt_tokens", 5),
-                             new_tokens=200, weights=_weights(e["weights"]))  # fmt: skip
-        t = estimate_inference_time(arch, plan, rates, runtime="compiled",
-                                    tp=e.get("tensor_parallel", 1))  # fmt: skip
-        est = t.tokens_per_s
-        rows.append({"what": f"decode {e['model']} {e['weights']} tp{e.get('tensor_parallel', 1)}",
+        tp = e.get("tensor_parallel", 1)
+        t = infer(e["model"].lower(), _hardware(e["hardware"]), "--batch", str(e["batch"]),
+                  "--prompt", str(e.get("prompt_tokens", 5)), "--new-tokens", "200",
+                  "--weights", _weights(e["weights"]), "--runtime", "compiled", "--tp", str(tp))  # fmt: skip
+        est = t["tokens_per_s"]
+        rows.append({"what": f"decode {e['model']} {e['weights']} tp{tp}",
                      "estimated": est, "published": e["tokens_per_s"], "unit": "tok/s",
-                     "error": est / e["tokens_per_s"] - 1, "bound": t.decode.bound})  # fmt: skip
+                     "error": est / e["tokens_per_s"] - 1, "bound": t["bound"]["decode"]})  # fmt: skip
     return rows
 
 
 def gemm_rows(entries: list[dict]) -> list[dict]:
     rows = []
     for e in entries:
-        rates = rates_from_spec(find_hardware(_hardware(e["hardware"])))
-        est = rates.matmul_rate(8192, 8192, 2 * 8192**3, "bf16") / 1e12
+        rates = device_rates(_hardware(e["hardware"]))
+        assert rates["matmul_size"] == 8192  # the published GEMMs' size
+        est = rates["matmul_flops_per_s"]["bf16"] / 1e12
         rows.append({"what": f"bf16 matmul {e['hardware']}", "estimated": est,
                      "published": e["achieved_TFLOPS"], "unit": "TFLOP/s",
                      "error": est / e["achieved_TFLOPS"] - 1})  # fmt: skip
@@ -65,13 +73,11 @@ def bandwidth_rows(entries: list[dict]) -> list[dict]:
     rows = []
     for e in entries:
         if "A100" in e["hardware"]:
-            rates = rates_from_spec(find_hardware("a100-sxm-80gb"))
+            est = device_rates("a100-sxm-80gb")["memory_bytes_per_s"] / 1e9
             rows.append({"what": "HBM bandwidth A100-SXM4-80GB", "unit": "GB/s",
-                         "estimated": rates.memory_bytes_per_s / 1e9, "published": 1700.0,
-                         "error": rates.memory_bytes_per_s / 1e9 / 1700.0 - 1})  # fmt: skip
+                         "estimated": est, "published": 1700.0, "error": est / 1700.0 - 1})  # fmt: skip
         elif "NVLink" in e["hardware"]:
-            rates = rates_from_spec(find_hardware("h100-sxm"))
-            est = rates.interconnect_bytes_per_s * 2 / 1e9
+            est = device_rates("h100-sxm")["interconnect_bytes_per_s"] * 2 / 1e9
             rows.append({"what": "NVLink4 peer-to-peer (bidirectional)", "unit": "GB/s",
                          "estimated": est, "published": e["measured_GB_per_s_bidirectional"],
                          "error": est / e["measured_GB_per_s_bidirectional"] - 1})  # fmt: skip

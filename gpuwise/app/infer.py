@@ -16,7 +16,7 @@ from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_infere
 from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_weights
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
-from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.plans import InferencePlan, check_tp_degree
 
 LARGEST_BATCH_TRIED = 4096
 
@@ -49,6 +49,8 @@ class InferAnswer:
     rates_source: str  # where the rates came from, or why there are none
     throughput: list[ThroughputPoint]
     fp32: Fp32Alternative[InferenceTime] | None
+    rates: DeviceRates | None = None  # the device's rates the time was estimated from
+    tp: int = 1  # tensor-parallel devices the time is of
 
 
 def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
@@ -76,21 +78,31 @@ RUNTIME_MEMORY_NOTES = {
 
 
 def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
-          weights_source: str = "") -> InferAnswer:  # fmt: skip
-    """Memory, what fits, and (where the device has rates) prefill and decode time. Options
-    the runtime ignores are among the memory estimate's notes."""
+          weights_source: str = "", tp: int = 1) -> InferAnswer:  # fmt: skip
+    """Memory, what fits, and (where the device has rates) prefill and decode time, the time
+    over `tp` tensor-parallel devices. Options the runtime ignores are among the memory
+    estimate's notes."""
+    check_tp_degree(arch, tp)
     found = InferenceFits(fits.max_inference_batch(arch, plan, hw), fits.max_context(arch, plan, hw),
                           fits.precision_that_fits(arch, plan, hw),
                           fits.devices_for_inference(arch, plan, hw))  # fmt: skip
     rates, how = rates_for(hw)
     host = offload_host(plan, hw)
-    timing = estimate_inference_time(arch, plan, rates, host=host) if rates else None
-    curve = throughput_curve(arch, plan, hw, rates) if rates else []
-    fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
+    timing = estimate_inference_time(arch, plan, rates, tp=tp, host=host) if rates else None
+    curve = throughput_curve(arch, plan, hw, rates, tp) if rates else []
+    fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing and tp == 1 else None
     memory = estimate_inference(arch, plan, hw)
-    memory = replace(memory, notes=(*memory.notes, *ignored_options(plan)))
+    memory = replace(memory, notes=(*memory.notes, *ignored_options(plan), *tp_notes(tp)))
     return InferAnswer(model, arch, hw, plan, weights_source or f"estimated ({plan.weights})",
-                       memory, found, timing, how, curve, fp32)  # fmt: skip
+                       memory, found, timing, how, curve, fp32, rates, tp)  # fmt: skip
+
+
+def tp_notes(tp: int) -> tuple[str, ...]:
+    """What --tp changes: the time only (the memory stays the whole model's on one device)."""
+    if tp == 1:
+        return ()
+    return (f"--tp {tp}: the time is of {tp} devices splitting each layer (their all-reduces "
+            "included); the memory is the whole model's on one device (see 'devices needed')",)
 
 
 # The host of layers llama.cpp keeps off the GPU (-ngl) when the device is from the catalogue:
@@ -113,7 +125,7 @@ def offload_host(plan: InferencePlan, hw: Hardware) -> DeviceRates | None:
 
 
 def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
-                     rates: DeviceRates) -> list[ThroughputPoint]:  # fmt: skip
+                     rates: DeviceRates, tp: int = 1) -> list[ThroughputPoint]:  # fmt: skip
     """Decode tokens/s as the batch doubles, until memory runs out."""
     curve = []
     batch = 1
@@ -121,7 +133,7 @@ def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
         p = replace(plan, batch=batch)
         if not estimate_inference(arch, p, hw).fits:
             break
-        t = estimate_inference_time(arch, p, rates, host=offload_host(p, hw))
+        t = estimate_inference_time(arch, p, rates, tp=tp, host=offload_host(p, hw))
         curve.append(ThroughputPoint(batch, t.tokens_per_s, t.decode_s_per_token))
         batch *= 2
     return curve

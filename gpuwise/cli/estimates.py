@@ -128,6 +128,8 @@ def infer(
     gpu_layers: Annotated[int | None, typer.Option(
         "--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "
         "(default: all on the GPU)", show_default=False)] = None,
+    tp: Annotated[int, typer.Option(help="tensor-parallel degree: devices each layer is split "
+                                    "over (the time; the memory stays one device's)")] = 1,
     ops: Ops = False, allocator: Allocator = "glibc",
     expandable_segments: ExpandableSegments = False, as_json: Json = False, html: Html = None,
 ) -> None:  # fmt: skip
@@ -148,7 +150,7 @@ def infer(
                          threads=threads, quant_kernel=quant_kernel,
                          gpu_layers=gpu_layers, allocator=allocator,
                          expandable_segments=expandable_segments)  # fmt: skip
-    answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"])
+    answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"], tp)
     emit(infer_view(answer, ops), as_json)
     write_html(html, lambda pages: pages.infer_page(answer, roofs(answer.hardware)))
 

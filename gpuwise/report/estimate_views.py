@@ -20,6 +20,7 @@ from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
 from gpuwise.report.precision_lines import inference_fp32, training_fp32
 from gpuwise.report.records import (
+    device_rates_record,
     hardware_record,
     inference_time_record,
     memory_record,
@@ -80,6 +81,9 @@ def _infer_time_record(a: InferAnswer) -> dict[str, Any]:
     rec = inference_time_record(a.time, a.rates_source, [asdict(p) for p in a.throughput])
     rec["fp32_prefill_s"] = a.fp32.time.prefill_s if a.fp32 else None
     rec["fp32_decode_s_per_token"] = a.fp32.time.decode_s_per_token if a.fp32 else None
+    rec["tp"] = a.tp
+    if a.rates is not None:
+        rec["device_rates"] = device_rates_record(a.rates)
     return rec
 
 

@@ -80,6 +80,21 @@ def training_time_record(t: Any, how: str, train_tokens: float = 0, fault_s: flo
     }  # fmt: skip
 
 
+# The square matmul the device records give the rate of: the size GEMM benchmarks publish.
+LARGE_MATMUL = 8192
+
+
+def device_rates_record(rates: Any) -> dict[str, Any]:
+    """The device's rates an estimate rests on, before a runtime's kernels: memory (its
+    achieved rate), interconnect one way, and a large square matmul by dtype."""
+    n = LARGE_MATMUL
+    return {"source": rates.source, "memory_bytes_per_s": rates.memory_bytes_per_s,
+            "interconnect_bytes_per_s": rates.interconnect_bytes_per_s,
+            "matmul_size": n,
+            "matmul_flops_per_s": {dtype: rates.matmul_rate(n, n, 2.0 * n**3, dtype)
+                                   for dtype, peak in rates.peak_flops.items() if peak}}  # fmt: skip
+
+
 def ops_record(phase: Any) -> list[dict[str, Any]]:
     return [
         {"op": t.op.name, "kind": t.op.kind, "count": t.op.count, "flops": t.op.flops * t.op.count,

@@ -201,11 +201,17 @@ def check_tensor_parallel(arch: Architecture, plan: TrainingPlan) -> None:
     """Tensor parallelism splits the attention heads across `plan.tp` devices: each must get
     whole heads, and whole key/value heads or, where --tp exceeds them, equal copies of them
     (vLLM replicates them so). No option splits layers (pipeline parallelism) yet."""
-    if _splits_heads(arch, plan.tp):
+    check_tp_degree(arch, plan.tp)
+
+
+def check_tp_degree(arch: Architecture, degree: int) -> None:
+    """`check_tensor_parallel` for a tensor-parallel degree on its own (`infer --tp`)."""
+    _check_size("tp", degree, high=1 << 10)
+    if _splits_heads(arch, degree):
         return
     works = [tp for tp in range(1, min(arch.num_heads, 1 << 10) + 1) if _splits_heads(arch, tp)]
     raise GpuwiseError(
-        f"--tp {plan.tp} does not split {shown(arch.name)}'s {arch.num_heads} attention heads "
+        f"--tp {degree} does not split {shown(arch.name)}'s {arch.num_heads} attention heads "
         f"({arch.num_kv_heads} key/value heads) evenly",
         f"tensor parallel sizes that work: {', '.join(map(str, works))} "
         "(with --gpus a multiple of it)")  # fmt: skip

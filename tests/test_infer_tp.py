@@ -1,0 +1,39 @@
+"""`gpuwise infer --tp`: the time over tensor-parallel devices (train and serve take the same
+option), and the device rates the time record rests on (what benchmarks/validate_published.py
+and validate_runtimes.py compare through the CLI)."""
+
+import json
+
+from cli_run import run_cli
+
+
+def _infer(capsys, *options: str) -> dict:
+    code, out, err = run_cli(["infer", "llama-3.1-70b", "--on", "h100-sxm", "--weights", "fp8",
+                              "--prompt", "512", "--new-tokens", "64", "--runtime", "vllm", *options,
+                              "--json"],
+                             capsys)  # fmt: skip
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_tp_splits_the_decode_and_says_the_memory_is_one_devices(capsys):
+    one, four = _infer(capsys), _infer(capsys, "--tp", "4")
+    assert (one["time"]["tp"], four["time"]["tp"]) == (1, 4)
+    assert four["time"]["decode_s_per_token"] < one["time"]["decode_s_per_token"] / 2
+    assert four["memory"]["total_bytes"] == one["memory"]["total_bytes"]
+    assert any(n.startswith("--tp 4:") for n in four["memory"]["notes"])
+    assert not any(n.startswith("--tp") for n in one["memory"]["notes"])
+
+
+def test_tp_that_does_not_split_the_heads_is_one_clear_line(capsys):
+    code, _, err = run_cli(["infer", "llama-3.1-70b", "--on", "h100-sxm", "--tp", "3"], capsys)
+    assert code == 2
+    assert "--tp 3 does not split" in err and "1, 2, 4, 8" in err
+
+
+def test_time_record_carries_the_device_rates(capsys):
+    rates = _infer(capsys)["time"]["device_rates"]
+    assert rates["source"] == "spec" and rates["matmul_size"] == 8192
+    assert 1e12 < rates["memory_bytes_per_s"] < 1e13
+    assert rates["interconnect_bytes_per_s"] > 1e11
+    assert 1e14 < rates["matmul_flops_per_s"]["bf16"] < rates["matmul_flops_per_s"]["fp8"]
