@@ -2,8 +2,8 @@
 transformers, against published runs").
 
 Each entry of benchmarks/data/runtime_measurements.json whose device and model map to catalogue
-entries (tables below) is estimated from the datasheet (`rates_from_spec`) with the default
-efficiencies: once with its own runtime's time model (RUNTIME_OF: llama.cpp, vLLM, SGLang,
+entries (tables below) is estimated as `gpuwise infer MODEL --on DEVICE --runtime RT --json`
+gives it (the datasheet with the default efficiencies): once with its own runtime's time model (RUNTIME_OF: llama.cpp, vLLM, SGLang,
 torch.compile; AutoAWQ and ExLlama as `compiled` with their kernels) and once with
 `transformers` (eager), the model every runtime had before. Some runtime constants were set
 from some of these entries: catalog/data/runtime_speed.toml names them ("calibrated on
@@ -90,11 +90,7 @@ import json
 import statistics
 from pathlib import Path
 
-from gpuwise.catalog import find_hardware, resolve_model
-from gpuwise.estimate import InferencePlan
-from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.inference_time import estimate_inference_time
-from gpuwise.workload import from_config
+from public_cli import gpuwise_json
 
 DATA = Path(__file__).resolve().parent / "data" / "runtime_measurements.json"
 MODEL_RUNTIMES = ("runtime", "transformers")
@@ -216,31 +212,37 @@ def lengths(e: dict) -> tuple[int, int, int]:
     return batch, prompt or 512, new or 128
 
 
-def estimate(e: dict, runtime: str) -> float:
+def infer_time(e: dict, runtime: str) -> dict:
+    """The time record of `gpuwise infer` for the entry's plan under `runtime` ("runtime": the
+    entry's own time model and kernel; "transformers": eager)."""
     batch, prompt, new = lengths(e)
-    arch = from_config(resolve_model(MODELS[e["model"]]).config)
-    rates = rates_from_spec(find_hardware(DEVICES[e["device"]].rstrip("*")))
+    kernel = ""
     if runtime == "runtime":
         runtime, kernel = RUNTIME_OF[e["runtime"]]
-    else:
-        kernel = ""
     wts = weights(e["weights"]) or ""
     if runtime != "llama.cpp":
         wts = GENERIC.get(wts, wts)
-    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new,
-                         weights=wts, quant_kernel=kernel)  # fmt: skip
-    t = estimate_inference_time(arch, plan, rates, runtime=runtime, tp=e["tensor_parallel"] or 1)
+    return gpuwise_json("infer", MODELS[e["model"]], "--on", DEVICES[e["device"]].rstrip("*"),
+                        "--batch", str(batch), "--prompt", str(prompt), "--new-tokens", str(new),
+                        "--weights", wts, "--runtime", runtime, "--quant-kernel", kernel,
+                        "--tp", str(e["tensor_parallel"] or 1))["time"]  # fmt: skip
+
+
+def estimate(e: dict, runtime: str) -> float:
+    """The entry's quantity from the estimate."""
+    batch, prompt, new = lengths(e)
+    t = infer_time(e, runtime)
     q = e["quantity"]
     if q == "decode_tokens_per_s":
-        return batch / t.decode_s_per_token
+        return batch / t["decode_s_per_token"]
     if q == "prefill_tokens_per_s":
-        return batch * prompt / t.prefill_s
+        return batch * prompt / t["prefill_s"]
     if q == "tpot_ms":
-        return 1000 * t.decode_s_per_token
+        return 1000 * t["decode_s_per_token"]
     if q == "e2e_latency_s":
-        return t.total_s
+        return t["generate_s"]
     counted = new if THROUGHPUT[e["id"]] == "output" else prompt + new
-    return batch * counted / t.total_s
+    return batch * counted / t["generate_s"]
 
 
 def quantity_label(e: dict) -> str:
