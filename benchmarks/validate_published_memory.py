@@ -12,6 +12,12 @@ estimate is compared on that statistic:
   vllm_activation_peak  vLLM's profiled activation peak
   vllm_kv_cache         the KV pool vLLM's profiling leaves
 
+The train and infer entries are estimated as users run it: `gpuwise train|infer MODEL --on
+DEVICE` with the plan's options, `--json` (a model the data file describes goes in as a
+config.json in a temporary folder). The vLLM entries still call the vLLM memory model
+directly: `infer --runtime vllm` has no per-GPU memory under --tp and no choice of vLLM V0's
+CUDA graphs outside the budget (issue 37, item 4: what is left).
+
 Nothing is fitted to these entries. error = estimated / published - 1.
 
 Run:  .venv/bin/python benchmarks/validate_published_memory.py
@@ -24,23 +30,28 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from public_cli import gpuwise_json
+
 from gpuwise.catalog import find_hardware, resolve_model
-from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.serving_runtimes import vllm_pool
-from gpuwise.estimate.memory.training import estimate_training
 from gpuwise.workload import Architecture, from_config
-from gpuwise.workload.plans import InferencePlan, TrainingPlan
+from gpuwise.workload.plans import InferencePlan
 
 ROOT = Path(__file__).resolve().parent
 DATA = ROOT / "data" / "memory_measurements.json"
 OUT = ROOT / "results" / "memory_published.json"
 GIB, GB = 1024**3, 1e9
-TRAIN_KEYS = set(TrainingPlan.__dataclass_fields__)
-INFER_KEYS = set(InferencePlan.__dataclass_fields__)
+# The plan's keys that are not a command's options: what the entry is, its device, notes.
+NOT_OPTIONS = {"kind", "model", "on", "weights_dtype_note", "total_gpu_memory_gib"}
+# Plan keys whose option is named otherwise.
+OPTION_NAME = {"context_alloc": "ctx"}
+# Boolean plan keys whose option has a --no- form (their default is on).
+ON_BY_DEFAULT = {"kbit_prepare", "reshard_after_forward", "double_quant"}
 
 
 def architecture(name: str, models: dict[str, Any]) -> Architecture:
@@ -48,41 +59,66 @@ def architecture(name: str, models: dict[str, Any]) -> Architecture:
     spec = models.get(name)
     if spec is None:
         return from_config(resolve_model(name).config)
+    return from_config(model_config(spec))
+
+
+def model_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """The config.json of a model the data file describes: its own, or a catalogue model's
+    with the keys it overrides."""
     if "config" in spec:
-        return from_config(dict(spec["config"]))
+        return dict(spec["config"])
     config = dict(resolve_model(spec["catalog"]).config)
     config.update(spec.get("override", {}))
-    return from_config(config)
+    return config
 
 
-def _plan_fields(plan: dict[str, Any], keys: set[str]) -> dict[str, Any]:
-    fields = {k: v for k, v in plan.items() if k in keys}
-    for key in ("offload", "lora_targets"):
-        if key in fields:
-            fields[key] = tuple(fields[key])
-    if "prompt" in plan:
-        fields["prompt_tokens"] = plan["prompt"]
-    return fields
+def model_argument(name: str, models: dict[str, Any], folder: Path) -> str:
+    """MODEL as the command takes it: a catalogue name, or a config.json written to `folder`."""
+    if name not in models:
+        return name
+    path = folder / name / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(model_config(models[name])))
+    return str(path)
 
 
-def estimated_bytes(entry: dict[str, Any], models: dict[str, Any]) -> float:
-    """The estimate of the entry's statistic, in bytes."""
+def options(plan: dict[str, Any]) -> list[str]:
+    """The command-line options of the plan's fields."""
+    out = []
+    for key, value in plan.items():
+        if key in NOT_OPTIONS:
+            continue
+        flag = "--" + OPTION_NAME.get(key, key).replace("_", "-")
+        if isinstance(value, bool):
+            out += [flag] if value else ([f"--no-{flag[2:]}"] if key in ON_BY_DEFAULT else [])
+        elif isinstance(value, list):
+            out += [flag, ",".join(value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def vllm_bytes(entry: dict[str, Any], models: dict[str, Any]) -> float:
+    """A vLLM entry's statistic, from the vLLM memory model (see the docstring)."""
     plan, stat = entry["plan"], entry["statistic"]
     arch = architecture(plan["model"], models)
-    hw = find_hardware(plan["on"])
+    hw = replace(find_hardware(plan["on"]), memory_bytes=int(plan["total_gpu_memory_gib"] * GIB))
+    ip = InferencePlan(runtime="vllm", gpu_memory_utilization=plan["gpu_memory_utilization"])
+    # The log is vLLM V0 (2024-12): CUDA graphs were captured after the KV pool was sized.
+    _, weights, acts, pool = vllm_pool(arch, ip, hw, plan.get("tp", 1),
+                                       cudagraphs_in_budget=False)  # fmt: skip
+    return {"vllm_weights": weights, "vllm_activation_peak": acts, "vllm_kv_cache": pool}[stat]
+
+
+def estimated_bytes(entry: dict[str, Any], models: dict[str, Any], folder: Path) -> float:
+    """The estimate of the entry's statistic, in bytes: `gpuwise train|infer ... --json`."""
+    plan, stat = entry["plan"], entry["statistic"]
     if plan["kind"] == "vllm":
-        hw = replace(hw, memory_bytes=int(plan["total_gpu_memory_gib"] * GIB))
-        ip = InferencePlan(runtime="vllm", gpu_memory_utilization=plan["gpu_memory_utilization"])
-        # The log is vLLM V0 (2024-12): CUDA graphs were captured after the KV pool was sized.
-        _, weights, acts, pool = vllm_pool(arch, ip, hw, plan.get("tp", 1),
-                                           cudagraphs_in_budget=False)  # fmt: skip
-        return {"vllm_weights": weights, "vllm_activation_peak": acts, "vllm_kv_cache": pool}[stat]
-    if plan["kind"] == "train":
-        est = estimate_training(arch, TrainingPlan(**_plan_fields(plan, TRAIN_KEYS)), hw)
-    else:
-        est = estimate_inference(arch, InferencePlan(**_plan_fields(plan, INFER_KEYS)), hw)
-    return float({"allocated": est.allocated_bytes, "reserved": est.model_bytes,
-                  "nvidia-smi": est.total_bytes}[stat])  # fmt: skip
+        return vllm_bytes(entry, models)
+    memory = gpuwise_json(plan["kind"], model_argument(plan["model"], models, folder), "--on",
+                          plan["on"], *options(plan))["memory"]  # fmt: skip
+    key = {"allocated": "allocated_bytes", "reserved": "model_bytes", "nvidia-smi": "total_bytes"}
+    return float(memory[key[stat]])
 
 
 def describe(p: dict[str, Any]) -> str:
@@ -108,9 +144,10 @@ def describe(p: dict[str, Any]) -> str:
 
 def rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
-    for e in data["entries"]:
+    with tempfile.TemporaryDirectory(prefix="gpuwise-published-memory-") as tmp:
+        estimates = [estimated_bytes(e, data.get("models", {}), Path(tmp)) for e in data["entries"]]
+    for e, est in zip(data["entries"], estimates, strict=True):
         published = e["value"] * (GIB if e["unit"] == "GiB" else GB)
-        est = estimated_bytes(e, data.get("models", {}))
         what = describe(e["plan"])
         out.append({"id": e["id"], "stack": e["stack"], "what": what, "statistic": e["statistic"],
                     "published_gib": published / GIB, "estimated_gib": est / GIB,

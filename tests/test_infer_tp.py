@@ -1,6 +1,7 @@
 """`gpuwise infer --tp`: the time over tensor-parallel devices (train and serve take the same
-option), and the device rates the time record rests on (what benchmarks/validate_published.py
-and validate_runtimes.py compare through the CLI)."""
+option), the device rates the time record rests on (what benchmarks/validate_published.py and
+validate_runtimes.py compare through the CLI), and `--fuse-layers` (AutoAWQ's fused loader, a
+setting of the published runs benchmarks/validate_published_memory.py estimates)."""
 
 import json
 
@@ -37,3 +38,16 @@ def test_time_record_carries_the_device_rates(capsys):
     assert 1e12 < rates["memory_bytes_per_s"] < 1e13
     assert rates["interconnect_bytes_per_s"] > 1e11
     assert 1e14 < rates["matmul_flops_per_s"]["bf16"] < rates["matmul_flops_per_s"]["fp8"]
+
+
+def test_fuse_layers_is_autoawqs_fused_loader(capsys):
+    args = ["infer", "mistral-7b", "--on", "rtx-4090", "--weights", "int4", "--quant-kernel",
+            "awq-gemm", "--prompt", "64", "--new-tokens", "64", "--ctx", "2048", "--json"]  # fmt: skip
+    code, plain, err = run_cli(args, capsys)
+    assert code == 0, err
+    code, fused, err = run_cli([*args, "--fuse-layers"], capsys)
+    assert code == 0, err
+    plain, fused = json.loads(plain), json.loads(fused)
+    assert (plain["plan"]["fuse_layers"], fused["plan"]["fuse_layers"]) == (False, True)
+    # the fused cache is allocated whole for --ctx positions, not for prompt + new tokens
+    assert fused["memory"]["breakdown"]["kv_cache"] > plain["memory"]["breakdown"]["kv_cache"]

@@ -130,6 +130,9 @@ def infer(
         "(default: all on the GPU)", show_default=False)] = None,
     tp: Annotated[int, typer.Option(help="tensor-parallel degree: devices each layer is split "
                                     "over (the time; the memory stays one device's)")] = 1,
+    fuse_layers: Annotated[bool, typer.Option(
+        "--fuse-layers", help="AutoAWQ's from_quantized(fuse_layers=True): q, k and v fused at "
+        "load, the KV cache allocated whole for --ctx positions (default: the model's)")] = False,
     ops: Ops = False, allocator: Allocator = "glibc",
     expandable_segments: ExpandableSegments = False, as_json: Json = False, html: Html = None,
 ) -> None:  # fmt: skip
@@ -148,7 +151,7 @@ def infer(
                          kv_dtype=kv_dtype, attention=attention, logits=logits, runtime=runtime,
                          context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
                          threads=threads, quant_kernel=quant_kernel,
-                         gpu_layers=gpu_layers, allocator=allocator,
+                         gpu_layers=gpu_layers, allocator=allocator, fuse_layers=fuse_layers,
                          expandable_segments=expandable_segments)  # fmt: skip
     answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"], tp)
     emit(infer_view(answer, ops), as_json)
