@@ -2,11 +2,14 @@
 reading rules: benchmarks/data/serving_README.md).
 
 Each serving entry of benchmarks/data/serving_measurements.json whose runtime has a time model
-and whose device and model map to catalogue entries (tables below) is simulated as its source
-describes the run: the runtime's scheduler (vLLM: V1 mixed steps with chunked prefill; SGLang:
-prefill-first), the datasheet rates (`rates_from_spec`, default efficiencies), the stated tensor
-parallelism, memory fraction, max_model_len and load: Poisson arrivals at the stated rate,
-every request at t=0 (`"request_rate": "inf"`), or C clients in a closed loop. Each request
+and whose device and model map to catalogue entries (tables below) is run through the public
+path, `gpuwise serve ... --trace FILE [--concurrency C] --json` in this process
+(benchmarks/public_cli.py), as its source describes the run: the runtime's scheduler (vLLM: V1
+mixed steps with chunked prefill; SGLang: prefill-first; `--no-overlap-schedule` for SGLang
+0.3), the catalogue device's datasheet rates with default efficiencies, the stated tensor
+parallelism (`--tp`, `--gpus`), `--gpu-memory-utilization`, `--ctx` (max_model_len),
+`--max-batched-tokens`, `--kv-dtype` and load, written to the trace: Poisson arrivals at the
+stated rate, every request at t=0 (`"request_rate": "inf"`), or C clients in a closed loop. Each request
 count is the source's own (the whole run takes well under two minutes). Every quantity the source
 gives among TTFT, TPOT, ITL and E2E (mean, p50, p99: like with like), output tokens/s, total
 tokens/s and requests/s is compared: error = simulated / published - 1 (+: the simulation is
@@ -15,8 +18,7 @@ check.
 
 Run:  .venv/bin/python benchmarks/validate_serving.py [--json OUT] [--spread exp|normal]
 
-Simulated figures. Means are computed from the trace (`Trace.seqs`), percentiles are
-`summary`'s nearest-rank ones. TPOT per request = (done - first token) / (output - 1) as the
+Simulated figures: `serve --json`'s means and nearest-rank percentiles. TPOT per request = (done - first token) / (output - 1) as the
 benchmarks define it; ITL is the step lengths, each counted once for every token it delivered
 (the benchmarks pool the gaps between streamed chunks); throughput is over first arrival to
 last completion, as benchmark_serving and bench_serving count it.
@@ -158,18 +160,11 @@ import math
 import random
 import re
 import statistics
-from dataclasses import dataclass, replace
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwise.catalog import find_hardware, resolve_model
-from gpuwise.catalog.costs import load_costs
-from gpuwise.estimate.serve.metrics import Power, Slo, busy_joules, percentiles, summary
-from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine
-from gpuwise.estimate.serve.simulate import Trace, simulate
-from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.workload import from_config
-from gpuwise.workload.plans import InferencePlan
-from gpuwise.workload.requests import Lengths, Request, poisson_requests
+from public_cli import gpuwise_json
 
 DATA = Path(__file__).resolve().parent / "data" / "serving_measurements.json"
 SEED = 0
@@ -260,13 +255,13 @@ def device_text(e: dict) -> str:
     return e.get("device_inferred", {}).get("device", e["device"])
 
 
-def as_released(engine, e: dict):
-    """The engine with the scheduler the entry's version ran: SGLang before v0.4 picked a
-    batch after the previous one's result, not during it (the overlap scheduler became the
-    default in sgl-project/sglang pull request #2067, 2024-11-18, for v0.4)."""
+def as_released(e: dict) -> list[str]:
+    """The scheduler the entry's version ran: SGLang before v0.4 picked a batch after the
+    previous one's result, not during it (the overlap scheduler became the default in
+    sgl-project/sglang pull request #2067, 2024-11-18, for v0.4)."""
     if e["runtime"] == "sglang" and e["runtime_version"].startswith("0.3"):
-        return replace(engine, limits=replace(engine.limits, overlap=False))
-    return engine
+        return ["--no-overlap-schedule"]
+    return []
 
 
 def model_of(text: str) -> str | None:
@@ -348,9 +343,10 @@ ML_ENERGY_SWEEP = {f"sv-{i:03d}" for i in range(28, 42)}
 def _sharegpt(rng: random.Random, w: Work, n: int, spread: str) -> list[tuple[int, int]]:
     """Right-skewed (exponential) lengths within the benchmark's filter, rescaled to the
     means; or gpuwise's `normal` spread."""
-    if spread == "normal":
-        lengths = Lengths(round(w.prompt), round(w.output), "normal", "normal")
-        return [lengths.draw(rng) for _ in range(n)]
+    if spread == "normal":  # `gpuwise serve --prompt-dist normal`: sd a quarter of the mean
+        p, o = round(w.prompt), round(w.output)
+        return [(max(1, round(rng.gauss(p, p / 4))), max(1, round(rng.gauss(o, o / 4))))
+                for _ in range(n)]  # fmt: skip
     out: list[tuple[float, float]] = []
     while len(out) < n:
         p, o = rng.expovariate(1 / w.prompt), rng.expovariate(1 / w.output)
@@ -378,12 +374,17 @@ def draw_lengths(w: Work, spread: str, seed: int = SEED) -> list[tuple[int, int]
     return [(int(w.prompt), int(w.output))] * w.n
 
 
-def requests_of(w: Work, spread: str) -> tuple[list[Request], int]:
+def requests_of(w: Work, spread: str) -> tuple[list[tuple[float, int, int]], int]:
+    """(arrival s, prompt, output) of each request, and the closed loop's clients (0: none):
+    Poisson arrivals at the rate (seed 0, as `gpuwise serve --rate`), else all at t=0."""
     lengths = draw_lengths(w, spread)
     if w.rate:
-        times = poisson_requests(w.rate, w.n, Lengths(1, 1), SEED)
-        return [Request(t.arrival_s, p, o) for t, (p, o) in zip(times, lengths, strict=True)], 0
-    return [Request(0.0, p, o) for p, o in lengths], w.clients or 0
+        rng, t, times = random.Random(SEED), 0.0, []
+        for _ in lengths:
+            t += rng.expovariate(w.rate)
+            times.append(t)
+        return [(t, p, o) for t, (p, o) in zip(times, lengths, strict=True)], 0
+    return [(0.0, p, o) for p, o in lengths], w.clients or 0
 
 
 def server_of(e: dict) -> dict:
@@ -414,43 +415,44 @@ def weights_of(text: str) -> str:
     return "fp8" if t.startswith("fp8") else "bf16"
 
 
-_ARCH: dict[str, object] = {}
+def serve_args(model: str, device: str, runtime: str, weights: str, tp: int, server: dict,
+               max_seqs: int | None = None) -> list[str]:  # fmt: skip
+    """`gpuwise serve`'s options for the entry's server: the model, the devices, the weights
+    and what its command line or startup log states."""
+    args = ["serve", model, "--on", device.rstrip("*"), "--runtime", runtime, "--tp", str(tp),
+            "--gpus", str(tp), "--weights", weights]  # fmt: skip
+    options = {"gpu_memory_utilization": "--gpu-memory-utilization", "context_alloc": "--ctx",
+               "max_batched_tokens": "--max-batched-tokens", "kv_dtype": "--kv-dtype"}  # fmt: skip
+    for key, flag in options.items():
+        if key in server:
+            args += [flag, str(server[key])]
+    return args + (["--max-seqs", str(max_seqs)] if max_seqs else [])
 
 
-def engine_for(model: str, device: str, runtime: str, weights: str, tp: int, w: Work,
-               server: dict, max_seqs: int | None = None,
-               max_batched_tokens: int | None = None):  # fmt: skip
-    arch = _ARCH.setdefault(model, from_config(resolve_model(model).config))
-    hw = find_hardware(device.rstrip("*"))
-    plan = InferencePlan(prompt_tokens=max(1, round(w.prompt)), new_tokens=max(1, round(w.output)),
-                         weights=weights, runtime=runtime, **server)  # fmt: skip
-    opts = ReplicaOptions(tp=tp, max_seqs=max_seqs, max_batched_tokens=max_batched_tokens)
-    return build_engine(arch, plan, hw, rates_from_spec(hw), opts), hw
+def serve_cli(args: list[str], reqs: list[tuple[float, int, int]], clients: int,
+              tmp: Path) -> dict:  # fmt: skip
+    """`gpuwise serve ARGS --trace FILE [--concurrency C] --json`, the requests in FILE."""
+    trace = tmp / "requests.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": p, "output_tokens": o})
+                             + "\n" for t, p, o in reqs))  # fmt: skip
+    load = ["--trace", str(trace)] + (["--concurrency", str(clients)] if clients else [])
+    return gpuwise_json(*args, *load)
 
 
-def measured(trace: Trace) -> dict[str, dict[str, float | None] | float]:
-    """The trace's figures in the benchmarks' units (ms; tokens and requests a second)."""
-    seqs = trace.seqs
-    per = {
-        "ttft_ms": [s.first_token_s - s.req.arrival_s for s in seqs],
-        "tpot_ms": [(s.done_s - s.first_token_s) / (s.req.output - 1) for s in seqs
-                    if s.req.output > 1],
-        "e2e_ms": [s.done_s - s.req.arrival_s for s in seqs],
-    }  # fmt: skip
-    out: dict = {}
-    for key, xs in per.items():
-        out[key] = {"mean": 1e3 * statistics.fmean(xs),
-                    **{k: 1e3 * v for k, v in percentiles(xs).items()}}  # fmt: skip
-    rec = summary(trace, Slo())
-    itl_mean = trace.itl.mean() or 0.0
-    out["itl_ms"] = {"mean": 1e3 * itl_mean, **{k: 1e3 * v for k, v in rec["itl_s"].items()}}
+def _ms(d: dict) -> dict[str, float | None]:
+    return {k: None if v is None else 1e3 * v for k, v in d.items()}
+
+
+def measured(rec: dict, reqs: list[tuple[float, int, int]]) -> dict:
+    """`serve`'s figures in the benchmarks' units (ms; tokens and requests a second)."""
+    out: dict = {key[:-2] + "_ms": _ms(rec[key]) for key in ("ttft_s", "tpot_s", "e2e_s", "itl_s")}
     window = rec["duration_s"]
     out["output_tokens_per_s"] = rec["output_tokens_per_s"]
     out["requests_per_s"] = rec["requests_per_s"]
-    out["total_tokens_per_s"] = sum(s.req.prompt + s.req.output for s in seqs) / window
+    out["total_tokens_per_s"] = sum(p + o for _, p, o in reqs) / window
     out["diag"] = {"preemptions": rec["preemptions"], "kv_peak": round(rec["kv_peak_fraction"], 3),
                    "saturated": rec["saturated"], "duration_s": round(window, 2),
-                   "steps": rec["steps"]}  # fmt: skip
+                   "steps": rec["steps"], "kv_tokens": rec["kv_cache_tokens"]}  # fmt: skip
     return out
 
 
@@ -510,30 +512,6 @@ def targets(rows: list[dict]) -> list[dict]:
 # --- energy --------------------------------------------------------------------------------
 
 
-def _made(seq, t: float) -> float:
-    """Output tokens `seq` had made by time t (linear from its first token to its last)."""
-    first, done, n = seq.first_token_s, seq.done_s, seq.req.output
-    if first < 0 or t < first:
-        return 0.0
-    if t >= done or done <= first:
-        return float(n)
-    return 1 + (n - 1) * (t - first) / (done - first)
-
-
-def steady_window(trace: Trace, batch: int) -> dict:
-    """The all-at-once run's steady state: from the batch full (the B-th first token) to the
-    queue empty (the last first token); the whole run if that leaves under a tenth of it."""
-    firsts = sorted(s.first_token_s for s in trace.seqs)
-    t0, t1 = firsts[min(batch, len(firsts)) - 1], firsts[-1]
-    whole = t1 - t0 < 0.1 * trace.end_s
-    if whole:
-        t0, t1 = 0.0, trace.end_s
-    tokens = sum(_made(s, t1) - _made(s, t0) for s in trace.seqs)
-    overlap = sum(max(0.0, min(s.done_s, t1) - max(s.first_token_s, t0)) for s in trace.seqs)
-    return {"t0": t0, "t1": t1, "seconds": t1 - t0, "tokens": tokens, "whole_run": whole,
-            "avg_batch": overlap / (t1 - t0)}  # fmt: skip
-
-
 def energy_work(e: dict) -> Work:
     b, base = e["max_num_seqs"], e["num_prompts"]
     if e["source_set"].endswith("v3.0"):
@@ -545,46 +523,36 @@ def energy_work(e: dict) -> Work:
                 max_prompt=1024, max_output=cap)  # fmt: skip
 
 
-def power_of(hw, tp: int) -> Power:
-    costs = load_costs()
-    tdp = hw.tdp_w * tp
-    return Power(tdp * costs.busy_power_fraction, tdp * costs.idle_power_fraction,
-                 tdp * costs.memory_power_fraction)  # fmt: skip
-
-
-def busy_power(trace: Trace, power: Power) -> float:
-    """Average watts while the engine works (estimate/serve/metrics.busy_joules)."""
-    return busy_joules(trace, power) / max(trace.busy_s, 1e-12)
-
-
-def energy_row(e: dict, spread: str) -> dict:
+def energy_row(e: dict, spread: str, tmp: Path) -> dict:
+    """One ML.ENERGY point: every request at once, the batch capped at max_num_seqs = B; J per
+    output token over `serve`'s steady state (the batch full to the queue empty) at the
+    engine's busy power, and over the whole run."""
     model, device = model_of(e["model"]), device_of(e["device"])
     assert model and device
     w = energy_work(e)
     b, tp = e["max_num_seqs"], e["tensor_parallel"]
     v3 = e["source_set"].endswith("v3.0")
-    engine, hw = engine_for(model, device, "vllm", "bf16", tp, w, {}, max_seqs=b,
-                            max_batched_tokens=8192 if v3 else None)  # fmt: skip
+    server = {"max_batched_tokens": 8192} if v3 else {}
     reqs, _ = requests_of(w, spread)
-    trace = simulate(engine, reqs)
-    power = power_of(hw, tp)
-    rec = summary(trace, Slo(), power)
-    win = steady_window(trace, b)
-    watts = busy_power(trace, power)
-    steady_j = watts * win["seconds"] / win["tokens"]
+    args = serve_args(model, device, "vllm", "bf16", tp, server, max_seqs=b)
+    args += ["--prompt", str(round(w.prompt)), "--new-tokens", str(max(1, round(w.output)))]
+    rec = serve_cli(args, reqs, 0, tmp)
+    win = rec["steady_state"]
+    steady_j = win["per_output_token_j"]
+    watts = steady_j * win["output_tokens_per_s"]
     m = e["metrics"]
     published = m.get("energy_per_output_token_j", m.get("energy_per_output_token_j_derived"))
-    thr = win["tokens"] / win["seconds"]
+    thr = win["output_tokens_per_s"]
+    whole_j = rec["energy"]["per_output_token_j"]
     row = {"id": e["id"], "set": "v3" if v3 else "v2", "group": "current" if v3 else "older",
            "device": device, "model": model, "tp": tp, "max_num_seqs": b, "requests": w.n,
            "prompt": w.prompt, "output": w.output, "lengths": w.lengths,
            "published_j_per_token": published, "simulated_j_per_token": steady_j,
            "error": steady_j / published - 1,
-           "whole_run_j_per_token": rec["energy"]["per_output_token_j"],
-           "whole_run_error": rec["energy"]["per_output_token_j"] / published - 1,
+           "whole_run_j_per_token": whole_j, "whole_run_error": whole_j / published - 1,
            "published_tokens_per_s": m["throughput_tokens_per_s"], "simulated_tokens_per_s": thr,
            "throughput_error": thr / m["throughput_tokens_per_s"] - 1,
-           "published_avg_batch": e["avg_batch_size"], "simulated_avg_batch": win["avg_batch"],
+           "published_avg_batch": e["avg_batch_size"], "simulated_avg_batch": win["average_batch"],
            "steady_window_s": win["seconds"], "steady_is_whole_run": win["whole_run"],
            "busy_w": watts, "preemptions": rec["preemptions"]}  # fmt: skip
     if "avg_power_w" in m:
@@ -717,6 +685,38 @@ def print_energy_summary(summ: list[dict]) -> None:
               f"{pct(p['median_error']) if p else '':>10s}")  # fmt: skip
 
 
+def serving_rows(e: dict, spread: str, tmp: Path, sweep_energy: list[dict]) -> list[dict]:
+    """The entry's run through `gpuwise serve`, one row per quantity the source gives; the
+    rate sweep's whole-run energy per request goes to `sweep_energy`."""
+    model, device = model_of(e["model"]), device_of(device_text(e))
+    assert model and device
+    group, setup = era(e)
+    w = work_of(e, model)
+    tp = e["tensor_parallel"] or 1
+    args = serve_args(model, device, e["runtime"], weights_of(e["weights"]), tp, server_of(e))
+    args += ["--prompt", str(max(1, round(w.prompt))), "--new-tokens", str(max(1, round(w.output)))]
+    reqs, clients = requests_of(w, spread)
+    rec = serve_cli(args + as_released(e), reqs, clients, tmp)
+    sim = measured(rec, reqs)
+    stated_kv = e.get("server_args", {}).get("kv_cache_tokens")
+    if stated_kv:
+        sim["diag"]["kv_tokens_stated"] = stated_kv
+    base = {"id": e["id"], "runtime": e["runtime"], "group": group, "setup": setup,
+            "device": device, "model": model, "tp": tp, "load": w.load, "requests": w.n,
+            "lengths": w.lengths, "dist": w.dist, "prompt": w.prompt, "output": w.output,
+            "diag": sim["diag"]}  # fmt: skip
+    rows = [{**base, "quantity": quantity, "class": class_of(quantity), "published": pub,
+             "simulated": val, "error": val / pub - 1}
+            for quantity, pub, val in compared(e, sim)]  # fmt: skip
+    if "energy_per_response_j" in e["metrics"]:
+        per_req = rec["energy"]["per_1000_requests_j"] / 1000
+        pub = e["metrics"]["energy_per_response_j"]
+        sweep_energy.append({"id": e["id"], "model": model, "rate": w.rate,
+                             "published_j_per_request": pub, "simulated_j_per_request": per_req,
+                             "error": per_req / pub - 1, "busy_fraction": rec["busy_fraction"]})  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write rows, summaries and skips here")
@@ -727,46 +727,15 @@ def main() -> None:
     args = parser.parse_args()
     data = json.loads(args.data.read_text())
     rows, skipped, sweep_energy = [], [], []
-    for e in data["serving"]:
-        reason = skip_reason(e)
-        if reason:
-            skipped.append({"id": e["id"], "runtime": e["runtime"], "model": e["model"],
-                            "reason": reason})  # fmt: skip
-            continue
-        model, device = model_of(e["model"]), device_of(device_text(e))
-        assert model and device
-        group, setup = era(e)
-        w = work_of(e, model)
-        tp = e["tensor_parallel"] or 1
-        server = server_of(e)
-        batched = server.pop("max_batched_tokens", None)
-        engine, hw = engine_for(model, device, e["runtime"], weights_of(e["weights"]), tp, w,
-                                server, max_batched_tokens=batched)  # fmt: skip
-        engine = as_released(engine, e)
-        reqs, clients = requests_of(w, args.spread)
-        trace = simulate(engine, reqs, clients)
-        sim = measured(trace)
-        sim["diag"]["kv_tokens"] = engine.kv_blocks * engine.block_tokens
-        stated_kv = e.get("server_args", {}).get("kv_cache_tokens")
-        if stated_kv:
-            sim["diag"]["kv_tokens_stated"] = stated_kv
-        base = {"id": e["id"], "runtime": e["runtime"], "group": group, "setup": setup,
-                "device": device, "model": model, "tp": tp, "load": w.load, "requests": w.n,
-                "lengths": w.lengths, "dist": w.dist, "prompt": w.prompt, "output": w.output,
-                "diag": sim["diag"]}  # fmt: skip
-        for quantity, pub, val in compared(e, sim):
-            rows.append({**base, "quantity": quantity, "class": class_of(quantity),
-                         "published": pub, "simulated": val, "error": val / pub - 1})  # fmt: skip
-        if "energy_per_response_j" in e["metrics"]:
-            power = power_of(hw, tp)
-            rec = summary(trace, Slo(), power)
-            per_req = rec["energy"]["per_1000_requests_j"] / 1000
-            pub = e["metrics"]["energy_per_response_j"]
-            sweep_energy.append({"id": e["id"], "model": model, "rate": w.rate,
-                                 "published_j_per_request": pub, "simulated_j_per_request":
-                                 per_req, "error": per_req / pub - 1,
-                                 "busy_fraction": rec["busy_fraction"]})  # fmt: skip
-    energy_rows = [energy_row(e, args.spread) for e in data["energy"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        for e in data["serving"]:
+            reason = skip_reason(e)
+            if reason:
+                skipped.append({"id": e["id"], "runtime": e["runtime"], "model": e["model"],
+                                "reason": reason})  # fmt: skip
+                continue
+            rows += serving_rows(e, args.spread, Path(tmp), sweep_energy)
+        energy_rows = [energy_row(e, args.spread, Path(tmp)) for e in data["energy"]]
 
     print_rows(rows)
     by_rq = grouped(rows, "runtime", "quantity")

@@ -152,8 +152,8 @@ def test_the_json_has_what_a_capacity_plan_reads(capsys):
     assert serve_cli("--rate", "8", "--requests", "200", "--ttft-ms", "500", "--tpot-ms", "40",
                      "--sweep", "--json") == 0  # fmt: skip
     rec = json.loads(capsys.readouterr().out)
-    for key in ("ttft_s", "tpot_s", "e2e_s"):
-        assert set(rec[key]) == {"p50", "p90", "p99"}
+    for key in ("ttft_s", "tpot_s", "e2e_s", "itl_s"):
+        assert set(rec[key]) == {"mean", "p50", "p90", "p99"}
     for key in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s",
                 "preemptions", "kv_peak_fraction", "runtime", "curve", "max_rate_meeting_slo"):
         assert key in rec, key

@@ -66,8 +66,9 @@ class ServeAnswer:
 
 def _check_load(load: Load, slo: Slo, gpus: int, tp: int, shared_prefix: int = 0) -> None:
     given = [x for x in (load.rate, load.concurrency, load.trace) if x is not None]
-    if len(given) != 1:
-        raise GpuwiseError("give one of --rate, --concurrency or --trace",
+    if len(given) != 1 and not (len(given) == 2 and load.rate is None):
+        raise GpuwiseError("give one of --rate, --concurrency or --trace (or --concurrency "
+                           "with --trace: clients that send the trace's requests in turn)",
                            "--rate for arrivals at random, --concurrency for clients that wait")  # fmt: skip
     if load.trace is None and "trace" in (load.lengths.prompt_dist, load.lengths.output_dist):
         raise GpuwiseError("a length distribution 'trace' needs --trace",
@@ -93,7 +94,11 @@ def requests_for(load: Load, replicas: int) -> tuple[list[Request], int]:
     if load.trace is not None:
         text = read_text(load.trace, "--trace", TRACE_MAX_BYTES, "JSON lines of requests")
         reqs = parse_trace(text, lengths, load.seed)
-        return reqs[::replicas] if replicas > 1 else reqs, 0
+        reqs = reqs[::replicas] if replicas > 1 else reqs
+        if load.concurrency is None:
+            return reqs, 0
+        # clients send the trace's requests in its order, each when its last is answered
+        return [Request(0.0, r.prompt, r.output) for r in reqs], max(1, load.concurrency // replicas)
     if load.concurrency is not None:
         clients = max(1, load.concurrency // replicas)
         return [Request(0.0, p, o) for p, o in closed_loop_lengths(load.requests, lengths,
@@ -127,6 +132,7 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     if progress:
         progress("simulating", 0.0)
     result = _scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)
+    result["kv_cache_tokens"] = engine.kv_blocks * engine.block_tokens  # one replica's
     swept = None
     if do_sweep:
         swept = sweep(engine, load.lengths, min(load.requests, 2000), slo, load.seed, progress)

@@ -36,7 +36,8 @@ def serve(
     rate: Annotated[float | None, typer.Option(help="requests a second, arriving at random "
                                                "(Poisson)")] = None,  # fmt: skip
     concurrency: Annotated[int | None, typer.Option(help="clients that each send a request "
-                                                    "when their last is answered")] = None,  # fmt: skip
+                                                    "when their last is answered (with --trace: "
+                                                    "its requests, in order)")] = None,  # fmt: skip
     trace: Annotated[Path | None, typer.Option(help="JSON lines of arrival_s, prompt_tokens, "
                                                "output_tokens (vLLM/Mooncake keys too)")] = None,  # fmt: skip
     prompt: Annotated[int, typer.Option("--prompt", help="prompt tokens a request (the "
@@ -66,7 +67,14 @@ def serve(
         "--prefix-cache/--no-prefix-cache", help="keep the shared prefix's KV cache and skip "
         "its prefill (default: the runtime's: on for vLLM and SGLang)",
         show_default=False)] = None,
-    weights: Weights = None, ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
+    overlap_schedule: Annotated[bool | None, typer.Option(
+        "--overlap-schedule/--no-overlap-schedule", help="pick the next step while the current "
+        "one runs (default: the runtime's: on for SGLang from v0.4, whose "
+        "--disable-overlap-schedule turns it off)", show_default=False)] = None,
+    weights: Weights = None,
+    kv_dtype: Annotated[str | None, typer.Option(
+        help="KV cache dtype, e.g. fp16, fp8, int8 (default: the compute dtype)")] = None,
+    ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     threads: Threads = None, quant_kernel: QuantKernel = "",
     sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
                                         "targets, and print the latency-throughput curve")] = False,  # fmt: skip
@@ -88,14 +96,15 @@ def serve(
     resolved, arch = model_named(model)
     chosen = plan_weights(resolved, runtime, weights)
     plan = InferencePlan(prompt_tokens=prompt, new_tokens=new_tokens, weights=chosen["weights"],
-                         stored_weights=chosen["stored_weights"], runtime=runtime,
-                         context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
+                         stored_weights=chosen["stored_weights"], kv_dtype=kv_dtype,
+                         runtime=runtime, context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
                          threads=threads, quant_kernel=quant_kernel)  # fmt: skip
     recorded = "trace" if trace is not None else "fixed"
     lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
     load = Load(lengths, rate, concurrency, trace, requests, duration, seed)
     slo = Slo(None if ttft_ms is None else ttft_ms / 1e3, None if tpot_ms is None else tpot_ms / 1e3)
-    opts = ReplicaOptions(tp, max_seqs, max_batched_tokens, shared_prefix, prefix_cache)
+    opts = ReplicaOptions(tp, max_seqs, max_batched_tokens, shared_prefix, prefix_cache,
+                          overlap_schedule)  # fmt: skip
     with progress_bar(quiet=as_json) as progress:
         answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo, gpus,
                              sweep, progress)  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpuwise.estimate.serve.engine import Seq
 from gpuwise.estimate.serve.simulate import Trace
 
 PERCENTILES = (50, 90, 99)
@@ -42,6 +43,11 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
             for p in PERCENTILES}  # fmt: skip
 
 
+def distribution(values: list[float]) -> dict[str, float | None]:
+    """The mean and p50/p90/p99 (None where there are no values)."""
+    return {"mean": sum(values) / len(values) if values else None, **percentiles(values)}
+
+
 def saturated(trace: Trace) -> bool:
     """Past what the replica sustains: when the last request arrived, a tenth of all the
     requests (at least 2) were still waiting to start. A closed loop never is: its clients
@@ -60,18 +66,62 @@ def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:
     out_tokens = sum(s.req.output for s in seqs)
     good = sum(slo.met(t, (s.done_s - s.first_token_s) / max(1, s.req.output - 1))
                for t, s in zip(ttft, seqs, strict=True))  # fmt: skip
-    rec = {"requests": len(seqs), "duration_s": window, "ttft_s": percentiles(ttft),
-           "tpot_s": percentiles(tpot), "itl_s": {f"p{p}": trace.itl.percentile(p) for p in PERCENTILES},
-           "e2e_s": percentiles(e2e), "output_tokens_per_s": out_tokens / window,
+    itl = {"mean": trace.itl.mean(), **{f"p{p}": trace.itl.percentile(p) for p in PERCENTILES}}
+    rec = {"requests": len(seqs), "duration_s": window, "ttft_s": distribution(ttft),
+           "tpot_s": distribution(tpot), "itl_s": itl,
+           "e2e_s": distribution(e2e), "output_tokens_per_s": out_tokens / window,
            "requests_per_s": len(seqs) / window, "goodput_requests_per_s": good / window,
            "slo_met_fraction": good / len(seqs), "preemptions": trace.preemptions,
            "kv_peak_fraction": trace.kv_peak_fraction,
            "busy_fraction": min(1.0, trace.busy_s / window),
            "steps": trace.steps, "saturated": saturated(trace),
            "kv_timeline": [[round(t, 4), round(f, 4)] for t, f in trace.kv_timeline]}  # fmt: skip
+    steady = steady_state(trace)
     if power is not None:
         rec["energy"] = energy(trace, window, len(seqs), out_tokens, power)
+        busy_w = busy_joules(trace, power) / max(trace.busy_s, 1e-12)
+        steady["per_output_token_j"] = busy_w / max(steady["output_tokens_per_s"], 1e-12)
+    rec["steady_state"] = steady
     return rec
+
+
+def most_running(trace: Trace) -> int:
+    """The most sequences that were generating at once (first token to last)."""
+    events = sorted([(s.first_token_s, 1) for s in trace.seqs]
+                    + [(s.done_s, -1) for s in trace.seqs])  # fmt: skip
+    running = peak = 0
+    for _, change in events:
+        running += change
+        peak = max(peak, running)
+    return max(1, peak)
+
+
+def _made(seq: Seq, t: float) -> float:
+    """Output tokens `seq` had made by time t (linear from its first token to its last)."""
+    first, done, n = seq.first_token_s, seq.done_s, seq.req.output
+    if first < 0 or t < first:
+        return 0.0
+    if t >= done or done <= first:
+        return float(n)
+    return 1 + (n - 1) * (t - first) / (done - first)
+
+
+def steady_state(trace: Trace) -> dict[str, float | bool]:
+    """The run's steady state, as load benchmarks that send everything at once measure it
+    (ML.ENERGY): from the batch full (the first token of the request that filled the largest
+    batch) to the queue empty (the last first token); the whole run where that leaves under a
+    tenth of it. Output tokens a second, the average batch and the window's length; joules a
+    token at the engine's busy power where a power is given (`summary`)."""
+    firsts = sorted(s.first_token_s for s in trace.seqs)
+    t0, t1 = firsts[min(most_running(trace), len(firsts)) - 1], firsts[-1]
+    whole = t1 - t0 < 0.1 * trace.end_s
+    if whole:
+        t0, t1 = 0.0, trace.end_s
+    span = max(t1 - t0, 1e-12)
+    tokens = sum(_made(s, t1) - _made(s, t0) for s in trace.seqs)
+    overlap = sum(max(0.0, min(s.done_s, t1) - max(s.first_token_s, t0)) for s in trace.seqs)
+    return {"seconds": span, "output_tokens_per_s": tokens / span, "average_batch": overlap / span,
+            "whole_run": whole}
 
 
 def busy_joules(trace: Trace, power: Power) -> float:

@@ -31,6 +31,9 @@ class ReplicaOptions:
     max_batched_tokens: int | None = None  # vLLM max_num_batched_tokens, llama.cpp n_batch
     shared_prefix: int = 0  # prompt tokens every request begins with (a system prompt)
     prefix_cache: bool | None = None  # None: the runtime's default
+    # the next step picked while the current one runs (SGLang's overlap scheduler; off:
+    # --disable-overlap-schedule, or SGLang before v0.4); None: the runtime's default
+    overlap: bool | None = None
 
 
 def kv_positions(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
@@ -53,7 +56,8 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                  opts: ReplicaOptions) -> Engine:  # fmt: skip
     sched = scheduler_defaults(plan.runtime)
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
-                    opts.max_seqs or sched.max_seqs, sched.reserve_output, sched.overlap)  # fmt: skip
+                    opts.max_seqs or sched.max_seqs, sched.reserve_output,
+                    sched.overlap if opts.overlap is None else opts.overlap)  # fmt: skip
     positions = kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
     if positions <= 0:
         raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
