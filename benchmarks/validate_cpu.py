@@ -25,6 +25,10 @@ A time case whose run the estimate puts over `--case-budget-s` (a warm-up and fi
 is not run: it is listed as skipped, with its estimate (on a CPU without bf16 instructions,
 one bf16 training step of Qwen2.5-0.5B is estimated at minutes).
 
+Every estimate is what `gpuwise infer|train MODEL --on local ... --json` answers (time: from
+the profile `gpuwise probe` saved, loaded by the command as users' is; `GPUWISE_CACHE_DIR`
+may point at a folder of the benchmark's own); the runs are measured in fresh processes.
+
 With `--passes N` the time suite runs N times over; each row is then the median of its N
 measurements against the estimate, and every pass's own median and worst are printed too
 (a host whose speed moves within minutes is measured at its typical speed).
@@ -42,22 +46,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuwise.app.validate import MEMORY_PASSES, plan_kwargs, validate
+from public_cli import gpuwise_json
+
+from gpuwise.app.validate import LIVE_ALLOCATOR, MEMORY_PASSES, machine_vs_probe, plan_kwargs
 from gpuwise.catalog import resolve_model
-from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.memory.inference import estimate_inference
-from gpuwise.estimate.memory.training import estimate_training
-from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.inference_time import estimate_inference_time
-from gpuwise.estimate.speed.roofline import without_faults
-from gpuwise.estimate.speed.training_time import estimate_training_time
-from gpuwise.measure.hardware.detect import detect_local
 from gpuwise.measure.probe.profile import STEADY
-from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.measure.probe.run import others_cpu_s
+from gpuwise.measure.runs import memory_run
 from gpuwise.measure.runs import time_run as timerun
 from gpuwise.measure.runs.module_run import NO_FAULTS_ENV
-from gpuwise.workload import Architecture, from_config
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 
 def _i(batch: int, prompt: int, new: int, weights: str, attention: str = "sdpa") -> InferencePlan:
@@ -110,6 +108,44 @@ def describe(plan: InferencePlan | TrainingPlan) -> str:
     ) + (f" {plan.finetune} r{plan.lora_rank}" if plan.finetune != "full" else "")
 
 
+def cli_options(plan: InferencePlan | TrainingPlan) -> list[str]:
+    """The plan as `gpuwise infer` or `train` options."""
+    if isinstance(plan, InferencePlan):
+        return ["--batch", str(plan.batch), "--prompt", str(plan.prompt_tokens),
+                "--new-tokens", str(plan.new_tokens), "--weights", plan.weights,
+                "--attention", plan.attention, "--allocator", plan.allocator,
+                *(["--kv-dtype", plan.kv_dtype] if plan.kv_dtype else [])]  # fmt: skip
+    return ["--batch", str(plan.batch), "--seq", str(plan.seq), "--dtype", plan.dtype,
+            "--optimizer", plan.optimizer, "--attention", plan.attention,
+            "--finetune", plan.finetune, "--lora-rank", str(plan.lora_rank),
+            "--lora-targets", ",".join(plan.lora_targets), "--allocator", plan.allocator,
+            *(["--checkpointing"] if plan.checkpointing else [])]  # fmt: skip
+
+
+def estimate(name: str, plan: InferencePlan | TrainingPlan) -> dict[str, Any]:
+    """`gpuwise infer|train NAME --on local OPTIONS --json`: the answer."""
+    command = "infer" if isinstance(plan, InferencePlan) else "train"
+    return gpuwise_json(command, name, "--on", "local", *cli_options(plan))
+
+
+def estimated_times(answer: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Each timed quantity's estimate, its estimate charging no page fault, and (a training
+    step) the top of its range at the probe's slow first touch: from the answer's time record."""
+    t = answer["time"]
+    if "unavailable" in t:
+        return {}
+    if "step_s" in t:
+        return {"step_s": {"estimated": t["step_s"],
+                           "estimated_without_faults": t["step_s"] - t["page_faults_s"],
+                           "estimated_slow_faults": t["step_s_slow_page_faults"]}}  # fmt: skip
+    faults = t["page_faults_s"] or {"prefill": 0.0, "decode": 0.0}
+    return {"prefill_s": {"estimated": t["prefill_s"],
+                          "estimated_without_faults": t["prefill_s"] - faults["prefill"]},
+            "decode_s_per_token": {"estimated": t["decode_s_per_token"],
+                                   "estimated_without_faults":
+                                   t["decode_s_per_token"] - faults["decode"]}}  # fmt: skip
+
+
 TIME_CASES = [
     ("smollm2-135m", InferencePlan(batch=1, prompt_tokens=256, new_tokens=16, weights="fp32")),
     ("smollm2-135m", InferencePlan(batch=4, prompt_tokens=128, new_tokens=16, weights="bf16")),
@@ -153,26 +189,21 @@ def ran_as_probed(drift: dict[str, float], plan: str) -> bool:
     return all(k in drift and abs(drift[k] - 1.0) <= STEADY for k in keys)
 
 
-def _without_faults(config: dict, arch: Architecture,
-                    plan: InferencePlan | TrainingPlan) -> dict[str, dict[str, float]]:  # fmt: skip
+def _without_faults(config: dict, plan: InferencePlan | TrainingPlan,
+                    estimates: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:  # fmt: skip
     """Each quantity's estimate with no page fault charged, and its time measured under an
     allocator that faults nothing in after the warm-up (`NO_FAULTS_ENV`): the model less its
     faults against runs without them, and what the faults cost against what is charged."""
-    rates, _ = rates_for(detect_local(use_torch=True).best_device())
-    if rates is None or rates.kernels is None:
-        return {}
-    quiet = without_faults(rates)
     kwargs = plan_kwargs(plan, "cpu")
     if isinstance(plan, InferencePlan):
         m = timerun.time_inference(config, malloc_env=NO_FAULTS_ENV, **kwargs)
-        t = estimate_inference_time(arch, plan, quiet)
-        pairs = {"prefill_s": (t.prefill_s, m.prefill_s),
-                 "decode_s_per_token": (t.decode_s_per_token, m.decode_s_per_token)}  # fmt: skip
+        measured = {"prefill_s": m.prefill_s, "decode_s_per_token": m.decode_s_per_token}
     else:
         m = timerun.time_training(config, malloc_env=NO_FAULTS_ENV, **kwargs)
-        pairs = {"step_s": (estimate_training_time(arch, plan, quiet).step_s, m.step_s)}
-    return {key: {"estimated_without_faults": est, "measured_without_faults": meas}
-            for key, (est, meas) in pairs.items() if meas}  # fmt: skip
+        measured = {"step_s": m.step_s}
+    return {key: {"estimated_without_faults": estimates[key]["estimated_without_faults"],
+                  "measured_without_faults": meas}
+            for key, meas in measured.items() if meas and key in estimates}  # fmt: skip
 
 
 def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
@@ -183,26 +214,27 @@ def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
           flush=True)  # fmt: skip
 
 
-def estimated_run_s(arch: Architecture, plan: InferencePlan | TrainingPlan,
-                    rates: DeviceRates, repeats: int = 5) -> float:  # fmt: skip
+def estimated_run_s(plan: InferencePlan | TrainingPlan, answer: dict[str, Any],
+                    repeats: int = 5) -> float | None:  # fmt: skip
     """Seconds the estimate gives a timed run of the case: a warm-up and `repeats` calls
-    (inference: a one-token and a full generate() each)."""
+    (inference: a one-token and a full generate() each); None without a time estimate."""
+    t = answer["time"]
+    if "unavailable" in t:
+        return None
     if isinstance(plan, TrainingPlan):
-        return (1 + repeats) * estimate_training_time(arch, plan, rates).step_s
-    t = estimate_inference_time(arch, plan, rates)
-    full = t.prefill_s + (plan.new_tokens - 1) * t.decode_s_per_token
-    return (1 + repeats) * (t.prefill_s + full)
+        return (1 + repeats) * t["step_s"]
+    full = t["prefill_s"] + (plan.new_tokens - 1) * t["decode_s_per_token"]
+    return (1 + repeats) * (t["prefill_s"] + full)
 
 
 def _within_budget(cases: list, budget_s: float) -> tuple[list, list[dict]]:
     """The cases whose run the estimate puts within `budget_s`, and the others (printed)."""
-    rates, _ = rates_for(detect_local(use_torch=True).best_device())
-    if rates is None or budget_s == math.inf:
+    if budget_s == math.inf:
         return cases, []
     kept, skipped = [], []
     for name, plan in cases:
-        run_s = estimated_run_s(from_config(resolve_model(name).config, name), plan, rates)
-        if run_s <= budget_s:
+        run_s = estimated_run_s(plan, estimate(name, plan))
+        if run_s is None or run_s <= budget_s:
             kept.append((name, plan))
             continue
         print(f"skipped: {name} {describe(plan)}: its run is estimated at {run_s:.0f} s, over "
@@ -211,17 +243,45 @@ def _within_budget(cases: list, budget_s: float) -> tuple[list, list[dict]]:
     return kept, skipped
 
 
+def measured_times(config: dict, plan: InferencePlan | TrainingPlan,
+                   repeats: int = 5) -> tuple[dict[str, float | None], Any]:  # fmt: skip
+    """The case's times in a fresh process: prefill and decode, or the training step."""
+    kwargs = plan_kwargs(plan, "cpu")
+    if isinstance(plan, InferencePlan):
+        m = timerun.time_inference(config, repeats=repeats, **kwargs)
+        return {"prefill_s": m.prefill_s, "decode_s_per_token": m.decode_s_per_token}, m
+    m = timerun.time_training(config, repeats=repeats, **kwargs)
+    return {"step_s": m.step_s}, m
+
+
+def time_rows(name: str, plan: InferencePlan | TrainingPlan, answer: dict[str, Any],
+              measured: dict[str, float | None]) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Each quantity's estimate (from the command's answer) against its measurement."""
+    rows = {}
+    for key, est in estimated_times(answer).items():
+        value = measured.get(key)
+        guess = est["estimated"]
+        row = {"estimated": guess, "measured": value,
+               "error": None if guess is None or not value else guess / value - 1}  # fmt: skip
+        if est.get("estimated_slow_faults") is not None:
+            row["estimated_slow_faults"] = est["estimated_slow_faults"]
+        rows[key] = row
+    return rows
+
+
 def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPlan,
                split: bool = False) -> list[dict]:  # fmt: skip
     """One real run of a case (in a fresh process), its rows: one per timed quantity; with
     `split`, a second run under an allocator that faults nothing in."""
-    model = resolve_model(name)
-    arch = from_config(model.config, name)
+    config = resolve_model(name).config
+    answer = estimate(name, plan)
+    source = answer["time"].get("source")
+    drift = machine_vs_probe() if source == "measured" else {}  # as `gpuwise validate` does
     started, before = time.perf_counter(), others_cpu_s()
-    result = validate(model.config, arch, plan, quiet=True, memory=False, timing=True)
+    measured, _ = measured_times(config, plan)
     busy = _others_share(before, started)
-    drift = result.get("time_machine_vs_probe") or {}
-    quiet = _without_faults(model.config, arch, plan) if split else {}
+    result = {"time": time_rows(name, plan, answer, measured), "time_source": source}
+    quiet = _without_faults(config, plan, estimated_times(answer)) if split else {}
     rows = []
     for key, r in result["time"].items():
         if r["error"] is None:
@@ -335,23 +395,49 @@ def time_suite(cases: list, out: str, passes: int = 1, split: bool = False,
     Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 
 
+def memory_estimate(name: str, plan: InferencePlan | TrainingPlan) -> dict[str, Any]:
+    """The command's memory answer: the model's bytes (the runtime baseline left out), its
+    allocator row, the live tensors (the model less that row) and the phase of the peak."""
+    memory = estimate(name, plan)["memory"]
+    slack = memory["breakdown"].get("allocator", 0)
+    return {"estimated": memory["model_bytes"], "estimated_allocator": slack,
+            "live_estimated": memory["model_bytes"] - slack, "phase": memory["peak_phase"]}  # fmt: skip
+
+
+def measured_memory(config: dict, plan: InferencePlan | TrainingPlan,
+                    passes: int) -> dict[str, Any]:  # fmt: skip
+    """The median of `passes` fresh processes under the plan's allocator, and one more under
+    glibc pinned (the live tensors: a diagnostic)."""
+    measure = (memory_run.measure_inference if isinstance(plan, InferencePlan)
+               else memory_run.measure_training)  # fmt: skip
+    kwargs = plan_kwargs(plan, "cpu")
+    runs = sorted((measure(config, allocator=plan.allocator, **kwargs) for _ in range(passes)),
+                  key=lambda m: m.model_bytes)  # fmt: skip
+    median = runs[len(runs) // 2]
+    live = (measure(config, allocator=LIVE_ALLOCATOR, **kwargs).model_bytes
+            if plan.allocator != LIVE_ALLOCATOR else None)  # fmt: skip
+    return {"measured": median.model_bytes, "measured_passes": [m.model_bytes for m in runs],
+            "live_measured": live, "baseline": median.baseline_bytes, "malloc": median.malloc,
+            "versions": {"torch": median.torch_version,
+                         "transformers": median.transformers_version}}  # fmt: skip
+
+
+def with_errors(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its errors: the model's bytes, and the live tensors where measured."""
+    live = row["live_measured"]
+    return {**row, "error": row["estimated"] / row["measured"] - 1,
+            "live_error": row["live_estimated"] / live - 1 if live else None}  # fmt: skip
+
+
 def _memory_row(i: int, cases: list, name: str, plan: InferencePlan | TrainingPlan,
                 passes: int) -> dict:  # fmt: skip
     """One case: the estimate against the median of `passes` fresh processes with the default
     allocator, and the live-tensor reading (glibc pinned) beside it."""
-    model = resolve_model(name)
-    arch = from_config(model.config, name)
     start = time.perf_counter()
-    result = validate(model.config, arch, plan, quiet=True, timing=False, memory_passes=passes)
-    live = result.get("live") or {}
-    row = {"model": name, "plan": describe(plan), "estimated": result["estimated_model_bytes"],
-           "measured": result["measured_model_bytes"], "error": result["error"],
-           "estimated_allocator": result["estimated_allocator_bytes"],
-           "measured_passes": result["measured_passes_model_bytes"],
-           "live_estimated": live.get("estimated"), "live_measured": live.get("measured"),
-           "live_error": live.get("error"), "baseline": result["measured_baseline_bytes"],
-           "malloc": result["measured_malloc"], "phase": result["estimated_peak_phase"],
-           "seconds": time.perf_counter() - start, "versions": result["versions"]}  # fmt: skip
+    est = memory_estimate(name, plan)
+    row = with_errors({"model": name, "plan": describe(plan), **est,
+                       **measured_memory(resolve_model(name).config, plan, passes)})  # fmt: skip
+    row["seconds"] = time.perf_counter() - start
     spread = (max(row["measured_passes"]) - min(row["measured_passes"])) / 2**20
     print(f"[{i}/{len(cases)}] {name:13s} {row['plan']:40s} est {row['estimated'] / 2**20:8.1f} "
           f"MiB (allocator {row['estimated_allocator'] / 2**20:5.1f})  meas "
@@ -366,23 +452,15 @@ def reestimate(out: str) -> None:
     measurements stored there (a model change checked without rerunning the processes; the
     file says which run measured them)."""
     data = json.loads(Path(out).read_text())
-    hw = detect_local(use_torch=False).best_device()
     plans = {(name, describe(plan)): (name, plan) for name, plan in CASES}
     rows = []
     for row in data["rows"]:
         name, plan = plans[(row["model"], row["plan"])]
-        arch = from_config(resolve_model(name).config, name)
-        est = (estimate_inference if isinstance(plan, InferencePlan) else estimate_training)(
-            arch, plan, hw)  # fmt: skip
-        slack = est.breakdown.get("allocator", 0)
-        live = est.model_bytes - slack
-        rows.append({**row, "estimated": est.model_bytes, "estimated_allocator": slack,
-                     "error": est.model_bytes / row["measured"] - 1, "live_estimated": live,
-                     "live_error": live / row["live_measured"] - 1 if row["live_measured"] else None,
-                     "phase": est.peak_phase})  # fmt: skip
-        print(f"{name:13s} {row['plan']:40s} est {est.model_bytes / 2**20:8.1f} MiB (allocator "
-              f"{slack / 2**20:5.1f})  meas {row['measured'] / 2**20:8.1f} MiB  err "
-              f"{100 * rows[-1]['error']:+6.2f}%")  # fmt: skip
+        rows.append(with_errors({**row, **memory_estimate(name, plan)}))
+        r = rows[-1]
+        print(f"{name:13s} {row['plan']:40s} est {r['estimated'] / 2**20:8.1f} MiB (allocator "
+              f"{r['estimated_allocator'] / 2**20:5.1f})  meas {row['measured'] / 2**20:8.1f} MiB  "
+              f"err {100 * r['error']:+6.2f}%")  # fmt: skip
     measured_at = data["summary"].get("measured_at") or data["summary"].get("date", "")
     _write_memory(rows, out, data["summary"]["passes"], measured_at or "an earlier run")
 

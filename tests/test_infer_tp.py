@@ -1,7 +1,7 @@
 """`gpuwise infer --tp`: the time over tensor-parallel devices (train and serve take the same
-option), the device rates the time record rests on (what benchmarks/validate_published.py and
-validate_runtimes.py compare through the CLI), and `--fuse-layers` (AutoAWQ's fused loader, a
-setting of the published runs benchmarks/validate_published_memory.py estimates)."""
+option); what the time record carries for the validations (benchmarks/validate_*.py) to read:
+the device rates it rests on and each phase's page faults; and `--fuse-layers` (AutoAWQ's fused
+loader, a setting of the published runs validate_published_memory.py estimates)."""
 
 import json
 
@@ -51,3 +51,8 @@ def test_fuse_layers_is_autoawqs_fused_loader(capsys):
     assert (plain["plan"]["fuse_layers"], fused["plan"]["fuse_layers"]) == (False, True)
     # the fused cache is allocated whole for --ctx positions, not for prompt + new tokens
     assert fused["memory"]["breakdown"]["kv_cache"] > plain["memory"]["breakdown"]["kv_cache"]
+
+
+def test_time_record_carries_the_page_faults_of_each_phase(capsys):
+    faults = _infer(capsys)["time"]["page_faults_s"]  # a catalogue GPU: no probed first touch
+    assert faults == {"prefill": 0.0, "decode": 0.0}

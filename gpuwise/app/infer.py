@@ -14,6 +14,7 @@ from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
 from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
 from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_weights
+from gpuwise.estimate.speed.roofline import without_faults
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan, check_tp_degree
@@ -51,6 +52,8 @@ class InferAnswer:
     fp32: Fp32Alternative[InferenceTime] | None
     rates: DeviceRates | None = None  # the device's rates the time was estimated from
     tp: int = 1  # tensor-parallel devices the time is of
+    # seconds of each phase that are page faults at the probed first-touch rate (a CPU's)
+    page_faults_s: dict[str, float] | None = None
 
 
 def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
@@ -93,8 +96,19 @@ def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing and tp == 1 else None
     memory = estimate_inference(arch, plan, hw)
     memory = replace(memory, notes=(*memory.notes, *ignored_options(plan), *tp_notes(tp)))
+    faults = page_faults_s(arch, plan, rates, timing, tp, host) if rates and timing else None
     return InferAnswer(model, arch, hw, plan, weights_source or f"estimated ({plan.weights})",
-                       memory, found, timing, how, curve, fp32, rates, tp)  # fmt: skip
+                       memory, found, timing, how, curve, fp32, rates, tp, faults)  # fmt: skip
+
+
+def page_faults_s(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
+                  timing: InferenceTime, tp: int = 1,
+                  host: DeviceRates | None = None) -> dict[str, float]:  # fmt: skip
+    """Seconds of prefill and of a decode step that are page faults at the probed first-touch
+    rate: the estimate less the same estimate charging none (0 off a probed CPU)."""
+    quiet = estimate_inference_time(arch, plan, without_faults(rates), tp=tp, host=host)
+    return {"prefill": timing.prefill_s - quiet.prefill_s,
+            "decode": timing.decode_s_per_token - quiet.decode_s_per_token}  # fmt: skip
 
 
 def tp_notes(tp: int) -> tuple[str, ...]:

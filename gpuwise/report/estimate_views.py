@@ -82,6 +82,7 @@ def _infer_time_record(a: InferAnswer) -> dict[str, Any]:
     rec["fp32_prefill_s"] = a.fp32.time.prefill_s if a.fp32 else None
     rec["fp32_decode_s_per_token"] = a.fp32.time.decode_s_per_token if a.fp32 else None
     rec["tp"] = a.tp
+    rec["page_faults_s"] = a.page_faults_s
     if a.rates is not None:
         rec["device_rates"] = device_rates_record(a.rates)
     return rec
