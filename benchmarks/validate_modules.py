@@ -9,6 +9,9 @@ nothing in after the warm-ups (`module_run.NO_FAULTS_ENV`): the model less its "
 faults" rows is compared with that run, and the fault rows with what the faults cost (the
 default run less the fault-free one), so the two kinds of error are seen apart.
 
+The estimates are the public API's, `gpuwise.from_module(..., on="local")` (time: from the
+profile `gpuwise probe` saved, loaded as users' is).
+
 Run: .venv/bin/python benchmarks/validate_modules.py [--repeats 7] [--only resnet] [--json]
      [--no-memory] [--allocator-split] [--passes 3]
 
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from validate_cpu import ran_as_probed  # the same rule as the time suite's
 
+import gpuwise
 from gpuwise.app.validate import machine_vs_probe
 from gpuwise.measure.probe.profile import STEADY
 
@@ -109,12 +113,10 @@ def _timed_alone(fn):
 def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
              dtype: str | None, repeats: int, memory: bool = True, timing: bool = True,
              tries: int = 1, max_others: float = 1.0, split: bool = False) -> dict:  # fmt: skip
-    from gpuwise.app.module import from_module
-    from gpuwise.estimate.traced_module import heap_faults
     from gpuwise.measure.runs.module_run import measure_module_memory, measure_module_time
 
     model, example = _example(factory, specs)
-    est = from_module(model, example, training=training, optimizer=optimizer, dtype=dtype,
+    est = gpuwise.from_module(model, example, training=training, optimizer=optimizer, dtype=dtype,
                       on="local")  # fmt: skip
     path = f"module_zoo:{factory}"
     kw = dict(training=training, optimizer=optimizer, dtype=dtype, sys_path=(TESTS,))
@@ -133,7 +135,7 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         mem_est, mem_meas = est.memory.model_bytes, mem.model_bytes
         mem_err, baseline = mem_est / mem_meas - 1, mem.baseline_bytes
     t_est, t_meas = est.seconds, timed["seconds"]
-    fault_s = sum(t.seconds for p in _phases(est) for t in p.ops if t.op.kind == "faults")
+    fault_s = est.page_fault_s
     # The same pass under an allocator that faults nothing in: what the model less its fault
     # rows is checked against, and the measured cost of the faults (default less this).
     no_faults = (measure_module_time(path, specs, repeats=repeats, faults=False, **kw)["seconds"]
@@ -152,15 +154,10 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         "fault_s_measured": t_meas - no_faults if t_meas and no_faults else None,
         "model_error_without_faults": (t_est - fault_s) / no_faults - 1 if t_est and no_faults
         else None,
-        "faults_estimated": sum(heap_faults(est.traced, optimizer).values()),
+        "faults_estimated": est.page_fault_bytes,
         "faults_measured": timed.get("faulted_bytes_per_pass"),
         "breakdown": est.memory.breakdown,
     }  # fmt: skip
-
-
-def _phases(est) -> list:
-    t = est.time
-    return [p for p in (t.forward, t.backward, t.optimizer) if p] if t else []
 
 
 def _row(r: dict) -> str:

@@ -15,6 +15,7 @@ from gpuwise.estimate.traced_module import (
     ModuleTime,
     estimate_module_memory,
     estimate_module_time,
+    heap_faults,
 )
 from gpuwise.measure.module.trace import load_factory, trace_module
 from gpuwise.measure.probe.rates_source import rates_for
@@ -37,6 +38,19 @@ class ModuleEstimate:
     def seconds(self) -> float | None:
         """Forward latency (inference) or training step time, estimated."""
         return self.time.seconds if self.time else None
+
+    @property
+    def page_fault_bytes(self) -> int:
+        """Bytes the host allocator faults in per pass (steady state), all phases."""
+        return sum(heap_faults(self.traced, self.optimizer).values())
+
+    @property
+    def page_fault_s(self) -> float:
+        """Seconds of the estimated time that are those page faults (0 without a time)."""
+        if self.time is None:
+            return 0.0
+        phases = (self.time.forward, self.time.backward, self.time.optimizer)
+        return sum(t.seconds for p in phases if p for t in p.ops if t.op.kind == "faults")
 
 
 def from_module(model: Any, example_inputs: Any, *, training: bool = False,
