@@ -28,12 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuwise.app.checkpoint_weights import plan_weights
-from gpuwise.app.lookup import hardware_named, model_named
-from gpuwise.estimate.memory.inference import estimate_inference
+from public_cli import gpuwise_json
+
 from gpuwise.measure.llama_cpp.gguf_model import GgufConfig, quantize, write_random_gguf
 from gpuwise.measure.llama_cpp.memory_run import measure_llama_cpp_memory
-from gpuwise.workload.plans import InferencePlan
 
 ROOT = Path(__file__).resolve().parent
 OUT = ROOT / "results" / "llama_cpp_memory.json"
@@ -84,17 +82,15 @@ def model_file(folder: Path, name: str, qtype: str) -> Path:
 
 def estimate(path: Path, n_ctx: int | None, prompt: int, new: int,
              flash: bool = False) -> dict[str, Any]:  # fmt: skip
-    """`gpuwise infer PATH --on local --runtime llama.cpp --ctx N --attention eager` (flash
-    attention off, as llama-cpp-python runs; `--attention sdpa` where `flash`)."""
-    resolved, arch = model_named(str(path))
-    chosen = plan_weights(resolved, "llama.cpp", None)
-    plan = InferencePlan(prompt_tokens=prompt, new_tokens=new, weights=chosen["weights"],
-                         stored_weights=chosen["stored_weights"], runtime="llama.cpp",
-                         context_alloc=n_ctx or LLAMA_CPP_PYTHON_N_CTX,
-                         attention="sdpa" if flash else "eager")  # fmt: skip
-    est = estimate_inference(arch, plan, hardware_named("local"))
-    return {"estimated_bytes": est.model_bytes, "overhead_bytes": est.breakdown["overhead"],
-            "breakdown": est.breakdown, "notes": list(est.notes)}  # fmt: skip
+    """`gpuwise infer PATH --on local --runtime llama.cpp --ctx N --attention eager --json`
+    (flash attention off, as llama-cpp-python runs; `--attention sdpa` where `flash`)."""
+    memory = gpuwise_json("infer", str(path), "--on", "local", "--runtime", "llama.cpp",
+                          "--ctx", str(n_ctx or LLAMA_CPP_PYTHON_N_CTX), "--prompt", str(prompt),
+                          "--new-tokens", str(new),
+                          "--attention", "sdpa" if flash else "eager")["memory"]  # fmt: skip
+    return {"estimated_bytes": memory["model_bytes"],
+            "overhead_bytes": memory["breakdown"]["overhead"],
+            "breakdown": memory["breakdown"], "notes": memory["notes"]}  # fmt: skip
 
 
 def run_case(folder: Path, case: tuple, measured: dict[str, Any] | None) -> dict[str, Any]:
