@@ -8,7 +8,7 @@
 # minutes of device time, so e.g. STEPS=memory bash benchmarks/gpu_check.sh for the memory
 # check alone (about 6 minutes).
 # Compare afterwards, anywhere:
-#   .venv/bin/python benchmarks/validate_gpu.py compare OUT/gpu_measured.json --profile OUT/probe.json
+#   .venv/bin/python benchmarks/validate_gpu.py compare OUT/gpu_measured.json
 #   .venv/bin/python benchmarks/gpu_memory_check.py compare OUT/gpu_memory.json --out OUT/memory_compare.json
 # The latest H200 check's files are kept in benchmarks/results/gpu_h200/ (docs/speed.md).
 set -u

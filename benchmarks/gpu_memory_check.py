@@ -241,8 +241,9 @@ def case_row(case: dict, hw: Hardware) -> dict[str, Any]:
     """One measured case against its estimate: reserved, allocated and nvidia-smi."""
     name, plan, r = case["model"], row_plan(case), case["result"]
     arch = _arch(name)
-    row = memory_row(name, arch, plan, hw, r)  # memory.model_bytes vs max_memory_reserved
     est = _estimate(arch, plan, hw)
+    figures = {"model_bytes": est.model_bytes, "total_bytes": est.total_bytes}
+    row = memory_row(name, plan, figures, r)  # memory.model_bytes vs max_memory_reserved
     smi = r.get("smi_used_bytes")
     return {**row, "reserved_error": row["error"],
             "estimated_allocated_bytes": est.allocated_bytes,

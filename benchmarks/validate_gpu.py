@@ -2,25 +2,35 @@
 
 A GPU machine is lent for minutes at a time, so the work is split in two:
 
-- `measure` (on the GPU machine): `gpuwise probe` (saved, and copied to DIR/probe.json),
-  then every case's real run in a fresh process: prefill, decode seconds per token or
-  training step time (medians of 5 after a warm-up), and for `MEMORY_CASES` the peak
-  memory too. Measurements only, written after each case to DIR/gpu_measured.json, so a
-  run cut short keeps what it measured.
-- `compare` (anywhere): the estimates for the catalogue's device, from its datasheet with
-  the default efficiencies (`spec`) and from the probe's profile (`probed`), against those
-  runs; a table and a JSON record of the errors.
+- `measure` (on the GPU machine): `gpuwise probe` as users run it (saved into the cache folder,
+  `GPUWISE_CACHE_DIR` or DIR/cache, and copied to DIR/probe.json), then every case's real run
+  in a fresh process: prefill, decode seconds per token or training step time (medians of 5
+  after a warm-up), and for `MEMORY_CASES` the peak memory too; beside each run, what
+  `gpuwise infer|train --on local --json` estimates from that saved probe (`probed`). Written
+  after each case to DIR/gpu_measured.json, so a run cut short keeps what it measured.
+- `estimate RECORD` (on the GPU machine, after `measure --no-runs`): the `probed` estimates
+  of an earlier record's cases from the probe just saved, without running them again.
+- `compare` (anywhere): the estimates of `gpuwise infer|train --on DEVICE --json` for the
+  catalogue's device, from its datasheet with the default efficiencies (`spec`), and the
+  `probed` ones the record holds, against those runs; a table and a JSON record of the errors.
+  A record measured before the probed estimates were taken on the GPU has no `probed` column:
+  `--on local` reads this machine's probe, so it can only be asked on the GPU machine.
+
+Every estimate is a command's answer (benchmarks/public_cli.py), as users run it.
 
 Run:  python benchmarks/validate_gpu.py measure --out DIR [--no-probe | --no-runs] [--quick]
-      python benchmarks/validate_gpu.py compare DIR/gpu_measured.json --profile DIR/probe.json
-          [--device h200] [--out benchmarks/results/gpu_h200/compare.json]
+      python benchmarks/validate_gpu.py estimate DIR/gpu_measured.json
+      python benchmarks/validate_gpu.py compare DIR/gpu_measured.json [--device h200]
+          [--out benchmarks/results/gpu_h200/compare.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -32,17 +42,11 @@ from typing import Any
 
 from gpuwise.app.validate import plan_kwargs
 from gpuwise.catalog import resolve_model
-from gpuwise.catalog.hardware import find_hardware
-from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.memory.inference import estimate_inference
-from gpuwise.estimate.memory.training import estimate_training
-from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
-from gpuwise.estimate.speed.inference_time import estimate_inference_time
-from gpuwise.estimate.speed.training_time import estimate_training_time
-from gpuwise.workload import from_config
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validate_cpu import describe  # noqa: E402
+from public_cli import gpuwise_json  # noqa: E402
+from validate_cpu import cli_options, describe  # noqa: E402
 
 BF16 = "bf16"
 DEVICE = "cuda"  # where `measure` runs the cases
@@ -93,21 +97,25 @@ def _environment() -> dict[str, Any]:
 
 
 def _probe(out: Path) -> None:
-    from gpuwise.measure.probe.machine import probe_machine
-    from gpuwise.measure.probe.store import save_profile
+    """`gpuwise probe --json`, saved where users' is (GPUWISE_CACHE_DIR, else DIR/cache), and
+    copied to DIR/probe.json."""
+    started = time.perf_counter()
+    answer = gpuwise_json("probe")
+    shutil.copyfile(answer["saved_to"], out / "probe.json")
+    print(f"probe: {time.perf_counter() - started:.0f} s; missing: {answer.get('missing')}; "
+          f"trusted: {answer.get('trusted')}", flush=True)  # fmt: skip
 
-    started = last = time.perf_counter()
 
-    def progress(label: str, done: float) -> None:
-        nonlocal last
-        if time.perf_counter() - last > 5 or done >= 1:
-            print(f"  probe {done:4.0%} {label} ({time.perf_counter() - started:.0f} s)", flush=True)
-            last = time.perf_counter()
-
-    profile = probe_machine(False, progress)
-    save_profile(profile)
-    (out / "probe.json").write_text(profile.to_json())
-    print(f"probe: {time.perf_counter() - started:.0f} s; missing: {profile.missing}", flush=True)
+def estimate(name: str, plan: InferencePlan | TrainingPlan, on: str) -> dict[str, Any]:
+    """`gpuwise infer|train NAME --on ON --json`: the figures compared, None where there is no
+    time estimate."""
+    command = "infer" if isinstance(plan, InferencePlan) else "train"
+    answer = gpuwise_json(command, name, "--on", on, *cli_options(plan))
+    t, m = answer["time"], answer["memory"]
+    return {"prefill_s": t.get("prefill_s"), "decode_s_per_token": t.get("decode_s_per_token"),
+            "step_s": t.get("step_s"), "time_rates": t.get("rates") or t.get("unavailable"),
+            "model_bytes": m["model_bytes"], "total_bytes": m["total_bytes"],
+            "device": answer["hardware"]["id"]}  # fmt: skip
 
 
 def _run(what: str, fn: Any) -> dict[str, Any]:
@@ -129,6 +137,7 @@ def measure(out: Path, probe: bool, runs: bool, quick: bool) -> None:
     from gpuwise.measure.runs import time_run as timerun
 
     out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("GPUWISE_CACHE_DIR", str(out / "cache"))  # the probe's, for `probed`
     record: dict[str, Any] = {"environment": _environment(), "cases": []}
     path = out / "gpu_measured.json"
     if probe:
@@ -139,13 +148,24 @@ def measure(out: Path, probe: bool, runs: bool, quick: bool) -> None:
         config, kwargs = resolve_model(name).config, plan_kwargs(plan, DEVICE)
         timer = timerun.time_inference if isinstance(plan, InferencePlan) else timerun.time_training
         row = {"model": name, "plan": asdict(plan), "kind": type(plan).__name__,
-               "time": _run("time", partial(timer, config, repeats=5, timeout_s=240, **kwargs))}  # fmt: skip
+               "time": _run("time", partial(timer, config, repeats=5, timeout_s=240, **kwargs)),
+               "probed": estimate(name, plan, "local")}  # fmt: skip
         if i in MEMORY_CASES:
             meter = (realrun.measure_inference if isinstance(plan, InferencePlan)
                      else realrun.measure_training)  # fmt: skip
             row["memory"] = _run("memory", partial(meter, config, timeout_s=240, **kwargs))
         record["cases"].append(row)
         path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def estimate_probed(record_path: Path) -> None:
+    """Each case of the record with what `--on local` estimates from this machine's saved
+    probe (`probed`): run on the GPU machine the record measured, after its probe."""
+    record = json.loads(record_path.read_text())
+    for case in record["cases"]:
+        case["probed"] = estimate(case["model"], row_plan(case), "local")
+        print(f"{case_id(case['model'], row_plan(case))}: {case['probed']}", flush=True)
+    record_path.write_text(json.dumps(record, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------- compare (anywhere)
@@ -155,19 +175,11 @@ def row_plan(row: dict[str, Any]) -> InferencePlan | TrainingPlan:
     return (InferencePlan if row["kind"] == "InferencePlan" else TrainingPlan)(**row["plan"])
 
 
-def _times(arch: Any, plan: InferencePlan | TrainingPlan, rates: DeviceRates) -> dict[str, float]:
-    if isinstance(plan, InferencePlan):
-        t = estimate_inference_time(arch, plan, rates)
-        return {"prefill_s": t.prefill_s, "decode_s_per_token": t.decode_s_per_token}
-    return {"step_s": estimate_training_time(arch, plan, rates).step_s}
-
-
-def memory_row(name: str, arch: Any, plan: Any, hw: Any, measured: dict) -> dict[str, Any]:
-    est = (estimate_inference if isinstance(plan, InferencePlan) else estimate_training)(arch, plan, hw)
-    return {"case": case_id(name, plan), "estimated_model_bytes": est.model_bytes,
+def memory_row(name: str, plan: Any, est: dict[str, Any], measured: dict) -> dict[str, Any]:
+    return {"case": case_id(name, plan), "estimated_model_bytes": est["model_bytes"],
             "measured_model_bytes": measured["model_bytes"],
-            "estimated_total_bytes": est.total_bytes, "measured_peak_bytes": measured["peak_bytes"],
-            "error": est.model_bytes / measured["model_bytes"] - 1}  # fmt: skip
+            "estimated_total_bytes": est["total_bytes"], "measured_peak_bytes": measured["peak_bytes"],
+            "error": est["model_bytes"] / measured["model_bytes"] - 1}  # fmt: skip
 
 
 def error_summary(errors: list[float]) -> dict[str, float | int | None]:
@@ -178,37 +190,41 @@ def error_summary(errors: list[float]) -> dict[str, float | int | None]:
             "count": len(errors)}  # fmt: skip
 
 
-def compare(measured_path: Path, profile_path: Path | None, device: str, out: Path | None) -> dict:
-    from gpuwise.measure.probe import Profile
-    from gpuwise.measure.probe.rates_source import profile_rates
+def time_rows(name: str, plan: Any, result: dict, estimates: dict[str, dict]) -> list[dict]:
+    """Each measured quantity against each source's estimate of it."""
+    rows = []
+    for key in ("prefill_s", "decode_s_per_token", "step_s"):
+        if not result.get(key):
+            continue
+        row = {"case": case_id(name, plan), "quantity": key, "measured": result[key]}
+        for source, est in estimates.items():
+            if est.get(key) is not None:
+                row[source] = est[key]
+                row[f"{source}_error"] = est[key] / result[key] - 1
+        rows.append(row)
+    return rows
 
+
+def compare(measured_path: Path, device: str, out: Path | None) -> dict:
     measured = json.loads(measured_path.read_text())
-    hw = find_hardware(device)
-    rates = {"spec": rates_from_spec(hw)}
-    if profile_path is not None:
-        found = profile_rates(Profile.from_json(profile_path.read_text()), hw)
-        if found is not None:
-            rates["probed"] = found
-    rows, memory = [], []
+    rows, memory, device_id = [], [], device
     for case in measured["cases"]:
         name, plan = case["model"], row_plan(case)
-        arch = from_config(resolve_model(name).config, name)
-        result = case["time"].get("result")
-        if result:
-            estimates = {source: _times(arch, plan, r) for source, r in rates.items()}
-            for key in ("prefill_s", "decode_s_per_token", "step_s"):
-                if result.get(key):
-                    row = {"case": case_id(name, plan), "quantity": key, "measured": result[key]}
-                    for source, est in estimates.items():
-                        row[source] = est[key]
-                        row[f"{source}_error"] = est[key] / result[key] - 1
-                    rows.append(row)
+        spec = estimate(name, plan, device)
+        device_id = spec["device"]
+        estimates = {"spec": spec, **({"probed": case["probed"]} if case.get("probed") else {})}
+        if case["time"].get("result"):
+            rows += time_rows(name, plan, case["time"]["result"], estimates)
         if (case.get("memory") or {}).get("result"):
-            memory.append(memory_row(name, arch, plan, hw, case["memory"]["result"]))
-    summary = {source: error_summary([r[f"{source}_error"] for r in rows]) for source in rates}
+            memory.append(memory_row(name, plan, spec, case["memory"]["result"]))
+    sources = [s for s in ("spec", "probed") if any(s in r for r in rows)]
+    summary = {s: error_summary([r[f"{s}_error"] for r in rows if s in r]) for s in sources}
     summary["memory"] = error_summary([r["error"] for r in memory])
-    _print(rows, memory, summary, list(rates))
-    record = {"environment": measured["environment"], "device": hw.id, "summary": summary,
+    if "probed" not in sources:
+        print("no probed estimates in this record: `measure` takes them on the GPU machine "
+              "(`--on local` reads the probe saved there)")  # fmt: skip
+    _print(rows, memory, summary, sources)
+    record = {"environment": measured["environment"], "device": device_id, "summary": summary,
               "time": rows, "memory": memory}  # fmt: skip
     if out is not None:
         out.write_text(json.dumps(record, indent=1) + "\n")
@@ -219,7 +235,8 @@ def _print(rows: list[dict], memory: list[dict], summary: dict, sources: list[st
     head = "".join(f" {s + ' est':>13s} {'err':>7s}" for s in sources)
     print(f"{'case':58s} {'quantity':18s} {'measured':>10s}{head}")
     for r in rows:
-        cells = "".join(f" {r[s] * 1e3:11.2f}ms {100 * r[f'{s}_error']:+6.1f}%" for s in sources)
+        cells = "".join(f" {r[s] * 1e3:11.2f}ms {100 * r[f'{s}_error']:+6.1f}%" if s in r
+                        else f" {'-':>13s} {'-':>7s}" for s in sources)  # fmt: skip
         print(f"{r['case']:58s} {r['quantity']:18s} {r['measured'] * 1e3:8.2f}ms{cells}")
     for source in sources:
         s = summary[source]
@@ -243,16 +260,20 @@ def main() -> None:
     m.add_argument("--no-probe", action="store_true", help="the real runs only")
     m.add_argument("--no-runs", action="store_true", help="the probe only")
     m.add_argument("--quick", action="store_true", help="the first two cases only")
+    e = sub.add_parser("estimate", help="on the GPU machine: an earlier record's cases "
+                       "estimated from the probe saved here (--on local)")  # fmt: skip
+    e.add_argument("record", type=Path)
     c = sub.add_parser("compare", help="estimates against a measure run's record")
     c.add_argument("measured", type=Path)
-    c.add_argument("--profile", type=Path, help="the probe.json of the same run")
     c.add_argument("--device", default="h200", help="catalogue device the runs were on")
     c.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.command == "measure":
         measure(args.out, not args.no_probe, not args.no_runs, args.quick)
+    elif args.command == "estimate":
+        estimate_probed(args.record)
     else:
-        compare(args.measured, args.profile, args.device, args.out)
+        compare(args.measured, args.device, args.out)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,6 @@ run $G cost qwen2.5-7b --on h100 --owned --requests-per-day 100000 --json
 run $G cost qwen2.5-7b --on api --requests-per-day 100000 --json
 run $G cost qwen2.5-7b --on h100 --reserved --requests-per-day 100000
 run .venv/bin/python benchmarks/validate_published.py
-run .venv/bin/python benchmarks/validate_gpu.py compare benchmarks/results/gpu_h200/gpu_measured.json --profile benchmarks/results/gpu_h200/probe.json
+run .venv/bin/python benchmarks/validate_gpu.py compare benchmarks/results/gpu_h200/gpu_measured.json
 run $G check nonexist-model --on h100
 run $G infer llama-3.1-8b --on h1000
