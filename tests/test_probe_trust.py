@@ -21,7 +21,8 @@ from gpuwise.catalog.thresholds import probe_bounds, probe_thresholds
 from gpuwise.cli import main
 from gpuwise.estimate.speed.probed_kernels import KernelRates
 from gpuwise.measure.probe import BandwidthReading, MatmulPoint, Profile
-from gpuwise.measure.probe.plausible import implausible
+from gpuwise.measure.probe.plausible import implausible, implausible_parts
+from gpuwise.measure.probe.profile_schema import PARTS
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.measure.probe.run import machine_fingerprint
 from gpuwise.measure.probe.store import load_profile, profile_path, save_profile
@@ -119,7 +120,8 @@ def test_a_stalled_matmul_is_implausible() -> None:
     (lambda p: replace(p, backend="torch-cuda"), "fp32 (best, 1024x1024x1024) read 2.15 GFLOP/s: a real GPU gives 10-500,000"),
 ])  # fmt: skip
 def test_each_kind_of_implausible_reading_is_named(change, named) -> None:
-    found = implausible(change(_good()))
+    profile = change(_good())
+    found = (*implausible(profile), *(line for lines in implausible_parts(profile).values() for line in lines))
     assert any(named in line for line in found), found
 
 
@@ -217,12 +219,9 @@ def _bad_files() -> dict[str, object]:
     bandwidth = [{**good["bandwidth"][0], "gbs": "44"}, *good["bandwidth"][1:]]
     return {
         "a string bandwidth": changed(bandwidth=bandwidth),
-        "kernels linear x": changed(kernels={"linear": "x"}),
-        "a kernel grid point of three numbers": changed(kernels={"linear": {"fp32": {"forward": [[1, 2, 3]]}}}),
         "a missing field": json.dumps({k: v for k, v in good.items() if k != "overhead_s"}),
         "an unknown field": changed(extra=1),
         "wrong nesting": changed(matmul_best=[good["matmul_best"]]),
-        "a runtime of text": changed(runtime={"decode_op_s": "fast"}),
         "NaN": changed(overhead_s={"add": math.nan}),
         "infinity": changed(steadiness={"read": math.inf}),
         "a negative number": changed(overhead_s={"add": -1e-6}),
@@ -254,6 +253,42 @@ def test_a_malformed_profile_is_ignored_in_one_line_with_spec_rates(
     time = _infer_json(capsys)["time"]  # exit 0, JSON, the reason named: never a traceback
     assert _named(path, time.get("rates") or time.get("unavailable"))
     assert path.read_bytes() == (content if isinstance(content, bytes) else content.encode())
+
+
+def _bad_parts() -> dict[str, tuple[str, dict[str, object]]]:
+    """A profile's parts malformed one at a time: (the part, what it holds instead)."""
+    rates = {"weight_bytes_per_s": 1e10, "kv_bytes_per_s": 1e10, "matmul_flops": 1e11,
+             "attention_flops": 1e11, "layer_s": 1e-5, "token_s": 0.0, "layer_token_s": 1e-7,
+             "source": "measured"}  # fmt: skip
+    part = {"version": "0.3.36", "system_info": "AVX2 = 1", "n_prompt": 512, "n_gen": 32,
+            "models": ["a", "b"], "rates": {"q4_0/2": rates}, "timings": []}  # fmt: skip
+    return {
+        "kernels linear x": ("kernels", {"linear": "x"}),
+        "a kernel grid point of three numbers": ("kernels", {"linear": {"fp32": {"forward": [[1, 2, 3]]}}}),
+        "a runtime of text": ("runtime", {"decode_op_s": "fast"}),
+        "a llama.cpp rate the reader does not know": (
+            "llama_cpp", {**part, "rates": {"q4_0/2": {**rates, "decode_attention_flopz": 1.0}}}),
+        "a llama.cpp rate left out": (
+            "llama_cpp", {**part, "rates": {"q4_0/2": {k: v for k, v in rates.items() if k != "layer_s"}}}),
+        "a llama.cpp timing of text": ("llama_cpp", {**part, "timings": ["fast"]}),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_bad_parts()))
+def test_a_malformed_part_is_set_aside_alone_and_the_rest_is_used(
+    case: str, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    part, content = _bad_parts()[case]
+    path = profile_path(machine_fingerprint(), "torch-cpu")
+    path.write_text(json.dumps({**json.loads(_good().to_json()), part: content}))
+    profile = load_profile()
+    assert profile is not None and getattr(profile, part) is None
+    assert profile.parts_set_aside()[part].startswith("set aside, not trusted (profile.")
+    rates, how = rates_for(_local_with_spec())
+    assert rates is not None and rates.source == "measured"  # the core readings stay in use
+    assert f"the {PARTS[part]} of the saved probe profile" in how and "estimates go without them" in how
+    time = _infer_json(capsys)["time"]
+    assert PARTS[part] in time["rates"]
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")

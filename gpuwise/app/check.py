@@ -56,4 +56,5 @@ def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates) -> dict
     iv = t.interval("decode")
     low, high = iv.around(t.decode_s_per_token) if iv else (None, None)
     return {"s_per_token": t.decode_s_per_token, "low": low, "high": high,
-            "tokens_per_s": t.tokens_per_s, "kernel": t.kernel, "source": t.source}  # fmt: skip
+            "tokens_per_s": t.tokens_per_s, "kernel": t.kernel, "source": t.source,
+            "missing_parts": list(t.missing)}  # fmt: skip

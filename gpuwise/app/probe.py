@@ -15,7 +15,7 @@ from gpuwise.measure.llama_cpp.gguf_model import need_llama_cpp
 from gpuwise.measure.probe.llama_cpp_part import keep_llama_cpp, with_llama_cpp
 from gpuwise.measure.probe.machine import probe_machine
 from gpuwise.measure.probe.merge import keep_full_parts, median_profile
-from gpuwise.measure.probe.plausible import profile_warnings
+from gpuwise.measure.probe.plausible import implausible_parts, profile_warnings
 from gpuwise.measure.probe.profile import Profile
 from gpuwise.measure.probe.store import profile_path, save_profile
 from gpuwise.measure.probe.trusted import trusted_profile
@@ -49,9 +49,9 @@ def probe(quick: bool, repeat: int = 1, progress: Progress | None = None,
         profile = keep_full_parts(profile, previous)
     if runtime == "llama.cpp":
         part = (lambda what, done: progress(what, share + (1 - share) * done)) if progress else None
-        profile = with_llama_cpp(profile, part)
-    profile = keep_llama_cpp(profile, previous)
-    warnings = _warnings(profile)
+        profile = with_llama_cpp(profile, part, quick)
+    profile, warnings = _checked(profile)
+    profile = keep_llama_cpp(profile, previous)  # where its own part was none or set aside
     if not warnings:
         return ProbeAnswer(profile, save_profile(profile))
     profile = dataclasses.replace(profile, warnings=warnings)
@@ -59,14 +59,19 @@ def probe(quick: bool, repeat: int = 1, progress: Progress | None = None,
     return ProbeAnswer(profile, save_profile(profile), previous, kept)
 
 
-def _warnings(profile: Profile) -> tuple[str, ...]:
-    """Why the probe is not to be trusted: a field of the wrong type or shape (as it would be
-    read back), or implausible readings."""
+def _checked(profile: Profile) -> tuple[Profile, tuple[str, ...]]:
+    """The probe as it will be read back, each part (runtime costs, kernel grids, llama.cpp
+    rates) of the wrong type or shape or with implausible readings set aside alone (said in
+    `missing`); and why the rest is not to be trusted: a core field of the wrong type or shape,
+    or implausible core readings."""
     try:
-        Profile.from_json(profile.to_json())
+        profile = Profile.from_json(profile.to_json())
     except ValueError as exc:
-        return (f"a reading of the wrong type or shape: {exc}",)
-    return profile_warnings(profile)
+        return profile, (f"a reading of the wrong type or shape: {exc}",)
+    for part, lines in implausible_parts(profile).items():
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        profile = profile.without_part(part, lines[0] + more)
+    return profile, profile_warnings(profile)
 
 
 def _one_of(progress: Progress | None, i: int, repeat: int,

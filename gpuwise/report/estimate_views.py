@@ -72,6 +72,8 @@ def check_view(a: CheckAnswer) -> View:
     missing = sorted({r["decode"]["unavailable"] for r in a.rows
                       if "unavailable" in r.get("decode", {})})  # fmt: skip
     notes += [f"decode -: {why}" for why in missing]
+    notes += sorted({f"decode without: {why}" for r in a.rows
+                     for why in r.get("decode", {}).get("missing_parts", ())})  # fmt: skip
     return obj, Group(table, Text("\n".join(f"note: {n}" for n in notes)))
 
 

@@ -60,8 +60,8 @@ def inference_time_record(t: Any, how: str, curve: list[dict[str, float]]) -> di
         "tokens_per_s": t.tokens_per_s, "generate_s": t.total_s,
         "bound": {"prefill": t.prefill.bound, "decode": t.decode.bound},
         "overhead_s": {"prefill": t.prefill.overhead_s, "decode": t.decode.overhead_s},
-        "source": t.source, "rates": how, "runtime": t.runtime, "source_kind": "estimated",
-        "throughput_by_batch": curve,
+        "source": t.source, "rates": "; ".join((how, *t.missing)), "runtime": t.runtime,
+        "source_kind": "estimated", "missing_parts": list(t.missing), "throughput_by_batch": curve,
     }  # fmt: skip
 
 

@@ -45,6 +45,9 @@ class InferenceTime:
     runtime: str = RUNTIME
     runtime_id: str = "transformers"
     kernel: str = ""  # the weight-only kernel, or the ggml type under llama.cpp
+    # What a measured estimate had to go without: a part of the probe it needs that this
+    # machine's profile lacks, one line each (empty: nothing, or datasheet rates throughout)
+    missing: tuple[str, ...] = ()
 
     @property
     def prefill_s(self) -> float:
@@ -130,8 +133,13 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
     rt.check_device(rates.kind, rates.name)
     if rt.model == "ggml":
         prefill, decode, g = ggml_phases(arch, plan, rates, plan.threads, host)
+        missing: tuple[str, ...] = ()
+        if rates.source == "measured" and g.source != "measured":
+            missing = (f"llama.cpp was not probed here for {ggml_type(plan)} on "
+                       f"{plan.threads or rates.compute_units} thread(s): its rates are the "
+                       "datasheet's shares (`gpuwise probe --runtime llama.cpp` measures them)",)  # fmt: skip
         return InferenceTime(prefill, decode, plan.batch, plan.new_tokens, g.source, rt.name,
-                             rt.id, ggml_type(plan))  # fmt: skip
+                             rt.id, ggml_type(plan), missing)  # fmt: skip
     kernel = kernel_for(rt, plan.weights, rates.kind, plan.quant_kernel)
     rates = runtime_rates(rates, rt, kernel)
     fmt = weight_format(plan.weights)
@@ -157,4 +165,15 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
             phase = with_row(phase, Op("runtime step", "runtime", 0.0, 0.0), rt.step_s[count_key])
         phases.append(phase)
     return InferenceTime(phases[0], phases[1], plan.batch, plan.new_tokens, rates.source,
-                         rt.name, rt.id, kernel.id if kernel else "")  # fmt: skip
+                         rt.name, rt.id, kernel.id if kernel else "", eager_parts_missing(rates, eager))  # fmt: skip
+
+
+def eager_parts_missing(rates: DeviceRates, eager: bool) -> tuple[str, ...]:
+    """The line saying a measured eager estimate goes without the runtime's own costs: a
+    quick probe measures none, and the bare op's cost that stands in is a fraction of
+    transformers' (decode runs fast by half or more on a CPU)."""
+    if not eager or rates.source != "measured" or rates.runtime_op_s:
+        return ()
+    return ("the probe measured no eager runtime costs (a quick probe does not): each op is "
+            "charged the bare op's dispatch, not transformers', so this time is low "
+            "(`gpuwise probe` without --quick measures them)",)  # fmt: skip

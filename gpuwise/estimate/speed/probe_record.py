@@ -9,7 +9,10 @@ reading of a real probe is NaN, infinite or below zero.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -124,6 +127,49 @@ def record(required: Mapping[str, Check], optional: Mapping[str, Check] | None =
             known[key](item, f"{where}.{key}")
 
     return run
+
+
+def record_of(cls: type, checks: Mapping[str, Check] | None = None,
+              leave_out: tuple[str, ...] = ()) -> Check:  # fmt: skip
+    """The check of a dataclass as saved with `dataclasses.asdict`: its fields, and no others;
+    a field with a default may be left out. Each field's check follows from its annotation
+    (bool, int, float, str, `X | None`, tuple/list, dict[str, X], a nested dataclass), or is
+    `checks[name]` (a narrower one: a size, not any whole number). So what is written and
+    what is read come from one definition: a field added to the dataclass is known to the
+    reader, one taken away is refused in an old file. An annotation with no check (`Any`) and
+    no entry in `checks` is a TypeError when the check is made, not a field let through."""
+    hints = typing.get_type_hints(cls)
+    given = dict(checks or {})
+    required: dict[str, Check] = {}
+    optional: dict[str, Check] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in leave_out:
+            continue
+        check = given.pop(f.name, None) or check_of(hints[f.name], f"{cls.__name__}.{f.name}")
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        (optional if has_default else required)[f.name] = check
+    if given:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(given))}")
+    return record(required, optional)
+
+
+def check_of(hint: Any, where: str) -> Check:
+    """The check of one annotation (see `record_of`)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    simple: dict[Any, Check] = {bool: flag, int: integer, float: number, str: text}
+    if hint in simple:
+        return simple[hint]
+    if origin in (types.UnionType, typing.Union) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return maybe(check_of(rest[0], where))
+    if origin in (tuple, list) and args and (origin is list or args[-1] is Ellipsis):
+        return list_of(check_of(args[0], where))
+    if origin is dict and args and args[0] is str:
+        return table_of(check_of(args[1], where))
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return record_of(hint)
+    raise TypeError(f"{where}: no check for {hint!r}; give one by name")
 
 
 def point(sizes: int, more: tuple[int, ...] = (), least: float = 1) -> Check:

@@ -5,13 +5,16 @@ checks is how the rates carry over to models they were not fitted to."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuwise.estimate.speed.ggml_time import HALF_UBATCH_TOKENS
+from gpuwise.estimate.speed.ggml_time import HALF_UBATCH_TOKENS, GgmlRates
 from gpuwise.measure.llama_cpp.bench import tensor_bytes, time_decode_steps, time_llama_cpp
 from gpuwise.measure.llama_cpp.fit import (
     GGML_TYPE,
@@ -21,6 +24,7 @@ from gpuwise.measure.llama_cpp.fit import (
     timing_plans,
 )
 from gpuwise.measure.llama_cpp.gguf_model import GgufConfig, quantize, write_random_gguf
+from gpuwise.measure.llama_cpp.record import LlamaCppPart, LlamaCppTiming
 
 # Two shapes whose bytes per layer differ by ~7x, so layer costs and bandwidth separate. Both
 # are over 100 MB in Q4_0, several times a CPU's last-level cache (32 MiB on a Zen 5 CCD): a
@@ -29,7 +33,7 @@ from gpuwise.measure.llama_cpp.gguf_model import GgufConfig, quantize, write_ran
 PROBE_MODELS = (GgufConfig(hidden=768, layers=24, heads=12, kv_heads=4, ffn=2048),
                 GgufConfig(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=5632))  # fmt: skip
 TYPES = ("f16", "q8_0", "q4_0", "q4_k_m")
-N_PROMPT, N_GEN, REPS = 512, 32, 5  # pp at one full ubatch: a served prompt step's size
+N_PROMPT = 512  # pp at one full ubatch: a served prompt step's size
 # Steps on the narrow model (head_dim 64, 24 layers: attention is most of a deep step there):
 # decodes of one sequence and of a batch, and a prompt chunk, at no depth and at DEPTH (a
 # served request's context), for attention's rates and a small batch's matmuls (fit.py).
@@ -39,6 +43,33 @@ DECODE_CASES = [(0, 1), (DEPTH, 1), (0, SEQS), (DEPTH, SEQS), (0, 1, CHUNK), (DE
 # Fits that read only the f16 cache, whatever the weights' type
 TYPE_FREE = ("attention_flops", "decode_attention_flops", "batch_attention_flops", "masked_head_s")
 ATTEMPTS, QUIET = 3, 0.05  # runs of a timing at most; others' share of the CPUs that is quiet
+
+
+@dataclass(frozen=True)
+class LlamaCppPlan:
+    """What the llama.cpp probe times: every type at one thread and at every core (full), or
+    every type at every core only, with fewer repetitions and the attention steps once
+    (`--quick`, for CI and a first look: about a quarter of the full probe's time)."""
+
+    threads_all_cores_only: bool
+    n_gen: int
+    reps: int
+    attempts: int
+    half_ubatch: bool  # time a half-ubatch prompt too (half_matmul_flops)
+    decode_types: tuple[str, ...]  # the types whose narrow model times the decode steps
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> LlamaCppPlan:
+        if quick:
+            return cls(True, 16, 2, 2, False, ("q4_0",))
+        return cls(False, 32, 5, ATTEMPTS, True, TYPES)
+
+    def threads(self, cores: int) -> list[int]:
+        return [max(1, cores)] if self.threads_all_cores_only else probe_threads(cores)
+
+
+FULL = LlamaCppPlan.for_mode(False)
+N_GEN, REPS = FULL.n_gen, FULL.reps
 
 Progress = Callable[[str, float], None]
 
@@ -56,11 +87,11 @@ def _model_files(cfg: GgufConfig, folder: Path) -> dict[str, Path]:
     return files
 
 
-def quietest(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """The run with the least of the CPUs taken by other processes, of up to ATTEMPTS: on a
+def quietest(measure: Callable[[], dict[str, Any]], attempts: int = ATTEMPTS) -> dict[str, Any]:
+    """The run with the least of the CPUs taken by other processes, of up to `attempts`: on a
     few cores one busy neighbour stalls llama.cpp's thread barriers."""
     best: dict[str, Any] | None = None
-    for _ in range(ATTEMPTS):
+    for _ in range(attempts):
         run = measure()
         share = run.get("others_cpu_share") or 0.0
         if best is None or share < (best.get("others_cpu_share") or 0.0):
@@ -71,44 +102,45 @@ def quietest(measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     return best
 
 
-def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int) -> dict[str, Any]:
+def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int,
+            plan: LlamaCppPlan) -> tuple[LlamaCppTiming, dict[str, Any]]:  # fmt: skip
     """One model's pp and tg: the median repetition of the quietest run (a repetition that
-    another process stalled is an outlier, not a reading)."""
+    another process stalled is an outlier, not a reading); with the run's own record."""
     run = quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=N_PROMPT,
-                                           n_gen=N_GEN, reps=REPS))  # fmt: skip
+                                           n_gen=plan.n_gen, reps=plan.reps), plan.attempts)  # fmt: skip
     tb = tensor_bytes(path)
-    pp_s = statistics.median(run["pp_samples_s"])
-    tg_s = statistics.median(run["tg_samples_s"]) / N_GEN
-    record = {"model": cfg.name, "type": qtype, "threads": threads, "pp_s": pp_s,
-              "tg_s": tg_s, "bytes": tb["total"],
-              "embedding_bytes": tb["token_embd"], "version": run["llama_cpp_python"],
-              "system_info": run["system_info"]}  # fmt: skip
-    if N_PROMPT > HALF_UBATCH_TOKENS:  # the prompt's rate at half a ubatch too (pp only)
-        half = quietest(lambda: time_llama_cpp(path, threads=threads,
-                                               n_prompt=HALF_UBATCH_TOKENS, n_gen=0, reps=REPS))  # fmt: skip
-        record["pp_half_s"] = statistics.median(half["pp_samples_s"])
-    if cfg == PROBE_MODELS[0]:
-        steps = quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES))
-        record["decode_steps"] = dict(steps["step_s"])
-    return record
+    half_s, steps = 0.0, {}
+    if plan.half_ubatch:  # the prompt's rate at half a ubatch too (pp only)
+        half = quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=HALF_UBATCH_TOKENS,
+                                               n_gen=0, reps=plan.reps), plan.attempts)  # fmt: skip
+        half_s = statistics.median(half["pp_samples_s"])
+    if cfg == PROBE_MODELS[0] and qtype in plan.decode_types:
+        steps = dict(quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES),
+                              plan.attempts)["step_s"])  # fmt: skip
+    timing = LlamaCppTiming(model=cfg.name, type=qtype, threads=threads,
+                            pp_s=statistics.median(run["pp_samples_s"]),
+                            tg_s=statistics.median(run["tg_samples_s"]) / plan.n_gen,
+                            bytes=tb["total"], embedding_bytes=tb["token_embd"],
+                            pp_half_s=half_s, decode_steps=steps)  # fmt: skip
+    return timing, run
 
 
-def rates_from_timings(timings: list[dict[str, Any]], n_prompt: int = 0,
-                       n_gen: int = 0) -> dict[str, dict[str, float]]:  # fmt: skip
+def rates_from_timings(timings: list[dict[str, Any]] | list[LlamaCppTiming], n_prompt: int = 0,
+                       n_gen: int = 0) -> dict[str, GgmlRates]:  # fmt: skip
     """The fitted rates by "ggml type/threads" from the probe models' timings (taken at
-    `n_prompt` and `n_gen` tokens: this probe's unless said). Attention's rates do not depend
-    on the weights' type (the cache is f16 in each), so each thread count takes the median
-    of its types' fits: one type's reading is a difference of two steps, and noisy."""
+    `n_prompt` and `n_gen` tokens: the full probe's unless said). Attention's rates do not
+    depend on the weights' type (the cache is f16 in each), so each thread count takes the
+    median of its types' fits: one type's reading is a difference of two steps, and noisy."""
     models = {cfg.name: cfg for cfg in PROBE_MODELS}
     pairs: dict[tuple[str, int], list[ModelTiming]] = {}
-    for t in timings:
-        cfg = models[t["model"]]
+    for raw in timings:
+        t = raw if isinstance(raw, LlamaCppTiming) else LlamaCppTiming(**raw)
+        cfg = models[t.model]
         arch = llama_arch(cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
-        pp, tg = timing_plans(t["type"], t["bytes"], t["embedding_bytes"], n_prompt or N_PROMPT,
-                              n_gen or N_GEN, t["threads"])  # fmt: skip
-        pairs.setdefault((t["type"], t["threads"]), []).append(
-            ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"], t.get("decode_steps") or {},
-                        t.get("pp_half_s", 0.0)))  # fmt: skip
+        pp, tg = timing_plans(t.type, t.bytes, t.embedding_bytes, n_prompt or N_PROMPT,
+                              n_gen or N_GEN, t.threads)  # fmt: skip
+        pairs.setdefault((t.type, t.threads), []).append(
+            ModelTiming(arch, pp, tg, t.pp_s, t.tg_s, t.decode_steps, t.pp_half_s))
     out = {}
     for (q, n), found in pairs.items():
         if len(found) < 2:
@@ -121,14 +153,19 @@ def rates_from_timings(timings: list[dict[str, Any]], n_prompt: int = 0,
             pooled = statistics.median(values) if values else 0.0
             for r in fits:
                 r[name] = pooled
-    return out
+    # GgmlRates takes exactly the fields it defines: a fit that emits another is a TypeError
+    # here, at the probe, never a profile its loader refuses.
+    return {key: GgmlRates(**fit, source="measured") for key, fit in out.items()}
 
 
-def probe_llama_cpp(cores: int, progress: Progress | None = None) -> dict[str, Any]:
-    """llama.cpp's rates on this machine by "ggml type/threads", with what they came from."""
-    threads = probe_threads(cores)
+def probe_llama_cpp(cores: int, progress: Progress | None = None,
+                    quick: bool = False) -> dict[str, Any]:  # fmt: skip
+    """llama.cpp's rates on this machine by "ggml type/threads", with what they came from:
+    `dataclasses.asdict` of a LlamaCppPart, as the profile saves it."""
+    plan = LlamaCppPlan.for_mode(quick)
+    threads = plan.threads(cores)
     steps = len(PROBE_MODELS) * (1 + len(TYPES) * len(threads))
-    done, timings = 0, []
+    done, timings, last = 0, [], dict[str, Any]()
     with tempfile.TemporaryDirectory(prefix="gpuwise-llama-") as tmp:
         for cfg in PROBE_MODELS:
             if progress:
@@ -139,13 +176,19 @@ def probe_llama_cpp(cores: int, progress: Progress | None = None) -> dict[str, A
                 for t in threads:
                     if progress:
                         progress(f"llama.cpp: {cfg.name} {qtype} on {t} thread(s)", done / steps)
-                    timings.append(_timing(cfg, files[qtype], qtype, t))
+                    timing, last = _timing(cfg, files[qtype], qtype, t, plan)
+                    timings.append(timing)
                     done += 1
             for path in set(files.values()):
                 path.unlink()
-    info = {key: timings[-1][key] for key in ("version", "system_info")}
-    for record in timings:
-        del record["version"], record["system_info"]
-    return {**info, "n_prompt": N_PROMPT, "n_gen": N_GEN,
-            "models": [cfg.name for cfg in PROBE_MODELS], "rates": rates_from_timings(timings, N_PROMPT, N_GEN),
-            "timings": timings}  # fmt: skip
+    part = LlamaCppPart(version=last["llama_cpp_python"], system_info=last["system_info"],
+                        n_prompt=N_PROMPT, n_gen=plan.n_gen,
+                        models=tuple(cfg.name for cfg in PROBE_MODELS),
+                        rates=rates_from_timings(timings, N_PROMPT, plan.n_gen),
+                        timings=tuple(timings), quick=quick)  # fmt: skip
+    return saved_form(part)
+
+
+def saved_form(part: LlamaCppPart) -> dict[str, Any]:
+    """The part as the profile saves it and reads it back (tuples as lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(part)))  # type: ignore[no-any-return]

@@ -27,24 +27,36 @@ def device_kind(profile: Any) -> str:
 
 def profile_warnings(profile: Any) -> tuple[str, ...]:
     """Why `profile` is not to be trusted (empty: it is): the warnings it was saved with, or
-    its readings judged now (bounds may have changed since it was saved)."""
+    its core readings judged now (bounds may have changed since it was saved). Its parts are
+    judged alone (`implausible_parts`)."""
     return tuple(getattr(profile, "warnings", ()) or ()) or implausible(profile)
 
 
 def implausible(profile: Any) -> tuple[str, ...]:
-    """One line for each reading outside the bounds of its device kind, and for each headline
-    rate that moved beyond the steadiness bound during the probe."""
+    """One line for each core reading (bandwidth, matmul sweep, per-op overhead) outside the
+    bounds of its device kind, and for each headline rate that moved beyond the steadiness
+    bound during the probe."""
     bounds = probe_bounds(device_kind(profile))
     return tuple(
         [
             *_memory(profile, bounds),
             *_matmul(profile, bounds),
             *_overhead(profile, bounds),
-            *_kernels(profile.kernels or {}, bounds),
-            *_llama_cpp(getattr(profile, "llama_cpp", None) or {}, bounds),
             *_steadiness(profile.steadiness or {}),
         ]
     )
+
+
+def implausible_parts(profile: Any) -> dict[str, tuple[str, ...]]:
+    """Each part of the profile (runtime costs, kernel grids, llama.cpp rates) with readings
+    outside the bounds, and one line for each: such a part is set aside alone."""
+    bounds = probe_bounds(device_kind(profile))
+    found = {
+        "runtime": tuple(_runtime(getattr(profile, "runtime", None) or {}, bounds)),
+        "kernels": tuple(_kernels(profile.kernels or {}, bounds)),
+        "llama_cpp": tuple(_llama_cpp(getattr(profile, "llama_cpp", None) or {}, bounds)),
+    }
+    return {part: lines for part, lines in found.items() if lines}
 
 
 def summary(warnings: Sequence[str]) -> str:
@@ -111,7 +123,11 @@ def _overhead(profile: Any, bounds: ProbeBounds) -> Iterator[str]:
         if seconds is not None:
             yield from _judge(f"per-op overhead ({name})", seconds, bounds.overhead_s, "us",
                               bounds.kind, scale=1e6)  # fmt: skip
-    runtime = getattr(profile, "runtime", None) or {}
+
+
+def _runtime(runtime: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
+    """The eager runtime's costs per op within the overhead bounds, its GEMV rates within the
+    elementwise ones."""
     for key, seconds in runtime.items():
         if key.endswith("_op_s"):
             yield from _judge(f"the runtime's cost per op ({key.removesuffix('_op_s')})",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpuwise.measure.probe.profile_schema import check_profile
+from gpuwise.estimate.speed.probe_record import Check
+from gpuwise.measure.probe.profile_schema import PARTS, core_check, part_problems
 
 SCHEMA_VERSION = 1
 BACKENDS = ("torch-cuda", "torch-cpu", "numpy-cpu", "null")
@@ -133,7 +136,8 @@ class Profile:
     runtime: dict[str, Any] | None = None
     # Kernels at model shapes (gpuwise.measure.probe.kernels): linear grid, SDPA, elementwise.
     kernels: dict[str, Any] | None = None
-    # llama.cpp's rates on this CPU (gpuwise.measure.llama_cpp.probe), with --runtime llama.cpp.
+    # llama.cpp's rates on this CPU, with --runtime llama.cpp: `dataclasses.asdict` of a
+    # gpuwise.measure.llama_cpp.record.LlamaCppPart (the schema is derived from that class).
     llama_cpp: dict[str, Any] | None = None
     # Headline rates (read, matmul_fp32, matmul_bf16) measured again at the probe's end, as
     # ratios to its own readings (gpuwise.measure.probe.steadiness): 1.0 held still.
@@ -146,6 +150,17 @@ class Profile:
     @property
     def trusted(self) -> bool:
         return not self.warnings
+
+    def without_part(self, part: str, why: str) -> Profile:
+        """This profile with one part (PARTS) set aside: taken out, and `missing` says why.
+        The rest of the probe stays in use."""
+        missing = {**self.missing, part: f"{SET_ASIDE} ({why})"}
+        return dataclasses.replace(self, **{part: None}, missing=missing)  # type: ignore[arg-type]
+
+    def parts_set_aside(self) -> dict[str, str]:
+        """The parts this profile's probe measured but that were set aside, with why."""
+        return {part: why for part, why in self.missing.items()
+                if part in PARTS and why.startswith(SET_ASIDE)}  # fmt: skip
 
     def bandwidth_gbs(self, kind: str = "triad") -> float | None:
         """Measured GB/s of a memory kind (read/copy/triad) or a link (h2d/d2h/d2d)."""
@@ -162,7 +177,8 @@ class Profile:
     @classmethod
     def from_json(cls, text: str) -> Profile:
         """Read `to_json` output back; ValueError for another schema, or naming the first
-        field of the wrong type or shape (`profile_schema`)."""
+        field of the core of the wrong type or shape (`profile_schema`). A part (runtime,
+        kernels, llama_cpp) that fails its check is set aside alone (`parts_set_aside`)."""
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -171,7 +187,11 @@ class Profile:
             raise ValueError("not a probe profile: nested too deeply") from None
         if not isinstance(raw, dict) or raw.get("schema") != SCHEMA_VERSION:
             raise ValueError(f"not a probe profile of schema {SCHEMA_VERSION}")
-        check_profile(raw)
+        _check(raw)
+        problems = part_problems(raw)  # a malformed part is set aside alone
+        raw = {**raw, **dict.fromkeys(problems)}
+        raw["missing"] = {**raw["missing"],
+                          **{part: f"{SET_ASIDE} ({why})" for part, why in problems.items()}}  # fmt: skip
         try:
             return cls(**{
                 **raw,
@@ -184,3 +204,18 @@ class Profile:
             })  # fmt: skip
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed probe profile: {exc}") from exc
+
+
+# What `missing` says of a part of the profile whose readings failed their check.
+SET_ASIDE = "set aside, not trusted"
+
+
+def _check(raw: dict[str, Any]) -> None:
+    """ValueError naming the first field of the profile's core that is missing, unknown or of
+    the wrong type or shape; the check is derived from the dataclasses above."""
+    _core_check()(raw, "profile")
+
+
+@functools.cache
+def _core_check() -> Check:
+    return core_check(Profile, BandwidthReading, MatmulPoint)

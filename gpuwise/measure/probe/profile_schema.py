@@ -1,63 +1,66 @@
-"""The saved profile's schema: the type and shape of every field, the kernel grids too
-(`gpuwise.estimate.speed.probe_record` holds the checks). `Profile.from_json` runs it, so a
-profile that reaches an estimate has numbers where numbers are read."""
+"""The saved profile's schema, derived from the dataclasses the probe writes (`Profile`,
+`BandwidthReading`, `MatmulPoint`, the llama.cpp part's `LlamaCppPart`, llama.cpp's
+`GgmlRates`): what is written and what is read have one definition and cannot drift apart
+(`gpuwise.estimate.speed.probe_record.record_of`). Only what a field's type cannot say is given
+here by name: a matrix side is at least 1, the kernel grids and the eager runtime's costs are
+tables of their own shape.
+
+A profile is checked in parts (`PARTS`): the core readings (bandwidth, matmuls, overhead) and
+each optional part alone, so a part that fails its check is set aside by itself and the rest
+of the same probe stays in use."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gpuwise.estimate.speed.probe_record import (
+    Check,
     check_kernels,
-    flag,
-    integer,
     list_of,
     maybe,
     number,
     point,
-    record,
+    record_of,
     size,
     table_of,
     text,
 )
+from gpuwise.measure.llama_cpp.record import LlamaCppPart
 
-BANDWIDTH = record(
-    {"kind": text, "gbs": maybe(number), "array_bytes": integer, "bytes_per_pass": integer,
-     "best_s": maybe(number)},
-    {"fraction_of_spec": maybe(number)},
-)  # fmt: skip
-MATMUL_POINT = record({"m": size, "n": size, "k": size, "dtype": text, "seconds": number,
-                       "median_s": number, "flops_per_s": number,
-                       "repeats": number})  # a median of counts after --repeat  # fmt: skip
+
+def _anything(value: Any, where: str) -> None:
+    """A part's place in the core record: checked on its own (PART_CHECKS)."""
+
+
 # The transformers runtime's costs: seconds and factors by name, GEMV rates by dtype.
 RUNTIME = table_of(number, {"gemv": table_of(list_of(point(1))), "device": text})
-# llama.cpp's rates by "ggml type/threads" (estimate/speed/ggml_time.GgmlRates' fields).
-GGML_RATES = record({key: number for key in (
-    "weight_bytes_per_s", "kv_bytes_per_s", "matmul_flops", "attention_flops", "layer_s",
-    "token_s", "layer_token_s")})  # fmt: skip
-LLAMA_CPP = record({"version": text, "system_info": text, "n_prompt": integer, "n_gen": integer,
-                    "models": list_of(text), "rates": table_of(GGML_RATES),
-                    "timings": list_of(record({"model": text, "type": text, "threads": integer,
-                                               "pp_s": number, "tg_s": number, "bytes": integer,
-                                               "embedding_bytes": integer}))})  # fmt: skip
-PROFILE = record(
-    {
-        "fingerprint": text, "device": text, "backend": text, "threads": maybe(integer),
-        "bandwidth": list_of(BANDWIDTH), "links": list_of(BANDWIDTH),
-        "matmul_points": list_of(MATMUL_POINT), "matmul_best": table_of(maybe(MATMUL_POINT)),
-        "matmul_fraction_of_spec": table_of(maybe(number)), "overhead_s": table_of(maybe(number)),
-        "missing": table_of(text), "created_at": text, "versions": table_of(text),
-        "schema": integer,
-    },
-    {
-        "cache_bytes": maybe(integer), "spec_id": maybe(text), "quick": flag,
-        "notes": list_of(text), "runtime": maybe(RUNTIME), "kernels": maybe(check_kernels),
-        "steadiness": maybe(table_of(number)), "warnings": list_of(text),
-        "llama_cpp": maybe(LLAMA_CPP),
-    },
-)  # fmt: skip
+LLAMA_CPP = record_of(LlamaCppPart)
+# The parts of a profile checked and set aside one by one, with what each is, for messages.
+PART_CHECKS: dict[str, Check] = {"runtime": RUNTIME, "kernels": check_kernels,
+                                 "llama_cpp": LLAMA_CPP}  # fmt: skip
+PARTS = {"runtime": "eager runtime costs", "kernels": "kernel grids",
+         "llama_cpp": "llama.cpp rates"}  # fmt: skip
 
 
-def check_profile(raw: Any) -> None:
-    """ValueError naming the first field of a saved profile that is missing, unknown or of
-    the wrong type or shape."""
-    PROFILE(raw, "profile")
+def core_check(profile: type, bandwidth: type, matmul: type) -> Check:
+    """The check of a saved profile's core, from its dataclasses (profile.py passes them: it
+    imports this module); each part is checked alone (`part_problems`)."""
+    point_check = record_of(matmul, {"m": size, "n": size, "k": size,
+                                     "repeats": number})  # a median of counts after --repeat  # fmt: skip
+    reading = list_of(record_of(bandwidth))
+    nested = {"matmul_points": list_of(point_check), "matmul_best": table_of(maybe(point_check)),
+              "bandwidth": reading, "links": reading}  # fmt: skip
+    return record_of(profile, {**nested, **{part: _anything for part in PART_CHECKS}})
+
+
+def part_problems(raw: dict[str, Any]) -> dict[str, str]:
+    """Each part of a saved profile that fails its check, with the first field that is wrong."""
+    found = {}
+    for part, check in PART_CHECKS.items():
+        if raw.get(part) is None:
+            continue
+        try:
+            check(raw[part], f"profile.{part}")
+        except ValueError as exc:
+            found[part] = str(exc)
+    return found

@@ -10,8 +10,9 @@ from pathlib import Path
 from gpuwise.errors import GpuwiseError
 from gpuwise.files import file_type, shown
 from gpuwise.measure.probe import store
-from gpuwise.measure.probe.plausible import profile_warnings, summary
+from gpuwise.measure.probe.plausible import implausible_parts, profile_warnings, summary
 from gpuwise.measure.probe.profile import Profile
+from gpuwise.measure.probe.profile_schema import PARTS
 from gpuwise.measure.probe.run import machine_fingerprint
 
 
@@ -30,7 +31,9 @@ def local_profile() -> LocalProfile:
     if profile is not None:
         warnings = profile_warnings(profile)
         if not warnings:
-            return LocalProfile(profile, set_aside(profile.fingerprint, after=profile.created_at))
+            profile, parts = parts_judged(profile)
+            return LocalProfile(profile, (*parts, *set_aside(profile.fingerprint,
+                                                              after=profile.created_at)))  # fmt: skip
         path = store.profile_path(profile.fingerprint, profile.backend)
         remarks: tuple[str, ...] = (f"the saved probe profile {shown(path, 200)} was not used: "
                                     f"{summary(warnings)}",)  # fmt: skip
@@ -42,9 +45,23 @@ def local_profile() -> LocalProfile:
 
 
 def trusted_profile(backend: str, fingerprint: str) -> Profile | None:
-    """The saved profile of this backend and machine where it is trusted."""
+    """The saved profile of this backend and machine where it is trusted, its parts with
+    implausible readings set aside."""
     profile = store.load_profile(backend, fingerprint)
-    return profile if profile is not None and not profile_warnings(profile) else None
+    if profile is None or profile_warnings(profile):
+        return None
+    return parts_judged(profile)[0]
+
+
+def parts_judged(profile: Profile) -> tuple[Profile, tuple[str, ...]]:
+    """The profile with each part that is malformed or holds implausible readings set aside
+    (bounds may have changed since it was saved), and one line for each part set aside: the
+    rest of the probe is used, and the estimates say what they go without."""
+    for part, lines in implausible_parts(profile).items():
+        profile = profile.without_part(part, summary(lines))
+    path = shown(store.profile_path(profile.fingerprint, profile.backend), 200)
+    return profile, tuple(f"the {PARTS[part]} of the saved probe profile {path} were {why}: "
+                          f"estimates go without them" for part, why in profile.parts_set_aside().items())  # fmt: skip
 
 
 def unreadable(fingerprint: str) -> tuple[str, ...]:
