@@ -14,8 +14,10 @@ FILE = "time_intervals.toml"
 @dataclass(frozen=True)
 class TimeInterval:
     """Measured / estimated time at the 10th and 90th percentile of the validation entries
-    of one runtime, phase and rates source: an estimate t lies in (t x low, t x high) with
-    80% confidence, as far as those entries tell."""
+    of one runtime, phase and rates source: the time lies in (t x low, t x high) of an
+    estimate t with 80% confidence, as far as those entries tell. The band contains ratio 1,
+    so that every interval contains its own estimate (where the residuals are one-sided the
+    writer widens it to 1)."""
 
     low: float
     high: float
@@ -23,6 +25,12 @@ class TimeInterval:
     runtime: str  # "any": pooled over runtimes
     phase: str  # "any": pooled over phases
     source: str  # "spec" or "measured"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.low <= 1 <= self.high:
+            raise ValueError(f"{FILE}: the interval of {self.runtime} {self.phase} "
+                             f"({self.source}), {self.low}-{self.high}, does not contain its "
+                             "estimate (ratio 1): run tools/write_time_intervals.py")  # fmt: skip
 
     def around(self, seconds: float) -> tuple[float, float]:
         return seconds * self.low, seconds * self.high
