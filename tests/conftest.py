@@ -4,20 +4,67 @@
 - `gpu`: needs a CUDA GPU; skipped without one.
 - `slow`: real runs of seconds to minutes; run only when asked (`pytest --slow`, as
   `make test` and CI do).
+
+Nothing a test runs writes to the user's real home or cache: before any test is collected,
+HOME, XDG_CACHE_HOME and GPUWISE_CACHE_DIR point at a new temporary home (inherited by every
+command a test starts), and the session fails if the real gpuwise cache changed while it ran
+(tests/test_real_home.py checks where the commands write).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from functools import cache
+from pathlib import Path
 
 import pytest
 
 HEAVY = ("torch", "numpy", "transformers")
+
+
+REAL_HOME_ENV = "GPUWISE_TEST_REAL_HOME"
+CACHE_VARS = ("HOME", "XDG_CACHE_HOME", "GPUWISE_CACHE_DIR")
+
+
+def _real_cache() -> Path:
+    """The gpuwise cache a user's run here reads (as store.cache_dir finds it)."""
+    if os.environ.get("GPUWISE_CACHE_DIR"):
+        return Path(os.environ["GPUWISE_CACHE_DIR"]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gpuwise"
+
+
+def _listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `folder` with its size and modification time (empty: none)."""
+    if not folder.is_dir():
+        return {}
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    real = _real_cache()
+    config.stash[_REAL_CACHE] = (real, _listing(real))
+    home = Path(tempfile.mkdtemp(prefix="gpuwise-test-home-"))
+    os.environ[REAL_HOME_ENV] = str(Path.home())
+    os.environ["GPUWISE_TEST_REAL_CACHE"] = str(real)
+    os.environ.update({"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
+                       "GPUWISE_CACHE_DIR": str(home / ".cache" / "gpuwise")})  # fmt: skip
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    real, before = session.config.stash[_REAL_CACHE]
+    if _listing(real) != before:
+        print(f"\nerror: the tests changed the user's real gpuwise cache {real}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_REAL_CACHE = pytest.StashKey[tuple[Path, dict[str, tuple[int, int]]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
