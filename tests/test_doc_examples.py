@@ -120,8 +120,11 @@ NOT_RUN: dict[str, str] = {
 }  # fmt: skip
 
 QUICK_PROBE = "a full probe takes 2.5-5.5 minutes on 2 cores (docs/speed.md); --quick, the same path"
-FEW_CLAIMS = ("every claim takes a minute or more even with --quick; one cheap claim, --quick, "
-              "takes the same option's path (`gpuwise claims --quick` runs them all)")
+FEW_CLAIMS = (
+    "the claims' real experiments take 4-9 minutes on a busy 2-core machine even with --quick "
+    "(50 s idle, docs/claims.md; tests/test_claims.py runs them); the two estimate-only claims "
+    "take the same command path and options"
+)
 FEW_RANKS = ("8 ranks on a 2-core machine take minutes; 2 ranks (gloo) run the same path, and "
              "port 0 picks a free one (a fixed port can be taken on a shared CI machine)")
 FREE_PORT = "a fixed port can be taken on a shared CI machine; 0 picks a free one"
@@ -130,14 +133,17 @@ FREE_PORT = "a fixed port can be taken on a shared CI machine; 0 picks a free on
 SUBSTITUTED: dict[str, tuple[str, str]] = {
     "gpuwise probe": ("gpuwise probe --quick", QUICK_PROBE),
     ".venv/bin/gpuwise probe --repeat 3": ("gpuwise probe --quick --repeat 3", QUICK_PROBE),
-    "gpuwise claims": ("gpuwise claims --quick", "the full set takes minutes; --quick"),
+    "gpuwise claims": ("gpuwise claims --quick --only memory,data-movement", FEW_CLAIMS),
+    "gpuwise claims --quick": ("gpuwise claims --quick --only memory,data-movement", FEW_CLAIMS),
     "gpuwise claims --quick --html report.html":
-        ("gpuwise claims --quick --only memory --html report.html", FEW_CLAIMS),
+        ("gpuwise claims --quick --only memory,data-movement --html report.html", FEW_CLAIMS),
     "gpuwise claims --html claims.html":
-        ("gpuwise claims --quick --only memory --html claims.html", FEW_CLAIMS),
-    "gpuwise claims --json": ("gpuwise claims --quick --only memory --json", FEW_CLAIMS),
+        ("gpuwise claims --quick --only memory,data-movement --html report.html",
+         FEW_CLAIMS + "; the page's name as README.md's"),
+    "gpuwise claims --json": ("gpuwise claims --quick --only memory,data-movement --json",
+                              FEW_CLAIMS),
     "gpuwise claims --only bandwidth,energy":
-        ("gpuwise claims --quick --only bandwidth,energy", "--quick: 3 model sizes, not 5"),
+        ("gpuwise claims --quick --only memory,data-movement", FEW_CLAIMS),
     "gpuwise validate infer smollm2-135m --prompt 512 --weights fp32":
         ("gpuwise validate infer smollm2-135m --prompt 16 --new-tokens 2 --weights fp32",
          "a real run: 512-token prompts take minutes on a busy 2-core machine"),
@@ -176,7 +182,7 @@ TEXT_PROMISES: list[tuple[str, tuple[str, ...]]] = [
     (r"^gpuwise serve (?!.*--sweep)", ("time to first token", "time per output token")),
     (r"^(COLUMNS=\d+ )?gpuwise advise", ("recommendation",)),
     (r"^gpuwise cost ", ("$",)),
-    (r"^gpuwise probe", ("saved to",)),
+    (r"^gpuwise probe", ("saved",)),  # "saved to", or "saved aside to" when not trusted
     (r"^gpuwise repro", ("Runs per condition",)),
     (r"^gpuwise watch (?!--report)", ("gpuwise watch (measured)", "exit code 0")),
     (r"^gpuwise watch (?!--report|--no-inject)", ("Where each step's time went",)),
@@ -184,7 +190,7 @@ TEXT_PROMISES: list[tuple[str, tuple[str, ...]]] = [
     (r"--prometheus", ("metrics for Prometheus at",)),
     (r"^gpuwise --version", ("gpuwise",)),
     (r"^gpuwise --install-completion", ("completion installed",)),
-    (r"^gpuwise claims", ("memory",)),
+    (r"^gpuwise claims", ("claim", "verdict")),
 ]
 # ... and the fields the JSON record of a `--json` command must hold (at any depth).
 JSON_PROMISES: list[tuple[str, tuple[str, ...]]] = [
@@ -299,11 +305,14 @@ def test_doc_command(run: Run, tmp_path: Path):
 
 
 def run_as_typed(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """The command through bash; a torchrun job whose rank aborted in gloo's own teardown
-    (SIGABRT, seen on a loaded 2-core machine; tests/test_watch_runs.py retries too) once more."""
+    """The command through bash, which stays its parent as a user's shell is (`bash -c CMD`
+    alone would exec CMD, and `--install-completion` asks its parent which shell it is); a
+    torchrun job whose rank aborted in gloo's own teardown (SIGABRT, seen on a loaded 2-core
+    machine; tests/test_watch_runs.py retries too) once more."""
     for _ in range(2):
-        proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.run(["bash", "-c", f"{command}\nexit $?"], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
         if proc.returncode == 0 or "torchrun" not in command or "SIGABRT" not in proc.stderr:
             break
     return proc
