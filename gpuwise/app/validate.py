@@ -105,11 +105,15 @@ def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
         pairs = {"step_s": measured.step_s}
         if rates is not None:
             est = {"step_s": estimate_training_time(arch, plan, rates).step_s}
-    rows = {}
+    rows: dict[str, dict[str, Any]] = {}
     for key, value in pairs.items():
         guess = est[key] if rates is not None else None
+        why_not = _not_a_reading(value)
+        value = None if why_not else value
         error = None if guess is None or not value else guess / value - 1
         rows[key] = {"estimated": guess, "measured": value, "error": error}
+        if why_not:
+            rows[key]["unmeasured"] = why_not
     slow = (slow_faults_step_s(arch, plan, rates)
             if rates is not None and isinstance(plan, TrainingPlan) else None)  # fmt: skip
     if slow is not None:  # the top of the range on a VM whose first touch slows
@@ -117,6 +121,15 @@ def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
     return {"time": rows, "time_rates": how, "time_machine_vs_probe": drift,
             "time_source": rates.source if rates is not None else None,
             "time_repeats": measured.repeats, "time_threads": measured.threads}  # fmt: skip
+
+
+def _not_a_reading(seconds: float | None) -> str:
+    """Why a measured time is no reading: the decode, (full run - one-token run) / tokens, comes
+    out at or below zero when the runs' noise outweighs it (few new tokens, a busy machine)."""
+    if seconds is None or seconds > 0:
+        return ""
+    return (f"came out at {seconds * 1e3:.3g} ms: the runs' noise outweighs what is timed; "
+            "more --new-tokens, or a quieter machine")
 
 
 def machine_vs_probe() -> dict[str, float]:

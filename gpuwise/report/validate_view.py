@@ -60,6 +60,8 @@ def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan 
     note = (f"time estimates: {result['time_source'] or 'none'} ({result['time_rates']})"
             if timing else "")  # fmt: skip
     note += _drift_note(result.get("time_machine_vs_probe") or {})
+    note += "".join(f"\n{key.replace('_', ' ')}: not measured: {row['unmeasured']}"
+                    for key, row in result.get("time", {}).items() if row.get("unmeasured"))  # fmt: skip
     return obj, Group(terminal.format_validation(rows), Text(note))
 
 
