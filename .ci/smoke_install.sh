@@ -8,7 +8,11 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 py="${PYTHON:-$repo/.venv/bin/python}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-export GPUWISE_CACHE_DIR="$work/cache" HF_HUB_OFFLINE=1
+# A home of its own: nothing the smoke test runs reads or writes the user's real home or cache
+# (pip keeps its own cache, so the wheels it fetched are not fetched again).
+export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$(python3 -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")}"
+export HOME="$work/home" XDG_CACHE_HOME="$work/home/.cache" GPUWISE_CACHE_DIR="$work/cache" HF_HUB_OFFLINE=1
+mkdir -p "$HOME"
 
 "$py" -m build --outdir "$work/dist" "$repo" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
 sdist=$(ls "$work"/dist/gpuwise-*.tar.gz)
@@ -106,5 +110,13 @@ ok "$G" probe --quick --json
 ok "$G" validate infer smollm2-135m --prompt 32 --new-tokens 2 --weights fp32 --json
 "$work/venv/bin/python" -c "import gpuwise, torch; e = gpuwise.from_module(torch.nn.Linear(8, 8), (4, 8)); assert e.memory.total_bytes > 0" \
   && echo "ok: gpuwise.from_module" || { echo "FAILED: gpuwise.from_module"; failed=1; }
+
+# The [llama] extra as users install it (llama-cpp-python from the wheel .ci/llama_wheel.sh
+# built, where PIP_FIND_LINKS names it); the probe itself runs in the tests.
+if [ -n "${PIP_FIND_LINKS:-}" ]; then
+  "$work/venv/bin/pip" install -q "$wheel[llama]"
+  ok "$work/venv/bin/python" -c "import llama_cpp, gguf"
+  ok "$G" probe --runtime llama.cpp --help
+fi
 
 exit "$failed"

@@ -1,17 +1,18 @@
-"""llama.cpp's time model against real llama.cpp runs on this CPU (docs/speed.md, "llama.cpp
-on this CPU").
+"""llama.cpp's time model against real llama.cpp runs on this CPU, the way users get their
+estimates (docs/speed.md, "llama.cpp on this CPU"): `gpuwise probe --runtime llama.cpp` saves
+the probe in the cache, and each case's estimate is `gpuwise infer MODEL.gguf --runtime
+llama.cpp --on local --threads T --json` on the case's own GGUF file, the command reading the
+saved profile as it does for a user.
 
-The probe (`gpuwise probe --runtime llama.cpp`: two small random-weight models per ggml type and
-thread count) gives the rates; the cases are other models (benchmarks/measure_llama_cpp.py: S,
-M, L in q8_0, q4_0, q4_k_m and f16 at 1 and 2 threads, llama-bench's pp and tg), none of which
-the rates were fitted to. By default all run here: the probe before and after the cases, whose
-mean timings give the rates (a shared machine drifts over minutes; how far it moved is
-recorded), so that probe and cases see the same machine; `--probe FILE` and `--cases FILE`
-reuse earlier results instead (a probe with its timings is fitted again, so the comparison
-follows the current fit). Each case's time is its median repetition, as the probe's.
+The cases (benchmarks/measure_llama_cpp.py: sizes S, M, L from ones that fit in the
+last-level cache to ones 20x larger, f16, q8_0, q4_0 and q4_k_m, 1 thread and every core,
+llama-bench's pp and tg, each its median repetition) are models the probe's rates were not
+fitted to. By default all run here, the probe first; `--cache DIR` reuses a probe saved there
+(a GPUWISE_CACHE_DIR), `--cases FILE` earlier timings (their GGUF files are written again into
+`--models DIR` where missing: random weights from fixed seeds, the same bytes).
 
-Run:  .venv/bin/python benchmarks/validate_llama_cpp.py [--probe FILE] [--cases FILE]
-        [--out benchmarks/results/llama_cpp_time.json]
+Run:  .venv/bin/python benchmarks/validate_llama_cpp.py [--quick] [--cache DIR] [--cases FILE]
+        [--models DIR] [--out benchmarks/results/llama_cpp_time.json]
 """
 
 from __future__ import annotations
@@ -22,75 +23,73 @@ import os
 import statistics
 import subprocess
 import sys
-from dataclasses import replace
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpuwise.catalog.hardware import find_hardware
-from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.inference_time import estimate_inference_time
-from gpuwise.measure.llama_cpp.fit import llama_arch, timing_plans
-from gpuwise.measure.llama_cpp.probe import probe_llama_cpp, rates_from_timings
+from measure_llama_cpp import prepare_models
+from public_cli import gpuwise_json
 
 ROOT = Path(__file__).resolve().parent
 CASES = ROOT / "results" / "llama_cpp_cpu.json"
 OUT = ROOT / "results" / "llama_cpp_time.json"
 
 
-def _cases(path: Path | None) -> dict[str, Any]:
-    """The cases: `path`'s, else measured now (measure_llama_cpp.py, its result file)."""
-    if path is not None:
-        return json.loads(path.read_text())
+def probe_into(cache: Path, quick: bool) -> dict[str, Any]:
+    """`gpuwise probe --runtime llama.cpp` as a user runs it, saved in `cache`; its answer."""
+    os.environ["GPUWISE_CACHE_DIR"] = str(cache)
+    answer = gpuwise_json("probe", "--runtime", "llama.cpp", *(["--quick"] if quick else []))
+    if not answer["trusted"] or answer.get("llama_cpp") is None:
+        raise SystemExit(f"the probe was not trusted: {answer.get('warnings') or answer['missing']}")
+    return answer
+
+
+def saved_probe(cache: Path) -> dict[str, Any]:
+    """The profile a user's `--on local` reads from `cache` (for the record only)."""
+    os.environ["GPUWISE_CACHE_DIR"] = str(cache)
+    found = sorted(p for p in cache.glob("probe-*.json") if not p.stem.endswith("-rejected"))
+    if not found:
+        raise SystemExit(f"no saved probe in {cache}: run without --cache, or `gpuwise probe "
+                         f"--runtime llama.cpp` with GPUWISE_CACHE_DIR={cache}")  # fmt: skip
+    return json.loads(found[0].read_text())
+
+
+def measure_cases(models: Path) -> dict[str, Any]:
     subprocess.run([sys.executable, str(ROOT / "measure_llama_cpp.py"), "--quants",
-                    "f16,q8_0,q4_0,q4_k_m", "--out", str(CASES)], check=True)  # fmt: skip
+                    "f16,q8_0,q4_0,q4_k_m", "--models", str(models), "--out", str(CASES)],
+                   check=True)  # fmt: skip
     return json.loads(CASES.read_text())
 
 
-def _rates(probe: dict[str, Any]) -> Any:
-    """This CPU's datasheet rates (any catalogue CPU stands in: only llama.cpp's measured
-    rates are read) with the probe's llama.cpp rates."""
-    spec = rates_from_spec(find_hardware("cpu-cloud-32vcpu"))
-    return replace(spec, kind="cpu", compute_units=os.cpu_count() or 1,
-                   ggml_measured=probe["rates"], source="measured")  # fmt: skip
+def model_files(cases: dict[str, Any], models: Path) -> dict[tuple[str, str], Path]:
+    """The GGUF file of each (size, qtype) the cases ran, written again where missing."""
+    wanted: dict[str, set[str]] = {}
+    for case in cases["runs"]:
+        wanted.setdefault(case["size"], set()).add(case["qtype"])
+    files = {}
+    for size, quants in wanted.items():
+        _, paths = prepare_models(models, size, sorted(quants))
+        files |= {(size, q): p for q, p in paths.items()}
+    return files
 
 
-def _estimate(case: dict[str, Any], model: dict[str, Any], rates: Any) -> tuple[float, float]:
-    cfg, tb = model["config"], model["tensor_bytes"][case["qtype"]]
-    arch = llama_arch(cfg["hidden"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["ffn"],
-                      cfg["vocab"])  # fmt: skip
-    pp, tg = timing_plans(case["qtype"], tb["total"], tb["token_embd"], case["n_prompt"],
-                          case["n_gen"], case["threads"])  # fmt: skip
-    prefill = estimate_inference_time(arch, pp, rates).prefill_s
-    decode = estimate_inference_time(arch, tg, rates).decode_s_per_token
-    return prefill, decode
+def estimate(path: Path, case: dict[str, Any]) -> tuple[float, float]:
+    """(pp seconds, tg seconds a token) of the case from `gpuwise infer` on its file: the
+    prompt alone, and n_gen tokens from an empty cache (llama-bench's two tests)."""
+    common = ("infer", str(path), "--runtime", "llama.cpp", "--on", "local",
+              "--threads", str(case["threads"]))  # fmt: skip
+    pp = gpuwise_json(*common, "--prompt", str(case["n_prompt"]), "--new-tokens", "1")["time"]
+    tg = gpuwise_json(*common, "--prompt", "1", "--new-tokens", str(case["n_gen"]))["time"]
+    for t in (pp, tg):
+        if t.get("missing_parts") or t["source"] != "measured":
+            raise SystemExit(f"{path.name} on {case['threads']} threads: not from the probe: {t['rates']}")
+    return pp["prefill_s"], tg["decode_s_per_token"]
 
 
-def bracketed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """One probe record from two: each timing the mean of both, the rates fitted to that,
-    and how far each timing moved between them."""
-    timings, moved = [], []
-    for a, b in zip(before["timings"], after["timings"], strict=True):
-        mean = {"pp_s": (a["pp_s"] + b["pp_s"]) / 2, "tg_s": (a["tg_s"] + b["tg_s"]) / 2}
-        if a.get("decode_steps") and b.get("decode_steps"):
-            mean["decode_steps"] = {k: (v + b["decode_steps"][k]) / 2
-                                    for k, v in a["decode_steps"].items()}  # fmt: skip
-        timings.append({**a, **mean})
-        moved += [b["pp_s"] / a["pp_s"] - 1, b["tg_s"] / a["tg_s"] - 1]
-    return {**before, "timings": timings, "rates": rates_from_timings(timings, before.get("n_prompt", 256),
-                                                                   before.get("n_gen", 32)),
-            "moved_between_probes": {"median": statistics.median(moved),
-                                     "largest": max(moved, key=abs)}}  # fmt: skip
-
-
-def compare(cases: dict[str, Any], probe: dict[str, Any]) -> list[dict[str, Any]]:
-    rates = _rates(probe)
+def compare(cases: dict[str, Any], files: dict[tuple[str, str], Path]) -> list[dict[str, Any]]:
     rows = []
     for case in cases["runs"]:
-        model = cases["models"][case["model_name"]] if "model_name" in case else next(
-            m for m in cases["models"].values() if m["size"] == case["size"])  # fmt: skip
-        pp_est, tg_est = _estimate(case, model, rates)
-        # The median repetition, as the probe takes it: on a few shared cores one stalled
-        # repetition moves a mean by a third.
+        pp_est, tg_est = estimate(files[(case["size"], case["qtype"])], case)
         pp_s = statistics.median(case["pp_samples_s"])
         tg_s = statistics.median(case["tg_samples_s"]) / case["n_gen"]
         for phase, est, measured in (("prefill", pp_est, pp_s), ("decode", tg_est, tg_s)):
@@ -100,38 +99,42 @@ def compare(cases: dict[str, Any], probe: dict[str, Any]) -> list[dict[str, Any]
     return rows
 
 
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    errs = [abs(r["error"]) for r in rows]
+    by_phase = {p: statistics.median(abs(r["error"]) for r in rows if r["phase"] == p)
+                for p in ("prefill", "decode")}  # fmt: skip
+    return {"cases": len(rows), "median_abs_error": statistics.median(errs),
+            "worst": max(rows, key=lambda r: abs(r["error"]))["error"],
+            "median_abs_error_by_phase": by_phase}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--probe", type=Path, help="a probe_llama_cpp() record (JSON)")
+    parser.add_argument("--quick", action="store_true", help="probe with --quick")
+    parser.add_argument("--cache", type=Path, help="a GPUWISE_CACHE_DIR holding a saved probe")
     parser.add_argument("--cases", type=Path, help="a measure_llama_cpp.py result")
+    parser.add_argument("--models", type=Path, help="the cases' GGUF files (kept here)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    if args.probe:  # a probe record, or an earlier result holding one: fitted again
-        probe = json.loads(args.probe.read_text())
-        probe = probe.get("probe", probe)
-        if "timings" in probe:
-            probe = {**probe, "rates": rates_from_timings(probe["timings"],
-                                                          probe.get("n_prompt", 256),
-                                                          probe.get("n_gen", 32))}  # fmt: skip
-        cases = _cases(args.cases)
-    else:  # the machine drifts: probe before and after the cases, and take the mean
-        before = probe_llama_cpp(os.cpu_count() or 1)
-        cases = _cases(args.cases)
-        probe = bracketed(before, probe_llama_cpp(os.cpu_count() or 1))
-    rows = compare(cases, probe)
+    with tempfile.TemporaryDirectory(prefix="gpuwise-validate-llama-") as tmp:
+        models = args.models or Path(tmp) / "models"
+        models.mkdir(parents=True, exist_ok=True)
+        cache = args.cache or Path(tmp) / "cache"
+        probe = saved_probe(cache) if args.cache else probe_into(cache, args.quick)
+        cases = json.loads(args.cases.read_text()) if args.cases else measure_cases(models)
+        rows = compare(cases, model_files(cases, models))
     print(f"{'size':5s} {'type':7s} {'thr':>3s} {'phase':8s} {'estimated':>10s} "
           f"{'measured':>10s} {'error':>7s}")  # fmt: skip
     for r in rows:
         print(f"{r['size']:5s} {r['qtype']:7s} {r['threads']:3d} {r['phase']:8s} "
               f"{r['estimated_s'] * 1e3:8.2f}ms {r['measured_s'] * 1e3:8.2f}ms "
               f"{100 * r['error']:+6.1f}%")  # fmt: skip
-    errs = [abs(r["error"]) for r in rows]
-    summary = {"cases": len(rows), "median_abs_error": statistics.median(errs),
-               "worst": max(rows, key=lambda r: abs(r["error"]))["error"]}  # fmt: skip
-    print(f"\n{len(rows)} cases: median |error| {100 * summary['median_abs_error']:.1f}%, "
-          f"worst {100 * summary['worst']:+.1f}%")  # fmt: skip
-    args.out.write_text(json.dumps({"about": __doc__.splitlines()[0], "probe": probe,
-                                    "machine": cases.get("machine"), "summary": summary,
+    s = summary(rows)
+    print(f"\n{len(rows)} cases: median |error| {100 * s['median_abs_error']:.1f}%, "
+          f"worst {100 * s['worst']:+.1f}%")  # fmt: skip
+    args.out.write_text(json.dumps({"about": __doc__.splitlines()[0],
+                                    "probe": probe.get("llama_cpp"), "quick": probe.get("quick"),
+                                    "machine": cases.get("machine"), "summary": s,
                                     "rows": rows}, indent=1) + "\n")  # fmt: skip
 
 

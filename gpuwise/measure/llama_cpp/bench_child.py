@@ -24,6 +24,7 @@ import ctypes
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -59,6 +60,12 @@ def run_child(job: dict, timeout_s: float, what: str) -> dict:
     result = last_json_line(proc.stdout)
     if proc.returncode != 0 or result is None or "error" in result:
         reason = result["error"] if result and "error" in result else f"exit code {proc.returncode}"
+        if proc.returncode == -signal.SIGILL:  # an instruction this CPU lists but cannot run
+            raise GpuwiseError(f"{what} failed: llama.cpp ran an instruction this CPU cannot "
+                               "(SIGILL; AMX on a VM that lists it without enabling it)",
+                               "reinstall llama-cpp-python built without AMX: CMAKE_ARGS=\"-DGGML_NATIVE=OFF "
+                               "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON ...\" (docs/speed.md, "
+                               "\"llama.cpp on this CPU\")")  # fmt: skip
         raise GpuwiseError(f"{what} failed: {reason}", _tail(proc.stderr))
     return result
 

@@ -47,9 +47,11 @@ ATTEMPTS, QUIET = 3, 0.05  # runs of a timing at most; others' share of the CPUs
 
 @dataclass(frozen=True)
 class LlamaCppPlan:
-    """What the llama.cpp probe times: every type at one thread and at every core (full), or
-    every type at every core only, with fewer repetitions and the attention steps once
-    (`--quick`, for CI and a first look: about a quarter of the full probe's time)."""
+    """What the llama.cpp probe times: every type at one thread and at every core, each timing
+    run again (up to ATTEMPTS) while other processes disturb it (full); or every type at every
+    core only, half the generated tokens, two repetitions, one run each and the attention
+    steps on one type (`--quick`: for CI and a first look).
+    """
 
     threads_all_cores_only: bool
     n_gen: int
@@ -61,7 +63,7 @@ class LlamaCppPlan:
     @classmethod
     def for_mode(cls, quick: bool) -> LlamaCppPlan:
         if quick:
-            return cls(True, 16, 2, 2, False, ("q4_0",))
+            return cls(True, 16, 2, 1, False, ("q4_0",))
         return cls(False, 32, 5, ATTEMPTS, True, TYPES)
 
     def threads(self, cores: int) -> list[int]:
