@@ -19,8 +19,6 @@ VALIDATIONS = sorted(BENCHMARKS.glob("validate_*.py"))
 
 # Scripts of others not converted yet: their owners remove their entry when they are.
 BEING_CONVERTED = {
-    "validate_llama_cpp.py": "being converted",
-    "validate_serve_llama_cpp.py": "being converted",
 }
 # Imports a converted script still makes, each with why the public path cannot give it yet.
 STILL_NEEDED = {
