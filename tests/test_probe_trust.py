@@ -125,6 +125,23 @@ def test_each_kind_of_implausible_reading_is_named(change, named) -> None:
     assert any(named in line for line in found), found
 
 
+def test_a_dtype_other_than_fp32_that_moved_is_set_aside_alone() -> None:
+    from gpuwise.measure.probe.plausible import unsteady_dtypes
+
+    bf16 = MatmulPoint(1024, 1024, 1024, "bf16", 0.001, 0.001, 2 * 1024**3 / 0.001, 3)
+    base = _good()
+    moved = replace(base, matmul_points=(*base.matmul_points, bf16),
+                    matmul_best={**base.matmul_best, "bf16": bf16},
+                    steadiness={"read": 1.0, "matmul_fp32": 1.01, "matmul_bf16": 0.34})  # fmt: skip
+    assert implausible(moved) == ()  # the core stays trusted
+    (line,) = unsteady_dtypes(moved).values()
+    assert "matmul bf16 measured again at the probe's end ran at x0.34" in line
+    aside = moved.without_dtype("bf16", line)
+    assert all(p.dtype != "bf16" for p in aside.matmul_points) and aside.matmul_best["bf16"] is None
+    assert aside.missing["matmul.bf16"].startswith("set aside, not trusted (matmul bf16")
+    assert unsteady_dtypes(aside) == {} and implausible(replace(moved, steadiness={"matmul_fp32": 0.34}))
+
+
 def test_a_machine_that_moved_less_than_the_bound_is_trusted_but_noted() -> None:
     assert implausible(replace(_good(), steadiness={"read": 0.6, "matmul_fp32": 1.9})) == ()
 

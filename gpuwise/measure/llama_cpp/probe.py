@@ -117,7 +117,8 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int,
                                                n_gen=0, reps=plan.reps), plan.attempts)  # fmt: skip
         half_s = statistics.median(half["pp_samples_s"])
     if cfg == PROBE_MODELS[0] and qtype in plan.decode_types:
-        steps = dict(quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES),
+        steps = dict(quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES,
+                                                        n_gen=plan.n_gen, reps=min(3, plan.reps)),
                               plan.attempts)["step_s"])  # fmt: skip
     timing = LlamaCppTiming(model=cfg.name, type=qtype, threads=threads,
                             pp_s=statistics.median(run["pp_samples_s"]),

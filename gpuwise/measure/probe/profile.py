@@ -157,6 +157,17 @@ class Profile:
         missing = {**self.missing, part: f"{SET_ASIDE} ({why})"}
         return dataclasses.replace(self, **{part: None}, missing=missing)  # type: ignore[arg-type]
 
+    def without_dtype(self, dtype: str, why: str) -> Profile:
+        """This profile with one dtype's matmul readings set aside (`missing` says why); the
+        estimates of that dtype fall back as for a dtype never measured."""
+        steadiness = {k: v for k, v in (self.steadiness or {}).items() if k != f"matmul_{dtype}"}
+        return dataclasses.replace(
+            self, matmul_points=tuple(p for p in self.matmul_points if p.dtype != dtype),
+            matmul_best={**self.matmul_best, dtype: None},
+            matmul_fraction_of_spec={**self.matmul_fraction_of_spec, dtype: None},
+            steadiness=steadiness or None,
+            missing={**self.missing, f"matmul.{dtype}": f"{SET_ASIDE} ({why})"})  # fmt: skip
+
     def parts_set_aside(self) -> dict[str, str]:
         """The parts this profile's probe measured but that were set aside, with why."""
         return {part: why for part, why in self.missing.items()

@@ -10,7 +10,12 @@ from pathlib import Path
 from gpuwise.errors import GpuwiseError
 from gpuwise.files import file_type, shown
 from gpuwise.measure.probe import store
-from gpuwise.measure.probe.plausible import implausible_parts, profile_warnings, summary
+from gpuwise.measure.probe.plausible import (
+    implausible_parts,
+    profile_warnings,
+    summary,
+    unsteady_dtypes,
+)
 from gpuwise.measure.probe.profile import Profile
 from gpuwise.measure.probe.profile_schema import PARTS
 from gpuwise.measure.probe.run import machine_fingerprint
@@ -57,6 +62,8 @@ def parts_judged(profile: Profile) -> tuple[Profile, tuple[str, ...]]:
     """The profile with each part that is malformed or holds implausible readings set aside
     (bounds may have changed since it was saved), and one line for each part set aside: the
     rest of the probe is used, and the estimates say what they go without."""
+    for dtype, line in unsteady_dtypes(profile).items():
+        profile = profile.without_dtype(dtype, line)
     for part, lines in implausible_parts(profile).items():
         profile = profile.without_part(part, summary(lines))
     path = shown(store.profile_path(profile.fingerprint, profile.backend), 200)
