@@ -119,8 +119,9 @@ def test_check_and_serve_give_infers_decode_for_the_same_gguf(probed, model, rea
     common = ("--runtime", "llama.cpp", "--on", "local", "--threads", str(THREADS))
     infer = _gpuwise("infer", str(model), *common, "--prompt", "1", "--new-tokens", str(N_GEN),
                      cache=cache)["time"]  # fmt: skip
-    check = _gpuwise("check", str(model), *common, "--prompt", "1", "--new-tokens", str(N_GEN),
-                     cache=cache)  # fmt: skip
+    # check takes no --threads: llama.cpp's default, one thread a core, as THREADS is
+    check = _gpuwise("check", str(model), "--runtime", "llama.cpp", "--on", "local", "--prompt", "1",
+                     "--new-tokens", str(N_GEN), cache=cache)  # fmt: skip
     exact = check["precisions"][0]["decode"]
     assert exact["source"] == "measured"
     assert exact["s_per_token"] == pytest.approx(infer["decode_s_per_token"], rel=1e-9)
