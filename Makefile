@@ -22,7 +22,7 @@ install-test: $(PY)
 test: install-test
 	$(VENV)/bin/ruff check gpuwise tests benchmarks tools
 	$(VENV)/bin/mypy gpuwise
-	$(VENV)/bin/pytest -q --slow
+	$(VENV)/bin/pytest -q --slow -rs
 
 lint: install-test
 	$(VENV)/bin/ruff check gpuwise tests benchmarks tools

@@ -22,6 +22,7 @@ import tempfile
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,6 +66,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _REAL_CACHE = pytest.StashKey[tuple[Path, dict[str, tuple[int, int]]]]()
+FIGURES: list[str] = []  # lines a test asks to show in the run's summary (`figure`)
+
+
+@pytest.fixture
+def figure() -> Callable[[str], None]:
+    """figure(line): show `line` in the summary at the run's end, so a log shows what a real
+    run measured (the llama.cpp workflow's probe time and errors) without -s."""
+    return FIGURES.append
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if FIGURES:
+        terminalreporter.section("figures measured by the tests")
+        for line in FIGURES:
+            terminalreporter.write_line(line)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

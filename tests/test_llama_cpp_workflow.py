@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import FIGURES
 
 pytestmark = pytest.mark.slow
 REQUIRED = os.environ.get("GPUWISE_REQUIRE_LLAMA") == "1"
@@ -55,8 +56,8 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
     for attempt in (1, 2):  # a probe not trusted says "probe again": a user would, once
         started = time.perf_counter()
         answer = _gpuwise("probe", "--quick", "--runtime", "llama.cpp", cache=cache, timeout_s=1500)
-        print(f"\ngpuwise probe --quick --runtime llama.cpp ({attempt}): "
-              f"{time.perf_counter() - started:.0f} s, trusted: {answer['trusted']}")  # fmt: skip
+        FIGURES.append(f"gpuwise probe --quick --runtime llama.cpp (try {attempt}): "
+                       f"{time.perf_counter() - started:.0f} s, trusted: {answer['trusted']}")  # fmt: skip
         if answer["trusted"] and answer["llama_cpp"] is not None:
             break
     return cache, answer
@@ -99,7 +100,7 @@ def test_the_quick_probe_is_saved_trusted_with_llama_cpp_rates(probed) -> None:
     assert "llama_cpp" not in answer["missing"]
 
 
-def test_infer_on_the_gguf_lands_within_the_bound_of_the_real_run(probed, model, real) -> None:
+def test_infer_on_the_gguf_lands_within_the_bound_of_the_real_run(probed, model, real, figure) -> None:
     cache, _ = probed
     common = ("--runtime", "llama.cpp", "--on", "local", "--threads", str(THREADS))
     pp = _gpuwise("infer", str(model), *common, "--prompt", str(N_PROMPT), "--new-tokens", "1",
@@ -109,12 +110,12 @@ def test_infer_on_the_gguf_lands_within_the_bound_of_the_real_run(probed, model,
     assert pp["source"] == "measured" and tg["missing_parts"] == [], tg["rates"]
     errors = {"prefill": _off(pp["prefill_s"], real["prefill_s"]),
               "decode": _off(tg["decode_s_per_token"], real["decode_s"])}  # fmt: skip
-    print(f"\nllama.cpp held-out q4_0 on {THREADS} threads: estimate vs real "
-          + ", ".join(f"{k} {v:+.1%}" for k, v in errors.items()))  # fmt: skip
+    figure(f"infer on a held-out Q4_0 GGUF, {THREADS} threads, against llama.cpp's own run: "
+           + ", ".join(f"{k} {v:+.1%}" for k, v in errors.items()))  # fmt: skip
     assert all(abs(e) <= BOUND for e in errors.values()), errors
 
 
-def test_check_and_serve_give_infers_decode_for_the_same_gguf(probed, model, real) -> None:
+def test_check_and_serve_give_infers_decode_for_the_same_gguf(probed, model, real, figure) -> None:
     cache, _ = probed
     common = ("--runtime", "llama.cpp", "--on", "local", "--threads", str(THREADS))
     infer = _gpuwise("infer", str(model), *common, "--prompt", "1", "--new-tokens", str(N_GEN),
@@ -128,8 +129,8 @@ def test_check_and_serve_give_infers_decode_for_the_same_gguf(probed, model, rea
     serve = _gpuwise("serve", str(model), *common, "--concurrency", "1", "--prompt", "1",
                      "--new-tokens", str(N_GEN), "--requests", "5", cache=cache)  # fmt: skip
     tpot = _tpot_s(serve)
-    print(f"\nllama.cpp held-out q4_0: serve TPOT {tpot * 1e3:.2f} ms, infer decode "
-          f"{infer['decode_s_per_token'] * 1e3:.2f} ms, real tg {real['decode_s'] * 1e3:.2f} ms")
+    figure(f"serve TPOT {tpot * 1e3:.2f} ms, infer decode {infer['decode_s_per_token'] * 1e3:.2f} "
+           f"ms, llama.cpp's tg {real['decode_s'] * 1e3:.2f} ms a token")
     assert abs(_off(tpot, real["decode_s"])) <= BOUND
 
 
