@@ -54,10 +54,11 @@ def saved_probe(cache: Path) -> dict[str, Any]:
     return json.loads(found[0].read_text())
 
 
-def measure_cases(models: Path) -> dict[str, Any]:
+def measure_cases(models: Path, threads: str) -> dict[str, Any]:
+    """The cases measured now (measure_llama_cpp.py) at these thread counts ("1,2")."""
     subprocess.run([sys.executable, str(ROOT / "measure_llama_cpp.py"), "--quants",
-                    "f16,q8_0,q4_0,q4_k_m", "--models", str(models), "--out", str(CASES)],
-                   check=True)  # fmt: skip
+                    "f16,q8_0,q4_0,q4_k_m", "--threads", threads, "--models", str(models),
+                    "--out", str(CASES)], check=True)  # fmt: skip
     return json.loads(CASES.read_text())
 
 
@@ -121,7 +122,9 @@ def main() -> None:
         models.mkdir(parents=True, exist_ok=True)
         cache = args.cache or Path(tmp) / "cache"
         probe = saved_probe(cache) if args.cache else probe_into(cache, args.quick)
-        cases = json.loads(args.cases.read_text()) if args.cases else measure_cases(models)
+        # a quick probe times every core only: its cases are those it has rates for
+        threads = str(os.cpu_count() or 1) if args.quick else f"1,{os.cpu_count() or 1}"
+        cases = json.loads(args.cases.read_text()) if args.cases else measure_cases(models, threads)
         rows = compare(cases, model_files(cases, models))
     print(f"{'size':5s} {'type':7s} {'thr':>3s} {'phase':8s} {'estimated':>10s} "
           f"{'measured':>10s} {'error':>7s}")  # fmt: skip
