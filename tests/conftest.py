@@ -34,11 +34,10 @@ CACHE_VARS = ("HOME", "XDG_CACHE_HOME", "GPUWISE_CACHE_DIR")
 
 
 def _real_cache() -> Path:
-    """The gpuwise cache a user's run here reads (as store.cache_dir finds it)."""
-    if os.environ.get("GPUWISE_CACHE_DIR"):
-        return Path(os.environ["GPUWISE_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "gpuwise"
+    """The gpuwise cache a user's run here reads (store.cache_dir, before the tests move it)."""
+    from gpuwise.measure.probe.store import cache_dir
+
+    return cache_dir()
 
 
 def _listing(folder: Path) -> dict[str, tuple[int, int]]:
