@@ -15,10 +15,10 @@ from gpuwise.measure.llama_cpp.gguf_model import need_llama_cpp
 from gpuwise.measure.probe.llama_cpp_part import keep_llama_cpp, with_llama_cpp
 from gpuwise.measure.probe.machine import probe_machine
 from gpuwise.measure.probe.merge import keep_full_parts, median_profile
-from gpuwise.measure.probe.plausible import implausible_parts, profile_warnings, unsteady_dtypes
+from gpuwise.measure.probe.plausible import profile_warnings
 from gpuwise.measure.probe.profile import Profile
 from gpuwise.measure.probe.store import profile_path, save_profile
-from gpuwise.measure.probe.trusted import trusted_profile
+from gpuwise.measure.probe.trusted import trusted_profile, untrusted_set_aside
 
 PROBED_RUNTIMES = ("transformers", "llama.cpp")
 # progress(what is being measured, share of the whole done from 0 to 1)
@@ -68,11 +68,7 @@ def _checked(profile: Profile) -> tuple[Profile, tuple[str, ...]]:
         profile = Profile.from_json(profile.to_json())
     except ValueError as exc:
         return profile, (f"a reading of the wrong type or shape: {exc}",)
-    for dtype, line in unsteady_dtypes(profile).items():
-        profile = profile.without_dtype(dtype, line)
-    for part, lines in implausible_parts(profile).items():
-        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
-        profile = profile.without_part(part, lines[0] + more)
+    profile = untrusted_set_aside(profile)
     return profile, profile_warnings(profile)
 
 

@@ -62,13 +62,21 @@ def parts_judged(profile: Profile) -> tuple[Profile, tuple[str, ...]]:
     """The profile with each part that is malformed or holds implausible readings set aside
     (bounds may have changed since it was saved), and one line for each part set aside: the
     rest of the probe is used, and the estimates say what they go without."""
+    profile = untrusted_set_aside(profile)
+    path = shown(store.profile_path(profile.fingerprint, profile.backend), 200)
+    return profile, tuple(f"the {PARTS[part]} of the saved probe profile {path} were {why}: "
+                          f"estimates go without them" for part, why in profile.parts_set_aside().items())  # fmt: skip
+
+
+def untrusted_set_aside(profile: Profile) -> Profile:
+    """The profile with each matmul dtype that moved while it was probed, and each part with
+    implausible readings, set aside alone (`missing` says why); its core is judged apart
+    (`profile_warnings`)."""
     for dtype, line in unsteady_dtypes(profile).items():
         profile = profile.without_dtype(dtype, line)
     for part, lines in implausible_parts(profile).items():
         profile = profile.without_part(part, summary(lines))
-    path = shown(store.profile_path(profile.fingerprint, profile.backend), 200)
-    return profile, tuple(f"the {PARTS[part]} of the saved probe profile {path} were {why}: "
-                          f"estimates go without them" for part, why in profile.parts_set_aside().items())  # fmt: skip
+    return profile
 
 
 def unreadable(fingerprint: str) -> tuple[str, ...]:
