@@ -114,7 +114,7 @@ NOT_RUN: dict[str, str] = {
     ".venv/bin/python benchmarks/validate_published.py": BENCH,
     ".venv/bin/python benchmarks/validate_runtimes.py --json "
     "benchmarks/results/runtimes_published.json": BENCH,
-    ".venv/bin/python benchmarks/validate_llama_cpp.py": "needs llama-cpp-python: " + BENCH,
+    ".venv/bin/python benchmarks/validate_llama_cpp.py --cache DIR": "needs llama-cpp-python and a probe: " + BENCH,
     ".venv/bin/python benchmarks/watch_overhead.py": BENCH,
     ".venv/bin/python benchmarks/watch_overhead.py --whole --repeats 3 --steps 120": BENCH,
 }  # fmt: skip

@@ -19,7 +19,7 @@ from gpuwise.estimate.speed.ggml_time import GgmlRates
 from gpuwise.estimate.speed.probe_record import record_of
 from gpuwise.measure.llama_cpp import fit
 from gpuwise.measure.llama_cpp import probe as llama_probe
-from gpuwise.measure.llama_cpp.record import LlamaCppPart, LlamaCppTiming
+from gpuwise.measure.llama_cpp.record import CacheSweep, LlamaCppPart, LlamaCppTiming
 from gpuwise.measure.probe.llama_cpp_part import keep_llama_cpp
 from gpuwise.measure.probe.profile import Profile
 from gpuwise.measure.probe.profile_schema import LLAMA_CPP
@@ -42,7 +42,9 @@ def _part(timings: list[dict[str, Any]] = TIMINGS, quick: bool = False) -> dict[
     rates = llama_probe.rates_from_timings(timings)
     part = LlamaCppPart(version="0.3.36", system_info="CPU : AVX2 = 1", n_prompt=512, n_gen=32,
                         models=("h768-l24", "h2048-l4"), rates=rates,
-                        timings=tuple(LlamaCppTiming(**t) for t in timings), quick=quick)  # fmt: skip
+                        timings=tuple(LlamaCppTiming(**t) for t in timings), quick=quick,
+                        cache_sweep=CacheSweep({"8": 3e10, "64": 3e10, "128": 1.5e10}, 64 * 2**20,
+                                               128 * 2**20))  # fmt: skip
     return llama_probe.saved_form(part)
 
 
@@ -80,7 +82,9 @@ def _pairs() -> list[tuple[fit.ModelTiming, fit.ModelTiming]]:
     models = {cfg.name: cfg for cfg in llama_probe.PROBE_MODELS}
     found: dict[tuple[str, int], list[fit.ModelTiming]] = {}
     for t in TIMINGS:
-        cfg = models[t["model"]]
+        cfg = models.get(t["model"])
+        if cfg is None:  # the small model's: the cache's rate, fitted beside a pair
+            continue
         arch = fit.llama_arch(cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
         pp, tg = fit.timing_plans(t["type"], t["bytes"], t["embedding_bytes"], 512, 32, t["threads"])
         found.setdefault((t["type"], t["threads"]), []).append(

@@ -226,13 +226,13 @@ def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: s
 @app.command()
 def probe(
     quick: Annotated[bool, typer.Option("--quick", help="fewer sizes: under 15 s on a 2-core "
-                                        "CPU (with --runtime llama.cpp about 2.5 minutes)")] = False,
+                                        "CPU (with --runtime llama.cpp about 3 minutes)")] = False,
     repeat: Annotated[int, typer.Option(help="probes to take, 1 to 10; each reading is their "
                                         "median (a machine whose speed moves: 3)")] = 1,  # fmt: skip
     runtime: Annotated[str, typer.Option(
         "--runtime", help="transformers (its per-op costs, where installed) or llama.cpp "
-        "(also times llama.cpp here through llama-cpp-python: about 9 minutes on a 2-core CPU, "
-        "2.5 with --quick)")] = "transformers",
+        "(also times llama.cpp here through llama-cpp-python: 9-20 minutes on a 2-core CPU, "
+        "longer while other processes disturb its timings; about 3 with --quick)")] = "transformers",
     as_json: Json = False, html: Html = None,
 ) -> None:
     """Measure this machine (bandwidth, matmul by size and dtype, per-op overhead, and a

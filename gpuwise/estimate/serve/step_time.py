@@ -20,6 +20,7 @@ from gpuwise.estimate.speed.ggml_time import (
     ggml_type,
     layer_token_s,
     matmul_seconds,
+    stream_seconds,
     weights_read,
 )
 from gpuwise.estimate.speed.inference_time import inference_ops, plan_shape, tp_allreduce_s
@@ -140,9 +141,10 @@ def _ggml_step(step: StepTime, tokens: int, prompt_tokens: int, kv_read: float,
     g, read, per_token, per_logit = _ggml(step)
     # logits of every token, or (llama.cpp's default) of decodes and each prompt's last
     logits = tokens if step.plan.logits == "all" else tokens - prompt_tokens + (prompt_tokens > 0)
-    streamed = read / g.weight_bytes_per_s
+    kv = kv_read * step.kv_bytes_per_token
+    streamed = stream_seconds(g, read, read + kv, g.weight_bytes_per_s)
     computed = matmul_seconds(g, tokens, tokens * per_token + logits * per_logit, streamed)
-    memory = kv_read * step.kv_bytes_per_token / g.kv_bytes_per_s
+    memory = stream_seconds(g, kv, read + kv, g.kv_bytes_per_s)
     compute = prompt_attention_flops / g.attention_flops
     compute += masked * step.arch.num_layers * step.arch.num_heads * g.masked_head_s
     decoding = tokens - prompt_tokens

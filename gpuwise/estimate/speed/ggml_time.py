@@ -13,6 +13,7 @@ from gpuwise.catalog.runtime_speed import GgmlBackend, ggml_backend
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.speed.cache_share import CacheSpan
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.roofline import OpTime, PhaseTime
 from gpuwise.workload import Architecture, count_params
@@ -53,6 +54,12 @@ class GgmlRates:
     # full ubatch)
     half_matmul_flops: float = 0.0
     half_layer_token_s: float = 0.0
+    # The last-level cache (measure/llama_cpp/cache_sweep.py; 0.0: none seen, or not
+    # measured): a step that reads up to cache_full_bytes in all streams them at
+    # cache_bytes_per_s, from cache_none_bytes on at the rates above, a share of each between
+    cache_bytes_per_s: float = 0.0
+    cache_full_bytes: float = 0.0
+    cache_none_bytes: float = 0.0
 
 
 _FIELDS = {f.name for f in fields(GgmlRates)} - {"source"}
@@ -99,6 +106,21 @@ def layer_token_s(g: GgmlRates, tokens: int) -> float:
         return g.layer_token_s
     points = ((float(HALF_UBATCH_TOKENS), g.half_layer_token_s), (float(UBATCH_TOKENS), g.layer_token_s))
     return _log_between(float(tokens), points)
+
+
+def cache_share(g: GgmlRates, step_bytes: float) -> float:
+    """The share of a step's reads the cache serves, the step reading `step_bytes` in all."""
+    if not g.cache_bytes_per_s:
+        return 0.0
+    return CacheSpan(g.cache_full_bytes, g.cache_none_bytes).share(step_bytes)
+
+
+def stream_seconds(g: GgmlRates, read: float, step_bytes: float, rate: float) -> float:
+    """Seconds to stream `read` bytes at `rate` from memory, in a step that reads
+    `step_bytes` in all: the cache's share of them at the cache's rate."""
+    share = cache_share(g, step_bytes)
+    cached = share / g.cache_bytes_per_s if share else 0.0
+    return read * (cached + (1.0 - share) / rate)
 
 
 def decode_attention_rate(g: GgmlRates, seqs: int) -> float:
@@ -204,13 +226,13 @@ def decode_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: s
     context = plan.prompt_tokens + max(0, plan.new_tokens - 1) / 2 + 1
     kv = kv_bytes(arch, plan, context)
     flops = matmul_flops(arch, plan.batch)
-    streamed = read / g.weight_bytes_per_s
+    streamed = stream_seconds(g, read, read + kv, g.weight_bytes_per_s)
     attention = 4.0 * arch.num_layers * arch.q_dim * context * plan.batch
     att_rate = decode_attention_rate(g, plan.batch) or g.attention_flops
     rows = [(Op(f"weights ({gtype})", "matmul", flops, read),
              matmul_seconds(g, plan.batch, flops, streamed), streamed),
             (Op("attention (KV cache)", "attention", attention, kv),
-             attention / att_rate, kv / g.kv_bytes_per_s)]  # fmt: skip
+             attention / att_rate, stream_seconds(g, kv, read + kv, g.kv_bytes_per_s))]  # fmt: skip
     return _phase("decode", rows, arch.num_layers * g.layer_s + g.token_s)
 
 
@@ -257,7 +279,7 @@ def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: 
     if plan.attention == "eager":  # -fa off: each layer's f32 scores written and read back
         kv += 2 * 4 * arch.num_layers * arch.num_heads * plan.prompt_tokens**2 / 2 * plan.batch
     rows = [(Op(f"weights ({gtype})", "matmul", flops, read * ubatches, m=tokens),
-             flops / g.matmul_flops, read * ubatches / g.weight_bytes_per_s),
+             flops / g.matmul_flops, stream_seconds(g, read * ubatches, read, g.weight_bytes_per_s)),
             (Op("attention", "attention", attention, kv), _prefill_attention_s(arch, plan, g,
              attention, n_ubatch, tiled), kv / g.kv_bytes_per_s)]  # fmt: skip
     fixed = ubatches * (arch.num_layers * g.layer_s + g.token_s)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from gpuwise.estimate.serve.cells import SharedCells, Ubatch
+from gpuwise.estimate.speed.cache_share import CacheSpan
 from gpuwise.estimate.speed.ggml_time import (
     HALF_UBATCH_TOKENS,
     chunk_pairs,
@@ -29,6 +30,11 @@ from gpuwise.estimate.speed.ggml_time import (
 )
 from gpuwise.workload import Architecture, from_config
 from gpuwise.workload.plans import InferencePlan, StoredWeights
+
+# A cache may stream at most this many times faster than memory in a fit (a larger ratio is
+# a stalled timing, not a cache)
+MAX_CACHE_SPEEDUP = 16.0
+CACHE_FIELDS = ("cache_bytes_per_s", "cache_full_bytes", "cache_none_bytes")
 
 # The GGUF file's main type for each quantisation llama_model_quantize writes.
 GGML_TYPE = {"f16": "f16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q4_k"}
@@ -82,19 +88,67 @@ def _solve(a: tuple[float, float, float], b: tuple[float, float, float]) -> tupl
     return big[2] / big[0], 0.0
 
 
+def _tg_equation(m: ModelTiming) -> tuple[float, float, float]:
+    """(bytes a generated token reads, layers, its seconds)."""
+    kv = kv_bytes(m.arch, m.plan_tg, m.plan_tg.new_tokens / 2)
+    return weights_read(m.arch, m.plan_tg) + kv, float(m.arch.num_layers), m.tg_s
+
+
+def _det3(m: list[list[float]]) -> float:
+    return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))  # fmt: skip
+
+
+def fit_cache(models: tuple[ModelTiming, ...], span: CacheSpan,
+              two: tuple[float, float] | None = None) -> dict[str, float]:  # fmt: skip
+    """Memory's and the cache's seconds a byte and the cost per layer from three models' tg,
+    each token reading W bytes, a share s of them from the cache (span.share(W)): W (1 - s)
+    x + W s y + layers z = seconds. Where the two big models run from memory alone, their own
+    fit `two` (x, z) stands and y comes from the small one alone: a small model's few layers
+    leave z to the noise of its timing. Where the cache holds a share of a big one too, the
+    three are solved together. {} where they do not resolve a cache faster than memory (no
+    span, or a small model no faster than memory's rate allows)."""
+    if len(models) != 3 or not span.full:
+        return {}
+    rows = []
+    for m in models:
+        w, layers, seconds = _tg_equation(m)
+        share = span.share(w)
+        rows.append(([w * (1 - share), w * share, layers], seconds))
+    x, y, z = 0.0, 0.0, -1.0
+    if two and not (rows[0][0][1] or rows[1][0][1]):
+        (x, z), (row, seconds) = two, rows[2]
+        y = (seconds - row[0] * x - row[2] * z) / row[1] if row[1] else 0.0
+    elif det := _det3([r for r, _ in rows]):
+        x, y, z = (_det3([[*r[:i], t, *r[i + 1:]] for r, t in rows]) / det for i in range(3))
+    if not _cache_faster(x, y, z):
+        return {}
+    return {"weight_bytes_per_s": 1 / x, "kv_bytes_per_s": 1 / x, "layer_s": z,
+            "cache_bytes_per_s": 1 / y, "cache_full_bytes": span.full,
+            "cache_none_bytes": span.none}  # fmt: skip
+
+
+def _cache_faster(x: float, y: float, z: float) -> bool:
+    """Seconds a byte from memory (x) and from the cache (y) and a layer's (z) that are a
+    cache: positive, the cache faster, by no more than MAX_CACHE_SPEEDUP."""
+    return x > 0 and 0 < y < x and z >= 0 and x / y <= MAX_CACHE_SPEEDUP
+
+
 def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
-              chunk: int = 0) -> dict[str, float]:  # fmt: skip
+              chunk: int = 0, small: ModelTiming | None = None,
+              span: CacheSpan | None = None) -> dict[str, float]:  # fmt: skip
     """GgmlRates' fields (but `source`) from two models' timings at one type and thread count;
     with `depth`, also the decode fields from the steps of whichever model has them
     (fit_decode), and prompt attention charged at the rate a `chunk`-token prompt chunk at
     that depth shows. Without them the KV
     cache and flash attention are charged at the weights' rates: at a probe's short contexts
-    they are a few percent of the time."""
-    eqs = []
-    for m in (a, b):
-        kv = kv_bytes(m.arch, m.plan_tg, m.plan_tg.new_tokens / 2)
-        eqs.append((weights_read(m.arch, m.plan_tg) + kv, float(m.arch.num_layers), m.tg_s))
-    per_byte, layer_s = _solve(eqs[0], eqs[1])
+    they are a few percent of the time. With a `small` model's timing (one that runs from the
+    cache) and the cache's `span`, also the cache's rate (fit_cache)."""
+    per_byte, layer_s = _solve(_tg_equation(a), _tg_equation(b))
+    cache = fit_cache((a, b, small), span, (per_byte, layer_s)) if small and span else {}
+    if cache:
+        per_byte, layer_s = 1 / cache["weight_bytes_per_s"], cache["layer_s"]
     stepped = a if a.decode_steps else b  # the model whose decode steps the probe timed
     decode = fit_decode(stepped, {"layer_s": layer_s, "token_s": 0.0}, stepped.decode_steps,
                         depth, seqs)  # fmt: skip
@@ -105,7 +159,8 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
     decode.update(_half_rates(a, b, layer_s, attention))
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
             "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
-            "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode}  # fmt: skip
+            "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode,
+            **{k: cache.get(k, 0.0) for k in CACHE_FIELDS}}  # fmt: skip
 
 
 def _pp_equation(m: ModelTiming, plan: InferencePlan, seconds: float, layer_s: float,

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwise.estimate.speed.cache_share import CacheSpan
 from gpuwise.estimate.speed.ggml_time import HALF_UBATCH_TOKENS, GgmlRates
 from gpuwise.measure.llama_cpp.bench import tensor_bytes, time_decode_steps, time_llama_cpp
+from gpuwise.measure.llama_cpp.cache_sweep import sweep
 from gpuwise.measure.llama_cpp.fit import (
     GGML_TYPE,
     ModelTiming,
@@ -32,6 +34,10 @@ from gpuwise.measure.llama_cpp.record import LlamaCppPart, LlamaCppTiming
 # "llama.cpp on this CPU").
 PROBE_MODELS = (GgufConfig(hidden=768, layers=24, heads=12, kv_heads=4, ffn=2048),
                 GgufConfig(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=5632))  # fmt: skip
+# And a small one whose generated token reads 14-50 MB (q4_0-f16), within most CPUs'
+# last-level cache, for the cache's rate (fit.fit_cache; the cache's span from cache_sweep.py):
+# models that fit there decode 1.5-2.7x faster than the streaming rate of those that do not.
+SMALL_MODEL = GgufConfig(hidden=768, layers=3, heads=12, kv_heads=4, ffn=2048, vocab=8000)
 TYPES = ("f16", "q8_0", "q4_0", "q4_k_m")
 N_PROMPT = 512  # pp at one full ubatch: a served prompt step's size
 # Steps on the narrow model (head_dim 64, 24 layers: attention is most of a deep step there):
@@ -112,7 +118,7 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int,
                                            n_gen=plan.n_gen, reps=plan.reps), plan.attempts)  # fmt: skip
     tb = tensor_bytes(path)
     half_s, steps = 0.0, {}
-    if plan.half_ubatch:  # the prompt's rate at half a ubatch too (pp only)
+    if plan.half_ubatch and cfg != SMALL_MODEL:  # the prompt's rate at half a ubatch too (pp only)
         half = quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=HALF_UBATCH_TOKENS,
                                                n_gen=0, reps=plan.reps), plan.attempts)  # fmt: skip
         half_s = statistics.median(half["pp_samples_s"])
@@ -129,26 +135,32 @@ def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int,
 
 
 def rates_from_timings(timings: list[dict[str, Any]] | list[LlamaCppTiming], n_prompt: int = 0,
-                       n_gen: int = 0) -> dict[str, GgmlRates]:  # fmt: skip
+                       n_gen: int = 0, span: CacheSpan | None = None) -> dict[str, GgmlRates]:  # fmt: skip
     """The fitted rates by "ggml type/threads" from the probe models' timings (taken at
-    `n_prompt` and `n_gen` tokens: the full probe's unless said). Attention's rates do not
+    `n_prompt` and `n_gen` tokens: the full probe's unless said), the small model's with the
+    cache's `span` giving the cache's rate. Attention's rates do not
     depend on the weights' type (the cache is f16 in each), so each thread count takes the
     median of its types' fits: one type's reading is a difference of two steps, and noisy."""
-    models = {cfg.name: cfg for cfg in PROBE_MODELS}
+    models = {cfg.name: cfg for cfg in (*PROBE_MODELS, SMALL_MODEL)}
     pairs: dict[tuple[str, int], list[ModelTiming]] = {}
+    small: dict[tuple[str, int], ModelTiming] = {}
     for raw in timings:
         t = raw if isinstance(raw, LlamaCppTiming) else LlamaCppTiming(**raw)
         cfg = models[t.model]
         arch = llama_arch(cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
         pp, tg = timing_plans(t.type, t.bytes, t.embedding_bytes, n_prompt or N_PROMPT,
                               n_gen or N_GEN, t.threads)  # fmt: skip
-        pairs.setdefault((t.type, t.threads), []).append(
-            ModelTiming(arch, pp, tg, t.pp_s, t.tg_s, t.decode_steps, t.pp_half_s))
+        timing = ModelTiming(arch, pp, tg, t.pp_s, t.tg_s, t.decode_steps, t.pp_half_s)
+        if cfg == SMALL_MODEL:
+            small[(t.type, t.threads)] = timing
+        else:
+            pairs.setdefault((t.type, t.threads), []).append(timing)
     out = {}
     for (q, n), found in pairs.items():
         if len(found) < 2:
             continue
-        out[f"{GGML_TYPE[q]}/{n}"] = fit_rates(found[0], found[1], DEPTH, SEQS, CHUNK)
+        out[f"{GGML_TYPE[q]}/{n}"] = fit_rates(found[0], found[1], DEPTH, SEQS, CHUNK,
+                                               small.get((q, n)), span)  # fmt: skip
     for threads in {key.split("/")[1] for key in out}:
         fits = [r for key, r in out.items() if key.endswith(f"/{threads}")]
         for name in TYPE_FREE:
@@ -167,10 +179,13 @@ def probe_llama_cpp(cores: int, progress: Progress | None = None,
     `dataclasses.asdict` of a LlamaCppPart, as the profile saves it."""
     plan = LlamaCppPlan.for_mode(quick)
     threads = plan.threads(cores)
-    steps = len(PROBE_MODELS) * (1 + len(TYPES) * len(threads))
-    done, timings, last = 0, [], dict[str, Any]()
+    steps = 1 + (len(PROBE_MODELS) + 1) * (1 + len(TYPES) * len(threads))
+    if progress:
+        progress("llama.cpp: this CPU's cache", 0.0)
+    cache = sweep(max(threads))
+    done, timings, last = 1, [], dict[str, Any]()
     with tempfile.TemporaryDirectory(prefix="gpuwise-llama-") as tmp:
-        for cfg in PROBE_MODELS:
+        for cfg in (*PROBE_MODELS, SMALL_MODEL):
             if progress:
                 progress(f"llama.cpp: writing {cfg.name}", done / steps)
             files = _model_files(cfg, Path(tmp))
@@ -186,9 +201,10 @@ def probe_llama_cpp(cores: int, progress: Progress | None = None,
                 path.unlink()
     part = LlamaCppPart(version=last["llama_cpp_python"], system_info=last["system_info"],
                         n_prompt=N_PROMPT, n_gen=plan.n_gen,
-                        models=tuple(cfg.name for cfg in PROBE_MODELS),
-                        rates=rates_from_timings(timings, N_PROMPT, plan.n_gen),
-                        timings=tuple(timings), quick=quick)  # fmt: skip
+                        models=tuple(cfg.name for cfg in (*PROBE_MODELS, SMALL_MODEL)),
+                        rates=rates_from_timings(timings, N_PROMPT, plan.n_gen,
+                                                 CacheSpan(cache.full_bytes, cache.none_bytes)),
+                        timings=tuple(timings), quick=quick, cache_sweep=cache)  # fmt: skip
     return saved_form(part)
 
 

@@ -28,6 +28,16 @@ class LlamaCppTiming:
 
 
 @dataclass(frozen=True)
+class CacheSweep:
+    """One thread's read rate by array size ("<MiB>": bytes a second) and the span over which
+    streams leave the last-level cache (measure/llama_cpp/cache_sweep.py)."""
+
+    read_bytes_per_s: dict[str, float]
+    full_bytes: float
+    none_bytes: float
+
+
+@dataclass(frozen=True)
 class LlamaCppPart:
     """llama.cpp's rates on this CPU by "ggml type/threads", with the timings they came from."""
 
@@ -39,3 +49,5 @@ class LlamaCppPart:
     rates: dict[str, GgmlRates]
     timings: tuple[LlamaCppTiming, ...]
     quick: bool = False  # `--quick`: fewer types and repetitions (the types not timed use the datasheet)
+    # cache_sweep.sweep(): read rates by array size, and the cache's span found in them
+    cache_sweep: CacheSweep | None = None

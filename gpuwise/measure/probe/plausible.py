@@ -203,6 +203,9 @@ def _llama_cpp(record: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
     for key, r in (record.get("rates") or {}).items():
         yield from _judge(f"llama.cpp {key} weight streaming", r["weight_bytes_per_s"] / 1e9,
                           bounds.elementwise_gbs, "GB/s", bounds.kind)  # fmt: skip
+        if r.get("cache_bytes_per_s"):  # 0.0: no cache seen, not a reading
+            yield from _judge(f"llama.cpp {key} streaming from the cache", r["cache_bytes_per_s"] / 1e9,
+                              bounds.elementwise_gbs, "GB/s", bounds.kind)  # fmt: skip
         yield from _judge(f"llama.cpp {key} prompt matmuls", r["matmul_flops"] / 1e12, matmul,
                           "GFLOP/s", bounds.kind, 1e3)  # fmt: skip
         for cost in ("layer_s", "layer_token_s", "half_layer_token_s", "token_s"):
