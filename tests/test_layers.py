@@ -1,4 +1,4 @@
-"""The layers hold (DESIGN.md, "Layers, and folders by question"): every `gpuwise` import,
+"""The layers hold (docs/architecture.md, "Layers, and folders by question"): every `gpuwise` import,
 at the top of a module or inside a function, goes downward
 (cli -> report -> app -> measure -> estimate -> workload -> catalog -> errors/units); no
 import cycle hides behind in-function imports; no module imports another's private name."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuwise.app.infer import ignored_options
+from gpuwise.app.infer import ignored_options, offload_host
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
@@ -40,17 +40,20 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
         rows.insert(0, {**precision_row(arch, plan, hw),
                         "weights": f"{plan.stored_weights.label}, exact"})  # fmt: skip
     rates, how = rates_for(hw)
+    host = offload_host(plan, hw)
     for row, p in zip(rows, plans, strict=True):
-        row["decode"] = _decode(arch, p, rates) if rates else {"unavailable": how}
+        row["decode"] = _decode(arch, p, rates, host) if rates else {"unavailable": how}
     return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw),
                        ignored_options(plan), how)  # fmt: skip
 
 
-def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates) -> dict[str, Any]:
-    """One decode step of the plan under its runtime, with its 80% interval; or why the
-    runtime cannot run this precision."""
+def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
+            host: DeviceRates | None = None) -> dict[str, Any]:  # fmt: skip
+    """One decode step of the plan under its runtime (the layers past --gpu-layers on
+    `host`, as infer runs them), with its 80% interval; or why the runtime cannot run this
+    precision."""
     try:
-        t = estimate_inference_time(arch, plan, rates)
+        t = estimate_inference_time(arch, plan, rates, host=host)
     except GpuwiseError as exc:
         return {"unavailable": str(exc)}
     iv = t.interval("decode")

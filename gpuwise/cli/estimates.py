@@ -37,7 +37,9 @@ from gpuwise.cli.common import (
 )
 from gpuwise.cli.runtime_options import (
     Ctx,
+    GpuLayers,
     GpuUtil,
+    KvDtype,
     QuantKernel,
     Runtime,
     Threads,
@@ -94,21 +96,21 @@ def main_job(ctx: typer.Context, as_json: Json = False, version: Version = False
 @app.command()
 def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
           new_tokens: NewTokens = NEW_TOKENS, batch: Batch = 1, runtime: Runtime = "transformers",
-          ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None, as_json: Json = False,
+          kv_dtype: KvDtype = None, attention: Attention = "sdpa", ctx: Ctx = None,
+          gpu_memory_utilization: GpuUtil = None, threads: Threads = None,
+          quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None, as_json: Json = False,
           html: Html = None) -> None:  # fmt: skip
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.app.check import check as check_model
-    from gpuwise.app.checkpoint_weights import plan_weights
+    from gpuwise.app.deployment import Deployment, Workload, build_plan
     from gpuwise.report.estimate_views import check_view
-    from gpuwise.workload.plans import InferencePlan
 
     html = html_output(html)
     resolved, arch = model_named(model)
-    chosen = plan_weights(resolved, runtime, None)
-    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
-                         weights=chosen["weights"], stored_weights=chosen["stored_weights"],
-                         runtime=runtime, context_alloc=ctx,
-                         gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+    deployment = Deployment(runtime=runtime, kv_dtype=kv_dtype, attention=attention, ctx=ctx,
+                            gpu_memory_utilization=gpu_memory_utilization, threads=threads,
+                            quant_kernel=quant_kernel, gpu_layers=gpu_layers)  # fmt: skip
+    plan = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens)).plan
     answer = check_model(resolved, arch, hardware_named(on), plan)
     emit(check_view(answer), as_json)
     write_html(html, lambda pages: pages.check_page(answer))
@@ -117,17 +119,12 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
 @app.command()
 def infer(
     model: Model, on: On = "local", batch: Batch = 1, prompt: Prompt = PROMPT_TOKENS,
-    new_tokens: NewTokens = NEW_TOKENS, weights: Weights = None,
-    kv_dtype: Annotated[str | None, typer.Option(
-        help="KV cache dtype, e.g. fp16, fp8, int8 (default: the compute dtype)")] = None,
+    new_tokens: NewTokens = NEW_TOKENS, weights: Weights = None, kv_dtype: KvDtype = None,
     attention: Attention = "sdpa",
     logits: Annotated[str, typer.Option(help="logits kept: last (generate's default) or "
                                         "all")] = "last",  # fmt: skip
     runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
-    threads: Threads = None, quant_kernel: QuantKernel = "",
-    gpu_layers: Annotated[int | None, typer.Option(
-        "--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "
-        "(default: all on the GPU)", show_default=False)] = None,
+    threads: Threads = None, quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None,
     tp: Annotated[int, typer.Option(help="tensor-parallel degree: devices each layer is split "
                                     "over (the time; the memory stays one device's)")] = 1,
     fuse_layers: Annotated[bool, typer.Option(
@@ -138,22 +135,19 @@ def infer(
 ) -> None:  # fmt: skip
     """Memory and time of generating text with a model, a .gguf or a .safetensors checkpoint,
     under transformers (default), torch.compile, vLLM, SGLang or llama.cpp."""
-    from gpuwise.app.checkpoint_weights import plan_weights
+    from gpuwise.app.deployment import Deployment, Workload, build_plan
     from gpuwise.app.infer import infer as infer_model
     from gpuwise.report.estimate_views import infer_view
-    from gpuwise.workload.plans import InferencePlan
 
     html = html_output(html)
     resolved, arch = model_named(model)
-    chosen = plan_weights(resolved, runtime, weights)
-    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
-                         weights=chosen["weights"], stored_weights=chosen["stored_weights"],
-                         kv_dtype=kv_dtype, attention=attention, logits=logits, runtime=runtime,
-                         context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
-                         threads=threads, quant_kernel=quant_kernel,
-                         gpu_layers=gpu_layers, allocator=allocator, fuse_layers=fuse_layers,
-                         expandable_segments=expandable_segments)  # fmt: skip
-    answer = infer_model(resolved, arch, hardware_named(on), plan, chosen["source"], tp)
+    deployment = Deployment(runtime=runtime, weights=weights, kv_dtype=kv_dtype, ctx=ctx,
+                            attention=attention, gpu_memory_utilization=gpu_memory_utilization,
+                            threads=threads, quant_kernel=quant_kernel, gpu_layers=gpu_layers,
+                            logits=logits, allocator=allocator, fuse_layers=fuse_layers,
+                            expandable_segments=expandable_segments)  # fmt: skip
+    planned = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens))
+    answer = infer_model(resolved, arch, hardware_named(on), planned.plan, planned.weights_source, tp)
     emit(infer_view(answer, ops), as_json)
     write_html(html, lambda pages: pages.infer_page(answer, roofs(answer.hardware)))
 
@@ -295,11 +289,12 @@ def validate_infer(
     allocator: Allocator = "glibc", as_json: Json = False,
 ) -> None:  # fmt: skip
     """Generate with random weights here; compare peak memory and times with the estimates."""
-    from gpuwise.workload.plans import InferencePlan
+    from gpuwise.app.deployment import Deployment, Workload, build_plan
 
-    plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new_tokens,
-                         weights=weights, attention=attention, allocator=allocator)  # fmt: skip
-    _validate(model, plan, as_json, memory, time)
+    deployment = Deployment(weights=weights, attention=attention, allocator=allocator)
+    _validate(model, lambda resolved: build_plan(resolved, deployment,
+                                                 Workload(batch, prompt, new_tokens)).plan,
+              as_json, memory, time)  # fmt: skip
 
 
 @validate_app.command("train")
@@ -317,13 +312,15 @@ def validate_train(
     """Run training steps with random weights here; compare memory and step time."""
     plan = _training_plan(batch, seq, dtype, optimizer, "full", 16, "", checkpointing, 1, 0, 1,
                           attention, allocator=allocator)  # fmt: skip
-    _validate(model, plan, as_json, memory, time)
+    _validate(model, lambda _: plan, as_json, memory, time)
 
 
-def _validate(model: str, plan: Any, as_json: bool, memory: bool, timing: bool) -> None:
+def _validate(model: str, plan_of: Any, as_json: bool, memory: bool, timing: bool) -> None:
+    """Run the plan `plan_of(resolved model)` for real here and compare."""
     from gpuwise.app.validate import validate
     from gpuwise.report.validate_view import validate_view
 
     resolved, arch = model_named(model)
+    plan = plan_of(resolved)
     result = validate(resolved.config, arch, plan, quiet=as_json, memory=memory, timing=timing)
     emit(validate_view(resolved, arch, plan, result, memory, timing), as_json)

@@ -50,3 +50,13 @@ Weights = Annotated[
         "a checkpoint, else bf16)"
     ),
 ]
+KvDtype = Annotated[
+    str | None,
+    typer.Option("--kv-dtype", help="KV cache dtype, e.g. fp16, fp8, int8 (default: the compute "
+                 "dtype; llama.cpp: f16)", show_default=False),
+]
+GpuLayers = Annotated[
+    int | None,
+    typer.Option("--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "
+                 "(default: all on the GPU)", show_default=False),
+]

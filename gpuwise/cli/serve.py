@@ -10,6 +10,7 @@ import typer
 from gpuwise.cli.common import (
     NEW_TOKENS,
     PROMPT_TOKENS,
+    Attention,
     Html,
     Json,
     Model,
@@ -20,7 +21,15 @@ from gpuwise.cli.common import (
     model_named,
     write_html,
 )
-from gpuwise.cli.runtime_options import Ctx, GpuUtil, QuantKernel, Threads, Weights
+from gpuwise.cli.runtime_options import (
+    Ctx,
+    GpuLayers,
+    GpuUtil,
+    KvDtype,
+    QuantKernel,
+    Threads,
+    Weights,
+)
 
 Dist = Annotated[str | None, typer.Option(
     help="fixed, uniform (half to 1.5x the mean), normal (sd a quarter of the mean) or trace "
@@ -72,10 +81,9 @@ def serve(
         "one runs (default: the runtime's: on for SGLang from v0.4, whose "
         "--disable-overlap-schedule turns it off)", show_default=False)] = None,
     weights: Weights = None,
-    kv_dtype: Annotated[str | None, typer.Option(
-        help="KV cache dtype, e.g. fp16, fp8, int8 (default: the compute dtype)")] = None,
+    kv_dtype: KvDtype = None, attention: Attention = "sdpa",
     ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
-    threads: Threads = None, quant_kernel: QuantKernel = "",
+    threads: Threads = None, quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
                                         "targets, and print the latency-throughput curve")] = False,  # fmt: skip
     seed: Annotated[int, typer.Option(help="random seed of the arrivals and lengths")] = 0,
@@ -83,22 +91,21 @@ def serve(
 ) -> None:  # fmt: skip
     """Serving under load: continuous batching simulated step by step with the runtime's
     scheduler and time model; latency percentiles, throughput, goodput, energy."""
-    from gpuwise.app.checkpoint_weights import plan_weights
+    from gpuwise.app.deployment import Deployment, Workload, build_plan
     from gpuwise.app.lookup import hardware_named
     from gpuwise.app.serve import Load, ReplicaOptions, Slo
     from gpuwise.app.serve import serve as serve_model
     from gpuwise.report.progress import progress_bar
     from gpuwise.report.serve_view import serve_view
-    from gpuwise.workload.plans import InferencePlan
     from gpuwise.workload.requests import Lengths
 
     html = html_output(html)
     resolved, arch = model_named(model)
-    chosen = plan_weights(resolved, runtime, weights)
-    plan = InferencePlan(prompt_tokens=prompt, new_tokens=new_tokens, weights=chosen["weights"],
-                         stored_weights=chosen["stored_weights"], kv_dtype=kv_dtype,
-                         runtime=runtime, context_alloc=ctx, gpu_memory_utilization=gpu_memory_utilization,
-                         threads=threads, quant_kernel=quant_kernel)  # fmt: skip
+    deployment = Deployment(runtime=runtime, weights=weights, kv_dtype=kv_dtype,
+                            attention=attention, ctx=ctx,
+                            gpu_memory_utilization=gpu_memory_utilization, threads=threads,
+                            quant_kernel=quant_kernel, gpu_layers=gpu_layers)  # fmt: skip
+    plan = build_plan(resolved, deployment, Workload(1, prompt, new_tokens)).plan
     recorded = "trace" if trace is not None else "fixed"
     lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
     load = Load(lengths, rate, concurrency, trace, requests, duration, seed)

@@ -1,0 +1,63 @@
+"""One plan from the options a command takes (docs/architecture.md, "One plan"): every command
+that takes a model and a deployment (check, infer, serve) builds its InferencePlan here, from
+the same option group with the same names, defaults and units, so that they answer for the
+same deployment. The plan checks its own values (workload/plans.py); where the weights come
+from (a checkpoint's exact bytes, or a format) is decided once, by plan_weights."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwise.app.checkpoint_weights import plan_weights
+from gpuwise.catalog.models import ResolvedModel
+from gpuwise.workload.plans import InferencePlan
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How a model is run: the option group of check, infer and serve (`--runtime`,
+    `--weights`, `--kv-dtype`, ...). None: the runtime's or the checkpoint's own."""
+
+    runtime: str = "transformers"
+    weights: str | None = None  # None: as stored in a checkpoint, else bf16
+    kv_dtype: str | None = None  # None: the compute dtype (llama.cpp: f16)
+    ctx: int | None = None  # context allocated up front (llama.cpp n_ctx, vLLM max_model_len)
+    attention: str = "sdpa"
+    gpu_memory_utilization: float | None = None
+    threads: int | None = None  # llama.cpp on a CPU: None is one a core
+    quant_kernel: str = ""  # "": the runtime's own
+    gpu_layers: int | None = None  # llama.cpp -ngl; None: all on the GPU
+    logits: str = "last"
+    allocator: str = "glibc"
+    fuse_layers: bool = False
+    expandable_segments: bool = False
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one request asks: sequences in a batch, prompt and generated tokens."""
+
+    batch: int = 1
+    prompt_tokens: int = 512
+    new_tokens: int = 128
+
+
+@dataclass(frozen=True)
+class Planned:
+    plan: InferencePlan
+    weights_source: str  # where the weights' bytes come from (a checkpoint's, or estimated)
+
+
+def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload) -> Planned:
+    """The plan of running `model` as `deployment` for `workload`."""
+    d = deployment
+    chosen = plan_weights(model, d.runtime, d.weights)
+    plan = InferencePlan(batch=workload.batch, prompt_tokens=workload.prompt_tokens,
+                         new_tokens=workload.new_tokens, weights=chosen["weights"],
+                         stored_weights=chosen["stored_weights"], kv_dtype=d.kv_dtype,
+                         attention=d.attention, logits=d.logits, runtime=d.runtime,
+                         context_alloc=d.ctx, gpu_memory_utilization=d.gpu_memory_utilization,
+                         threads=d.threads, quant_kernel=d.quant_kernel, gpu_layers=d.gpu_layers,
+                         allocator=d.allocator, fuse_layers=d.fuse_layers,
+                         expandable_segments=d.expandable_segments)  # fmt: skip
+    return Planned(plan, chosen["source"])

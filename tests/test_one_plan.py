@@ -1,0 +1,94 @@
+"""One plan, built once (issue 38 item 1): check, infer and serve take the same option group
+and build their plan with the same builder, so that for the same deployment they give the
+same numbers."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import click
+import pytest
+import typer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuwise.app.check import check
+from gpuwise.app.deployment import Deployment, Workload, build_plan
+from gpuwise.app.infer import infer
+from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.cli.common import app
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS
+from gpuwise.workload import from_config
+
+ROOT = Path(__file__).resolve().parents[1]
+# The deployment's options every command that takes a model and a deployment accepts
+GROUP = {"--runtime", "--kv-dtype", "--ctx", "--attention", "--gpu-memory-utilization",
+         "--threads", "--quant-kernel", "--gpu-layers"}  # fmt: skip
+
+
+def test_no_command_assembles_a_plan_itself():
+    """Every InferencePlan a command answers for comes from app.deployment.build_plan."""
+    for path in (ROOT / "gpuwise" / "cli").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and getattr(n.func, "id", "") == "InferencePlan"]  # fmt: skip
+        assert not calls, f"{path.name} builds an InferencePlan field by field"
+
+
+@pytest.mark.parametrize("command", ["check", "infer", "serve"])
+def test_each_command_takes_the_whole_option_group(command: str):
+    group = typer.main.get_command(app)
+    assert isinstance(group, click.Group)
+    cmd = group.commands[command]
+    names = {opt for p in cmd.params for opt in getattr(p, "opts", [])}
+    assert names >= GROUP, f"{command} lacks {sorted(GROUP - names)}"
+
+
+MODELS = ("llama-3.1-8b", "qwen2.5-0.5b", "mixtral-8x7b")
+DEVICES = ("rtx-4090", "h100-sxm", "a10g", "cpu-cloud-32vcpu", "m2-ultra")
+deployments = st.builds(
+    Deployment,
+    runtime=st.sampled_from(("transformers", "compiled", "vllm", "sglang", "llama.cpp")),
+    kv_dtype=st.sampled_from((None, "fp8", "fp16")),
+    ctx=st.sampled_from((None, 4096, 32768)),
+    attention=st.sampled_from(("sdpa", "eager", "flash")),
+    threads=st.sampled_from((None, 4, 16)),
+    gpu_layers=st.sampled_from((None, 10)),
+)
+workloads = st.builds(Workload, batch=st.sampled_from((1, 4)),
+                      prompt_tokens=st.sampled_from((128, 2048)),
+                      new_tokens=st.sampled_from((16, 256)))  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deployments, workloads, st.sampled_from(MODELS), st.sampled_from(DEVICES),
+       st.sampled_from(CHECK_PRECISIONS))  # fmt: skip
+def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, weights):
+    model = resolve_model(name)
+    arch = from_config(model.config)
+    hw = find_hardware(device)
+    try:
+        plan = build_plan(model, d, w).plan
+    except GpuwiseError:
+        return  # a deployment the plan refuses is refused by every command alike
+    try:
+        rows = check(model, arch, hw, plan).rows
+    except GpuwiseError as refused:  # a runtime that cannot run on the device: both refuse
+        with pytest.raises(GpuwiseError, match=str(refused).split(":")[0]):
+            infer(model, arch, hw, replace(plan, weights=weights))
+        return
+    row = next(r for r in rows if r["weights"] == weights)
+    try:
+        answer = infer(model, arch, hw, replace(plan, weights=weights))
+    except GpuwiseError:
+        assert "unavailable" in row["decode"] or not row["fits"]
+        return
+    assert row["total_bytes"] == answer.memory.total_bytes
+    assert row["fits"] == answer.memory.fits
+    if answer.time is None:
+        assert "unavailable" in row["decode"]
+    else:
+        assert row["decode"]["s_per_token"] == answer.time.decode_s_per_token
