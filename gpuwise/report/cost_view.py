@@ -12,9 +12,8 @@ from rich.text import Text
 from gpuwise.app.cost import AdviceAnswer, CostAnswer
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.estimate.cost.advise import Option
-from gpuwise.report.terminal import fits_text
+from gpuwise.report.terminal import View, fits_text
 
-View = tuple[Any, Any]
 SHOWN = 15  # rows of the options table unless --all
 
 

@@ -28,12 +28,11 @@ from gpuwise.report.records import (
     ops_record,
     training_time_record,
 )
+from gpuwise.report.terminal import View
 from gpuwise.report.time_lines import faults_tip, time_lines
 from gpuwise.units import format_bytes, format_tokens
 from gpuwise.workload import count_params
 from gpuwise.workload.plans import InferencePlan
-
-View = tuple[Any, Any]  # (JSON-able record, rich renderable)
 
 
 def _context_label(plan: InferencePlan) -> str:

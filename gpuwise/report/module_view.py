@@ -8,9 +8,8 @@ from rich.console import Group
 
 from gpuwise.report import terminal
 from gpuwise.report.records import hardware_record, memory_record, ops_record
+from gpuwise.report.terminal import View
 from gpuwise.units import format_count
-
-View = tuple[Any, Any]
 
 
 def _module_record(est: Any) -> dict[str, Any]:

@@ -11,9 +11,8 @@ from rich.text import Text
 
 from gpuwise.app.serve import ServeAnswer
 from gpuwise.report.records import hardware_record, model_record
-from gpuwise.report.terminal import format_seconds
+from gpuwise.report.terminal import View, format_seconds
 
-View = tuple[dict[str, Any], Any]
 LATENCIES = (("time to first token", "ttft_s"), ("time per output token", "tpot_s"),
              ("inter-token latency", "itl_s"), ("end to end", "e2e_s"))  # fmt: skip
 

@@ -17,6 +17,9 @@ ORDER = ("weights", "gradients", "optimizer", "kv_cache", "activations", "logits
          "fsdp_unsharded", "cublas_workspace", "allocator_slack", "nccl_buffers",
          "overhead")  # fmt: skip
 
+# What a command hands the CLI to print: (its JSON-able record, a rich renderable)
+View = tuple[Any, Any]
+
 
 def fits_text(fits: bool) -> Text:
     return Text("yes", style="green") if fits else Text("no", style="red")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
+from gpuwise.catalog.formats import WeightFormat, weight_format
 from gpuwise.errors import GpuwiseError, did_you_mean
 from gpuwise.files import shown
 from gpuwise.workload.arch import Architecture
@@ -96,6 +98,16 @@ class InferencePlan:
     @property
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.new_tokens
+
+    @cached_property
+    def weight_format(self) -> WeightFormat:
+        """The weights' format (bytes an element, compute dtype), looked up once a plan."""
+        return weight_format(self.weights)
+
+    @cached_property
+    def compute_format(self) -> WeightFormat:
+        """The format of the dtype the weights compute in (bf16 for int4, ...)."""
+        return weight_format(self.weight_format.compute_dtype)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from functools import lru_cache
 
 from gpuwise.catalog.allocators import host_allocator
 from gpuwise.catalog.cuda_allocator import cublas_workspace_bytes, cuda_allocator
-from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.memory.cuda_allocator import ReplayPeak, replay
 from gpuwise.estimate.memory.quant_workspace import quant_workspace
@@ -152,7 +151,7 @@ def inference_gpu_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
         parts["workspace"] = parts.get("workspace", 0.0) + workspace
         notes.append(f"{kernel}: {workspace / 2**20:,.0f} MiB of workspace")
     parts.pop("overhead", None)
-    c = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
+    c = plan.compute_format.bytes_per_element
     # AutoAWQ's fused cache never grows: no decode step reallocates it.
     new_tokens = 1 if plan.fuse_layers else plan.new_tokens
     peak = inference_peak(arch, plan.batch, plan.prompt_tokens, new_tokens, c,

@@ -236,7 +236,7 @@ def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> A
 def _plan_shape(plan: InferencePlan | TrainingPlan) -> Shape:
     """The prefill's shape, or a training step's (its weights fp32 under autocast)."""
     if isinstance(plan, InferencePlan):
-        fmt = weight_format(plan.weights)
+        fmt = plan.weight_format
         c = weight_format(fmt.compute_dtype).bytes_per_element
         kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
         return Shape(plan.batch, plan.prompt_tokens, plan.prompt_tokens, c, c, kv, plan.attention)

@@ -39,7 +39,7 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
         return estimate_llama_cpp(arch, plan, hw)
     if plan.runtime in ("vllm", "sglang"):  # SGLang's pool is sized as vLLM's (docs/memory.md)
         return estimate_vllm(arch, plan, hw)
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     compute = weight_format(fmt.compute_dtype).bytes_per_element
     kv_fmt = weight_format(plan.kv_dtype or fmt.compute_dtype)
     rt = runtime(hw.kind)

@@ -53,7 +53,7 @@ def weights_and_embedding(arch: Architecture, plan: InferencePlan) -> tuple[floa
     if plan.stored_weights:
         sw = plan.stored_weights
         return sw.total_bytes, sw.embedding_bytes, "checkpoint (exact bytes)"
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     embedding = (
         arch.vocab_size * arch.hidden_size * weight_format(fmt.compute_dtype).bytes_per_element
     )
@@ -131,7 +131,7 @@ def work_bytes(arch: Architecture, plan: InferencePlan, runs: tuple[tuple[int, i
     rt = llama_cpp_runtime()
     main = (plan.stored_weights.ggml_type if plan.stored_weights and
             plan.stored_weights.ggml_type else "")  # fmt: skip
-    mix = rt.ftype_mix.get(weight_format(plan.weights).id)
+    mix = rt.ftype_mix.get(plan.weight_format.id)
     key = (main or (mix[0] if mix else "f16")).lower()
     per = rt.vec_dot_bytes.get(key, 2.0)
     width = max(arch.hidden_size, graph_dims(arch).ffn)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
 from gpuwise.workload import Architecture
@@ -93,7 +92,7 @@ def estimated_tensors(arch: Architecture, plan: InferencePlan) -> tuple[GgufTens
     llama-quant.cpp types them (`llama_tensor_get_type`) for the file types gpuwise's formats
     name; () for other formats."""
     rt = llama_cpp_runtime()
-    mix = rt.ftype_mix.get(weight_format(plan.weights).id)
+    mix = rt.ftype_mix.get(plan.weight_format.id)
     if mix is None:
         return ()
     main, more_bits = mix[0], (mix[1] if len(mix) > 1 else "")

@@ -20,7 +20,6 @@ torch.cat), so the load holds a second copy of every layer's q, k and v.
 
 from __future__ import annotations
 
-from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.stacks import stack_value
 from gpuwise.workload import Architecture
@@ -29,7 +28,7 @@ from gpuwise.workload.plans import InferencePlan
 
 def quant_kernel_name(plan: InferencePlan) -> str:
     """The kernel asked for, else transformers' own for the format ("" if unquantised)."""
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     if not fmt.quantised or fmt.other_bits:
         return ""
     return plan.quant_kernel or runtime_speed("transformers").kernels.get(fmt.id, "")
@@ -46,7 +45,7 @@ def fused_cache_positions(arch: Architecture, plan: InferencePlan) -> int:
 def fused_qkv_copy_bytes(arch: Architecture, plan: InferencePlan) -> float:
     """Bytes of every layer's q, k and v in the stored format: the second copy AutoAWQ's fuser
     holds until the last layer is fused (see the module docstring)."""
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     d = arch.hidden_size
     per_layer = fmt.linear_bytes(arch.q_dim, d) + 2 * fmt.linear_bytes(arch.kv_dim, d)
     return per_layer * arch.num_layers
@@ -74,6 +73,6 @@ def quant_workspace(arch: Architecture, plan: InferencePlan) -> tuple[float, str
         scratch = max(a * b * 2 + 128 + b * tokens * batch * 4 + 128 for a, b in mats)
         return float(scratch), "ExLlamaV2 scratch"
     if kernel == "bnb-nf4":
-        compute = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
+        compute = plan.compute_format.bytes_per_element
         return largest * compute, "bitsandbytes nf4 dequantised weight"
     return 0.0, kernel

@@ -30,7 +30,7 @@ from gpuwise.workload.plans import InferencePlan
 
 
 def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
     return arch.num_layers * arch.kv_cache_elements_per_token() * kv
 
@@ -55,7 +55,7 @@ def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1
     budget = math.ceil(hw.memory_bytes * util)
     weights, _, _ = weights_and_embedding(arch, plan)
     weights /= tp
-    compute = weight_format(weight_format(plan.weights).compute_dtype).bytes_per_element
+    compute = plan.compute_format.bytes_per_element
     acts = prefill_transient(arch, 1, rt.max_num_batched_tokens, compute, "flash")
     # The dummy sampler run: logits for max_num_seqs sequences, upcast to fp32, with fp32
     # probabilities and log-probabilities beside them (matches the logged 1.19-1.24 GiB peak

@@ -39,7 +39,7 @@ class ReplicaOptions:
 def kv_positions(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
                  slots: int) -> int:  # fmt: skip
     """Positions of keys and values the replica's memory holds under the runtime."""
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     per_token = arch.num_layers * arch.kv_cache_elements_per_token() * weight_format(
         plan.kv_dtype or fmt.compute_dtype).bytes_per_element  # fmt: skip
     if plan.runtime in ("vllm", "sglang"):

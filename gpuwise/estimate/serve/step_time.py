@@ -55,7 +55,7 @@ class StepTime:
         rt = runtime_speed(self.plan.runtime)
         rt.check_device(self.rates.kind, self.rates.name)
         object.__setattr__(self, "rt", rt)
-        kv = weight_format(self.plan.kv_dtype or weight_format(self.plan.weights).compute_dtype)
+        kv = weight_format(self.plan.kv_dtype or self.plan.weight_format.compute_dtype)
         object.__setattr__(self, "kv_bytes_per_token",
                            self.arch.num_layers * self.arch.kv_cache_elements_per_token()
                            * kv.bytes_per_element)  # fmt: skip
@@ -95,7 +95,7 @@ def _dense_parts(step: StepTime, tokens: int, prompt: bool) -> tuple[float, floa
     shape = plan_shape(plan, arch, tokens, 1, 1)
     ops = [op for op in inference_ops(arch, shape, step.rt.fused, step.tp)
            if op.kind != "attention"]  # fmt: skip
-    dtype = weight_format(plan.weights).compute_dtype
+    dtype = plan.weight_format.compute_dtype
     overhead = 0.0
     if step.rt.dispatch == "eager":
         phase = "inference" if prompt else "decode"
@@ -117,7 +117,7 @@ def _kv_rate(step: StepTime) -> float:
 @lru_cache(maxsize=256)
 def _attention_flops(step: StepTime) -> float:
     rates = _runtime_rates(step)
-    dtype = weight_format(step.plan.weights).compute_dtype
+    dtype = step.plan.weight_format.compute_dtype
     return rates.matmul_rate(4096, 4096, 2.0 * 4096**3, dtype)
 
 

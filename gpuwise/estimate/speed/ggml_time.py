@@ -135,7 +135,7 @@ def decode_attention_rate(g: GgmlRates, seqs: int) -> float:
 def ggml_type(plan: InferencePlan) -> str:
     """The ggml type of the plan's weights: a GGUF file's own, else its format's."""
     stored = plan.stored_weights.ggml_type if plan.stored_weights else ""
-    name = stored.lower() or GGML_TYPE_OF.get(weight_format(plan.weights).id, "")
+    name = stored.lower() or GGML_TYPE_OF.get(plan.weight_format.id, "")
     if not name:
         raise GpuwiseError(f"llama.cpp has no {plan.weights} weights",
                            "give --weights q4_k_m, q4_0, q8_0, int4, int8, fp16 or bf16")  # fmt: skip
@@ -180,7 +180,7 @@ def weights_read(arch: Architecture, plan: InferencePlan) -> float:
         total = float(plan.stored_weights.total_bytes)
         embedding = float(plan.stored_weights.embedding_bytes)
     else:
-        total = weight_bytes(arch, weight_format(plan.weights))
+        total = weight_bytes(arch, plan.weight_format)
         embedding = total * counts.embedding / counts.total
     rest = total - embedding
     active = rest * (counts.active - counts.embedding) / max(1, counts.total - counts.embedding)

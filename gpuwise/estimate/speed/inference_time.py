@@ -73,7 +73,7 @@ class InferenceTime:
 
 def plan_shape(plan: InferencePlan, arch: Architecture, tokens: int, context: int,
            logits: int) -> Shape:  # fmt: skip
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     compute = weight_format(fmt.compute_dtype).bytes_per_element
     kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
     per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
@@ -142,7 +142,7 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
                              rt.id, ggml_type(plan), missing)  # fmt: skip
     kernel = kernel_for(rt, plan.weights, rates.kind, plan.quant_kernel)
     rates = runtime_rates(rates, rt, kernel)
-    fmt = weight_format(plan.weights)
+    fmt = plan.weight_format
     dtype = fmt.compute_dtype
     mode = op_count_mode(dtype)
     logits = plan.prompt_tokens if plan.logits == "all" else 1
