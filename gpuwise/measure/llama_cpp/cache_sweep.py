@@ -2,8 +2,8 @@
 4 MiB to 1 GiB (each read whole, again and again, as token generation streams the weights),
 and from it the sizes up to which a stream runs at the cache's rate and from which at the
 memory's (docs/speed.md, "llama.cpp on this CPU"). The cache the OS reports is not the one a
-process gets: on a shared VM here the reported 300 MiB L3 served 64-76 MiB at the cache's rate
-and 91-96 MiB at memory's."""
+process gets: on a shared VM here the reported 300 MiB L3 served 54-91 MiB at the cache's rate
+and 76-152 MiB at memory's, as its neighbours' use of it moved."""
 
 from __future__ import annotations
 
@@ -56,12 +56,12 @@ def _read_rate(pool: ThreadPoolExecutor, mib: int, threads: int) -> float:
 
 
 def cache_span(rates: dict[str, float]) -> CacheSpan:
-    """The span over which streams leave the cache. From 8 MiB (past the per-core caches)
-    up, the first size whose time a byte, and the next one's, are past half-way from the cache's (the median of the
-    three fastest sizes) to memory's (of the five slowest: the largest arrays can read faster
-    again, on huge pages) marks the cliff: `full` is the size before it, `none` the first
-    from it within a tenth of memory's. No span (0, 0) where the two differ by less than STEP
-    (no cache the sweep could see)."""
+    """The span over which streams leave the cache. The cache's time a byte is the median of
+    the three fastest sizes from 8 MiB (past the per-core caches), memory's that of the five
+    slowest (the largest arrays can read faster again, on huge pages). The first size whose
+    time, and the next one's, are past half-way between marks the cliff: `full` is the size
+    before it, `none` the first from it within a tenth of memory's. No span (0, 0) where the
+    two differ by less than STEP (no cache the sweep could see)."""
     points = sorted((int(k) * 2**20, 1.0 / v) for k, v in rates.items() if int(k) >= 8)
     times = sorted(t for _, t in points)
     cached, memory = statistics.median(times[:3]), statistics.median(times[-5:])
