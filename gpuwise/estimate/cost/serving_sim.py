@@ -1,5 +1,5 @@
 """Replicas for a serving load from the serving simulation (estimate/serve/; docs/cost.md,
-"Serving: replicas from the simulation"): the highest request rate a replica sustains within
+"How an option is sized"): the highest request rate a replica sustains within
 the latency targets, with the headroom asked for, under the runtime each device really runs."""
 
 from __future__ import annotations

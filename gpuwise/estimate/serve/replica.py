@@ -1,4 +1,4 @@
-"""One serving replica as the simulation sees it (docs/serve.md, "A replica"): the runtime's
+"""One serving replica as the simulation sees it (docs/serve.md, "Schedulers"): the runtime's
 scheduler limits, the KV cache its memory leaves, and its step time."""
 
 from __future__ import annotations

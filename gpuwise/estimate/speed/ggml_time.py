@@ -1,4 +1,4 @@
-"""llama.cpp's time model (docs/speed.md, "llama.cpp"): token generation streams the weights
+"""llama.cpp's time model (docs/speed.md, "Runtimes"): token generation streams the weights
 (in their ggml type) and the KV cache at the backend's achieved bandwidth; prompt processing
 runs the type's matmul path at its own share of the matrix peak, one ubatch at a time; every
 graph evaluation pays the host's fixed cost and every node the backend's cost per node."""
