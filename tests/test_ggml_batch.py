@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from gpuwise.catalog.hardware import find_hardware
-from gpuwise.estimate.serve.step_time import StepTime
 from gpuwise.estimate.speed.device_rates import rates_from_spec
+from gpuwise.estimate.speed.ggml_step import GgmlStep
 from gpuwise.estimate.speed.ggml_time import (
     GgmlRates,
     chunk_pairs,
@@ -75,7 +75,7 @@ def test_decode_attention_is_unmeasured_unless_probed():
     assert decode_attention_rate(g, 1) == 12e9 and decode_attention_rate(g, 8) == 30e9
 
 
-def _step(g: GgmlRates) -> StepTime:
+def _step(g: GgmlRates) -> GgmlStep:
     from gpuwise.workload.plans import InferencePlan, StoredWeights
 
     plan = InferencePlan(prompt_tokens=128, new_tokens=32, weights="fp16", runtime="llama.cpp",
@@ -85,7 +85,7 @@ def _step(g: GgmlRates) -> StepTime:
     rates = replace(rates_from_spec(cpu), compute_units=2, source="measured",
                     ggml_measured={"q4_0/2": {k: getattr(g, k) for k in g.__dataclass_fields__
                                               if k != "source"}})  # fmt: skip
-    return StepTime(ARCH, plan, rates)
+    return GgmlStep(ARCH, plan, rates)
 
 
 def test_a_measured_cpu_batch_of_four_costs_what_the_probe_timed():

@@ -16,11 +16,18 @@ from hypothesis import strategies as st
 
 from gpuwise.app.check import check
 from gpuwise.app.deployment import Deployment, Workload, build_plan
-from gpuwise.app.infer import infer
+from gpuwise.app.infer import infer, offload_host
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.cli.common import app
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS
+from gpuwise.estimate.serve.replica import (
+    ReplicaOptions,
+    build_engine,
+    no_load_latency,
+    no_load_step,
+)
+from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import from_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,3 +99,28 @@ def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, w
         assert "unavailable" in row["decode"]
     else:
         assert row["decode"]["s_per_token"] == answer.time.decode_s_per_token
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deployments, workloads, st.sampled_from(MODELS), st.sampled_from(DEVICES),
+       st.sampled_from(CHECK_PRECISIONS))  # fmt: skip
+def test_serves_no_load_step_is_infers_decode_to_the_bit(d, w, name, device, weights):
+    """One step model: serve's decode step of one request alone is infer's decode for the
+    same plan, exactly; its time per token adds only the server's host time a token."""
+    model = resolve_model(name)
+    arch = from_config(model.config)
+    hw = find_hardware(device)
+    try:
+        plan = replace(build_plan(model, d, replace(w, batch=1)).plan, weights=weights)
+        answer = infer(model, arch, hw, plan)
+        rates, _ = rates_for(hw)
+        assert rates is not None
+        engine = build_engine(arch, plan, hw, rates, ReplicaOptions(), offload_host(plan, hw))
+    except GpuwiseError:
+        return  # refused: by infer and serve alike (test_checks_row_... covers the refusals)
+    assert answer.time is not None
+    step = no_load_step(engine, plan.prompt_tokens, plan.new_tokens)
+    assert step == answer.time.decode_s_per_token
+    _, tpot = no_load_latency(engine, plan.prompt_tokens, plan.new_tokens)
+    if plan.new_tokens > 1:
+        assert tpot == step + engine.token_host_s

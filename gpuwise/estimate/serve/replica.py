@@ -15,9 +15,10 @@ from gpuwise.estimate.memory.serving_runtimes import vllm_pool
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.estimate.serve.schedulers import Limits
 from gpuwise.estimate.serve.simulate import Engine
-from gpuwise.estimate.serve.step_time import StepTime
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.ggml_time import chunk_pairs, tiled_attention
+from gpuwise.estimate.speed.step import decode_context
+from gpuwise.estimate.speed.steps import step_model
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
@@ -53,7 +54,9 @@ def kv_positions(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
 
 
 def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
-                 opts: ReplicaOptions) -> Engine:  # fmt: skip
+                 opts: ReplicaOptions, host: DeviceRates | None = None) -> Engine:  # fmt: skip
+    """The replica's engine; its steps timed by the plan's one step model (infer's), the
+    layers llama.cpp keeps off the GPU (`plan.gpu_layers`) on `host`."""
     sched = scheduler_defaults(plan.runtime)
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
                     opts.max_seqs or sched.max_seqs, sched.reserve_output,
@@ -63,7 +66,7 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
         raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
                            "more devices (--tp), lower-precision weights or a smaller model")  # fmt: skip
     block = sched.block_tokens
-    step = StepTime(arch, plan, rates, opts.tp)
+    step = step_model(arch, plan, rates, opts.tp, host)
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
     max_len = min(x for x in (plan.context_alloc, arch.max_position, 1 << 40) if x)
     return Engine(sched.policy, limits, positions // block, block,
@@ -82,9 +85,14 @@ def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, fl
         pairs = chunk_pairs(n, done) if engine.tiled_attention else n * (done + n / 2)
         ttft += engine.step_seconds(n, n, done + n, pairs * engine.attention_flops_per_pair)
         done += n
-    mid = prompt + output / 2
-    tpot = engine.step_seconds(1, 0, mid, 0.0) + engine.token_host_s if output > 1 else 0.0
+    tpot = no_load_step(engine, prompt, output) + engine.token_host_s if output > 1 else 0.0
     return ttft + engine.request_host_s + engine.token_host_s, tpot
+
+
+def no_load_step(engine: Engine, prompt: int, output: int) -> float:
+    """A decode step of one request alone at its mean context: `infer`'s decode time for the
+    same plan, to the bit (the same step model, asked the same step)."""
+    return engine.step_seconds(1, 0, decode_context(prompt, output), 0.0)
 
 
 def rate_ceiling(engine: Engine, prompt: int, output: int) -> float:

@@ -6,7 +6,7 @@ graph evaluation pays the host's fixed cost and every node the backend's cost pe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.runtime_speed import GgmlBackend, ggml_backend
@@ -15,9 +15,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.estimate.speed.cache_share import CacheSpan
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.roofline import OpTime, PhaseTime
 from gpuwise.workload import Architecture, count_params
-from gpuwise.workload.ops import Op
 from gpuwise.workload.plans import InferencePlan
 
 # gpuwise's weight formats as llama.cpp stores them (int4: Q4_K_M, llama.cpp's usual 4-bit).
@@ -187,14 +185,6 @@ def weights_read(arch: Architecture, plan: InferencePlan) -> float:
     return active + (embedding if arch.tie_embeddings else 0.0)
 
 
-def _phase(name: str, rows: list[tuple[Op, float, float]], overhead_s: float) -> PhaseTime:
-    times = tuple(OpTime(op, c, m) for op, c, m in rows)
-    ops_s = sum(t.seconds for t in times)
-    return PhaseTime(name, ops_s + overhead_s, ops_s, overhead_s, 0.0,
-                     sum(op.flops for op, _, _ in rows), sum(op.bytes for op, _, _ in rows),
-                     times)  # fmt: skip
-
-
 def kv_bytes(arch: Architecture, plan: InferencePlan, context: float) -> float:
     kv_type = llama_cpp_runtime().kv_type if plan.kv_dtype is None else plan.kv_dtype
     per = llama_cpp_runtime().kv_type_bytes.get(kv_type, weight_format(kv_type).bytes_per_element)
@@ -220,22 +210,6 @@ def prefill_flops(arch: Architecture, plan: InferencePlan) -> tuple[float, float
     return matmul_flops(arch, tokens) - head, attention
 
 
-def decode_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str) -> PhaseTime:
-    """One step of token generation at the mid-point of generation, for the whole batch."""
-    read = weights_read(arch, plan)
-    context = plan.prompt_tokens + max(0, plan.new_tokens - 1) / 2 + 1
-    kv = kv_bytes(arch, plan, context)
-    flops = matmul_flops(arch, plan.batch)
-    streamed = stream_seconds(g, read, read + kv, g.weight_bytes_per_s)
-    attention = 4.0 * arch.num_layers * arch.q_dim * context * plan.batch
-    att_rate = decode_attention_rate(g, plan.batch) or g.attention_flops
-    rows = [(Op(f"weights ({gtype})", "matmul", flops, read),
-             matmul_seconds(g, plan.batch, flops, streamed), streamed),
-            (Op("attention (KV cache)", "attention", attention, kv),
-             attention / att_rate, stream_seconds(g, kv, read + kv, g.kv_bytes_per_s))]  # fmt: skip
-    return _phase("decode", rows, arch.num_layers * g.layer_s + g.token_s)
-
-
 def chunk_pairs(tokens: int, depth: int) -> float:
     """(query, key) pairs flash attention computes for one sequence's `tokens` new tokens
     after `depth` cached positions, its cells in position order. ggml-cpu's tiled path (64
@@ -255,43 +229,6 @@ def tiled_attention(kind: str, plan: InferencePlan) -> bool:
     return kind == "cpu" and plan.attention != "eager"
 
 
-def _prefill_attention_s(arch: Architecture, plan: InferencePlan, g: GgmlRates,
-                         causal_flops: float, n_ubatch: int, tiled: bool) -> float:  # fmt: skip
-    """Flash attention's seconds over a prompt in ubatches: counted in tiles on the tiled
-    path (chunk_pairs), else its causal FLOPs."""
-    if not tiled:
-        return causal_flops / g.attention_flops
-    n, pairs = plan.prompt_tokens, 0.0
-    for start in range(0, n, n_ubatch):
-        pairs += chunk_pairs(min(n_ubatch, n - start), start)
-    return plan.batch * pairs * 4.0 * arch.num_layers * arch.q_dim / g.attention_flops
-
-
-def prefill_phase(arch: Architecture, plan: InferencePlan, g: GgmlRates, gtype: str,
-                  n_ubatch: int, tiled: bool = False) -> PhaseTime:  # fmt: skip
-    """The prompt in ubatches of `n_ubatch` tokens: each streams the weights once and runs
-    the matmuls and flash attention over the cache so far."""
-    tokens = plan.batch * plan.prompt_tokens
-    ubatches = math.ceil(tokens / n_ubatch)
-    read = weights_read(arch, plan)
-    flops, attention = prefill_flops(arch, plan)
-    kv = kv_bytes(arch, plan, plan.prompt_tokens / 2) * ubatches
-    if plan.attention == "eager":  # -fa off: each layer's f32 scores written and read back
-        kv += 2 * 4 * arch.num_layers * arch.num_heads * plan.prompt_tokens**2 / 2 * plan.batch
-    rows = [(Op(f"weights ({gtype})", "matmul", flops, read * ubatches, m=tokens),
-             flops / g.matmul_flops, stream_seconds(g, read * ubatches, read, g.weight_bytes_per_s)),
-            (Op("attention", "attention", attention, kv), _prefill_attention_s(arch, plan, g,
-             attention, n_ubatch, tiled), kv / g.kv_bytes_per_s)]  # fmt: skip
-    fixed = ubatches * (arch.num_layers * g.layer_s + g.token_s)
-    per_token = sum(u * layer_token_s(g, u) for u in _ubatch_sizes(tokens, n_ubatch))
-    return _phase("prefill", rows, fixed + arch.num_layers * per_token)
-
-
-def _ubatch_sizes(tokens: int, n_ubatch: int) -> list[int]:
-    full, rest = divmod(tokens, n_ubatch)
-    return [n_ubatch] * full + ([rest] if rest else [])
-
-
 def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates:
     """This machine's llama.cpp measurements for the type and thread count where the probe
     took them (`gpuwise probe`), else the datasheet with the backend's shares."""
@@ -300,43 +237,3 @@ def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates
     if measured:  # a probe from an older gpuwise may lack fields, or hold retired ones
         return GgmlRates(**{k: v for k, v in measured.items() if k in _FIELDS}, source="measured")
     return spec_ggml_rates(rates, ggml_backend(rates.kind), gtype, threads)
-
-
-def ggml_phases(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-                threads: int | None = None,
-                host: DeviceRates | None = None) -> tuple[PhaseTime, PhaseTime, GgmlRates]:  # fmt: skip
-    """(prefill, one decode step, the rates used) of the plan under llama.cpp; with
-    `plan.gpu_layers` below the model's layers, the rest run on `host` (llama.cpp `-ngl`)."""
-    gtype = ggml_type(plan)
-    g = ggml_rates(rates, gtype, None if rates.kind != "cpu" else threads)
-    n_ubatch = llama_cpp_runtime().n_ubatch
-    prefill = prefill_phase(arch, plan, g, gtype, n_ubatch, tiled_attention(rates.kind, plan))
-    decode = decode_phase(arch, plan, g, gtype)
-    on = plan.gpu_layers
-    if on is None or on >= arch.num_layers or rates.kind == "cpu" or host is None:
-        return prefill, decode, g
-    share = on / arch.num_layers
-    on_host = decode_phase(arch, plan, ggml_rates(host, gtype, threads), gtype)
-    decode = _mixed("decode", ((decode, share, "GPU"), (on_host, 1 - share, "host")))
-    # Prompts run every layer on the device (ggml offloads a big batch's matmuls), the host
-    # layers' weights copied over the host link for each ubatch.
-    copied = (1 - share) * weights_read(arch, plan) * math.ceil(
-        plan.batch * plan.prompt_tokens / n_ubatch)  # fmt: skip
-    link = rates.host_link_bytes_per_s or rates.memory_bytes_per_s
-    prefill = _mixed("prefill", ((prefill, 1.0, "GPU"),))
-    prefill = replace(prefill, seconds=prefill.seconds + copied / link,
-                      ops_s=prefill.ops_s + copied / link,
-                      ops=(*prefill.ops, OpTime(Op("host layers' weights to the GPU", "copy", 0.0,
-                                                   copied), 0.0, copied / link)))  # fmt: skip
-    return prefill, decode, g
-
-
-def _mixed(name: str, parts: tuple[tuple[PhaseTime, float, str], ...]) -> PhaseTime:
-    """Shares of phases run one after the other (layers on the GPU, then on the host)."""
-    ops = tuple(OpTime(replace(t.op, name=f"{t.op.name} [{where}]"), t.compute_s * f,
-                       t.memory_s * f) for p, f, where in parts for t in p.ops)  # fmt: skip
-    overhead = sum(p.overhead_s * f for p, f, _ in parts)
-    ops_s = sum(t.seconds for t in ops)
-    return PhaseTime(name, ops_s + overhead, ops_s, overhead, 0.0,
-                     sum(p.flops * f for p, f, _ in parts), sum(p.bytes * f for p, f, _ in parts),
-                     ops)  # fmt: skip

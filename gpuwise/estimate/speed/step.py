@@ -1,0 +1,335 @@
+"""The time of one step of a model under a runtime timed by the roofline (transformers,
+torch.compile, vLLM, SGLang; docs/speed.md, "One step"): a batch of new tokens (prompt
+chunks and one token per decoding sequence) through the weights, and attention over the
+cached positions they read. `infer`'s prefill and decode are this step for one request, and
+`serve` and `advise` step their simulated engines with it, so a decode step takes the same
+time in every command. llama.cpp's step is estimate/speed/ggml_step.py.
+
+The context-free ops (every op but attention and the cache's copies) depend only on the
+step's tokens and logits: they are timed once per size (sizes past 64 at 32 a doubling,
+linear between) and summed; attention's rows are timed for each step at its shape."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.runtime_speed import RuntimeSpeed, WeightKernel, runtime_speed
+from gpuwise.estimate.memory.weights import mean_weight_bytes
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.page_faults import replay
+from gpuwise.estimate.speed.roofline import (
+    OpTime,
+    PhaseTime,
+    dispatch_overhead,
+    fresh_bytes_per_s,
+    op_count_mode,
+    time_op,
+)
+from gpuwise.estimate.speed.runtime_time import kernel_for, runtime_rates
+from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.ops import Op, Shape, forward_ops, kv_append_ops, tensor_parallel_share
+from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.prefill_heap import prefill_heap_events
+
+EXACT_TOKENS = 64  # steps of up to this many tokens are timed at their own size
+SIZES_PER_DOUBLING = 32
+# The replay runs a prefill of 4 and of 8 layers and extends the difference to the model's
+# depth (layers repeat: within 4% of the whole model's replay on every time-suite case, at
+# 3 ms against 10-15 ms for 24-32 layers).
+SAMPLED_LAYERS = (4, 8)
+CONTEXT_OPS = frozenset({"attention", "repeat_kv", "kv_append", "lm_head"})
+
+
+def bucket_below(tokens: int) -> int:
+    """The size at or below `tokens` the context-free ops are timed at (itself up to 64)."""
+    if tokens <= EXACT_TOKENS:
+        return max(1, tokens)
+    step = 2 ** (math.floor(math.log2(tokens)) - 5)
+    return tokens // step * step
+
+
+def bucket_above(tokens: int) -> int:
+    """The next such size at or above `tokens`."""
+    low = bucket_below(tokens)
+    if low == tokens:
+        return low
+    return low + 2 ** (math.floor(math.log2(tokens)) - 5)
+
+
+def decode_context(prompt_tokens: int, new_tokens: int) -> float:
+    """The positions a decode step reads on average over a request's generation: its tokens
+    after the first run at prompt + 1 ... prompt + new - 1, the mean of which is this (and
+    with one new token, the step that would come next)."""
+    return prompt_tokens + max(2, new_tokens) / 2
+
+
+def plan_shape(plan: InferencePlan, arch: Architecture, batch: int, tokens: int,
+               context: float, logits: int) -> Shape:  # fmt: skip
+    fmt = plan.weight_format
+    compute = weight_format(fmt.compute_dtype).bytes_per_element
+    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
+    per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
+                  if plan.stored_weights else mean_weight_bytes(arch, fmt.id))  # fmt: skip
+    return Shape(batch, tokens, context, compute, per_weight, kv, plan.attention,  # type: ignore[arg-type]
+                 logits)  # fmt: skip
+
+
+@lru_cache(maxsize=4096)
+def inference_ops(arch: Architecture, shape: Shape, fused: bool, tp: int) -> tuple[Op, ...]:
+    """The ops of one inference pass on one of `tp` devices; cached, as a sweep asks for the
+    same model and shape on every device."""
+    ops = forward_ops(arch, shape)
+    if fused:
+        # Compiled and serving runtimes fuse norms, rotary, activations and residuals into
+        # neighbouring kernels, and write the cache in place: what remains is the matmul
+        # and attention traffic.
+        ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
+    else:
+        ops += kv_append_ops(arch, shape)
+    return tuple(tensor_parallel_share(op, tp) for op in ops)
+
+
+def tp_allreduce_s(arch: Architecture, rows: int, compute_bytes: float, rates: DeviceRates,
+                   tp: int) -> float:  # fmt: skip
+    """Two all-reduces of the hidden state per layer under tensor parallelism."""
+    if tp <= 1:
+        return 0.0
+    size = rows * arch.hidden_size * compute_bytes * 2 * (tp - 1) / tp
+    bw = rates.interconnect_bytes_per_s or rates.memory_bytes_per_s
+    return 2 * arch.num_layers * (rates.collective_latency_s + size / bw)
+
+
+@dataclass(frozen=True)
+class Sums:
+    """Timed rows summed: compute-bound and memory-bound seconds and the kernels they run."""
+
+    compute_s: float = 0.0
+    memory_s: float = 0.0
+    kernels: float = 0.0
+    rows: tuple[OpTime, ...] = field(default=(), repr=False)
+
+    @staticmethod
+    def of(times: tuple[OpTime, ...]) -> Sums:
+        c = m = k = 0.0
+        for t in times:
+            if t.bound == "compute":
+                c += t.seconds
+            else:
+                m += t.seconds
+            k += t.op.count
+        return Sums(c, m, k, times)
+
+    def between(self, other: Sums, f: float) -> Sums:
+        """The sums a share `f` of the way to `other` (rows: this one's)."""
+        return Sums(self.compute_s + f * (other.compute_s - self.compute_s),
+                    self.memory_s + f * (other.memory_s - self.memory_s),
+                    self.kernels + f * (other.kernels - self.kernels), self.rows)  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)  # hashed by identity: the caches below key on it
+class RooflineStep:
+    """Steps of `plan` on one replica of `tp` devices with `rates` under `runtime` (the
+    plan's if empty)."""
+
+    arch: Architecture
+    plan: InferencePlan
+    device: DeviceRates
+    tp: int = 1
+    runtime: str = ""
+    rt: RuntimeSpeed = field(init=False, repr=False)
+    kernel: WeightKernel | None = field(init=False, repr=False)
+    rates: DeviceRates = field(init=False, repr=False)  # the device's, as the runtime reaches them
+
+    def __post_init__(self) -> None:
+        rt = runtime_speed(self.runtime or self.plan.runtime)
+        rt.check_device(self.device.kind, self.device.name)
+        kernel = kernel_for(rt, self.plan.weights, self.device.kind, self.plan.quant_kernel)
+        object.__setattr__(self, "rt", rt)
+        object.__setattr__(self, "kernel", kernel)
+        object.__setattr__(self, "rates", runtime_rates(self.device, rt, kernel))
+
+    @property
+    def eager(self) -> bool:
+        return self.rt.dispatch == "eager"
+
+    def parts(self, tokens: int, prompt_tokens: int, kv_read: float,
+              prompt_attention_flops: float = 0.0, masked: float = 0.0,
+              prompts: int = 1) -> tuple[float, float, float]:  # fmt: skip
+        """(compute-bound, memory-bound, host) seconds of a step of `tokens` new tokens,
+        `prompt_tokens` of them from `prompts` prompts whose attention costs
+        `prompt_attention_flops`, the step's attention reading `kv_read` cached positions
+        (summed over its sequences). `masked` is llama.cpp's alone."""
+        if tokens <= 0:
+            return 0.0, 0.0, 0.0
+        c, m, extra, overhead, comm, _ = self._sums(tokens, prompt_tokens, kv_read,
+                                                    prompt_attention_flops, prompts)  # fmt: skip
+        return c, m, extra + comm + overhead
+
+    def phase(self, name: str, tokens: int, prompt_tokens: int, kv_read: float,
+              prompt_attention_flops: float = 0.0, prompts: int = 1) -> PhaseTime:
+        """The same step as an op table (infer's prefill and decode)."""
+        c, m, extra, overhead, comm, rows = self._sums(tokens, prompt_tokens, kv_read,
+                                                       prompt_attention_flops, prompts)  # fmt: skip
+        ops = tuple(rows)
+        flops = sum(t.op.flops * t.op.count for t in ops)
+        moved = sum(t.op.bytes * t.op.count for t in ops)
+        # seconds summed as parts() sums them, so that a step's time is the same to the bit
+        return PhaseTime(name, c + m + (extra + comm + overhead), c + m + extra, overhead, comm,
+                         flops, moved, ops)  # fmt: skip
+
+    def _sums(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
+              prompts: int) -> tuple[float, float, float, float, float, list[OpTime]]:  # fmt: skip
+        """(compute-bound, memory-bound, the host's rows, dispatch the device cannot hide,
+        collectives) seconds, and the rows."""
+        decoding = tokens - prompt_tokens
+        logits = tokens if self.plan.logits == "all" else decoding + (prompts if prompt_tokens else 0)
+        dense = _dense_at(self, tokens)
+        rows = [*dense.rows, *_head(self, max(1, logits)).rows,
+                *self._context_rows(tokens, prompt_tokens, kv_read, pf, prompts)]  # fmt: skip
+        extra = _extra_rows(self, decoding, prompt_tokens, prompts)
+        c = m = 0.0
+        kernels = dense.kernels
+        for t in rows[len(dense.rows):]:
+            if t.bound == "compute":
+                c += t.seconds
+            else:
+                m += t.seconds
+            kernels += t.op.count
+        c += dense.compute_s
+        m += dense.memory_s + kernels * self.rates.kernel_latency_s
+        host = sum(t.seconds for t in extra)
+        overhead = _overhead(self, prompt_tokens > 0)
+        if self.rates.kind != "cpu":
+            overhead = max(0.0, overhead - (c + m))  # only the part the device cannot hide
+        return c, m, host, overhead, _comm(self, tokens), rows + extra
+
+    def _context_rows(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
+                      prompts: int) -> list[OpTime]:  # fmt: skip
+        """Attention over the cache (and, in eager runtimes, the cache's copy), timed at
+        the step's shape: its decoding sequences at their mean context, its prompts as
+        `prompts` equal prompts from the start, scaled to the FLOPs and positions given."""
+        rows: list[OpTime] = []
+        decoding = tokens - prompt_tokens
+        if prompt_tokens:
+            per = max(1, prompt_tokens // max(1, prompts))
+            shape = plan_shape(self.plan, self.arch, prompts, per, per, 1)
+            ops = _context_ops(self, shape)
+            prompt_read = prompts * per
+            flop_scale = pf / _causal_flops(self.arch, prompts, per) if pf else 1.0
+            read_scale = max(1.0, (kv_read - decoding) / prompt_read) if not decoding else 1.0
+            rows += [self._timed(op, flop_scale if op.kind == "attention" else 1.0, read_scale)
+                     for op in ops]  # fmt: skip
+            if decoding:  # the decoding sequences read the rest of the positions
+                kv_read = max(float(decoding), kv_read - prompt_read)
+        if decoding:
+            shape = plan_shape(self.plan, self.arch, decoding, 1, kv_read / decoding, 1)
+            rows += [self._timed(op) for op in _context_ops(self, shape)]
+        return rows
+
+    def _timed(self, op: Op, flop_scale: float = 1.0, read_scale: float = 1.0) -> OpTime:
+        if flop_scale != 1.0 or read_scale != 1.0:
+            op = replace(op, flops=op.flops * flop_scale, bytes=op.bytes * read_scale)
+        return time_op(op, self.rates, self.plan.weight_format.compute_dtype)
+
+
+def _causal_flops(arch: Architecture, prompts: int, per: int) -> float:
+    """Attention FLOPs of `prompts` prompts of `per` tokens each from the start, all layers,
+    counted as the engines count them (estimate/serve/replica.py: 4 x q_dim a pair)."""
+    return prompts * per * (per / 2 if per > 1 else 1) * 4.0 * arch.num_layers * arch.q_dim
+
+
+def _context_ops(step: RooflineStep, shape: Shape) -> list[Op]:
+    ops = inference_ops(step.arch, shape, step.rt.fused, step.tp)
+    return [op for op in ops if op.name in CONTEXT_OPS and op.name != "lm_head"]
+
+
+@lru_cache(maxsize=8192)
+def _dense(step: RooflineStep, tokens: int) -> Sums:
+    """The context-free ops of a step of `tokens` tokens (the output head apart)."""
+    shape = plan_shape(step.plan, step.arch, 1, tokens, 1, 1)
+    dtype = step.plan.weight_format.compute_dtype
+    ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp)
+           if op.name not in CONTEXT_OPS]  # fmt: skip
+    return Sums.of(tuple(time_op(op, step.rates, dtype) for op in ops))
+
+
+def _dense_at(step: RooflineStep, tokens: int) -> Sums:
+    low, high = bucket_below(tokens), bucket_above(tokens)
+    if low == high:
+        return _dense(step, low)
+    return _dense(step, low).between(_dense(step, high), (tokens - low) / (high - low))
+
+
+@lru_cache(maxsize=8192)
+def _head(step: RooflineStep, logits: int) -> Sums:
+    """The output head's matmul over `logits` positions."""
+    shape = plan_shape(step.plan, step.arch, 1, 1, 1, logits)
+    dtype = step.plan.weight_format.compute_dtype
+    ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp)
+           if op.name == "lm_head"]  # fmt: skip
+    return Sums.of(tuple(time_op(op, step.rates, dtype) for op in ops))
+
+
+@lru_cache(maxsize=8192)
+def _comm(step: RooflineStep, tokens: int) -> float:
+    compute = weight_format(step.plan.weight_format.compute_dtype).bytes_per_element
+    return tp_allreduce_s(step.arch, tokens, compute, step.rates, step.tp)
+
+
+@lru_cache(maxsize=256)
+def _overhead(step: RooflineStep, prompt: bool) -> float:
+    """The eager runtime's dispatch of a step's ops, which the device cannot hide."""
+    if not step.eager:
+        return 0.0
+    mode = op_count_mode(step.plan.weight_format.compute_dtype)
+    return dispatch_overhead(step.arch, mode, step.plan.attention,
+                             "inference" if prompt else "decode", step.rates)  # fmt: skip
+
+
+def _extra_rows(step: RooflineStep, decoding: int, prompt_tokens: int,
+                prompts: int) -> list[OpTime]:  # fmt: skip
+    """The host's rows of a step: the runtime's own cost a step, generate()'s work on each
+    decoding sequence's logits, and a CPU prefill's page faults."""
+    rows = []
+    runtime_s = step.rt.step_s.get("inference" if prompt_tokens else "decode", 0.0)
+    if runtime_s:
+        rows.append(OpTime(Op("runtime step", "runtime", 0.0, 0.0), 0.0, runtime_s))
+    vocab = step.arch.vocab_size
+    if step.eager and decoding and step.rates.runtime_vocab_s:
+        logits = float(vocab * decoding * 4)  # what it works on: the fp32 logits
+        rows.append(OpTime(Op("logits step", "runtime", 0.0, logits), 0.0,
+                           step.rates.runtime_vocab_s * vocab * decoding))  # fmt: skip
+    fresh = fresh_bytes_per_s(step.rates) if step.eager and prompt_tokens else 0.0
+    if fresh:
+        nbytes = _fault_bytes(step, prompts, max(1, prompt_tokens // max(1, prompts)))
+        if nbytes:
+            rows.append(OpTime(Op("page faults", "faults", 0.0, float(nbytes)), 0.0,
+                               nbytes / fresh))  # fmt: skip
+    return rows
+
+
+@lru_cache(maxsize=1024)
+def _fault_bytes(step: RooflineStep, prompts: int, per: int) -> int:
+    logits = per if step.plan.logits == "all" else 1
+    return prefill_fault_bytes(step.arch, plan_shape(step.plan, step.arch, prompts, per, per, logits))
+
+
+@lru_cache(maxsize=256)
+def prefill_fault_bytes(arch: Architecture, shape: Shape) -> int:
+    """Bytes a CPU prefill under transformers faults in afresh: its tensors replayed
+    through glibc's allocator (`page_faults.replay`), in steady state. A decode step's
+    tensors are a few rows each and fault nothing (measured: 0 within +-20 MB)."""
+    lo, hi = SAMPLED_LAYERS
+    if arch.num_layers <= hi:
+        return _replayed_faults(arch, shape)
+    few, more = (_replayed_faults(replace(arch, num_layers=n), shape) for n in (lo, hi))
+    return max(0, round(more + (arch.num_layers - hi) * (more - few) / (hi - lo)))
+
+
+def _replayed_faults(arch: Architecture, shape: Shape) -> int:
+    # Two passes: the thresholds settle in the first (3 and 4 passes gave the same bytes on
+    # every time-suite case).
+    return replay(prefill_heap_events(arch, shape), passes=2).get("forward", 0)
