@@ -30,14 +30,19 @@ from dataclasses import dataclass, field
 from gpuwise.catalog.cuda_allocator import CudaAllocatorRules, cuda_allocator
 
 
-@dataclass(eq=False)
 class _Block:
-    segment: int
-    offset: int
-    size: int
-    free: bool = True
-    prev: _Block | None = None
-    next: _Block | None = None
+    """A block of a segment, linked to its neighbours; `key` its place in the free lists."""
+
+    __slots__ = ("segment", "offset", "size", "free", "prev", "next")
+
+    def __init__(self, segment: int, offset: int, size: int, prev: _Block | None = None,
+                 next: _Block | None = None) -> None:  # fmt: skip
+        self.segment = segment
+        self.offset = offset
+        self.size = size
+        self.free = True
+        self.prev = prev
+        self.next = next
 
     @property
     def sort_key(self) -> tuple[int, int, int]:
@@ -83,7 +88,22 @@ class CachingAllocator:
     pinned: int = 0
     requested: int = 0
     allocated: int = 0
-    peak: ReplayPeak = ReplayPeak(0, 0, 0, 0)
+    # the high-water marks, kept as numbers while the replay runs (`peak` reads them)
+    peak_reserved: int = 0
+    peak_requested: int = 0
+    peak_allocated: int = 0
+    peak_pinned: int = 0
+
+    def __post_init__(self) -> None:
+        r = self.rules
+        self._unit, self._small = r.min_block_bytes, r.small_size_bytes
+        for small in (False, True):
+            self.free_keys.setdefault(small, [])
+
+    @property
+    def peak(self) -> ReplayPeak:
+        return ReplayPeak(self.peak_reserved, self.peak_requested, self.peak_allocated,
+                          self.peak_pinned)  # fmt: skip
 
     def rounded(self, nbytes: int) -> int:
         unit = self.rules.min_block_bytes
@@ -99,20 +119,30 @@ class CachingAllocator:
         return -(-size // r.round_large_bytes) * r.round_large_bytes
 
     def malloc(self, key: int, nbytes: int) -> None:
-        size = self.rounded(nbytes)
-        small = size <= self.rules.small_size_bytes
-        block = self._best_fit(size, small) or self._grow(size, small)
-        self._unlist(block)
+        unit = self._unit
+        size = max(unit, -(-nbytes // unit) * unit)
+        small = size <= self._small
+        keys = self.free_keys[small]
+        i = bisect.bisect_left(keys, (size, -1, -1))  # best fit: the smallest that holds it
+        if i < len(keys):
+            block = self.free_blocks.pop(keys.pop(i))
+        else:
+            block = self._grow(size, small)
+            self._unlist(block)
         self._split(block, size, small)
         block.free = False
         self.live[key] = (block, nbytes)
         self._pin(block.segment, +1)
         self.requested += nbytes
         self.allocated += block.size
-        self.peak = ReplayPeak(max(self.peak.reserved, self.reserved),
-                               max(self.peak.requested, self.requested),
-                               max(self.peak.allocated, self.allocated),
-                               max(self.peak.pinned, self.pinned))  # fmt: skip
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+        if self.requested > self.peak_requested:
+            self.peak_requested = self.requested
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        if self.pinned > self.peak_pinned:
+            self.peak_pinned = self.pinned
 
     def free(self, key: int) -> None:
         found = self.live.pop(key, None)
@@ -159,21 +189,21 @@ class CachingAllocator:
         return first
 
     def _list(self, block: _Block) -> None:
-        key = block.sort_key
-        bisect.insort(self.free_keys.setdefault(self.small_segment[block.segment], []), key)
+        key = (block.size, block.segment, block.offset)
+        bisect.insort(self.free_keys[self.small_segment[block.segment]], key)
         self.free_blocks[key] = block
         if self.expandable and block.next is None:
             self.tails[self.small_segment[block.segment]] = block
 
     def _unlist(self, block: _Block) -> None:
-        key = block.sort_key
+        key = (block.size, block.segment, block.offset)
         if self.free_blocks.pop(key, None) is None:
             return
         keys = self.free_keys[self.small_segment[block.segment]]
         del keys[bisect.bisect_left(keys, key)]
 
     def _best_fit(self, size: int, small: bool) -> _Block | None:
-        keys = self.free_keys.get(small, [])
+        keys = self.free_keys[small]
         i = bisect.bisect_left(keys, (size, -1, -1))
         return self.free_blocks[keys[i]] if i < len(keys) else None
 
@@ -211,11 +241,7 @@ class CachingAllocator:
     def _split(self, block: _Block, size: int, small: bool) -> None:
         """should_split: keep the rest as a free block when it is big enough."""
         remaining = block.size - size
-        if small or self.expandable:
-            keep = remaining >= self.rules.min_block_bytes
-        else:
-            keep = remaining > self.rules.small_size_bytes
-        if not keep:
+        if remaining < self._unit if small or self.expandable else remaining <= self._small:
             return
         rest = _Block(block.segment, block.offset + size, remaining, prev=block, next=block.next)
         if block.next is not None:
@@ -229,9 +255,10 @@ def replay(events: Iterable[tuple[int, int]], expandable: bool = False) -> Repla
     """Replay (key, bytes) events in order: bytes > 0 takes a tensor under `key`, 0 gives
     it back. Returns the peaks."""
     alloc = CachingAllocator(expandable=expandable)
+    malloc, free = alloc.malloc, alloc.free
     for key, nbytes in events:
         if nbytes > 0:
-            alloc.malloc(key, nbytes)
+            malloc(key, nbytes)
         else:
-            alloc.free(key)
+            free(key)
     return alloc.peak

@@ -139,10 +139,11 @@ def device_slack(peak: ReplayPeak, capacity: float, others: float) -> float:
 
 def inference_gpu_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
                        parts: dict[str, float], notes: list[str],
-                       in_forward: bool = True) -> float:  # fmt: skip
+                       in_forward: bool = True, replayed: bool = True) -> float:  # fmt: skip
     """On a GPU: the quantisation kernel's workspace (a forward pass's: not at a peak
     outside it, `in_forward` False) and the CUDA rows replace the runtime's fixed overhead in
-    `parts`. Returns what the rows add to the total (0 elsewhere)."""
+    `parts`. Returns what the rows add to the total (0 elsewhere). `replayed` False: no
+    replay, the allocator's slack taken as none (a lower bound, fits.py)."""
     if not uses_cuda_allocator(hw):
         return 0.0
     before = sum(parts.values())
@@ -154,10 +155,11 @@ def inference_gpu_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
     c = plan.compute_format.bytes_per_element
     # AutoAWQ's fused cache never grows: no decode step reallocates it.
     new_tokens = 1 if plan.fuse_layers else plan.new_tokens
-    peak = inference_peak(arch, plan.batch, plan.prompt_tokens, new_tokens, c,
-                          plan.attention, plan.logits == "all", plan.expandable_segments)  # fmt: skip
     rows = device_rows(hw, 0.0)
-    rows["allocator_slack"] = device_slack(peak, hw.memory_bytes,
-                                           sum(parts.values()) + sum(rows.values()))  # fmt: skip
+    if replayed:
+        peak = inference_peak(arch, plan.batch, plan.prompt_tokens, new_tokens, c,
+                              plan.attention, plan.logits == "all", plan.expandable_segments)
+        rows["allocator_slack"] = device_slack(peak, hw.memory_bytes,
+                                               sum(parts.values()) + sum(rows.values()))
     parts.update(rows)
     return sum(parts.values()) - before

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.memory.cuda_rows import uses_cuda_allocator
 from gpuwise.estimate.memory.host_allocator import host_allocator_rows
 from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
@@ -45,6 +46,8 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
     def estimate(n: int, held: float | None) -> bool:
         plan = sized(n)
         if isinstance(plan, InferencePlan):
+            if _over_without_slack(arch, plan, hw, held):
+                return False
             return estimate_inference(arch, plan, hw, held_slack=held).fits
         return estimate_training(arch, plan, hw, held_slack=held).fits
 
@@ -67,6 +70,19 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
     if lower and estimate(lower, None):  # the last few steps each with its own replay
         return _largest(lambda n: estimate(n, None), lower, max(lower, upper))
     return _largest(lambda n: estimate(n, None), low, high)
+
+
+def _over_without_slack(arch: Architecture, plan: InferencePlan, hw: Hardware,
+                        held: float | None) -> bool:  # fmt: skip
+    """The plan does not fit even with no allocator slack, so it does not fit with any (the
+    slack is never negative and no other part depends on it): ruled out without the replay
+    its estimate would run. False where no replay would run (a held host slack, a serving
+    runtime's own rules), as the estimate itself is as quick."""
+    if plan.runtime in ("llama.cpp", "vllm", "sglang"):
+        return False
+    if not uses_cuda_allocator(hw) and (hw.kind != "cpu" or held is not None):
+        return False
+    return not estimate_inference(arch, plan, hw, without_slack=True).fits
 
 
 def max_inference_batch(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:

@@ -31,10 +31,13 @@ def _logits_bytes(arch: Architecture, plan: InferencePlan, compute: float) -> fl
 
 
 def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
-                       held_slack: float | None = None) -> MemoryEstimate:  # fmt: skip
+                       held_slack: float | None = None,
+                       without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
     """Peak memory of `generate()` under Hugging Face transformers on `hw` (or the plan's
     serving runtime: llama.cpp or vLLM). `held_slack`: the host allocator's slack from an
-    earlier replay, held while a search narrows (fits.py)."""
+    earlier replay, held while a search narrows (fits.py). `without_slack`: the allocators'
+    slack taken as none, no replay run: a lower bound of the total, which a search uses to
+    rule a plan out before it replays it (fits.py)."""
     if plan.runtime == "llama.cpp":
         return estimate_llama_cpp(arch, plan, hw)
     if plan.runtime in ("vllm", "sglang"):  # SGLang's pool is sized as vLLM's (docs/memory.md)
@@ -86,9 +89,11 @@ def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                      f"{arch.max_position:,} positions: transformers fails or degrades past "
                      "them (GPT-2's learned positions stop a CUDA run on a device-side "
                      "assert); shorten the prompt or generate fewer tokens")  # fmt: skip
-    kept = host_allocator_row(arch, plan, hw, parts, notes, held_slack)
+    held = 0.0 if without_slack else held_slack
+    kept = host_allocator_row(arch, plan, hw, parts, notes, held)
     # CUDA allocator, context, ...
-    kept += inference_gpu_rows(arch, plan, hw, parts, notes, in_forward=phase != "load")
+    kept += inference_gpu_rows(arch, plan, hw, parts, notes, in_forward=phase != "load",
+                               replayed=not without_slack)  # fmt: skip
     total_phases = {k: v + overhead + kept for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes),
                          host=hw.kind == "cpu")  # fmt: skip
