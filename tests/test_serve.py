@@ -43,8 +43,8 @@ def test_more_load_never_lowers_the_latency_percentiles(rate, more):
     # The same arrival draws, compressed: a percentile may move by its rank's neighbour
     # (under 1%), never down by more.
     for key in ("ttft_s", "e2e_s"):
-        assert heavy[key]["p90"] >= light[key]["p90"] * 0.99
-    assert heavy["tpot_s"]["p50"] >= light["tpot_s"]["p50"] * 0.99
+        assert getattr(heavy, key).p90 >= getattr(light, key).p90 * 0.99
+    assert heavy.tpot_s.p50 >= light.tpot_s.p50 * 0.99
 
 
 def test_more_kv_memory_never_adds_preemptions():
@@ -53,15 +53,15 @@ def test_more_kv_memory_never_adds_preemptions():
     counts = []
     for blocks in (3000, 6000, 12000, 48000):
         small = replace(base, kv_blocks=blocks)
-        counts.append(run(small, 30.0, 200, long)["preemptions"])
+        counts.append(run(small, 30.0, 200, long).preemptions)
     assert counts == sorted(counts, reverse=True) and counts[0] > 0 == counts[-1]
 
 
 def test_a_rate_past_saturation_grows_the_queue_and_says_so():
     eng = engine()
-    assert not run(eng, 10.0)["saturated"]
+    assert not run(eng, 10.0).saturated
     over = run(eng, 200.0, 1000)
-    assert over["saturated"] and over["ttft_s"]["p90"] > 10 * run(eng, 10.0)["ttft_s"]["p90"]
+    assert over.saturated and over.ttft_s.p90 > 10 * run(eng, 10.0).ttft_s.p90
 
 
 def test_one_client_at_a_time_sees_the_no_load_latency():
@@ -69,9 +69,9 @@ def test_one_client_at_a_time_sees_the_no_load_latency():
     reqs = [Request(0.0, 512, 128) for _ in range(20)]
     rec = summary(simulate(eng, reqs, clients=1), Slo())
     ttft, tpot = no_load_latency(eng, 512, 128)
-    assert rec["ttft_s"]["p50"] == pytest.approx(ttft, rel=0.02)
-    assert rec["tpot_s"]["p50"] == pytest.approx(tpot, rel=0.05)
-    assert not rec["saturated"] and rec["preemptions"] == 0
+    assert rec.ttft_s.p50 == pytest.approx(ttft, rel=0.02)
+    assert rec.tpot_s.p50 == pytest.approx(tpot, rel=0.05)
+    assert not rec.saturated and rec.preemptions == 0
 
 
 def test_llama_cpp_with_one_slot_answers_one_request_at_a_time():
@@ -102,7 +102,7 @@ def test_a_static_batch_gives_its_requests_one_first_token_time():
 
 def test_sglang_runs_prompts_before_decodes():
     vllm, sglang = run(engine("vllm"), 20.0), run(engine("sglang"), 20.0)
-    assert sglang["ttft_s"]["p90"] <= vllm["ttft_s"]["p90"] * 1.05
+    assert sglang.ttft_s.p90 <= vllm.ttft_s.p90 * 1.05
 
 
 def test_traces_of_the_common_benchmarks_read_in_seconds():
@@ -173,9 +173,10 @@ def test_steady_decode_runs_simulated_as_one_give_the_step_by_step_answer(runtim
     monkeypatch.setattr(sim, "STEADY_MIN_STEPS", 10**9)
     slow = run(eng, rate, 120)
     for key in ("ttft_s", "tpot_s", "e2e_s"):
+        one, other = getattr(fast, key), getattr(slow, key)
         for p in ("p50", "p90"):
-            assert fast[key][p] == pytest.approx(slow[key][p], rel=1e-6)
-    assert fast["output_tokens_per_s"] == pytest.approx(slow["output_tokens_per_s"], rel=1e-6)
+            assert getattr(one, p) == pytest.approx(getattr(other, p), rel=1e-6)
+    assert fast.output_tokens_per_s == pytest.approx(slow.output_tokens_per_s, rel=1e-6)
 
 
 def test_the_prefix_cache_computes_a_shared_system_prompt_once():
@@ -184,10 +185,10 @@ def test_the_prefix_cache_computes_a_shared_system_prompt_once():
     off = replace(on, prefix_cache=False)
     shared_on, shared_off = replace(on, shared_prefix=1536), replace(off, shared_prefix=1536)
     cached, uncached = run(shared_on, 12.0, 200, lengths), run(shared_off, 12.0, 200, lengths)
-    assert cached["ttft_s"]["p50"] < 0.5 * uncached["ttft_s"]["p50"]
-    assert cached["kv_peak_fraction"] < uncached["kv_peak_fraction"]
+    assert cached.ttft_s.p50 < 0.5 * uncached.ttft_s.p50
+    assert cached.kv_peak_fraction < uncached.kv_peak_fraction
     # Without a shared prefix the cache changes nothing.
-    assert run(on, 12.0, 200, lengths)["ttft_s"] == run(off, 12.0, 200, lengths)["ttft_s"]
+    assert run(on, 12.0, 200, lengths).ttft_s == run(off, 12.0, 200, lengths).ttft_s
 
 
 def test_energy_charges_the_hosts_gaps_at_the_memory_power_and_only_idle_time_at_idle():
@@ -199,7 +200,7 @@ def test_energy_charges_the_hosts_gaps_at_the_memory_power_and_only_idle_time_at
     # compute-bound 4 s at 700 W; memory-bound 4 s and the host's 2 s between steps at 500 W
     assert busy_joules(trace, power) == pytest.approx(4 * 700 + 6 * 500)
     rec = energy(trace, window_s=15.0, requests=10, tokens=1000, power=power)
-    assert rec["joules"] == pytest.approx(4 * 700 + 6 * 500 + 5 * 100)  # 5 s with no step
+    assert rec.joules == pytest.approx(4 * 700 + 6 * 500 + 5 * 100)  # 5 s with no step
 
 
 def _second_ttft(eng, arrival_s):
@@ -225,7 +226,7 @@ def test_an_idle_overlap_scheduler_takes_a_request_at_once():
     serial = replace(eng, limits=replace(eng.limits, overlap=False))
     rec_on = summary(simulate(eng, [Request(0.0, 512, 64)]), Slo())
     rec_off = summary(simulate(serial, [Request(0.0, 512, 64)]), Slo())
-    assert rec_on["ttft_s"]["p50"] == pytest.approx(rec_off["ttft_s"]["p50"], rel=1e-9)
+    assert rec_on.ttft_s.p50 == pytest.approx(rec_off.ttft_s.p50, rel=1e-9)
 
 
 def test_only_sglang_picks_its_next_step_during_the_running_one():
@@ -240,7 +241,7 @@ def test_more_load_never_lowers_sglangs_latency_percentiles(rate, more):
     eng = engine("sglang")
     light, heavy = run(eng, rate), run(eng, rate * more)
     for key in ("ttft_s", "e2e_s"):
-        assert heavy[key]["p90"] >= light[key]["p90"] * 0.99
+        assert getattr(heavy, key).p90 >= getattr(light, key).p90 * 0.99
 
 
 def test_a_prompt_passes_over_the_running_requests_cells_not_the_finished_ones():

@@ -9,6 +9,7 @@ from typing import Any
 from gpuwise.app.lookup import hardware_named, model_named
 from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
 from gpuwise.catalog.hardware import Hardware, load_hardware
+from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import (
     Advice,
@@ -60,8 +61,20 @@ LOAD_FLAGS = {
 
 
 @dataclass(frozen=True)
+class Header:
+    """What advise's and cost's answers open with: the model, the workload and the target."""
+
+    model: str  # the model's name
+    workload: ServeLoad | TrainLoad
+    workload_kind: str  # inference | training
+    target: str  # the target in words
+    title: str  # the workload in a few words (cost: and the option)
+    workload_text: str  # the workload in words, then the target
+
+
+@dataclass(frozen=True)
 class AdviceAnswer:
-    header: dict[str, Any]  # the model, the workload in words and the target
+    header: Header
     advice: Advice
     assumptions: CostAssumptions
     training: bool
@@ -69,7 +82,7 @@ class AdviceAnswer:
 
 @dataclass(frozen=True)
 class CostAnswer:
-    header: dict[str, Any]
+    header: Header
     option: Option
     assumptions: CostAssumptions
     training: bool
@@ -182,7 +195,7 @@ def _target(load: ServeLoad | TrainLoad) -> str:
 RUNTIME_AUTO = "vllm on GPUs, llama.cpp on CPUs and Macs"
 
 
-def _header(model: Any, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> dict[str, Any]:
+def _header(model: ResolvedModel, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> Header:
     if isinstance(load, TrainLoad):
         amount = (f"{format_count(load.tokens_per_month)} tokens/month" if load.tokens_per_month
                   else f"{load.hours_per_month:g} h/month")  # fmt: skip
@@ -197,10 +210,8 @@ def _header(model: Any, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> dict
                 f"{RUNTIME_AUTO if kw['runtime'] == 'auto' else kw['runtime']}")  # fmt: skip
     if load.measured_util is not None:
         text += f"; measured utilisation {load.measured_util:.0%}"
-    return {"model": model.name, "workload": {k: v for k, v in vars(load).items()},
-            "workload_kind": "training" if isinstance(load, TrainLoad) else "inference",
-            "target": _target(load), "title": text.split(":")[0],
-            "workload_text": f"{text}\ntarget: {_target(load)}"}  # fmt: skip
+    return Header(model.name, load, "training" if isinstance(load, TrainLoad) else "inference",
+                  _target(load), text.split(":")[0], f"{text}\ntarget: {_target(load)}")
 
 
 def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
@@ -259,7 +270,7 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
         what = "purchase price" if mode == "owned" else "cloud price"
         raise GpuwiseError(f"{hw.name} has no {what} in the catalogue",
                            "pass --price USD (buy) or --rate USD/h (rent)")  # fmt: skip
-    header["title"] = f"{header['title']} on {cand.name}, {mode}"
+    header = replace(header, title=f"{header.title} on {cand.name}, {mode}")
     return CostAnswer(header, picked[0], a, isinstance(load, TrainLoad))
 
 

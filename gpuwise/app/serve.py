@@ -4,18 +4,17 @@ scheduler and time model (docs/serve.md)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gpuwise.catalog.costs import load_costs
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.serve.metrics import Power, Slo, summary
+from gpuwise.estimate.serve.metrics import Power, ServeSummary, Slo, scaled, summary
 from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
 from gpuwise.estimate.serve.simulate import simulate
-from gpuwise.estimate.serve.sweep import sweep
+from gpuwise.estimate.serve.sweep import Sweep, for_replicas, sweep
 from gpuwise.files import read_text
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
@@ -60,8 +59,9 @@ class ServeAnswer:
     replicas: int
     rates_source: str
     no_load: tuple[float, float]  # TTFT, TPOT of one request alone
-    result: dict[str, Any] = field(default_factory=dict)
-    sweep: dict[str, Any] | None = None
+    result: ServeSummary  # the fleet's: throughputs and joules times the replicas
+    kv_cache_tokens: int  # one replica's
+    sweep: Sweep | None = None  # the knee the fleet's
 
 
 def _check_load(load: Load, slo: Slo, gpus: int, tp: int, shared_prefix: int = 0) -> None:
@@ -131,15 +131,13 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
                   tdp * costs.memory_power_fraction) if tdp > 0 else None  # fmt: skip
     if progress:
         progress("simulating", 0.0)
-    result = _scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)
-    result["kv_cache_tokens"] = engine.kv_blocks * engine.block_tokens  # one replica's
+    result = scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)
     swept = None
     if do_sweep:
-        swept = sweep(engine, load.lengths, min(load.requests, 2000), slo, load.seed, progress)
-        if swept["max_rate_meeting_slo"]:
-            swept["max_rate_meeting_slo"] *= replicas
+        one = sweep(engine, load.lengths, min(load.requests, 2000), slo, load.seed, progress)
+        swept = for_replicas(one, replicas)
     return ServeAnswer(model, arch, hw, plan, opts, load, slo, replicas, how, no_load, result,
-                       swept)  # fmt: skip
+                       engine.kv_blocks * engine.block_tokens, swept)  # fmt: skip
 
 
 def _check_slo(slo: Slo, no_load: tuple[float, float]) -> None:
@@ -151,13 +149,3 @@ def _check_slo(slo: Slo, no_load: tuple[float, float]) -> None:
                                f"takes {alone * 1e3:.3g} ms", "raise the target, or serve on "
                                "faster hardware or a faster runtime")  # fmt: skip
 
-
-def _scaled(rec: dict[str, Any], replicas: int) -> dict[str, Any]:
-    """One replica's figures as the fleet's: throughputs and energy times the replicas."""
-    if replicas == 1:
-        return rec
-    for key in ("output_tokens_per_s", "requests_per_s", "goodput_requests_per_s"):
-        rec[key] *= replicas
-    if "energy" in rec:
-        rec["energy"]["joules"] *= replicas
-    return rec

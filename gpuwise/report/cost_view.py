@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuwise.app.cost import AdviceAnswer, CostAnswer
+from gpuwise.app.cost import AdviceAnswer, CostAnswer, Header
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.estimate.cost.advise import Option
 from gpuwise.report.terminal import View, fits_text
@@ -35,7 +35,7 @@ def option_record(o: Option) -> dict[str, Any]:
     c, s = o.cost, o.sizing
     rec: dict[str, Any] = {
         "option": o.label, "mode": c.mode, "meets_target": o.meets,
-        "usd_per_month": c.usd_per_month, "cost_breakdown_usd": c.breakdown_usd,
+        "usd_per_month": c.usd_per_month, "cost_breakdown_usd": dict(c.breakdown_usd),
         "usd_per_million_tokens": c.usd_per_million_tokens,
         "usd_per_1000_requests": c.usd_per_1000_requests,
         "tokens_per_month": c.tokens_per_month, "wall_kw": c.wall_kw,
@@ -62,6 +62,13 @@ def option_record(o: Option) -> dict[str, Any]:
                        "price_source": hw.price_source, "price_date": hw.price_date},
         })  # fmt: skip
     return rec
+
+
+def header_record(h: Header) -> dict[str, Any]:
+    """The header under its JSON keys (the workload's fields as the load has them)."""
+    return {"model": h.model, "workload": dict(vars(h.workload)),
+            "workload_kind": h.workload_kind, "target": h.target, "title": h.title,
+            "workload_text": h.workload_text}  # fmt: skip
 
 
 def assumptions_record(a: CostAssumptions) -> list[dict[str, Any]]:
@@ -147,16 +154,16 @@ def advice_view(answer: AdviceAnswer, show_all: bool, show_assumptions: bool = F
     """The options table, the recommendation with its reasons, and (with --assumptions, and
     always in the JSON record) the assumptions."""
     header, advice, a, training = answer.header, answer.advice, answer.assumptions, answer.training
-    obj = {**header, "options": [option_record(o) for o in advice.options],
+    obj = {**header_record(header), "options": [option_record(o) for o in advice.options],
            "recommendation": option_record(advice.choice) if advice.choice else None,
            "reasons": list(advice.reasons),
            "closest": [option_record(o) for o in advice.closest],
            "not_considered": [{"hardware": n, "reason": r} for n, r in advice.skipped],
            "assumptions": assumptions_record(a)}  # fmt: skip
     shown = advice.options if show_all else advice.options[:SHOWN]
-    title = (f"{header['title']} - {len(shown)} of {len(advice.options)} options (estimated: "
+    title = (f"{header.title} - {len(shown)} of {len(advice.options)} options (estimated: "
              "time model + catalogue prices; 'rates' says spec or measured)")  # fmt: skip
-    parts: list[Any] = [Text(header["workload_text"]), _options_table(shown, training, title)]
+    parts: list[Any] = [Text(header.workload_text), _options_table(shown, training, title)]
     if advice.closest:
         parts.append(_options_table(advice.closest, training, "closest options"))
     lines = [f"- {r}" for r in advice.reasons]
@@ -174,8 +181,8 @@ def cost_view(answer: CostAnswer, show_assumptions: bool = False) -> View:
     assumptions with --assumptions (always in the JSON record)."""
     header, option, a, training = answer.header, answer.option, answer.assumptions, answer.training
     rec = option_record(option)
-    obj = {**header, "option": rec, "assumptions": assumptions_record(a)}
+    obj = {**header_record(header), "option": rec, "assumptions": assumptions_record(a)}
     lines = _detail(option, training)
-    table = _options_table((option,), training, header["title"])
-    return obj, Group(Text(header["workload_text"]), table, Text(lines),
+    table = _options_table((option,), training, header.title)
+    return obj, Group(Text(header.workload_text), table, Text(lines),
                       _assumptions(a, show_assumptions))  # fmt: skip

@@ -14,7 +14,7 @@ from gpuwise.estimate.memory.fits import devices_for_inference
 from gpuwise.estimate.serve.metrics import Slo, summary
 from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
 from gpuwise.estimate.serve.simulate import Engine, simulate
-from gpuwise.estimate.serve.sweep import sweep
+from gpuwise.estimate.serve.sweep import Sweep, sweep
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.plans import InferencePlan
@@ -55,10 +55,10 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
 
 # The knee of one replica does not depend on the volume of requests: computed once for the
 # sizings of a sweep of loads (advise's candidates, a property test's examples).
-_KNEES: dict[tuple[object, ...], dict] = {}
+_KNEES: dict[tuple[object, ...], Sweep] = {}
 
 
-def _knee(engine: Engine, key: tuple[object, ...], lengths: Lengths, slo: Slo) -> dict:
+def _knee(engine: Engine, key: tuple[object, ...], lengths: Lengths, slo: Slo) -> Sweep:
     if key not in _KNEES:
         if len(_KNEES) > 256:
             _KNEES.clear()
@@ -78,21 +78,21 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str, r
     key = (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
            tuple(sorted(rates.peak_flops.items())), weights, rt, tp, lengths, slo)  # fmt: skip
     knee = _knee(engine, key, lengths, slo)
-    per_replica = (knee["max_rate_meeting_slo"] or knee["rate_ceiling"] / 5) * load.max_utilisation
+    per_replica = (knee.max_rate_meeting_slo or knee.rate_ceiling / 5) * load.max_utilisation
     replicas = max(1, math.ceil(load.arrivals_per_s / per_replica))
-    misses, ratio = _misses(load, ttft0, tpot0, knee["max_rate_meeting_slo"])
+    misses, ratio = _misses(load, ttft0, tpot0, knee.max_rate_meeting_slo)
     if cand.max_replicas is not None and replicas > cand.max_replicas:
         misses.append(f"load needs {replicas}")
         ratio, replicas = max(ratio, replicas / cand.max_replicas), cand.max_replicas
     rate = load.arrivals_per_s / replicas
     rec = summary(simulate(engine, poisson_requests(rate, SIZING_REQUESTS, lengths)), slo)
-    usage = Usage(tp * replicas, rec["busy_fraction"] * load.service_hours_per_month,
+    usage = Usage(tp * replicas, rec.busy_fraction * load.service_hours_per_month,
                   load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)  # fmt: skip
-    tpot = rec["tpot_s"]["p50"] or 0.0
-    batch = max(1, round(rec["output_tokens_per_s"] * tpot))  # sequences decoding at once
+    tpot = rec.tpot_s.p50 or 0.0
+    batch = max(1, round(rec.output_tokens_per_s * tpot))  # sequences decoding at once
     return Sizing(cand, f"{weights} ({rt})", tp, replicas, batch, usage, not misses,
-                  tuple(misses), ratio, rec["ttft_s"]["p90"], rec["tpot_s"]["p90"],
-                  rec["output_tokens_per_s"])  # fmt: skip
+                  tuple(misses), ratio, rec.ttft_s.p90, rec.tpot_s.p90,
+                  rec.output_tokens_per_s)  # fmt: skip
 
 
 def _misses(load: ServeLoad, ttft0: float, tpot0: float,

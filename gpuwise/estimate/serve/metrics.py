@@ -5,7 +5,7 @@ the replica sustains, and energy from the device's power model."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.estimate.serve.engine import Seq
 from gpuwise.estimate.serve.simulate import Trace
@@ -34,18 +34,81 @@ class Power:
     memory_w: float | None = None
 
 
-def percentiles(values: list[float]) -> dict[str, float | None]:
-    """p50/p90/p99 by the nearest rank (None where there are no values)."""
+@dataclass(frozen=True)
+class Percentiles:
+    """One latency over the run's requests, in seconds: the mean and p50/p90/p99 (None where
+    there are no values)."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class Energy:
+    """Joules over the run (`energy`), and the power model that charged them."""
+
+    joules: float
+    per_1000_requests_j: float
+    per_million_tokens_j: float
+    per_output_token_j: float
+    average_w: float
+    busy_w: float
+    memory_w: float
+    idle_w: float
+    compute_bound_share: float  # of the busy time
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """The run's steady state (`steady_state`); joules a token at the busy power where a
+    power is given (None: none was)."""
+
+    seconds: float
+    output_tokens_per_s: float
+    average_batch: float
+    whole_run: bool
+    per_output_token_j: float | None = None
+
+
+@dataclass(frozen=True)
+class ServeSummary:
+    """The run's figures in seconds, tokens and requests (`gpuwise serve --json` gives them
+    under these names: report/serve_view.py)."""
+
+    requests: int
+    duration_s: float
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+    itl_s: Percentiles
+    e2e_s: Percentiles
+    output_tokens_per_s: float
+    requests_per_s: float
+    goodput_requests_per_s: float
+    slo_met_fraction: float
+    preemptions: int
+    kv_peak_fraction: float
+    busy_fraction: float
+    steps: int
+    saturated: bool
+    kv_timeline: tuple[tuple[float, float], ...]  # (seconds, share of the KV cache in use)
+    energy: Energy | None  # None: no power model
+    steady_state: SteadyState
+
+
+def nearest_rank(xs: list[float], p: int) -> float:
+    """The p-th percentile of sorted `xs` by the nearest rank."""
+    return xs[min(len(xs) - 1, max(0, math.ceil(p / 100 * len(xs)) - 1))]
+
+
+def distribution(values: list[float]) -> Percentiles:
+    """The mean and p50/p90/p99 by the nearest rank (None where there are no values)."""
     if not values:
-        return {f"p{p}": None for p in PERCENTILES}
+        return Percentiles(None, None, None, None)
     xs = sorted(values)
-    return {f"p{p}": xs[min(len(xs) - 1, max(0, math.ceil(p / 100 * len(xs)) - 1))]
-            for p in PERCENTILES}  # fmt: skip
-
-
-def distribution(values: list[float]) -> dict[str, float | None]:
-    """The mean and p50/p90/p99 (None where there are no values)."""
-    return {"mean": sum(values) / len(values) if values else None, **percentiles(values)}
+    p50, p90, p99 = (nearest_rank(xs, p) for p in PERCENTILES)
+    return Percentiles(sum(values) / len(values), p50, p90, p99)
 
 
 def saturated(trace: Trace) -> bool:
@@ -55,7 +118,7 @@ def saturated(trace: Trace) -> bool:
     return trace.queue_at_last_arrival >= max(2, len(trace.seqs) // 10)
 
 
-def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:
+def summary(trace: Trace, slo: Slo, power: Power | None = None) -> ServeSummary:
     """The run's figures in seconds, tokens and requests, as `gpuwise serve --json` gives them."""
     seqs = trace.seqs
     ttft = [s.first_token_s - s.req.arrival_s for s in seqs]
@@ -66,23 +129,35 @@ def summary(trace: Trace, slo: Slo, power: Power | None = None) -> dict:
     out_tokens = sum(s.req.output for s in seqs)
     good = sum(slo.met(t, (s.done_s - s.first_token_s) / max(1, s.req.output - 1))
                for t, s in zip(ttft, seqs, strict=True))  # fmt: skip
-    itl = {"mean": trace.itl.mean(), **{f"p{p}": trace.itl.percentile(p) for p in PERCENTILES}}
-    rec = {"requests": len(seqs), "duration_s": window, "ttft_s": distribution(ttft),
-           "tpot_s": distribution(tpot), "itl_s": itl,
-           "e2e_s": distribution(e2e), "output_tokens_per_s": out_tokens / window,
-           "requests_per_s": len(seqs) / window, "goodput_requests_per_s": good / window,
-           "slo_met_fraction": good / len(seqs), "preemptions": trace.preemptions,
-           "kv_peak_fraction": trace.kv_peak_fraction,
-           "busy_fraction": min(1.0, trace.busy_s / window),
-           "steps": trace.steps, "saturated": saturated(trace),
-           "kv_timeline": [[round(t, 4), round(f, 4)] for t, f in trace.kv_timeline]}  # fmt: skip
-    steady = steady_state(trace)
+    p50, p90, p99 = (trace.itl.percentile(p) for p in PERCENTILES)
+    steady, spent = steady_state(trace), None
     if power is not None:
-        rec["energy"] = energy(trace, window, len(seqs), out_tokens, power)
+        spent = energy(trace, window, len(seqs), out_tokens, power)
         busy_w = busy_joules(trace, power) / max(trace.busy_s, 1e-12)
-        steady["per_output_token_j"] = busy_w / max(steady["output_tokens_per_s"], 1e-12)
-    rec["steady_state"] = steady
-    return rec
+        steady = replace(steady, per_output_token_j=busy_w / max(steady.output_tokens_per_s, 1e-12))
+    return ServeSummary(
+        requests=len(seqs), duration_s=window, ttft_s=distribution(ttft),
+        tpot_s=distribution(tpot), itl_s=Percentiles(trace.itl.mean(), p50, p90, p99),
+        e2e_s=distribution(e2e), output_tokens_per_s=out_tokens / window,
+        requests_per_s=len(seqs) / window, goodput_requests_per_s=good / window,
+        slo_met_fraction=good / len(seqs), preemptions=trace.preemptions,
+        kv_peak_fraction=trace.kv_peak_fraction,
+        busy_fraction=min(1.0, trace.busy_s / window),
+        steps=trace.steps, saturated=saturated(trace),
+        kv_timeline=tuple((round(t, 4), round(f, 4)) for t, f in trace.kv_timeline),
+        energy=spent, steady_state=steady)  # fmt: skip
+
+
+def scaled(rec: ServeSummary, replicas: int) -> ServeSummary:
+    """One replica's figures as the fleet's: throughputs and the energy's joules times the
+    replicas (a new value; `rec` is left as it is)."""
+    if replicas == 1:
+        return rec
+    spent = None if rec.energy is None else replace(rec.energy, joules=rec.energy.joules * replicas)
+    return replace(rec, output_tokens_per_s=rec.output_tokens_per_s * replicas,
+                   requests_per_s=rec.requests_per_s * replicas,
+                   goodput_requests_per_s=rec.goodput_requests_per_s * replicas,
+                   energy=spent)  # fmt: skip
 
 
 def most_running(trace: Trace) -> int:
@@ -106,7 +181,7 @@ def _made(seq: Seq, t: float) -> float:
     return 1 + (n - 1) * (t - first) / (done - first)
 
 
-def steady_state(trace: Trace) -> dict[str, float | bool]:
+def steady_state(trace: Trace) -> SteadyState:
     """The run's steady state, as load benchmarks that send everything at once measure it
     (ML.ENERGY): from the batch full (the first token of the request that filled the largest
     batch) to the queue empty (the last first token); the whole run where that leaves under a
@@ -120,8 +195,7 @@ def steady_state(trace: Trace) -> dict[str, float | bool]:
     span = max(t1 - t0, 1e-12)
     tokens = sum(_made(s, t1) - _made(s, t0) for s in trace.seqs)
     overlap = sum(max(0.0, min(s.done_s, t1) - max(s.first_token_s, t0)) for s in trace.seqs)
-    return {"seconds": span, "output_tokens_per_s": tokens / span, "average_batch": overlap / span,
-            "whole_run": whole}
+    return SteadyState(span, tokens / span, overlap / span, whole)
 
 
 def busy_joules(trace: Trace, power: Power) -> float:
@@ -135,13 +209,14 @@ def busy_joules(trace: Trace, power: Power) -> float:
     return trace.compute_s * power.busy_w + (trace.busy_s - trace.compute_s) * memory_w
 
 
-def energy(trace: Trace, window_s: float, requests: int, tokens: int, power: Power) -> dict:
+def energy(trace: Trace, window_s: float, requests: int, tokens: int, power: Power) -> Energy:
     """Joules over the run: the busy time as `busy_joules` charges it, the time with no step
     to run at the idle power."""
     memory_w = power.busy_w if power.memory_w is None else power.memory_w
     idle_s = max(0.0, window_s - trace.busy_s)
     joules = busy_joules(trace, power) + idle_s * power.idle_w
-    return {"joules": joules, "per_1000_requests_j": 1000 * joules / requests,
-            "per_million_tokens_j": 1e6 * joules / tokens, "per_output_token_j": joules / tokens,
-            "average_w": joules / window_s, "busy_w": power.busy_w, "memory_w": memory_w,
-            "idle_w": power.idle_w, "compute_bound_share": trace.compute_s / max(trace.busy_s, 1e-12)}  # fmt: skip
+    return Energy(joules=joules, per_1000_requests_j=1000 * joules / requests,
+                  per_million_tokens_j=1e6 * joules / tokens, per_output_token_j=joules / tokens,
+                  average_w=joules / window_s, busy_w=power.busy_w, memory_w=memory_w,
+                  idle_w=power.idle_w,
+                  compute_bound_share=trace.compute_s / max(trace.busy_s, 1e-12))  # fmt: skip

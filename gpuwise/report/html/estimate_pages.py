@@ -122,12 +122,13 @@ def train_page(answer: TrainAnswer, roofs: Sequence[Roof], sweep: Sequence[Batch
     device, plan, memory, time = answer.hardware.name, answer.plan, rec["memory"], rec["time"]
     if answer.time is not None:
         t = answer.time  # --json --ops prints the forward's; the page has every phase's
-        rec["ops"] = {"forward": ops_record(t.forward), "backward": ops_record(t.backward),
-                      "optimizer": ops_record(t.optimizer)}  # fmt: skip
-    rec["batch_sweep"] = [{"batch": p.batch, "step_s": p.step_s, "tokens_per_s": p.tokens_per_s,
-                           "memory": {"total_bytes": p.memory.total_bytes, "breakdown": p.memory.breakdown,
-                                      "verdict": p.memory.verdict, "margin_bytes": p.memory.margin_bytes}}
-                          for p in sweep]  # fmt: skip
+        rec = {**rec, "ops": {"forward": ops_record(t.forward), "backward": ops_record(t.backward),
+                              "optimizer": ops_record(t.optimizer)}}  # fmt: skip
+    rec = {**rec, "batch_sweep": [
+        {"batch": p.batch, "step_s": p.step_s, "tokens_per_s": p.tokens_per_s,
+         "memory": {"total_bytes": p.memory.total_bytes, "breakdown": dict(p.memory.breakdown),
+                    "verdict": p.memory.verdict, "margin_bytes": p.memory.margin_bytes}}
+        for p in sweep]}  # fmt: skip
     bars = [Bar(f"batch {p.batch}" + (" (the plan)" if p.batch == plan.batch else ""),
                 p.memory.breakdown, p.memory.margin_bytes, p.memory.verdict) for p in sweep]  # fmt: skip
     what = "Peak memory per device at each batch" if bars else "Peak memory per device of the plan"

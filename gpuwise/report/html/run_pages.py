@@ -1,14 +1,17 @@
 """The HTML reports of serve, advise, cost, watch --report and repro, each built from the
-record `--json` prints (the views in report/), which the page carries."""
+command's answer and the record `--json` prints (the views in report/), which the page
+carries; neither is changed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpuwise.app.cost import AdviceAnswer, CostAnswer
 from gpuwise.app.repro import ReproAnswer
 from gpuwise.app.serve import ServeAnswer
 from gpuwise.app.watch import WatchAnswer
+from gpuwise.estimate.serve.sweep import Sweep
 from gpuwise.report.cost_view import SHOWN, advice_view, cost_view
 from gpuwise.report.html.cost_options import break_even_figure, breakdown_figure, options_figure
 from gpuwise.report.html.output import Page
@@ -24,32 +27,30 @@ from gpuwise.report.html.serve_curve import kv_figure, percentiles_figure, sweep
 from gpuwise.report.html.style import seconds_text
 from gpuwise.report.html.watch_timeline import timeline_figure
 from gpuwise.report.repro_view import repro_view
-from gpuwise.report.serve_view import serve_record
+from gpuwise.report.serve_view import knee_text, serve_record
 from gpuwise.report.watch_view import watch_view
 
 
+def _sweep_sections(sweep: Sweep, rec: Mapping[str, Any]) -> list[Section]:
+    rows = [(f"{p.rate:.3g}", seconds_text(p.summary.ttft_s.p90), seconds_text(p.summary.tpot_s.p90),
+             f"{p.summary.output_tokens_per_s:,.0f}", f"{p.summary.slo_met_fraction:.0%}",
+             "yes" if p.summary.saturated else "") for p in sweep.curve]  # fmt: skip
+    return [Section("Latency against load", figures=(sweep_figure(rec),), verdict=knee_text(sweep)),
+            Section("The sweep's points", table=(("requests/s", "TTFT p90", "TPOT p90", "output tok/s",
+                                                  "met", "saturated"), *rows))]  # fmt: skip
+
+
 def serve_page(answer: ServeAnswer) -> Page:
-    rec = serve_record(answer)
-    sections = []
-    if answer.sweep is not None:
-        knee = rec.get("max_rate_meeting_slo")
-        sections.append(Section(
-            "Latency against load", figures=(sweep_figure(rec),),
-            verdict=f"highest rate meeting the targets for {rec['attainment']:.0%} of requests: "
-                    + (f"{knee:.3g} requests/s" if knee else "none of the rates tried")))
-        sections.append(Section(
-            "The sweep's points", table=(("requests/s", "TTFT p90", "TPOT p90", "output tok/s", "met", "saturated"),
-                   *((f"{p['rate']:.3g}", seconds_text(p["ttft_s"]["p90"]), seconds_text(p["tpot_s"]["p90"]),
-                      f"{p['output_tokens_per_s']:,.0f}", f"{p['slo_met_fraction']:.0%}",
-                      "yes" if p["saturated"] else "") for p in rec["curve"]))))  # fmt: skip
+    rec, s = serve_record(answer), answer.result
+    sections = [] if answer.sweep is None else _sweep_sections(answer.sweep, rec)
     figures = [f for f in (percentiles_figure(rec), kv_figure(rec)) if f]
-    text = (f"{rec['output_tokens_per_s']:,.0f} output tokens/s, {rec['requests_per_s']:,.2f} "
-            f"requests/s over {rec['duration_s']:,.1f} s ({rec['requests']:,} requests, busy "
-            f"{rec['busy_fraction']:.0%}); KV cache peak {rec['kv_peak_fraction']:.0%}, "
-            f"{rec['preemptions']:,} preemptions. Simulated (estimated) from {rec['rates']}.")  # fmt: skip
-    verdict = "saturated: requests arrive faster than the replica answers them" if rec["saturated"] else ""
-    if rec["slo"]["ttft_s"] is not None or rec["slo"]["tpot_s"] is not None:
-        verdict = verdict or f"{rec['slo_met_fraction']:.0%} of requests meet the targets"
+    text = (f"{s.output_tokens_per_s:,.0f} output tokens/s, {s.requests_per_s:,.2f} "
+            f"requests/s over {s.duration_s:,.1f} s ({s.requests:,} requests, busy "
+            f"{s.busy_fraction:.0%}); KV cache peak {s.kv_peak_fraction:.0%}, "
+            f"{s.preemptions:,} preemptions. Simulated (estimated) from {answer.rates_source}.")  # fmt: skip
+    verdict = "saturated: requests arrive faster than the replica answers them" if s.saturated else ""
+    if answer.slo.ttft_s is not None or answer.slo.tpot_s is not None:
+        verdict = verdict or f"{s.slo_met_fraction:.0%} of requests meet the targets"
     sections.append(Section("The load asked", text=text, verdict=verdict, figures=tuple(figures)))
     title = (f"gpuwise serve: {answer.model.name} on {answer.replicas} x {answer.opts.tp} x "
              f"{answer.hardware.name} ({answer.plan.runtime})")  # fmt: skip
@@ -109,7 +110,7 @@ def _command(cmd: Any) -> str:
 
 def repro_page(answer: ReproAnswer) -> Page:
     rec, _ = repro_view(answer)
-    rec["runs"] = runs_record(answer.runs)
+    rec = {**rec, "runs": runs_record(answer.runs)}
     analysis = answer.analysis
     figures = [spread_figure(answer.runs, m) for m in metrics_of(answer.runs)]
     shares = shares_figure(analysis.shares)
