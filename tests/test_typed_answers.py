@@ -11,7 +11,9 @@ import importlib.util
 import inspect
 import json
 import pkgutil
+import re
 import typing
+from pathlib import Path
 from typing import Any
 
 import html_inputs as hi  # tests/ is on sys.path under pytest
@@ -92,6 +94,14 @@ def test_serve_json_has_its_documented_keys(serve_answer):
         assert list(point) == point_keys  # a sweep's run: no power model, no timeline
         assert list(point["steady_state"]) == STEADY_KEYS
     assert rec["max_rate_meeting_slo"] == serve_answer.sweep.max_rate_meeting_slo
+
+
+def test_every_key_docs_serve_md_names_is_in_the_json(serve_answer):
+    text = (Path(__file__).resolve().parent.parent / "docs" / "serve.md").read_text()
+    said = text.split("## What it reports")[1].split("\n## ")[0]  # with "The knee (--sweep)"
+    documented = set(re.findall(r"`([a-z][a-z0-9_]*)`", said))
+    assert {"ttft_s", "kv_timeline", "steady_state", "curve", "max_rate_meeting_slo"} <= documented
+    assert documented <= set(serve_record(serve_answer))
 
 
 def test_serve_json_is_made_from_the_typed_answer(serve_answer):
