@@ -14,9 +14,15 @@ from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.catalog.cuda_allocator import CudaAllocatorRules, cuda_allocator
 from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.cuda_allocator import ReplayPeak, replay
-from gpuwise.estimate.memory.cuda_rows import generate_events, inference_peak
-from gpuwise.workload import from_config
+from gpuwise.estimate.memory.cuda_rows import (
+    DECODE_STEPS_REPLAYED,
+    generate_events,
+    inference_peak,
+)
+from gpuwise.workload import Architecture, from_config
+from gpuwise.workload.ops import Shape
 from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.prefill_heap import HeapTrace, layer_tensors, norm_tensors
 
 MIB = 1 << 20
 
@@ -248,3 +254,39 @@ def test_max_context_is_the_search_that_replays_every_plan(model: str, device: s
     inference_peak.cache_clear()
     monkeypatch.setattr(fits, "_over_without_slack", lambda *_: False)
     assert pruned == [fits.max_context(arch, p, hw) for p in plans]
+
+
+def reference_generate_events(arch: Architecture, batch: int, prompt: int, new_tokens: int,
+                              c: float, attention: str,
+                              all_logits: bool) -> list[tuple[int, int]]:  # fmt: skip
+    """generate_events as it was, each decode step through HeapTrace's take, drop, rename."""
+    h = HeapTrace()
+    h.small = 0
+    s = Shape(batch, prompt, prompt, c, c, c, attention)
+    rows = batch * prompt
+    h.take("x", rows * arch.hidden_size * c)
+    for layer in range(arch.num_layers):
+        layer_tensors(h, arch, s, layer)
+    norm_tensors(h, arch, rows * arch.hidden_size, c, "final")
+    h.take("logits", batch * (prompt if all_logits else 1) * arch.vocab_size * c)
+    h.drop("x", "final")
+    h.take("next", batch * arch.vocab_size * 4)
+    h.drop("logits")
+    kv = arch.kv_dim * c * batch
+    for step in range(min(max(0, new_tokens - 1), DECODE_STEPS_REPLAYED)):
+        for layer in range(arch.num_layers):
+            for name in (f"k{layer}", f"v{layer}"):
+                h.take(name + ".new", kv * (prompt + step + 1))
+                h.drop(name)
+                h.rename(name + ".new", name)
+            h.drop(f"qkv{layer}")
+    h.drop(*list(h.live))
+    return [(e.key, e.nbytes) for e in h.events]
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama-3.1-8b", "gemma-2-9b", "phi-2", "falcon-7b"])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 2.0, "sdpa", False), (1, 512, 128, 2.0, "sdpa", False),
+                                   (3, 700, 5, 4.0, "eager", True), (2, 100, 2, 1.0, "flash", False)])
+def test_generate_events_equal_the_traced_decode_steps(model: str, shape: tuple) -> None:  # type: ignore[type-arg]
+    arch = from_config(resolve_model(model).config)
+    assert generate_events(arch, *shape) == reference_generate_events(arch, *shape)

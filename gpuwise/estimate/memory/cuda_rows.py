@@ -70,16 +70,37 @@ def generate_events(arch: Architecture, batch: int, prompt: int, new_tokens: int
     h.drop("x", "final")
     h.take("next", batch * arch.vocab_size * 4)  # the last position's logits in fp32
     h.drop("logits")
-    kv = arch.kv_dim * c * batch
+    events = _events(h)
+    _decode_events(events, h, arch.kv_dim * c * batch, prompt, new_tokens, arch.num_layers)
+    return events
+
+
+def _decode_events(events: Events, h: HeapTrace, kv: float, prompt: int, new_tokens: int,
+                   layers: int) -> None:  # fmt: skip
+    """The decode steps of `generate_events`, appended to `events`: each takes a cache one
+    token longer under a new key and gives the old one back (HeapTrace's take, drop and
+    rename, written out: a search replays thousands of them), then everything is given
+    back, in the order the trace holds it."""
+    live, serial = h.live, h.serial
+    names = [(f"k{layer}", f"v{layer}", f"qkv{layer}") for layer in range(layers)]
     for step in range(min(max(0, new_tokens - 1), DECODE_STEPS_REPLAYED)):
-        for layer in range(arch.num_layers):
-            for name in (f"k{layer}", f"v{layer}"):
-                h.take(name + ".new", kv * (prompt + step + 1))
-                h.drop(name)
-                h.rename(name + ".new", name)
-            h.drop(f"qkv{layer}")  # a fused projection's views, replaced by the cat's copies
-    h.drop(*list(h.live))
-    return _events(h)
+        nbytes = kv * (prompt + step + 1)
+        for k, v, qkv in names:
+            for name in (k, v):
+                if nbytes >= h.small:
+                    serial += 1
+                    events.append((serial, int(nbytes)))
+                old = live.pop(name, None)
+                if old is not None:
+                    events.append((old, 0))
+                if nbytes >= h.small:
+                    live[name] = serial
+            old = live.pop(qkv, None)  # a fused projection's views, replaced by the cat's copies
+            if old is not None:
+                events.append((old, 0))
+    events.extend((key, 0) for key in live.values())
+    h.serial = serial
+    live.clear()
 
 
 @lru_cache(maxsize=1024)  # a search asks for the same plan on the same model many times
