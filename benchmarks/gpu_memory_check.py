@@ -38,8 +38,8 @@ from gpuwise.catalog import resolve_model
 from gpuwise.catalog.hardware import Hardware, find_hardware
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.memory import fits
-from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.measure.hardware.catalogue_match import match_catalogue
 from gpuwise.measure.runs.child_process import run_child
 from gpuwise.measure.runs.jobs import inference_job, training_job

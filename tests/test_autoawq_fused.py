@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 
 from gpuwise.catalog import find_hardware, resolve_model
-from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.quant_workspace import fused_cache_positions, fused_qkv_copy_bytes
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.workload import from_config
 from gpuwise.workload.plans import InferencePlan
 

@@ -12,8 +12,8 @@ from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.catalog.cuda_allocator import cublas_workspace_bytes, cuda_allocator
 from gpuwise.estimate.memory.cuda_allocator import ReplayPeak, replay
 from gpuwise.estimate.memory.cuda_rows import device_slack, inference_peak, training_peak
-from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.workload import from_config
 from gpuwise.workload.plans import InferencePlan, TrainingPlan
 

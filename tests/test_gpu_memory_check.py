@@ -16,8 +16,8 @@ import pytest
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.memory import fits
-from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.workload import from_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))

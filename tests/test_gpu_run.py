@@ -122,7 +122,7 @@ def test_the_gpu_validation_compares_both_rate_sources(tmp_path: Path) -> None:
 
 def test_a_plan_past_the_model_positions_is_named() -> None:
     from gpuwise.estimate import InferencePlan
-    from gpuwise.estimate.memory.inference import estimate_inference
+    from gpuwise.estimate.runtimes import estimate_inference
 
     gpt2 = from_config(resolve_model("gpt2").config, "gpt2")
     h200 = find_hardware("h200")

@@ -13,8 +13,8 @@ from gpuwise.catalog import find_hardware
 from gpuwise.catalog.allocators import allocator_choice, allocator_choices, host_allocator
 from gpuwise.estimate import InferencePlan, TrainingPlan
 from gpuwise.estimate.memory.host_allocator import ResidentHeap, allocator_slack, replay_resident
-from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.estimate.speed.page_faults import GlibcHeap
 from gpuwise.workload.ops import Shape
 from gpuwise.workload.plans import ALLOCATORS

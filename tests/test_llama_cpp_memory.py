@@ -14,7 +14,7 @@ from gpuwise.estimate.memory import llama_cpp_alloc as alloc
 from gpuwise.estimate.memory import llama_cpp_graph as graph
 from gpuwise.estimate.memory import llama_cpp_memory as lcm
 from gpuwise.estimate.memory import llama_cpp_repack as repack
-from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.units import MIB
 from gpuwise.workload import from_config
 from gpuwise.workload.plans import InferencePlan, StoredWeights

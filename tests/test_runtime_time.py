@@ -197,7 +197,7 @@ def test_check_times_a_decode_step_per_precision_under_its_runtime():
 
 def test_llama_cpp_layers_left_on_the_host_slow_decode_and_leave_the_gpu_memory():
     from gpuwise.app.infer import offload_host
-    from gpuwise.estimate.memory.inference import estimate_inference
+    from gpuwise.estimate.runtimes import estimate_inference
 
     hw = find_hardware("rtx-4090")
     times, weights = [], []

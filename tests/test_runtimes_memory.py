@@ -10,7 +10,7 @@ from test_cli import run  # the CLI runner: exit code, stdout, stderr
 from gpuwise.catalog.hardware import find_hardware
 from gpuwise.catalog.models import resolve_model
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.units import MIB
 from gpuwise.workload import from_config
 from gpuwise.workload.plans import InferencePlan, StoredWeights

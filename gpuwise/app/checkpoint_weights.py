@@ -7,7 +7,10 @@ from typing import Any
 
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.workload.plans import StoredWeights
+
+FORMAT_NAMES = {"gguf": "GGUF"}  # checkpoint formats as their users write them
 
 # Stored dtype or quantisation scheme -> the gpuwise format whose compute dtype it runs in.
 FORMAT_OF = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8", "F8_E5M2": "fp8",
@@ -39,16 +42,17 @@ def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dic
         fmt = weights or "bf16"
         why = " (--weights given)" if ckpt is not None else ""
         return {"weights": fmt, "stored_weights": None, "source": f"estimated ({fmt}){why}"}
-    if ckpt.format == "gguf" and runtime == "transformers":
+    unit = runtime_unit(runtime)
+    if ckpt.format in unit.dequantises:
         return {
             "weights": "bf16",
             "stored_weights": None,
-            "source": "estimated (bf16): transformers dequantises GGUF weights on load",
+            "source": f"estimated (bf16): {runtime} dequantises {FORMAT_NAMES.get(ckpt.format, ckpt.format)} weights on load",
         }
-    if ckpt.format == "safetensors" and runtime == "llama.cpp":
-        raise GpuwiseError("llama.cpp runs GGUF files, not safetensors",
-                           "convert with llama.cpp's convert_hf_to_gguf.py, or pick "
-                           "--runtime transformers or vllm")  # fmt: skip
+    if ckpt.format not in unit.loads:
+        runs = " and ".join(FORMAT_NAMES.get(f, f) for f in sorted(unit.loads))
+        raise GpuwiseError(f"{runtime} runs {runs} files, not {ckpt.format}",
+                           unit.convert_hint or "pick another --runtime")  # fmt: skip
     main = ckpt.main_dtype
     embedding = sum(t.stored_bytes for t in ckpt.tensors if t.name.endswith(EMBEDDING_SUFFIXES))
     file_type = str(ckpt.metadata.get("general.file_type_name") or "").removeprefix("MOSTLY_")

@@ -10,7 +10,7 @@ from gpuwise.catalog.hardware import Hardware, find_hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
-from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.runtimes import estimate_inference, ignored_options
 from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
 from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
 from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_weights
@@ -54,30 +54,6 @@ class InferAnswer:
     tp: int = 1  # tensor-parallel devices the time is of
     # seconds of each phase that are page faults at the probed first-touch rate (a CPU's)
     page_faults_s: dict[str, float] | None = None
-
-
-def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
-    """The options given that the plan's runtime does not read: said, not silently dropped."""
-    notes = []
-    if plan.context_alloc is not None and plan.runtime == "transformers":
-        notes.append("--ctx applies to llama.cpp and vllm; ignored under transformers")
-    if plan.gpu_memory_utilization is not None and plan.runtime not in ("vllm", "sglang"):
-        notes.append(f"--gpu-memory-utilization applies to vllm; ignored under {plan.runtime}")
-    if plan.gpu_layers is not None and plan.runtime != "llama.cpp":
-        notes.append(f"--gpu-layers applies to llama.cpp; ignored under {plan.runtime}")
-    if plan.threads is not None and plan.runtime != "llama.cpp":
-        notes.append(f"--threads applies to llama.cpp on a CPU; ignored under {plan.runtime}")
-    notes += RUNTIME_MEMORY_NOTES.get(plan.runtime, [])
-    return tuple(notes)
-
-
-# Runtimes timed by their own model whose memory follows another's rules: said.
-RUNTIME_MEMORY_NOTES = {
-    "compiled": ["memory as transformers': torch.compile keeps the same tensors (its static "
-                 "KV cache of the whole context is not modelled)"],
-    "sglang": ["memory as vLLM's: SGLang also takes a fixed share of the device up front "
-               "(mem_fraction_static, set here by --gpu-memory-utilization) for its KV pool"],
-}
 
 
 def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,

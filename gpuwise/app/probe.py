@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.runtimes import runtime_units
 from gpuwise.measure.llama_cpp.gguf_model import need_llama_cpp
 from gpuwise.measure.probe.llama_cpp_part import keep_llama_cpp, with_llama_cpp
 from gpuwise.measure.probe.machine import probe_machine
@@ -20,7 +21,6 @@ from gpuwise.measure.probe.profile import Profile
 from gpuwise.measure.probe.store import profile_path, save_profile
 from gpuwise.measure.probe.trusted import trusted_profile, untrusted_set_aside
 
-PROBED_RUNTIMES = ("transformers", "llama.cpp")
 # progress(what is being measured, share of the whole done from 0 to 1)
 Progress = Callable[[str, float], None]
 
@@ -35,19 +35,18 @@ class ProbeAnswer:
 
 def probe(quick: bool, repeat: int = 1, progress: Progress | None = None,
           runtime: str = "transformers") -> ProbeAnswer:  # fmt: skip
-    """`runtime` "llama.cpp" also times llama.cpp here (llama-cpp-python installed)."""
-    if runtime not in PROBED_RUNTIMES:
-        raise GpuwiseError(f"the probe measures no {runtime!r} runtime",
-                           f"choose one of: {', '.join(PROBED_RUNTIMES)}")  # fmt: skip
-    if runtime == "llama.cpp":
+    """`runtime` "llama.cpp" also times llama.cpp here (llama-cpp-python installed): the
+    runtime's own part of the probe (estimate/runtimes/: `probe_part`)."""
+    own_part = _probe_part(runtime)
+    if own_part:
         need_llama_cpp()  # before minutes of probing, not after
-    share = 0.6 if runtime == "llama.cpp" else 1.0
+    share = 0.6 if own_part else 1.0
     profiles = [probe_machine(quick, _one_of(progress, i, repeat, share)) for i in range(repeat)]
     profile = median_profile(profiles)
     previous = trusted_profile(profile.backend, profile.fingerprint)
     if quick:
         profile = keep_full_parts(profile, previous)
-    if runtime == "llama.cpp":
+    if own_part:
         part = (lambda what, done: progress(what, share + (1 - share) * done)) if progress else None
         profile = with_llama_cpp(profile, part, quick)
     profile, warnings = _checked(profile)
@@ -70,6 +69,15 @@ def _checked(profile: Profile) -> tuple[Profile, tuple[str, ...]]:
         return profile, (f"a reading of the wrong type or shape: {exc}",)
     profile = untrusted_set_aside(profile)
     return profile, profile_warnings(profile)
+
+
+def _probe_part(runtime: str) -> str:
+    """The runtime's own part of the probe ("" where the machine's probe times it)."""
+    probed = {u.id: u.probe_part for u in runtime_units().values() if u.probe_part is not None}
+    if runtime not in probed:
+        raise GpuwiseError(f"the probe measures no {runtime!r} runtime",
+                           f"choose one of: {', '.join(probed)}")  # fmt: skip
+    return probed[runtime]
 
 
 def _one_of(progress: Progress | None, i: int, repeat: int,

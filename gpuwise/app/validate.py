@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.estimate.speed.training_time import estimate_training_time, slow_faults_step_s
 from gpuwise.measure.hardware.detect import detect_local

@@ -36,6 +36,6 @@ class SchedulerDefaults:
 
 @cache
 def scheduler_defaults(runtime: str) -> SchedulerDefaults:
-    """The runtime's scheduler as it ships; `compiled` serves as transformers does."""
-    section = RUNTIME_IDS.get("transformers" if runtime == "compiled" else runtime, runtime)
+    """The runtime's scheduler as it ships (estimate/runtimes/ says whose a runtime uses)."""
+    section = RUNTIME_IDS.get(runtime, runtime)
     return sourced_record(SchedulerDefaults, FILE, section, runtime=runtime)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from gpuwise.catalog.formats import WeightFormat, weight_format
+from gpuwise.catalog.runtime_speed import RUNTIME_IDS, runtime_speed
 from gpuwise.errors import GpuwiseError, did_you_mean
 from gpuwise.files import shown
 from gpuwise.workload.arch import Architecture
@@ -17,8 +18,10 @@ OPTIMIZERS = ("adamw", "adamw_fused", "sgd", "adafactor", "adamw8bit", "paged_ad
 FINETUNES = ("full", "lora", "qlora")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 MAX_TOKENS = 1 << 24  # 16M tokens: beyond any context window a model has
-SERVING_RUNTIMES = ("transformers", "compiled", "vllm", "sglang", "llama.cpp")
-TRAINING_RUNTIMES = ("transformers", "compiled")
+# The runtimes, from the catalogue (data/runtime_speed.toml: each runtime's section and
+# whether it trains); estimate/runtimes/ holds one unit for each.
+SERVING_RUNTIMES = tuple(RUNTIME_IDS)
+TRAINING_RUNTIMES = tuple(r for r in RUNTIME_IDS if runtime_speed(r).training)
 # Memory features of training stacks (docs/memory.md, "Training stacks' memory features").
 LOSSES = ("full", "chunked", "fused")  # transformers; torchtune's chunked; Liger/Unsloth fused
 OFFLOADS = ("optimizer", "params", "activations")  # ZeRO-Offload / FSDP CPU offload; torchtune
@@ -108,6 +111,15 @@ class InferencePlan:
     def compute_format(self) -> WeightFormat:
         """The format of the dtype the weights compute in (bf16 for int4, ...)."""
         return weight_format(self.weight_format.compute_dtype)
+
+    @cached_property
+    def kv_format(self) -> WeightFormat:
+        """The KV cache's format: --kv-dtype, else the compute dtype."""
+        return weight_format(self.kv_dtype or self.weight_format.compute_dtype)
+
+    def kv_bytes_per_position(self, arch: Architecture) -> float:
+        """Bytes of keys and values one position holds through every layer."""
+        return arch.num_layers * arch.kv_cache_elements_per_token() * self.kv_format.bytes_per_element
 
 
 @dataclass(frozen=True)

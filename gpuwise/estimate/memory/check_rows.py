@@ -7,7 +7,7 @@ from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.memory.fits import max_context
-from gpuwise.estimate.memory.inference import estimate_inference
+from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import InferencePlan
 

@@ -10,8 +10,8 @@ from dataclasses import replace
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.memory.cuda_rows import uses_cuda_allocator
 from gpuwise.estimate.memory.host_allocator import host_allocator_rows
-from gpuwise.estimate.memory.inference import estimate_inference
 from gpuwise.estimate.memory.training import estimate_training
+from gpuwise.estimate.runtimes import estimate_inference, runtime_unit
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import MAX_TOKENS, InferencePlan, TrainingPlan
 
@@ -78,7 +78,7 @@ def _over_without_slack(arch: Architecture, plan: InferencePlan, hw: Hardware,
     slack is never negative and no other part depends on it): ruled out without the replay
     its estimate would run. False where no replay would run (a held host slack, a serving
     runtime's own rules), as the estimate itself is as quick."""
-    if plan.runtime in ("llama.cpp", "vllm", "sglang"):
+    if runtime_unit(plan.runtime).own_memory_rules:
         return False
     if not uses_cuda_allocator(hw) and (hw.kind != "cpu" or held is not None):
         return False

@@ -10,7 +10,6 @@ from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
 from gpuwise.estimate.memory.cuda_rows import inference_gpu_rows
 from gpuwise.estimate.memory.host_allocator import host_allocator_row
 from gpuwise.estimate.memory.quant_workspace import fused_cache_positions, fused_qkv_copy_bytes
-from gpuwise.estimate.memory.serving_runtimes import estimate_llama_cpp, estimate_vllm
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
@@ -30,18 +29,14 @@ def _logits_bytes(arch: Architecture, plan: InferencePlan, compute: float) -> fl
     return plan.batch * arch.vocab_size * (positions * compute + 2 * 4)
 
 
-def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
-                       held_slack: float | None = None,
-                       without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
-    """Peak memory of `generate()` under Hugging Face transformers on `hw` (or the plan's
-    serving runtime: llama.cpp or vLLM). `held_slack`: the host allocator's slack from an
+def transformers_memory(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
+                        held_slack: float | None = None,
+                        without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+    """Peak memory of `generate()` under Hugging Face transformers on `hw` (the serving
+    runtimes' own rules: estimate/runtimes/). `held_slack`: the host allocator's slack from an
     earlier replay, held while a search narrows (fits.py). `without_slack`: the allocators'
     slack taken as none, no replay run: a lower bound of the total, which a search uses to
     rule a plan out before it replays it (fits.py)."""
-    if plan.runtime == "llama.cpp":
-        return estimate_llama_cpp(arch, plan, hw)
-    if plan.runtime in ("vllm", "sglang"):  # SGLang's pool is sized as vLLM's (docs/memory.md)
-        return estimate_vllm(arch, plan, hw)
     fmt = plan.weight_format
     compute = weight_format(fmt.compute_dtype).bytes_per_element
     kv_fmt = weight_format(plan.kv_dtype or fmt.compute_dtype)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.stacks import stack_value
 from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import TrainingPlan
 
@@ -60,7 +61,7 @@ def loss_memory(arch: Architecture, plan: TrainingPlan, profile_logits: float,
         # fp32 copies of a chunk. Compiled (the recipe compiles compute_cross_entropy), the
         # bf16 logits and a logsumexp are kept, and the backward is one fused kernel that
         # writes the chunk's gradient in the logits' dtype.
-        compiled = plan.runtime == "compiled"
+        compiled = runtime_unit(plan.runtime).torch_compile
         kept, turn = (compute, compute) if compiled else (4.0, 8.0)
         return LossMemory(tokens * vocab * kept, tokens / n * vocab * turn, tokens / n, False)
     if plan.loss == "fused":

@@ -40,6 +40,7 @@ from gpuwise.estimate.memory.stack_features import (
     qlora_weights,
 )
 from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.units import GIB
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import TrainingPlan
@@ -206,7 +207,7 @@ def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str,
     """Saved activations under the checkpointing policy and activation offload."""
     saved = saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
                               plan.checkpointing, plan.checkpointing_policy, plan.tp,
-                              plan.runtime == "compiled")  # fmt: skip
+                              runtime_unit(plan.runtime).torch_compile)  # fmt: skip
     layers = saved["layers"]
     if "activations" in plan.offload:
         layers = offloaded_activations(layers, arch)
@@ -352,7 +353,7 @@ def _notes(arch: Architecture, plan: TrainingPlan, attention: str,
         notes[0] = (f"{attention} attention; each decoder layer saves what torch.compile's "
                     "min-cut partitioner keeps, the rest the measured "
                     f"{arch.model_type} profile")  # fmt: skip
-    elif plan.runtime == "compiled":
+    elif runtime_unit(plan.runtime).torch_compile:
         notes.append(f"torch.compile's saved tensors are not derived for {arch.model_type} "
                      "with this attention/dropout: the eager profile stands in")  # fmt: skip
     if attention != plan.attention:

@@ -6,19 +6,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
-from gpuwise.catalog.runtimes import runtime
-from gpuwise.catalog.schedulers import scheduler_defaults
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.memory.serving_runtimes import vllm_pool
-from gpuwise.estimate.memory.weights import weight_bytes
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.serve.schedulers import Limits
 from gpuwise.estimate.serve.simulate import Engine
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.ggml_time import chunk_pairs, tiled_attention
 from gpuwise.estimate.speed.step import decode_context
-from gpuwise.estimate.speed.steps import step_model
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
@@ -37,36 +32,21 @@ class ReplicaOptions:
     overlap: bool | None = None
 
 
-def kv_positions(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
-                 slots: int) -> int:  # fmt: skip
-    """Positions of keys and values the replica's memory holds under the runtime."""
-    fmt = plan.weight_format
-    per_token = arch.num_layers * arch.kv_cache_elements_per_token() * weight_format(
-        plan.kv_dtype or fmt.compute_dtype).bytes_per_element  # fmt: skip
-    if plan.runtime in ("vllm", "sglang"):
-        _, _, _, pool = vllm_pool(arch, plan, hw, tp)
-        return int(pool * tp // per_token)
-    if plan.runtime == "llama.cpp":  # one context of n_ctx cells, shared by the slots
-        return plan.context_alloc or max(4096, slots * plan.context_tokens)
-    weights = plan.stored_weights.total_bytes if plan.stored_weights else weight_bytes(arch, fmt)
-    left = hw.memory_bytes * tp - weights - runtime(hw.kind).baseline_bytes * tp
-    return max(0, int(left // per_token))
-
-
 def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
                  opts: ReplicaOptions, host: DeviceRates | None = None) -> Engine:  # fmt: skip
     """The replica's engine; its steps timed by the plan's one step model (infer's), the
     layers llama.cpp keeps off the GPU (`plan.gpu_layers`) on `host`."""
-    sched = scheduler_defaults(plan.runtime)
+    unit = runtime_unit(plan.runtime)
+    sched = unit.scheduler
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
                     opts.max_seqs or sched.max_seqs, sched.reserve_output,
                     sched.overlap if opts.overlap is None else opts.overlap)  # fmt: skip
-    positions = kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
+    positions = unit.kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
     if positions <= 0:
         raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
                            "more devices (--tp), lower-precision weights or a smaller model")  # fmt: skip
     block = sched.block_tokens
-    step = step_model(arch, plan, rates, opts.tp, host)
+    step = unit.step(arch, plan, rates, opts.tp, host)
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
     max_len = min(x for x in (plan.context_alloc, arch.max_position, 1 << 40) if x)
     return Engine(sched.policy, limits, positions // block, block,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.time_intervals import TimeInterval, time_interval
+from gpuwise.estimate.runtimes import step_model
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.ggml_step import GgmlStep
 from gpuwise.estimate.speed.roofline import PhaseTime
@@ -15,7 +16,6 @@ from gpuwise.estimate.speed.step import (  # noqa: F401 (where callers find them
     inference_ops,
     prefill_fault_bytes,
 )
-from gpuwise.estimate.speed.steps import step_model
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 

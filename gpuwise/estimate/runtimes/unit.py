@@ -1,0 +1,68 @@
+"""What one runtime is to gpuwise (docs/architecture.md, "Runtimes"): everything that differs
+about it in one object, which the rest of the code asks instead of comparing its name: its
+memory rules, its step time, its scheduler, the options it reads, the checkpoint formats it
+loads and what it runs on. One module of this folder a runtime (transformers.py, vllm.py,
+llama_cpp.py); a new runtime is a new module here and its catalogue entries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.runtime_speed import RuntimeSpeed, runtime_speed
+from gpuwise.catalog.schedulers import SchedulerDefaults, scheduler_defaults
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.ggml_step import GgmlStep
+from gpuwise.estimate.speed.step import RooflineStep
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan
+
+# The deployment options only some runtimes read, as `--option` names: a runtime lists
+# those it reads in `reads`; the others are said to be ignored, never dropped silently.
+StepModel = GgmlStep | RooflineStep
+RUNTIME_OPTIONS = {"ctx": "--ctx", "gpu_memory_utilization": "--gpu-memory-utilization",
+                   "gpu_layers": "--gpu-layers", "threads": "--threads"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RuntimeUnit:
+    """One runtime. Subclasses say how it allocates memory and times a step."""
+
+    id: str  # as --runtime takes it
+    reads: frozenset[str] = frozenset()  # of RUNTIME_OPTIONS, the plan fields it reads
+    loads: frozenset[str] = frozenset({"safetensors"})  # checkpoint formats it runs as stored
+    dequantises: frozenset[str] = frozenset()  # and those it loads as bf16
+    convert_hint: str = ""  # how to get a checkpoint it loads from one it does not
+    memory_note: str = ""  # where its memory follows another runtime's rules: said
+    own_memory_rules: bool = False  # sized by its own rules, not a replay of an allocator
+    torch_compile: bool = False  # runs the model through torch.compile (training too)
+    # the part of `gpuwise probe --runtime` that times it: "" the machine's own probe (the
+    # roofline's rates), a part's name where it has its own, None where nothing probes it
+    probe_part: str | None = None
+    serves_as: str = ""  # the runtime whose scheduler it serves with (itself where empty)
+
+    @cached_property
+    def speed(self) -> RuntimeSpeed:
+        return runtime_speed(self.id)
+
+    @cached_property
+    def scheduler(self) -> SchedulerDefaults:
+        return scheduler_defaults(self.serves_as or self.id)
+
+    def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
+               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+        raise NotImplementedError
+
+    def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
+             host: DeviceRates | None = None) -> StepModel:  # fmt: skip
+        raise NotImplementedError
+
+    def kv_positions(self, arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
+                     slots: int) -> int:  # fmt: skip
+        """Positions of keys and values a serving replica of `tp` devices holds."""
+        raise NotImplementedError
+
+
+PLAN_FIELDS = {"ctx": "context_alloc"}  # an option's field on InferencePlan, where named apart

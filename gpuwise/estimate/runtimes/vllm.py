@@ -1,0 +1,43 @@
+"""vLLM's V1 engine and SGLang: a fixed share of the device taken up front for a paged KV
+pool (docs/memory.md, "vLLM and SGLang"; docs/serve.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
+from gpuwise.estimate.memory.serving_runtimes import estimate_vllm, vllm_pool
+from gpuwise.estimate.runtimes.unit import RuntimeUnit
+from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.step import RooflineStep
+from gpuwise.workload import Architecture
+from gpuwise.workload.plans import InferencePlan
+
+
+@dataclass(frozen=True)
+class PagedPool(RuntimeUnit):
+    def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
+               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+        return estimate_vllm(arch, plan, hw)
+
+    def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
+             host: DeviceRates | None = None) -> RooflineStep:  # fmt: skip
+        return RooflineStep(arch, plan, rates, tp, self.id)
+
+    def kv_positions(self, arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
+                     slots: int) -> int:  # fmt: skip
+        """The pool: what the utilisation share leaves after weights and activations."""
+        pool = vllm_pool(arch, plan, hw, tp)[3]
+        return int(pool * tp // plan.kv_bytes_per_position(arch))
+
+
+READS = frozenset({"ctx", "gpu_memory_utilization"})
+LOADS = frozenset({"safetensors", "gguf"})  # vLLM and SGLang load a GGUF file (--load-format gguf)
+UNITS = (
+    PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True),
+    PagedPool("sglang", reads=READS, loads=LOADS, own_memory_rules=True,
+              memory_note="memory as vLLM's: SGLang also takes a fixed share of the device up "
+                          "front (mem_fraction_static, set here by --gpu-memory-utilization) "
+                          "for its KV pool"),  # fmt: skip
+)
