@@ -1,5 +1,5 @@
 """How fast a model generates (docs/speed.md): its prefill and one decode step, each the
-runtime's one step model (estimate/speed/steps.py) for this request."""
+runtime's one step model (estimate/runtimes/: `step_model`) for this request."""
 
 from __future__ import annotations
 
