@@ -17,13 +17,34 @@ def _infer(capsys, *options: str) -> dict:
     return json.loads(out)
 
 
-def test_tp_splits_the_decode_and_says_the_memory_is_one_devices(capsys):
+def test_tp_splits_the_decode_and_vllms_memory_is_one_devices_share(capsys):
     one, four = _infer(capsys), _infer(capsys, "--tp", "4")
     assert (one["time"]["tp"], four["time"]["tp"]) == (1, 4)
     assert four["time"]["decode_s_per_token"] < one["time"]["decode_s_per_token"] / 2
-    assert four["memory"]["total_bytes"] == one["memory"]["total_bytes"]
-    assert any(n.startswith("--tp 4:") for n in four["memory"]["notes"])
+    weights = (one["memory"]["breakdown"]["weights"], four["memory"]["breakdown"]["weights"])
+    assert weights[1] == weights[0] / 4  # vLLM shards the weights (and the pool's heads)
+    assert not one["memory"]["fits"] and four["memory"]["fits"]  # 70B fp8: 4 x H100, not 1
+    assert any(n.startswith("--tp 4:") and "one device's share" in n for n in four["memory"]["notes"])
     assert not any(n.startswith("--tp") for n in one["memory"]["notes"])
+
+
+def test_under_transformers_tp_times_and_keeps_the_whole_models_memory(capsys):
+    code, out, _ = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--tp", "2", "--json"],
+                           capsys)  # fmt: skip
+    code1, out1, _ = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--json"], capsys)
+    two, one = json.loads(out), json.loads(out1)
+    assert two["memory"]["total_bytes"] == one["memory"]["total_bytes"]
+    assert any("whole model's on one device" in n for n in two["memory"]["notes"])
+
+
+def test_gpus_are_replicas_of_the_tp_deployment(capsys):
+    code, out, err = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--runtime", "vllm",
+                              "--tp", "2", "--gpus", "8", "--json"], capsys)  # fmt: skip
+    assert code == 0, err
+    assert any(n.startswith("--gpus: 4 replicas") for n in json.loads(out)["memory"]["notes"])
+    code, _, err = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--tp", "4", "--gpus",
+                            "6"], capsys)  # fmt: skip
+    assert code == 2 and "--gpus 6 is not a multiple of --tp 4" in err
 
 
 def test_tp_that_does_not_split_the_heads_is_one_clear_line(capsys):

@@ -33,7 +33,7 @@ from gpuwise.workload import from_config
 ROOT = Path(__file__).resolve().parents[1]
 # The deployment's options every command that takes a model and a deployment accepts
 GROUP = {"--runtime", "--kv-dtype", "--ctx", "--attention", "--gpu-memory-utilization",
-         "--threads", "--quant-kernel", "--gpu-layers"}  # fmt: skip
+         "--threads", "--quant-kernel", "--gpu-layers", "--tp", "--gpus"}  # fmt: skip
 
 
 def test_no_command_assembles_a_plan_itself():

@@ -202,11 +202,11 @@ def test_advise_lists_assumptions_only_when_asked(capsys, monkeypatch):
 def test_options_a_runtime_ignores_are_named(capsys):
     code, out, _ = run(["check", "gpt2", "--on", "l4", "--ctx", "4096", "--json"], capsys)
     assert code == 0
-    assert json.loads(out)["notes"] == ["--ctx applies to llama.cpp and vllm; ignored under "
-                                        "transformers"]  # fmt: skip
+    assert json.loads(out)["notes"] == ["--ctx applies to llama.cpp, sglang and vllm; "
+                                        "ignored under transformers"]  # fmt: skip
     code, out, _ = run(["infer", "gpt2", "--on", "l4", "--runtime", "llama.cpp",
                         "--gpu-memory-utilization", "0.8", "--ctx", "4096"], capsys)  # fmt: skip
-    assert code == 0 and "--gpu-memory-utilization applies to vllm; ignored under llama.cpp" in out
+    assert code == 0 and "--gpu-memory-utilization applies to sglang and vllm; ignored under" in out
     assert "--ctx applies" not in out
     code, out, _ = run(["infer", "gpt2", "--on", "l4", "--json"], capsys)
     assert not any("ignored" in n for n in json.loads(out)["memory"]["notes"])

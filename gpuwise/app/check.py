@@ -15,7 +15,7 @@ from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
-from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.plans import InferencePlan, check_tp_degree
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class CheckAnswer:
 def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
           plan: InferencePlan) -> CheckAnswer:  # fmt: skip
     """One row per weight precision; a checkpoint's exact stored bytes first."""
+    check_tp_degree(arch, plan.tp)
     plans = [replace(plan, stored_weights=None, weights=p) for p in CHECK_PRECISIONS]
     rows = check_rows(arch, replace(plan, stored_weights=None), hw)
     if plan.stored_weights:

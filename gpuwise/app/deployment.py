@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from gpuwise.app.checkpoint_weights import plan_weights
 from gpuwise.catalog.models import ResolvedModel
+from gpuwise.errors import GpuwiseError
 from gpuwise.workload.plans import InferencePlan
 
 
@@ -27,6 +28,8 @@ class Deployment:
     threads: int | None = None  # llama.cpp on a CPU: None is one a core
     quant_kernel: str = ""  # "": the runtime's own
     gpu_layers: int | None = None  # llama.cpp -ngl; None: all on the GPU
+    tp: int = 1  # tensor-parallel devices a replica
+    gpus: int | None = None  # devices in all: gpus / tp replicas; None: tp (one replica)
     logits: str = "last"
     allocator: str = "glibc"
     fuse_layers: bool = False
@@ -46,18 +49,23 @@ class Workload:
 class Planned:
     plan: InferencePlan
     weights_source: str  # where the weights' bytes come from (a checkpoint's, or estimated)
+    replicas: int = 1  # --gpus / --tp
 
 
 def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload) -> Planned:
     """The plan of running `model` as `deployment` for `workload`."""
     d = deployment
+    gpus = d.tp if d.gpus is None else d.gpus
+    if gpus < 1 or gpus % max(1, d.tp):
+        raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {d.tp}",
+                           "each replica runs on --tp devices")  # fmt: skip
     chosen = plan_weights(model, d.runtime, d.weights)
     plan = InferencePlan(batch=workload.batch, prompt_tokens=workload.prompt_tokens,
                          new_tokens=workload.new_tokens, weights=chosen["weights"],
                          stored_weights=chosen["stored_weights"], kv_dtype=d.kv_dtype,
                          attention=d.attention, logits=d.logits, runtime=d.runtime,
                          context_alloc=d.ctx, gpu_memory_utilization=d.gpu_memory_utilization,
-                         threads=d.threads, quant_kernel=d.quant_kernel, gpu_layers=d.gpu_layers,
+                         threads=d.threads, quant_kernel=d.quant_kernel, gpu_layers=d.gpu_layers, tp=d.tp,
                          allocator=d.allocator, fuse_layers=d.fuse_layers,
                          expandable_segments=d.expandable_segments)  # fmt: skip
-    return Planned(plan, chosen["source"])
+    return Planned(plan, chosen["source"], gpus // d.tp)

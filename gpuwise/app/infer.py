@@ -10,7 +10,7 @@ from gpuwise.catalog.hardware import Hardware, find_hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
-from gpuwise.estimate.runtimes import estimate_inference, ignored_options
+from gpuwise.estimate.runtimes import estimate_inference, ignored_options, runtime_unit
 from gpuwise.estimate.speed.device_rates import DeviceRates, rates_from_spec
 from gpuwise.estimate.speed.inference_time import InferenceTime, estimate_inference_time
 from gpuwise.estimate.speed.precision_advice import fp32_inference, fp32_weights
@@ -51,16 +51,18 @@ class InferAnswer:
     throughput: list[ThroughputPoint]
     fp32: Fp32Alternative[InferenceTime] | None
     rates: DeviceRates | None = None  # the device's rates the time was estimated from
-    tp: int = 1  # tensor-parallel devices the time is of
+    tp: int = 1  # tensor-parallel devices the time is of (the plan's)
     # seconds of each phase that are page faults at the probed first-touch rate (a CPU's)
     page_faults_s: dict[str, float] | None = None
+    replicas: int = 1  # --gpus / --tp: copies of this deployment, each answering alone
 
 
 def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
-          weights_source: str = "", tp: int = 1) -> InferAnswer:  # fmt: skip
+          weights_source: str = "", replicas: int = 1) -> InferAnswer:  # fmt: skip
     """Memory, what fits, and (where the device has rates) prefill and decode time, the time
     over `tp` tensor-parallel devices. Options the runtime ignores are among the memory
     estimate's notes."""
+    tp = plan.tp
     check_tp_degree(arch, tp)
     found = InferenceFits(fits.max_inference_batch(arch, plan, hw), fits.max_context(arch, plan, hw),
                           fits.precision_that_fits(arch, plan, hw),
@@ -71,10 +73,11 @@ def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     curve = throughput_curve(arch, plan, hw, rates, tp) if rates else []
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing and tp == 1 else None
     memory = estimate_inference(arch, plan, hw)
-    memory = replace(memory, notes=(*memory.notes, *ignored_options(plan), *tp_notes(tp)))
+    memory = replace(memory, notes=(*memory.notes, *ignored_options(plan), *tp_notes(plan),
+                                    *replica_notes(replicas)))  # fmt: skip
     faults = page_faults_s(arch, plan, rates, timing, tp, host) if rates and timing else None
     return InferAnswer(model, arch, hw, plan, weights_source or f"estimated ({plan.weights})",
-                       memory, found, timing, how, curve, fp32, rates, tp, faults)  # fmt: skip
+                       memory, found, timing, how, curve, fp32, rates, tp, faults, replicas)  # fmt: skip
 
 
 def page_faults_s(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
@@ -87,12 +90,23 @@ def page_faults_s(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
             "decode": timing.decode_s_per_token - quiet.decode_s_per_token}  # fmt: skip
 
 
-def tp_notes(tp: int) -> tuple[str, ...]:
-    """What --tp changes: the time only (the memory stays the whole model's on one device)."""
+def tp_notes(plan: InferencePlan) -> tuple[str, ...]:
+    """What --tp changes: the time, and where the runtime shards them, the memory a device."""
+    tp = plan.tp
     if tp == 1:
         return ()
+    if runtime_unit(plan.runtime).shards_memory:
+        return (f"--tp {tp}: the time is of {tp} devices splitting each layer (their "
+                "all-reduces included); the memory is one device's share",)  # fmt: skip
     return (f"--tp {tp}: the time is of {tp} devices splitting each layer (their all-reduces "
             "included); the memory is the whole model's on one device (see 'devices needed')",)
+
+
+def replica_notes(replicas: int) -> tuple[str, ...]:
+    if replicas == 1:
+        return ()
+    return (f"--gpus: {replicas} replicas of this deployment, each with its own requests: "
+            f"{replicas}x the tokens a second in all, the same time a request",)
 
 
 # The host of layers llama.cpp keeps off the GPU (-ngl) when the device is from the catalogue:

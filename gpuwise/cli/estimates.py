@@ -38,11 +38,13 @@ from gpuwise.cli.common import (
 from gpuwise.cli.runtime_options import (
     Ctx,
     GpuLayers,
+    Gpus,
     GpuUtil,
     KvDtype,
     QuantKernel,
     Runtime,
     Threads,
+    Tp,
     TrainRuntime,
     Weights,
 )
@@ -98,8 +100,8 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
           new_tokens: NewTokens = NEW_TOKENS, batch: Batch = 1, runtime: Runtime = "transformers",
           kv_dtype: KvDtype = None, attention: Attention = "sdpa", ctx: Ctx = None,
           gpu_memory_utilization: GpuUtil = None, threads: Threads = None,
-          quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None, as_json: Json = False,
-          html: Html = None) -> None:  # fmt: skip
+          quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None, tp: Tp = 1, gpus: Gpus = None,
+          as_json: Json = False, html: Html = None) -> None:  # fmt: skip
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.app.check import check as check_model
     from gpuwise.app.deployment import Deployment, Workload, build_plan
@@ -109,7 +111,8 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
     resolved, arch = model_named(model)
     deployment = Deployment(runtime=runtime, kv_dtype=kv_dtype, attention=attention, ctx=ctx,
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
-                            quant_kernel=quant_kernel, gpu_layers=gpu_layers)  # fmt: skip
+                            quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
+                            gpus=gpus)  # fmt: skip
     plan = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens)).plan
     answer = check_model(resolved, arch, hardware_named(on), plan)
     emit(check_view(answer), as_json)
@@ -125,8 +128,7 @@ def infer(
                                         "all")] = "last",  # fmt: skip
     runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     threads: Threads = None, quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None,
-    tp: Annotated[int, typer.Option(help="tensor-parallel degree: devices each layer is split "
-                                    "over (the time; the memory stays one device's)")] = 1,
+    tp: Tp = 1, gpus: Gpus = None,
     fuse_layers: Annotated[bool, typer.Option(
         "--fuse-layers", help="AutoAWQ's from_quantized(fuse_layers=True): q, k and v fused at "
         "load, the KV cache allocated whole for --ctx positions (default: the model's)")] = False,
@@ -145,9 +147,10 @@ def infer(
                             attention=attention, gpu_memory_utilization=gpu_memory_utilization,
                             threads=threads, quant_kernel=quant_kernel, gpu_layers=gpu_layers,
                             logits=logits, allocator=allocator, fuse_layers=fuse_layers,
-                            expandable_segments=expandable_segments)  # fmt: skip
+                            expandable_segments=expandable_segments, tp=tp, gpus=gpus)  # fmt: skip
     planned = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens))
-    answer = infer_model(resolved, arch, hardware_named(on), planned.plan, planned.weights_source, tp)
+    answer = infer_model(resolved, arch, hardware_named(on), planned.plan, planned.weights_source,
+                         planned.replicas)  # fmt: skip
     emit(infer_view(answer, ops), as_json)
     write_html(html, lambda pages: pages.infer_page(answer, roofs(answer.hardware)))
 
@@ -163,11 +166,10 @@ def train(
         help="comma list of the modules LoRA adapts, e.g. q_proj,v_proj (default: the "
              "attention and MLP projections)", show_default=False)] = "",  # fmt: skip
     checkpointing: Checkpointing = False,
-    gpus: Annotated[int, typer.Option(help="devices the step runs on (data parallel x --tp)")] = 1,
+    gpus: Gpus = None,
     zero: Annotated[int, typer.Option(help="ZeRO stage over --gpus: 0 none, 1 optimizer "
                                       "states, 2 + gradients, 3 + weights")] = 0,  # fmt: skip
-    tp: Annotated[int, typer.Option(help="tensor-parallel degree: devices each layer is split "
-                                    "over (divides --gpus)")] = 1,  # fmt: skip
+    tp: Tp = 1,
     attention: Attention = "sdpa", ops: Ops = False,
     train_tokens: Annotated[float | None, typer.Option(
         help="tokens to train on, e.g. 2e9: adds the time to train them (default: none)")] = None,
@@ -187,7 +189,8 @@ def train(
 
     html = html_output(html)
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
-                          checkpointing, gpus, zero, tp, attention, runtime, allocator)  # fmt: skip
+                          checkpointing, tp if gpus is None else gpus, zero, tp, attention,
+                          runtime, allocator)  # fmt: skip
     plan = replace(plan, **stack_fields(
         expandable_segments, loss, loss_chunks, optimizer_in_backward, offload, sharding,
         reshard_after_forward, checkpointing_policy, double_quant, quant_compute_dtype,

@@ -55,6 +55,16 @@ KvDtype = Annotated[
     typer.Option("--kv-dtype", help="KV cache dtype, e.g. fp16, fp8, int8 (default: the compute "
                  "dtype; llama.cpp: f16)", show_default=False),
 ]
+Tp = Annotated[
+    int,
+    typer.Option("--tp", help="tensor-parallel devices a replica: each layer split over them "
+                 "(vLLM --tensor-parallel-size)"),
+]
+Gpus = Annotated[
+    int | None,
+    typer.Option("--gpus", help="devices in all: --gpus / --tp replicas share the load "
+                 "(default: --tp, one replica)", show_default=False),
+]
 GpuLayers = Annotated[
     int | None,
     typer.Option("--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "

@@ -24,10 +24,12 @@ from gpuwise.cli.common import (
 from gpuwise.cli.runtime_options import (
     Ctx,
     GpuLayers,
+    Gpus,
     GpuUtil,
     KvDtype,
     QuantKernel,
     Threads,
+    Tp,
     Weights,
 )
 
@@ -63,9 +65,8 @@ def serve(
                        help="target time to first token, ms")] = None,  # fmt: skip
     tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", "--slo-tpot-ms", "--latency-ms",
                        help="target time per output token, ms")] = None,  # fmt: skip
-    gpus: Annotated[int, typer.Option(help="devices in all: --gpus / --tp replicas share the "
-                                      "load")] = 1,  # fmt: skip
-    tp: Annotated[int, typer.Option(help="tensor-parallel devices a replica")] = 1,
+    gpus: Gpus = None,
+    tp: Tp = 1,
     max_seqs: Annotated[int | None, typer.Option(help="sequences running at once: vLLM "
                         "max_num_seqs, llama.cpp --parallel, a static batch")] = None,  # fmt: skip
     max_batched_tokens: Annotated[int | None, typer.Option(
@@ -104,7 +105,8 @@ def serve(
     deployment = Deployment(runtime=runtime, weights=weights, kv_dtype=kv_dtype,
                             attention=attention, ctx=ctx,
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
-                            quant_kernel=quant_kernel, gpu_layers=gpu_layers)  # fmt: skip
+                            quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
+                            gpus=gpus)  # fmt: skip
     plan = build_plan(resolved, deployment, Workload(1, prompt, new_tokens)).plan
     recorded = "trace" if trace is not None else "fixed"
     lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
@@ -113,7 +115,8 @@ def serve(
     opts = ReplicaOptions(tp, max_seqs, max_batched_tokens, shared_prefix, prefix_cache,
                           overlap_schedule)  # fmt: skip
     with progress_bar(quiet=as_json) as progress:
-        answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo, gpus,
+        answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo,
+                             tp if gpus is None else gpus,
                              sweep, progress)  # fmt: skip
     emit(serve_view(answer), as_json)
     write_html(html, lambda pages: pages.serve_page(answer))

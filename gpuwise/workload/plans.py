@@ -73,6 +73,7 @@ class InferencePlan:
     threads: int | None = None  # llama.cpp's CPU threads; None: one a core
     gpu_layers: int | None = None  # llama.cpp -ngl: layers on the device; None: all of them
     quant_kernel: str = ""  # the weight-only kernel; "": the runtime's own for the format
+    tp: int = 1  # tensor-parallel devices the model runs on, each layer split over them
     # AutoAWQ from_quantized(fuse_layers=True): q, k, v fused at load, the KV cache pre-allocated
     # for context_alloc positions (None: the model's) and kept (quant_workspace.py)
     fuse_layers: bool = False
@@ -93,6 +94,7 @@ class InferencePlan:
             _check_size("threads", self.threads, high=1 << 12)
         if self.gpu_layers is not None:
             _check_size("gpu_layers", self.gpu_layers, low=0, high=1 << 12)
+        _check_size("tp", self.tp, high=1 << 10)
         util = self.gpu_memory_utilization
         if util is not None and not 0.0 < util <= 1.0:
             raise GpuwiseError(f"--gpu-memory-utilization must be in (0, 1], got "

@@ -113,7 +113,7 @@ def precision_that_fits(arch: Architecture, plan: InferencePlan, hw: Hardware) -
 
 def devices_for_inference(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int | None:
     """Devices needed with tensor parallelism: weights and cache split, overhead on each."""
-    est = estimate_inference(arch, plan, hw)
+    est = estimate_inference(arch, replace(plan, tp=1), hw)
     overhead = est.breakdown["overhead"]
     room = hw.memory_bytes - overhead
     if room <= 0:

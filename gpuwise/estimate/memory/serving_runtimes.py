@@ -67,16 +67,18 @@ def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1
 
 
 def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> MemoryEstimate:
-    """vLLM's budget on one GPU: weights, profiled peak, graphs, and the KV pool they leave.
+    """vLLM's budget on one GPU (of the plan's `tp`): weights, profiled peak, graphs, and
+    the KV pool they leave.
 
     The total is the whole budget (vLLM pre-allocates it) unless the plan needs more KV
     blocks than the pool holds; then the total grows past the budget and does not fit.
     """
     rt = vllm_runtime()
-    budget, weights, acts, pool = vllm_pool(arch, plan, hw)
+    tp = plan.tp  # each device holds 1/tp of the weights and of every block's heads
+    budget, weights, acts, pool = vllm_pool(arch, plan, hw, tp)
     _, _, source = weights_and_embedding(arch, plan)
     util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
-    block_bytes = rt.block_size * vllm_kv_bytes_per_token(arch, plan)
+    block_bytes = rt.block_size * vllm_kv_bytes_per_token(arch, plan) / tp
     blocks = int(pool // block_bytes)
     max_len = plan.context_alloc or arch.max_position or plan.context_tokens
     per_seq = math.ceil(plan.context_tokens / rt.block_size)

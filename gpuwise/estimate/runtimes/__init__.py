@@ -65,5 +65,6 @@ def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
         if getattr(plan, PLAN_FIELDS.get(name, name)) is None or name in unit.reads:
             continue
         readers = sorted(u.id for u in runtime_units().values() if name in u.reads)
-        notes.append(f"{flag} applies to {' and '.join(readers)}; ignored under {unit.id}")
+        listed = ", ".join(readers[:-1]) + " and " + readers[-1] if len(readers) > 1 else readers[0]
+        notes.append(f"{flag} applies to {listed}; ignored under {unit.id}")
     return (*notes, unit.memory_note) if unit.memory_note else tuple(notes)

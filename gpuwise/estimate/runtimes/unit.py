@@ -37,6 +37,7 @@ class RuntimeUnit:
     convert_hint: str = ""  # how to get a checkpoint it loads from one it does not
     memory_note: str = ""  # where its memory follows another runtime's rules: said
     own_memory_rules: bool = False  # sized by its own rules, not a replay of an allocator
+    shards_memory: bool = False  # under --tp each device holds its share of weights and cache
     torch_compile: bool = False  # runs the model through torch.compile (training too)
     # the part of `gpuwise probe --runtime` that times it: "" the machine's own probe (the
     # roofline's rates), a part's name where it has its own, None where nothing probes it

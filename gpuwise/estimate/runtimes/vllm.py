@@ -35,8 +35,8 @@ class PagedPool(RuntimeUnit):
 READS = frozenset({"ctx", "gpu_memory_utilization"})
 LOADS = frozenset({"safetensors", "gguf"})  # vLLM and SGLang load a GGUF file (--load-format gguf)
 UNITS = (
-    PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True),
-    PagedPool("sglang", reads=READS, loads=LOADS, own_memory_rules=True,
+    PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True),
+    PagedPool("sglang", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True,
               memory_note="memory as vLLM's: SGLang also takes a fixed share of the device up "
                           "front (mem_fraction_static, set here by --gpu-memory-utilization) "
                           "for its KV pool"),  # fmt: skip

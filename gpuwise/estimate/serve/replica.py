@@ -4,7 +4,7 @@ scheduler limits, the KV cache its memory leaves, and its step time."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.errors import GpuwiseError
@@ -36,6 +36,7 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                  opts: ReplicaOptions, host: DeviceRates | None = None) -> Engine:  # fmt: skip
     """The replica's engine; its steps timed by the plan's one step model (infer's), the
     layers llama.cpp keeps off the GPU (`plan.gpu_layers`) on `host`."""
+    plan = replace(plan, tp=opts.tp)  # the replica's devices: its memory and steps are theirs
     unit = runtime_unit(plan.runtime)
     sched = unit.scheduler
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,

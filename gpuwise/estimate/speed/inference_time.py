@@ -59,12 +59,13 @@ class InferenceTime:
 
 
 def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-                            runtime: str | None = None, tp: int = 1,
+                            runtime: str | None = None, tp: int | None = None,
                             host: DeviceRates | None = None) -> InferenceTime:  # fmt: skip
     """Time to first token (prefill) and per output token (decode) under the plan's runtime
     (or `runtime`): transformers' generate(), torch.compile, vLLM, SGLang or llama.cpp
     (whose layers past `plan.gpu_layers` run on `host`)."""
     rt = runtime_speed(runtime or plan.runtime)
+    tp = plan.tp if tp is None else tp
     context = decode_context(plan.prompt_tokens, plan.new_tokens)
     decode_read = plan.batch * context
     step = step_model(arch, plan, rates, tp, host, rt.id)
