@@ -1,6 +1,8 @@
 """The speed-ups keep every answer (issue 38): the CUDA allocator replay against the
 implementation it replaced, kept here as the reference, and the context search that rules
-plans out without a replay against the search that replays every plan it asks about."""
+plans out without a replay against the search that replays every plan it asks about; the
+host replays (glibc's heap, the resident set, generate()'s tensors) against theirs, kept in
+tests/speedup_references.py."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import random
 from dataclasses import dataclass, field, replace
 
 import pytest
+import speedup_references as ref
 
 from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.catalog.allocators import allocator_choice
 from gpuwise.catalog.cuda_allocator import CudaAllocatorRules, cuda_allocator
 from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.cuda_allocator import ReplayPeak, replay
@@ -19,10 +23,14 @@ from gpuwise.estimate.memory.cuda_rows import (
     generate_events,
     inference_peak,
 )
-from gpuwise.workload import Architecture, from_config
+from gpuwise.estimate.memory.host_allocator import replay_pairs, replay_resident
+from gpuwise.estimate.speed.page_faults import GlibcHeap
+from gpuwise.estimate.speed.page_faults import replay as fault_replay
+from gpuwise.workload import Architecture, from_config, process_heap
 from gpuwise.workload.ops import Shape
-from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.plans import ALLOCATORS, InferencePlan
 from gpuwise.workload.prefill_heap import HeapTrace, layer_tensors, norm_tensors
+from gpuwise.workload.traced import HeapEvent
 
 MIB = 1 << 20
 
@@ -290,3 +298,105 @@ def reference_generate_events(arch: Architecture, batch: int, prompt: int, new_t
 def test_generate_events_equal_the_traced_decode_steps(model: str, shape: tuple) -> None:  # type: ignore[type-arg]
     arch = from_config(resolve_model(model).config)
     assert generate_events(arch, *shape) == reference_generate_events(arch, *shape)
+
+
+# The host replays (issue 38, bare `gpuwise`): glibc's heap with its free chunks listed by
+# size as well as by start, the resident-set replay of an inference with glibc's steps
+# written out in one loop, and generate()'s events made as pairs, against the
+# implementations they replaced (tests/speedup_references.py).
+
+HEAP_STATE = ("top", "end", "touched", "faulted", "mmap_threshold", "trim_threshold",
+              "free_chunks", "chunks")  # fmt: skip
+RESIDENT_STATE = (*HEAP_STATE, "live", "mapped", "peak_live", "peak_resident", "recent")
+
+
+def _state(heap: object, names: tuple[str, ...]) -> dict[str, object]:
+    return {name: getattr(heap, name) for name in names}
+
+
+def _random_pairs(rng: random.Random) -> list[tuple[int, int]]:
+    """Tensors taken and given back in a random order, sized around glibc's thresholds: below
+    the mmap threshold the imports leave, between it and the most it rises to, above."""
+    live: list[int] = []
+    pairs: list[tuple[int, int]] = []
+    for key in range(1, rng.randint(2, 160)):
+        if live and rng.random() < 0.45:
+            pairs.append((live.pop(rng.randrange(len(live))), 0))
+        live.append(key)
+        top = rng.choice([96 * 1024, MIB, 3 * MIB, 40 * MIB, 300 * MIB])
+        pairs.append((key, rng.randint(64 * 1024, top)))
+    return pairs + [(k, 0) for k in rng.sample(live, len(live) // 2)]
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+def test_resident_replay_equals_the_reference_on_random_sequences(allocator: str) -> None:
+    rng = random.Random(38)
+    choice = allocator_choice(allocator)
+    for _ in range(400):
+        pairs = _random_pairs(rng)
+        events = [HeapEvent(key, nbytes) for key, nbytes in pairs]
+        want = _state(ref.replay_resident([events], choice), RESIDENT_STATE)
+        assert _state(replay_pairs(pairs, choice), RESIDENT_STATE) == want, pairs
+        assert _state(replay_resident([events], choice), RESIDENT_STATE) == want, pairs
+
+
+@pytest.mark.parametrize("allocator", ALLOCATORS)
+def test_resident_replay_equals_the_reference_on_training_phases(allocator: str) -> None:
+    """The methods the one-loop replay leaves to others: a training step's phases (a
+    forward's carved pieces kept for the run) and kept tensors over two passes."""
+    rng = random.Random(24)
+    choice = allocator_choice(allocator)
+    for _ in range(150):
+        pairs = _random_pairs(rng)
+        third = len(pairs) // 3
+        events = [HeapEvent(key, nbytes, "forward" if i < third else "backward",
+                            kept=nbytes > 0 and key % 7 == 0)
+                  for i, (key, nbytes) in enumerate(pairs)]  # fmt: skip
+        want = ref.replay_resident([events, events], choice, training=True)
+        got = replay_resident([events, events], choice, training=True)
+        assert _state(got, RESIDENT_STATE) == _state(want, RESIDENT_STATE), events
+
+
+@pytest.mark.parametrize("memalign", [False, True])
+def test_glibc_heap_equals_the_reference_on_random_sequences(memalign: bool) -> None:
+    rng = random.Random(5)
+    for _ in range(300):
+        pairs = _random_pairs(rng)
+        heap, want = GlibcHeap(memalign=memalign), ref.GlibcHeap(memalign=memalign)
+        for key, nbytes in pairs:
+            for h in (heap, want):
+                if nbytes:
+                    h.malloc(key, nbytes)
+                else:
+                    h.free(key)
+            assert _state(heap, HEAP_STATE) == _state(want, HEAP_STATE), pairs
+        events = [HeapEvent(key, nbytes) for key, nbytes in pairs]
+        assert fault_replay(events) == ref.replay(events)
+
+
+CPU_SHAPES = [(1, 1, 2.0, 2.0, "sdpa", 17, 16), (1, 2048, 2.0, 2.0, "sdpa", 17, 16),
+              (2, 700, 4.0, 4.0, "eager", 5, 1), (1, 300_000, 2.0, 1.0, "sdpa", 17, 16),
+              (3, 9000, 2.0, 2.0, "eager", 3, 40)]  # fmt: skip
+
+
+@pytest.mark.parametrize("model", ["gpt2", "llama-3.1-8b", "gemma-2-9b", "phi-2", "qwen2.5-0.5b",
+                                   "mixtral-8x7b"])  # fmt: skip
+@pytest.mark.parametrize("shape", CPU_SHAPES)
+def test_host_generate_replay_equals_the_reference(model: str, shape: tuple) -> None:  # type: ignore[type-arg]
+    arch = from_config(resolve_model(model).config)
+    batch, prompt, c, kv, attention, steps, stride = shape
+    s = Shape(batch, prompt, prompt, c, c, kv, attention)
+    events = ref.generate_events(arch, s, steps, stride)
+    assert process_heap.generate_events(arch, s, steps, stride) == events
+    pairs = process_heap.generate_pairs(arch, s, steps, stride)
+    for allocator in ("glibc", "jemalloc"):
+        choice = allocator_choice(allocator)
+        want = _state(ref.replay_resident([events], choice), RESIDENT_STATE)
+        assert _state(replay_pairs(pairs, choice), RESIDENT_STATE) == want
+
+
+def test_replay_of_a_segment_past_the_one_loops_offsets_equals_the_reference() -> None:
+    """A tensor of 2**64 bytes or more (no device holds one, a plan may still ask) leaves
+    the one-loop replay for the allocator's class."""
+    events = [(1, 3 * MIB), (2, 1 << 65), (3, 5 * MIB), (1, 0), (4, 2 * MIB), (2, 0), (3, 0)]
+    assert replay(events) == reference_replay(events)

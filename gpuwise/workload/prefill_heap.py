@@ -84,6 +84,32 @@ class HeapTrace:
             self.live[new] = self.live.pop(old)
 
 
+
+class PairTrace(HeapTrace):
+    """A HeapTrace that lists its events as bare (key, bytes) pairs in `pairs`, every one of
+    the forward phase (`events` stays empty): what the allocator replays read, made without
+    an event object each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pairs: list[tuple[int, int]] = []
+
+    def take(self, name: str, nbytes: float) -> None:
+        if nbytes < self.small:
+            return
+        self.serial += 1
+        self.live[name] = self.serial
+        self.pairs.append((self.serial, int(nbytes)))
+
+    def drop(self, *names: str) -> None:
+        live, pairs = self.live, self.pairs
+        for name in names:
+            key = live.pop(name, None)
+            if key is not None:
+                pairs.append((key, 0))
+
+    release = drop
+
 def norm_tensors(h: HeapTrace, arch: Architecture, elements: int, c: float, out: str) -> None:
     """A norm over `elements` values of `c` bytes, its output named `out`."""
     if arch.norm == "layer":  # one kernel (its row statistics are small)

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from functools import lru_cache
 
 from gpuwise.workload.arch import Architecture
 from gpuwise.workload.ops import Shape
-from gpuwise.workload.prefill_heap import HeapTrace, layer_tensors, norm_tensors
+from gpuwise.workload.prefill_heap import HeapTrace, PairTrace, layer_tensors, norm_tensors
 from gpuwise.workload.traced import HeapEvent
 from gpuwise.workload.training_heap import step_events, training_heap_events
 
@@ -63,32 +64,54 @@ def _rotary_tables(h: HeapTrace, arch: Architecture, rows: int, c: float) -> Non
     h.drop("emb")
 
 
-def _decode_step(h: HeapTrace, arch: Architecture, s: Shape, t: int, stride: int) -> None:
+def _decode_step(h: PairTrace, arch: Architecture, s: Shape, t: int, stride: int) -> None:
     """A new token (`stride` of them at once): each layer's cache concatenated into a new
     tensor of `t + stride` positions (keys, then values; a fused projection's whole output
-    goes once both are replaced)."""
+    goes once both are replaced). HeapTrace's take, drop and rename written out: a search
+    replays thousands of them."""
     c, kv = s.compute_bytes, s.kv_bytes
     cached = s.batch * arch.num_kv_heads * arch.head_dim * (t + stride) * kv
     repeated = s.batch * arch.num_heads * arch.head_dim * (t + stride) * c
-    for layer in range(arch.num_layers):
-        for name in (f"k{layer}", f"v{layer}"):
-            h.take(name + ".new", cached)
-            h.drop(name)
-            h.rename(name + ".new", name)
-        h.drop(f"qkv{layer}")
-        if s.attention == "eager" and arch.num_kv_heads != arch.num_heads:
+    live, pairs = h.live, h.pairs
+    tracked, nbytes = cached >= h.small, int(cached)
+    repeats = s.attention == "eager" and arch.num_kv_heads != arch.num_heads
+    for k, v, qkv in _layer_names(arch.num_layers):
+        for name in (k, v):  # take name.new, drop name, rename name.new to name
+            if tracked:
+                h.serial += 1
+                pairs.append((h.serial, nbytes))
+            old = live.pop(name, None)
+            if old is not None:
+                pairs.append((old, 0))
+            if tracked:
+                live[name] = h.serial
+        old = live.pop(qkv, None)
+        if old is not None:
+            pairs.append((old, 0))
+        if repeats:
             h.take("k.rep", repeated)
             h.take("v.rep", repeated)
             h.drop("k.rep", "v.rep")
     _sample(h, arch, s.batch, c)
 
 
+@lru_cache(maxsize=64)
+def _layer_names(layers: int) -> tuple[tuple[str, str, str], ...]:
+    return tuple((f"k{layer}", f"v{layer}", f"qkv{layer}") for layer in range(layers))
+
+
 def generate_events(arch: Architecture, s: Shape, new_tokens: int,
                     stride: int = 1) -> list[HeapEvent]:  # fmt: skip
     """One generate() call of `new_tokens` after a prompt of `s.tokens` (`s.context` equal);
     with `stride` > 1 each decode step stands for that many, its cache grown by as many
-    positions (a long generation replayed in fewer steps)."""
-    h = HeapTrace()
+    positions (a long generation replayed in fewer steps). Every event is of the forward."""
+    return [HeapEvent(key, nbytes) for key, nbytes in generate_pairs(arch, s, new_tokens, stride)]
+
+
+def generate_pairs(arch: Architecture, s: Shape, new_tokens: int,
+                   stride: int = 1) -> list[tuple[int, int]]:  # fmt: skip
+    """`generate_events` as (key, bytes) pairs, as the host replay reads them."""
+    h = PairTrace()
     h.cache = True  # the prefill fills a fresh DynamicCache: copies of k and v
     c, rows = s.compute_bytes, s.rows
     h.take("x", rows * arch.hidden_size * c)
@@ -104,7 +127,7 @@ def generate_events(arch: Architecture, s: Shape, new_tokens: int,
     for step in range(max(0, new_tokens - 1)):
         _decode_step(h, arch, s, s.context + step * stride, stride)
     h.drop(*list(h.live))
-    return h.events
+    return h.pairs
 
 
 def _phases(events: list[HeapEvent]) -> dict[str, list[HeapEvent]]:

@@ -50,7 +50,7 @@ from gpuwise.estimate.speed.page_faults import GlibcHeap
 from gpuwise.workload import Architecture
 from gpuwise.workload.ops import Shape
 from gpuwise.workload.plans import InferencePlan, TrainingPlan
-from gpuwise.workload.process_heap import generate_events, training_step_events
+from gpuwise.workload.process_heap import generate_pairs, training_step_events
 from gpuwise.workload.traced import HeapEvent
 
 NEVER = 1 << 62
@@ -87,6 +87,7 @@ class ResidentHeap(GlibcHeap):
         else:  # where the process's imports left glibc's thresholds (allocators.toml)
             at_build = max(self.mmap_threshold, self.rules.mmap_threshold_at_build)
             self.mmap_threshold, self.trim_threshold = at_build, 2 * at_build
+        self._dynamic = self.dynamic
 
     @property
     def dynamic(self) -> bool:
@@ -107,13 +108,21 @@ class ResidentHeap(GlibcHeap):
         return -(-size // c.page_bytes) * c.page_bytes
 
     def malloc(self, key: int, nbytes: int) -> None:
-        super().malloc(key, nbytes)
+        if self.memalign:
+            self._memalign(key, nbytes)
+        else:
+            GlibcHeap.malloc(self, key, nbytes)
         _, size, mapped = self.chunks[key]
-        self.mapped += size if mapped else 0
+        if mapped:
+            self.mapped += size
         self.sizes[key] = nbytes
-        self.live += nbytes
-        self.peak_live = max(self.peak_live, self.live)
-        self.peak_resident = max(self.peak_resident, self.resident)
+        live = self.live = self.live + nbytes
+        if live > self.peak_live:
+            self.peak_live = live
+        page = self._page
+        resident = (self.touched + page - 1) // page * page + self.mapped
+        if resident > self.peak_resident:
+            self.peak_resident = resident
 
     def free(self, key: int) -> None:
         entry = self.chunks.get(key)
@@ -122,10 +131,10 @@ class ResidentHeap(GlibcHeap):
         self.live -= self.sizes.pop(key)
         if entry[2]:
             self.mapped -= entry[1]
-            if not self.dynamic:  # unmapped, the thresholds fixed
+            if not self._dynamic:  # unmapped, the thresholds fixed
                 del self.chunks[key]
                 return
-        super().free(key)
+        GlibcHeap.free(self, key)
         if self.carve and not entry[2]:
             self._carve(entry[0])
 
@@ -151,6 +160,9 @@ class ResidentHeap(GlibcHeap):
         if not begin <= start < begin + size or size <= self.carve:
             return
         self.free_chunks[i] = (begin + self.carve, size - self.carve)  # order unchanged
+        by_size = self.by_size
+        del by_size[bisect.bisect_left(by_size, (size, begin))]
+        bisect.insort(by_size, (size - self.carve, begin + self.carve))
         if self.for_run:
             return
         self.recent.append((begin, self.carve))
@@ -186,6 +198,180 @@ def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
     return heap
 
 
+def replay_pairs(pairs: list[tuple[int, int]], choice: AllocatorChoice) -> ResidentHeap:
+    """`replay_resident` of one pass of the forward phase (an inference), its events (key,
+    bytes) pairs. A tensor glibc maps on its own (no free chunk and not the top holds it,
+    and it is at least the mmap threshold: most of a long prompt's) is taken and given back
+    here, as `ResidentHeap.malloc` and `free` would; the rest goes through them."""
+    heap = ResidentHeap(choice=choice)
+    if not pairs:
+        return heap
+    heap.enter("forward", False)
+    if not (heap.memalign and heap._dynamic):
+        for key, nbytes in pairs:
+            if nbytes:
+                heap.malloc(key, nbytes)
+            else:
+                heap.free(key)
+    else:
+        _replay_glibc(heap, pairs)
+    for key in list(heap.chunks):
+        heap.free(key)
+    return heap
+
+
+SPAN = 1 << 48  # past any heap offset: a free chunk's place in the best-fit list is size * SPAN + start
+
+
+def _replay_glibc(heap: ResidentHeap, pairs: list[tuple[int, int]]) -> None:
+    """The pairs through glibc with its dynamic thresholds and tensors through
+    posix_memalign: `ResidentHeap.malloc` (GlibcHeap._memalign, _take, _from_top, _map) and
+    `ResidentHeap.free` (GlibcHeap.free, _release, _carve) written out in one loop, the
+    heap's state in locals (a search replays thousands of events, each a few calls deep).
+    The free chunks are held by start and by end (coalescing looks its neighbours up) and
+    as size * SPAN + start in a sorted list (the best fit: the smallest that holds the
+    request, the lowest of equal ones); the heap's lists are rebuilt from them at the end."""
+    rules = heap.rules
+    align, header, minsize, tensor_align, page = (heap._align, heap._header, heap._minsize,
+                                                  heap._tensor_align, heap._page)  # fmt: skip
+    top_pad, consolidates = rules.top_pad, rules.fastbin_consolidation_threshold
+    lead0, most = heap._leader(0), rules.mmap_threshold_max
+    chunks, sizes = heap.chunks, heap.sizes
+    recent, pinned, carve, for_run = heap.recent, heap.pinned, heap.carve, heap.for_run
+    top, end, touched, faulted = heap.top, heap.end, heap.touched, heap.faulted
+    threshold, trim = heap.mmap_threshold, heap.trim_threshold
+    live, mapped, peak_live, peak_resident = (heap.live, heap.mapped, heap.peak_live,
+                                              heap.peak_resident)  # fmt: skip
+    at_start = dict(heap.free_chunks)  # start: size
+    at_end = {start + size: start for start, size in heap.free_chunks}  # end: start
+    fits = sorted(size * SPAN + start for start, size in heap.free_chunks)
+    bisect_left, insort = bisect.bisect_left, bisect.insort
+    released = 0
+
+    def release(start: int, size: int) -> int:
+        """GlibcHeap._release: coalesced, then listed or merged into the top. Returns the
+        chunk's start, negative (-1 - start) where it went into the top; its size in
+        `released`."""
+        nonlocal top, released
+        after = at_start.pop(start + size, None)
+        if after is not None:
+            del at_end[start + size + after]
+            del fits[bisect_left(fits, after * SPAN + start + size)]
+            size += after
+        before = at_end.pop(start, None)
+        if before is not None:
+            del at_start[before]
+            del fits[bisect_left(fits, (start - before) * SPAN + before)]
+            size += start - before
+            start = before
+        released = size
+        if start + size >= top:
+            top = start
+            return -1 - start
+        at_start[start] = size
+        at_end[start + size] = start
+        insort(fits, size * SPAN + start)
+        return start
+
+    for key, nbytes in pairs:
+        if nbytes:  # ResidentHeap.malloc through GlibcHeap._memalign
+            nb = max(minsize, (nbytes + header + align - 1) // align * align)
+            need = (nb + tensor_align + minsize + header + align - 1) // align * align
+            j = bisect_left(fits, need * SPAN)
+            if j < len(fits):  # _take
+                fit = fits.pop(j)
+                free, start = divmod(fit, SPAN)
+                del at_start[start], at_end[start + free]
+                rest = free - need
+                if rest >= minsize:
+                    at_start[start + need] = rest
+                    at_end[start + free] = start + need
+                    insort(fits, fit + need * (1 - SPAN))  # (rest, start + need)
+                    taken = need
+                else:
+                    taken = free
+            else:  # _from_top, else _map
+                if top + need > end:
+                    if need >= threshold:
+                        size = (need + header + page - 1) // page * page
+                        faulted += size
+                        chunks[key] = (-1, size, True)
+                        mapped += size
+                        sizes[key] = nbytes
+                        live += nbytes
+                        if live > peak_live:
+                            peak_live = live
+                        resident = (touched + page - 1) // page * page + mapped
+                        if resident > peak_resident:
+                            peak_resident = resident
+                        continue
+                    end = (top + need + top_pad + page - 1) // page * page
+                start = top
+                top += need
+                taken = need
+            lead = -(start + 2 * header) % tensor_align  # _leader
+            if 0 < lead < minsize:
+                lead += tensor_align
+            rest = taken - lead - nb
+            size = nb + (rest if rest <= minsize else 0)
+            upto = start + lead + size
+            if upto > touched:  # _touch
+                faulted += (upto + page - 1) // page * page - (touched + page - 1) // page * page
+                touched = upto
+            chunks[key] = (start + lead, size, False)
+            if lead:
+                release(start, lead)
+            if taken - lead - size:
+                release(upto, taken - lead - size)
+            sizes[key] = nbytes
+            live += nbytes
+            if live > peak_live:
+                peak_live = live
+            resident = (touched + page - 1) // page * page + mapped
+            if resident > peak_resident:
+                peak_resident = resident
+            continue
+        entry = chunks.pop(key, None)  # ResidentHeap.free
+        if entry is None:
+            continue
+        live -= sizes.pop(key)
+        start, size, is_mapped = entry
+        if is_mapped:  # unmapped: the thresholds rise to its size (GlibcHeap.free)
+            mapped -= size
+            size -= lead0
+            if threshold < size <= most:
+                threshold, trim = size, 2 * size
+            continue
+        begin = release(start, size)
+        if released >= consolidates and end - top >= trim:  # systrim
+            end = (top + top_pad + page - 1) // page * page
+            touched = min(touched, end)
+        # ResidentHeap._carve: the free chunk now holding `start` is the coalesced one
+        if not carve or begin < 0 or released <= carve:
+            continue
+        size = released
+        del at_start[begin]
+        del fits[bisect_left(fits, size * SPAN + begin)]
+        at_start[begin + carve] = size - carve
+        at_end[begin + size] = begin + carve
+        insort(fits, (size - carve) * SPAN + begin + carve)
+        if for_run:
+            continue
+        recent.append((begin, carve))
+        while len(recent) > pinned:
+            piece, length = recent.popleft()
+            release(piece, length)
+            if released >= consolidates and end - top >= trim:
+                end = (top + top_pad + page - 1) // page * page
+                touched = min(touched, end)
+    heap.top, heap.end, heap.touched, heap.faulted = top, end, touched, faulted
+    heap.mmap_threshold, heap.trim_threshold = threshold, trim
+    heap.live, heap.mapped, heap.peak_live, heap.peak_resident = (live, mapped, peak_live,
+                                                                  peak_resident)  # fmt: skip
+    heap.free_chunks[:] = sorted(at_start.items())
+    heap.by_size[:] = [divmod(fit, SPAN) for fit in fits]
+
+
 @dataclass(frozen=True)
 class AllocatorSlack:
     """The most the process held beyond the most its tensors held, in the replay."""
@@ -200,7 +386,8 @@ class AllocatorSlack:
 @lru_cache(maxsize=256)
 def _generate_slack(arch: Architecture, allocator: str, shape: Shape, steps: int,
                     stride: int) -> AllocatorSlack:  # fmt: skip
-    return _slack(allocator, [generate_events(arch, shape, steps, stride)])
+    return _slack_of(replay_pairs(generate_pairs(arch, shape, steps, stride),
+                                  allocator_choice(allocator)))
 
 
 @lru_cache(maxsize=128)
@@ -213,9 +400,12 @@ def _training_slack(arch: Architecture, allocator: str, shape: Shape, param: flo
 
 
 def _slack(allocator: str, passes: list[list[HeapEvent]], training: bool = False) -> AllocatorSlack:
-    choice = allocator_choice(allocator)
-    heap = replay_resident(passes, choice, training)
-    return AllocatorSlack(choice.name, max(0, heap.peak_resident - heap.peak_live),
+    return _slack_of(replay_resident(passes, allocator_choice(allocator), training))
+
+
+def _slack_of(heap: ResidentHeap) -> AllocatorSlack:
+    assert heap.choice is not None
+    return AllocatorSlack(heap.choice.name, max(0, heap.peak_resident - heap.peak_live),
                           heap.peak_live, heap.peak_resident, heap.mmap_threshold)  # fmt: skip
 
 

@@ -43,7 +43,9 @@ class GlibcHeap:
     """The main arena: a heap [0, end) whose top chunk starts at `top`, free chunks below
     it, and mapped chunks beside it. `touched` is the end of the pages written since the
     heap last shrank; `faulted` counts the bytes faulted in. The thresholds start at
-    glibc's defaults (`rules`)."""
+    glibc's defaults (`rules`). The free chunks are listed twice: by start (`free_chunks`,
+    for coalescing) and by size (`by_size`, for the best fit: the smallest that holds a
+    request, the lowest of equal ones)."""
 
     rules: HostAllocator = field(default_factory=host_allocator, repr=False)
     memalign: bool = False  # tensors through posix_memalign, split as _int_memalign splits them
@@ -55,10 +57,17 @@ class GlibcHeap:
     faulted: int = 0
     free_chunks: list[tuple[int, int]] = field(default_factory=list)  # (start, size), sorted
     chunks: dict[int, tuple[int, int, bool]] = field(default_factory=dict)  # key: start, size, mapped
+    by_size: list[tuple[int, int]] = field(default_factory=list, repr=False)  # (size, start)
 
     def __post_init__(self) -> None:
-        self.mmap_threshold = self.mmap_threshold or self.rules.mmap_threshold_min
-        self.trim_threshold = self.trim_threshold or self.rules.trim_threshold
+        r = self.rules
+        self.mmap_threshold = self.mmap_threshold or r.mmap_threshold_min
+        self.trim_threshold = self.trim_threshold or r.trim_threshold
+        self.by_size = sorted((size, start) for start, size in self.free_chunks)
+        # the rules read on every request, as plain attributes
+        self._align, self._header = r.malloc_alignment, r.chunk_header_bytes
+        self._minsize, self._tensor_align, self._page = (r.min_chunk_bytes, r.tensor_alignment,
+                                                         r.page_bytes)  # fmt: skip
 
     def _chunk(self, nbytes: int) -> int:
         """glibc's chunk for a request aligned as PyTorch's posix_memalign aligns a tensor:
@@ -68,7 +77,7 @@ class GlibcHeap:
         return (nbytes + r.chunk_header_bytes + r.tensor_alignment + align - 1) // align * align
 
     def _pages(self, nbytes: int) -> int:
-        page = self.rules.page_bytes
+        page = self._page
         return (nbytes + page - 1) // page * page
 
     def malloc(self, key: int, nbytes: int) -> None:
@@ -97,7 +106,7 @@ class GlibcHeap:
         return start
 
     def _map(self, key: int, size: int) -> None:
-        mapped = self._pages(size + self.rules.chunk_header_bytes)
+        mapped = self._pages(size + self._header)
         self.faulted += mapped
         self.chunks[key] = (-1, mapped, True)
 
@@ -105,23 +114,34 @@ class GlibcHeap:
         """glibc's _int_memalign: request2size(nb + alignment + MINSIZE) from the best-fitting
         free chunk (the rest split off when at least MINSIZE) or the top; the tensor's chunk
         at the first aligned spot, leader and trailer given back (module docstring)."""
-        r = self.rules
-        nb = self._request2size(nbytes)
-        need = self._request2size(nb + r.tensor_alignment + r.min_chunk_bytes)
+        align, header, minsize, tensor_align = (self._align, self._header, self._minsize,
+                                                self._tensor_align)  # fmt: skip
+        nb = (nbytes + header + align - 1) // align * align  # _request2size, inlined
+        if nb < minsize:
+            nb = minsize
+        need = (nb + tensor_align + minsize + header + align - 1) // align * align
         start, taken = self._take(need)
         if start is None:
             start, taken = self._from_top(need), need
             if start is None:
                 self._map(key, need)
                 return
-        lead = self._leader(start)
+        lead = -(start + 2 * header) % tensor_align  # _leader, inlined
+        if 0 < lead < minsize:
+            lead += tensor_align
         rest = taken - lead - nb
-        size = nb + (rest if rest <= r.min_chunk_bytes else 0)
-        self._touch(start + lead + size)
+        size = nb + (rest if rest <= minsize else 0)
+        upto = start + lead + size
+        if upto > self.touched:  # _touch, inlined
+            page = self._page
+            self.faulted += (upto + page - 1) // page * page - (
+                (self.touched + page - 1) // page * page)
+            self.touched = upto
         self.chunks[key] = (start + lead, size, False)
-        for piece, length in ((start, lead), (start + lead + size, taken - lead - size)):
-            if length:
-                self._release(piece, length)
+        if lead:
+            self._release(start, lead)
+        if taken - lead - size:
+            self._release(upto, taken - lead - size)
 
     def _request2size(self, nbytes: int) -> int:
         """glibc's request2size: the request plus SIZE_SZ rounded up to MALLOC_ALIGNMENT, at
@@ -144,16 +164,19 @@ class GlibcHeap:
     def _take(self, need: int) -> tuple[int | None, int]:
         """The best-fitting free chunk of at least `need` bytes: its start and the bytes
         taken (all of it when the rest would be under MINSIZE)."""
-        best = None
-        for i, (_, free) in enumerate(self.free_chunks):
-            if free >= need and (best is None or free < self.free_chunks[best][1]):
-                best = i
-        if best is None:
+        by_size = self.by_size
+        j = bisect.bisect_left(by_size, (need,))
+        if j == len(by_size):
             return None, 0
-        start, free = self.free_chunks.pop(best)
-        if free - need >= self.rules.min_chunk_bytes:
-            bisect.insort(self.free_chunks, (start + need, free - need))
+        free, start = by_size.pop(j)
+        chunks = self.free_chunks
+        i = bisect.bisect_left(chunks, (start,))
+        rest = free - need
+        if rest >= self._minsize:
+            chunks[i] = (start + need, rest)
+            bisect.insort(by_size, (rest, start + need))
             return start, need
+        del chunks[i]
         return start, free
 
     def free(self, key: int) -> None:
@@ -175,11 +198,25 @@ class GlibcHeap:
     def _release(self, start: int, size: int) -> int:
         """A free chunk coalesced with its free neighbours, then binned or merged into the
         top; its coalesced size."""
-        start, size = self._coalesce(start, size)
+        chunks, by_size = self.free_chunks, self.by_size
+        i = bisect.bisect_left(chunks, (start,))  # _coalesce, inlined
+        if i < len(chunks) and chunks[i][0] == start + size:
+            after = chunks.pop(i)[1]
+            del by_size[bisect.bisect_left(by_size, (after, start + size))]
+            size += after
+        if i > 0:
+            before, length = chunks[i - 1]
+            if before + length == start:
+                del chunks[i - 1]
+                del by_size[bisect.bisect_left(by_size, (length, before))]
+                size += length
+                start = before
+                i -= 1
         if start + size >= self.top:
             self.top = start
         else:
-            bisect.insort(self.free_chunks, (start, size))
+            chunks.insert(i, (start, size))
+            bisect.insort(by_size, (size, start))
         return size
 
     def _touch(self, upto: int) -> None:
@@ -188,26 +225,19 @@ class GlibcHeap:
             self.touched = upto
 
     def _best_fit(self, size: int) -> int | None:
-        best = None
-        for i, (_, free) in enumerate(self.free_chunks):
-            if free >= size and (best is None or free < self.free_chunks[best][1]):
-                best = i
-        if best is None:
+        by_size = self.by_size
+        j = bisect.bisect_left(by_size, (size,))
+        if j == len(by_size):
             return None
-        start, free = self.free_chunks.pop(best)
+        free, start = by_size.pop(j)
+        chunks = self.free_chunks
+        i = bisect.bisect_left(chunks, (start,))
         if free > size:
-            bisect.insort(self.free_chunks, (start + size, free - size))
+            chunks[i] = (start + size, free - size)
+            bisect.insort(by_size, (free - size, start + size))
+        else:
+            del chunks[i]
         return start
-
-    def _coalesce(self, start: int, size: int) -> tuple[int, int]:
-        i = bisect.bisect_left(self.free_chunks, (start, 0))
-        if i < len(self.free_chunks) and self.free_chunks[i][0] == start + size:
-            size += self.free_chunks.pop(i)[1]
-        if i > 0 and sum(self.free_chunks[i - 1]) == start:
-            before, _ = self.free_chunks.pop(i - 1)
-            size += start - before
-            start = before
-        return start, size
 
 
 def replay(events: Sequence[HeapEvent], passes: int = WARMUP_PASSES + 1,
