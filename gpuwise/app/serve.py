@@ -12,7 +12,7 @@ from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.serve.metrics import Power, ServeSummary, Slo, scaled, summary
-from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
+from gpuwise.estimate.serve.replica import NoLoad, ReplicaOptions, build_engine, no_load
 from gpuwise.estimate.serve.simulate import simulate
 from gpuwise.estimate.serve.sweep import Sweep, for_replicas, sweep
 from gpuwise.files import read_text
@@ -58,7 +58,7 @@ class ServeAnswer:
     slo: Slo
     replicas: int
     rates_source: str
-    no_load: tuple[float, float]  # TTFT, TPOT of one request alone
+    no_load: NoLoad  # one request alone
     result: ServeSummary  # the fleet's: throughputs and joules times the replicas
     kv_cache_tokens: int  # one replica's
     sweep: Sweep | None = None  # the knee the fleet's
@@ -123,8 +123,8 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     reqs, clients = requests_for(load, replicas)
     prompt = round(sum(r.prompt for r in reqs) / len(reqs))
     output = round(sum(r.output for r in reqs) / len(reqs))
-    no_load = no_load_latency(engine, prompt, output)
-    _check_slo(slo, no_load)
+    alone = no_load(engine, prompt, output)
+    _check_slo(slo, alone)
     costs = load_costs()
     tdp = hw.tdp_w * opts.tp
     power = Power(tdp * costs.busy_power_fraction, tdp * costs.idle_power_fraction,
@@ -136,16 +136,16 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     if do_sweep:
         one = sweep(engine, load.lengths, min(load.requests, 2000), slo, load.seed, progress)
         swept = for_replicas(one, replicas)
-    return ServeAnswer(model, arch, hw, plan, opts, load, slo, replicas, how, no_load, result,
+    return ServeAnswer(model, arch, hw, plan, opts, load, slo, replicas, how, alone, result,
                        engine.kv_blocks * engine.block_tokens, swept)  # fmt: skip
 
 
-def _check_slo(slo: Slo, no_load: tuple[float, float]) -> None:
+def _check_slo(slo: Slo, alone: NoLoad) -> None:
     """A target below what one request alone takes can never be met: say so, with the figure."""
-    for name, target, alone in (("--ttft-ms", slo.ttft_s, no_load[0]),
-                                ("--tpot-ms", slo.tpot_s, no_load[1])):  # fmt: skip
-        if target is not None and target < alone:
+    for name, target, seconds in (("--ttft-ms", slo.ttft_s, alone.ttft_s),
+                                  ("--tpot-ms", slo.tpot_s, alone.tpot_s)):  # fmt: skip
+        if target is not None and target < seconds:
             raise GpuwiseError(f"{name} {target * 1e3:g} can never be met: one request alone "
-                               f"takes {alone * 1e3:.3g} ms", "raise the target, or serve on "
+                               f"takes {seconds * 1e3:.3g} ms", "raise the target, or serve on "
                                "faster hardware or a faster runtime")  # fmt: skip
 

@@ -60,7 +60,9 @@ def serve_record(a: ServeAnswer) -> dict[str, Any]:
                     "prompt_dist": load.lengths.prompt_dist,
                     "output_dist": load.lengths.output_dist, "seed": load.seed},
            "slo": {"ttft_s": a.slo.ttft_s, "tpot_s": a.slo.tpot_s},
-           "no_load": {"ttft_s": a.no_load[0], "tpot_s": a.no_load[1]},
+           "no_load": {"ttft_s": a.no_load.ttft_s, "tpot_s": a.no_load.tpot_s,
+                       "decode_step_s": a.no_load.decode_step_s,
+                       "token_host_s": a.no_load.token_host_s},
            **summary_record(a.result), "kv_cache_tokens": a.kv_cache_tokens}  # fmt: skip
     return rec if a.sweep is None else {**rec, **sweep_record(a.sweep)}
 
@@ -87,8 +89,7 @@ def _lines(a: ServeAnswer) -> list[str]:
     lines = [f"throughput: {s.output_tokens_per_s:,.0f} output tokens/s, "
              f"{s.requests_per_s:,.2f} requests/s over {s.duration_s:,.1f} s "
              f"({s.requests:,} requests; busy {s.busy_fraction:.0%})",
-             f"no load: time to first token {format_seconds(a.no_load[0])}, "
-             f"{format_seconds(a.no_load[1])} a token"]  # fmt: skip
+             _no_load_line(a)]  # fmt: skip
     if a.slo.ttft_s is not None or a.slo.tpot_s is not None:
         lines.append(f"goodput: {s.goodput_requests_per_s:,.2f} requests/s meet the "
                      f"targets ({s.slo_met_fraction:.0%} of requests)")  # fmt: skip
@@ -104,6 +105,24 @@ def _lines(a: ServeAnswer) -> list[str]:
                      "queue grows without bound and so do the latencies (lower --rate, or "
                      "more --gpus)")  # fmt: skip
     return lines
+
+
+def _no_load_line(a: ServeAnswer) -> str:
+    """One request alone; its time a token is infer's decode step plus the server's host
+    work a token, said where the runtime has any."""
+    n = a.no_load
+    line = (f"no load: time to first token {format_seconds(n.ttft_s)}, "
+            f"{format_seconds(n.tpot_s)} a token")  # fmt: skip
+    if n.token_host_s and n.tpot_s:
+        line += (f" (the decode step {format_seconds(n.decode_step_s)}, as `gpuwise infer` "
+                 f"gives it, + {format_seconds(n.token_host_s)} of the server's host work)")
+    return line
+
+
+def devices_text(replicas: int, tp: int, name: str) -> str:
+    """`2 replicas of 4 x H100`, `4 x H100` (one replica), `H100`."""
+    one = f"{tp} x {name}" if tp > 1 else name
+    return one if replicas == 1 else f"{replicas} replicas of {one}"
 
 
 def _curve_table(sweep: Sweep) -> Table:
@@ -132,8 +151,8 @@ def load_text(a: ServeAnswer) -> str:
 
 def serve_view(a: ServeAnswer) -> View:
     load = a.load.lengths
-    title = (f"{a.model.name} served by {a.plan.runtime} on {a.replicas} x {a.opts.tp} x "
-             f"{a.hardware.name}: {load_text(a)}, prompt {load.prompt} + {load.output} new "
+    title = (f"{a.model.name} served by {a.plan.runtime} on "
+             f"{devices_text(a.replicas, a.opts.tp, a.hardware.name)}: {load_text(a)}, prompt {load.prompt} + {load.output} new "
              f"tokens ({a.rates_source})")  # fmt: skip
     parts: list[Any] = [Text(title), _latency_table(a.result), Text("\n".join(_lines(a)))]
     if a.sweep is not None:

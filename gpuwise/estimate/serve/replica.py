@@ -70,6 +70,22 @@ def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, fl
     return ttft + engine.request_host_s + engine.token_host_s, tpot
 
 
+@dataclass(frozen=True)
+class NoLoad:
+    """One request alone: its time to first token and per output token, the latter the
+    decode step (infer's decode, to the bit) plus the server's host work a streamed token."""
+
+    ttft_s: float
+    tpot_s: float
+    decode_step_s: float
+    token_host_s: float
+
+
+def no_load(engine: Engine, prompt: int, output: int) -> NoLoad:
+    ttft, tpot = no_load_latency(engine, prompt, output)
+    return NoLoad(ttft, tpot, no_load_step(engine, prompt, output), engine.token_host_s)
+
+
 def no_load_step(engine: Engine, prompt: int, output: int) -> float:
     """A decode step of one request alone at its mean context: `infer`'s decode time for the
     same plan, to the bit (the same step model, asked the same step)."""
