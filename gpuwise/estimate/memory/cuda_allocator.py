@@ -254,6 +254,11 @@ class CachingAllocator:
 def replay(events: Iterable[tuple[int, int]], expandable: bool = False) -> ReplayPeak:
     """Replay (key, bytes) events in order: bytes > 0 takes a tensor under `key`, 0 gives
     it back. Returns the peaks."""
+    if not expandable:
+        events = events if isinstance(events, list) else list(events)
+        peak = _replay_segments(events, cuda_allocator())
+        if peak is not None:
+            return peak
     alloc = CachingAllocator(expandable=expandable)
     malloc, free = alloc.malloc, alloc.free
     for key, nbytes in events:
@@ -262,3 +267,112 @@ def replay(events: Iterable[tuple[int, int]], expandable: bool = False) -> Repla
         else:
             free(key)
     return alloc.peak
+
+
+OFFSETS = 1 << 64  # past any segment's size: a free block's place in its pool's list is
+# (size * SEGMENTS + segment) * OFFSETS + offset, ordered as (size, segment, offset)
+SEGMENTS = 1 << 32
+
+
+def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -> ReplayPeak | None:
+    """`CachingAllocator`'s malloc and free without expandable segments, written out in one
+    loop with its state in locals (a search replays thousands of events, each a few calls
+    deep). None where a segment would pass OFFSETS (the class then replays)."""
+    unit, small_max = rules.min_block_bytes, rules.small_size_bytes
+    small_buffer, large_buffer = rules.small_buffer_bytes, rules.large_buffer_bytes
+    min_large, round_large = rules.min_large_alloc_bytes, rules.round_large_bytes
+    pools: tuple[list[int], list[int]] = ([], [])  # each pool's free blocks' places, sorted
+    free_blocks: dict[int, _Block] = {}
+    segment_sizes: list[int] = []
+    segment_live: list[int] = []
+    small_segment: list[bool] = []
+    live: dict[int, tuple[_Block, int]] = {}
+    reserved = pinned = requested = allocated = 0
+    peak_reserved = peak_pinned = peak_requested = peak_allocated = 0
+    bisect_left, insort = bisect.bisect_left, bisect.insort
+    for key, nbytes in events:
+        if nbytes > 0:
+            size = -(-nbytes // unit) * unit
+            if size < unit:
+                size = unit
+            small = size <= small_max
+            keys = pools[small]
+            i = bisect_left(keys, size * SEGMENTS * OFFSETS)  # best fit
+            if i < len(keys):
+                block = free_blocks.pop(keys.pop(i))
+            else:  # a new segment (segment_bytes), its one block taken at once
+                if small:
+                    grown = small_buffer
+                elif size < min_large:
+                    grown = large_buffer
+                else:
+                    grown = -(-size // round_large) * round_large
+                if grown >= OFFSETS or len(segment_sizes) >= SEGMENTS:
+                    return None
+                block = _Block(len(segment_sizes), 0, grown)
+                segment_sizes.append(grown)
+                segment_live.append(0)
+                small_segment.append(small)
+                reserved += grown
+            remaining = block.size - size  # _split: the rest stays free when big enough
+            if remaining >= unit if small else remaining > small_max:
+                after = block.next
+                rest = _Block(block.segment, block.offset + size, remaining, block, after)
+                if after is not None:
+                    after.prev = rest
+                block.next = rest
+                block.size = size
+                place = (remaining * SEGMENTS + block.segment) * OFFSETS + rest.offset
+                insort(keys, place)
+                free_blocks[place] = rest
+            block.free = False
+            live[key] = (block, nbytes)
+            segment = block.segment
+            if not segment_live[segment]:  # _pin
+                pinned += segment_sizes[segment]
+            segment_live[segment] += 1
+            requested += nbytes
+            allocated += block.size
+            if reserved > peak_reserved:
+                peak_reserved = reserved
+            if requested > peak_requested:
+                peak_requested = requested
+            if allocated > peak_allocated:
+                peak_allocated = allocated
+            if pinned > peak_pinned:
+                peak_pinned = pinned
+            continue
+        found = live.pop(key, None)
+        if found is None:
+            continue
+        block, nbytes = found
+        requested -= nbytes
+        allocated -= block.size
+        segment = block.segment
+        segment_live[segment] -= 1
+        if not segment_live[segment]:
+            pinned -= segment_sizes[segment]
+        block.free = True
+        keys = pools[small_segment[segment]]
+        after, before = block.next, block.prev
+        if after is not None and after.free:  # merged with its free neighbours (_merge)
+            place = (after.size * SEGMENTS + segment) * OFFSETS + after.offset
+            del free_blocks[place]
+            del keys[bisect_left(keys, place)]
+            block.size += after.size
+            block.next = after.next
+            if after.next is not None:
+                after.next.prev = block
+        if before is not None and before.free:
+            place = (before.size * SEGMENTS + segment) * OFFSETS + before.offset
+            del free_blocks[place]
+            del keys[bisect_left(keys, place)]
+            before.size += block.size
+            before.next = block.next
+            if block.next is not None:
+                block.next.prev = before
+            block = before
+        place = (block.size * SEGMENTS + segment) * OFFSETS + block.offset
+        insort(keys, place)
+        free_blocks[place] = block
+    return ReplayPeak(peak_reserved, peak_requested, peak_allocated, peak_pinned)

@@ -26,7 +26,7 @@ from gpuwise.estimate.memory.quant_workspace import quant_workspace
 from gpuwise.workload import Architecture
 from gpuwise.workload.ops import Shape
 from gpuwise.workload.plans import InferencePlan
-from gpuwise.workload.prefill_heap import HeapTrace, layer_tensors, norm_tensors
+from gpuwise.workload.prefill_heap import PairTrace, layer_tensors, norm_tensors
 from gpuwise.workload.traced import HeapEvent
 from gpuwise.workload.training_heap import training_heap_events
 
@@ -49,16 +49,12 @@ def device_rows(hw: Hardware, slack: float, communicators: int = 0) -> dict[str,
             "overhead": float(rules.cuda_context_bytes)}  # fmt: skip
 
 
-def _events(h: HeapTrace) -> Events:
-    return [(e.key, e.nbytes) for e in h.events]
-
-
 def generate_events(arch: Architecture, batch: int, prompt: int, new_tokens: int, c: float,
                     attention: str, all_logits: bool) -> Events:  # fmt: skip
     """transformers' generate(): the prefill layer by layer (the cache keeps each layer's keys
     and values), the logits, then decode steps that concatenate one token onto every layer's
     cache (DynamicCache.update: torch.cat into a new tensor, the old one given back)."""
-    h = HeapTrace()
+    h = PairTrace()
     h.small = 0  # the GPU pool takes every tensor
     s = Shape(batch, prompt, prompt, c, c, c, attention)
     rows = batch * prompt
@@ -70,12 +66,12 @@ def generate_events(arch: Architecture, batch: int, prompt: int, new_tokens: int
     h.drop("x", "final")
     h.take("next", batch * arch.vocab_size * 4)  # the last position's logits in fp32
     h.drop("logits")
-    events = _events(h)
+    events = h.pairs
     _decode_events(events, h, arch.kv_dim * c * batch, prompt, new_tokens, arch.num_layers)
     return events
 
 
-def _decode_events(events: Events, h: HeapTrace, kv: float, prompt: int, new_tokens: int,
+def _decode_events(events: Events, h: PairTrace, kv: float, prompt: int, new_tokens: int,
                    layers: int) -> None:  # fmt: skip
     """The decode steps of `generate_events`, appended to `events`: each takes a cache one
     token longer under a new key and gives the old one back (HeapTrace's take, drop and
