@@ -270,8 +270,25 @@ def replay(events: Iterable[tuple[int, int]], expandable: bool = False) -> Repla
 
 
 OFFSETS = 1 << 64  # past any segment's size: a free block's place in its pool's list is
-# (size * SEGMENTS + segment) * OFFSETS + offset, ordered as (size, segment, offset)
+# size * SIZES + segment * OFFSETS + offset, ordered as (size, segment, offset)
 SEGMENTS = 1 << 32
+SIZES = SEGMENTS * OFFSETS
+
+
+class _Piece:
+    """A block of the one-loop replay (`_replay_segments`): its segment's record [live
+    blocks, bytes, pool (1 small, 0 large), segment * OFFSETS] in place of its number."""
+
+    __slots__ = ("record", "offset", "size", "free", "prev", "next")
+
+    def __init__(self, record: list[int], offset: int, size: int, prev: _Piece | None = None,
+                 next: _Piece | None = None) -> None:  # fmt: skip
+        self.record = record
+        self.offset = offset
+        self.size = size
+        self.free = True
+        self.prev = prev
+        self.next = next
 
 
 def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -> ReplayPeak | None:
@@ -282,11 +299,10 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
     small_buffer, large_buffer = rules.small_buffer_bytes, rules.large_buffer_bytes
     min_large, round_large = rules.min_large_alloc_bytes, rules.round_large_bytes
     pools: tuple[list[int], list[int]] = ([], [])  # each pool's free blocks' places, sorted
-    free_blocks: dict[int, _Block] = {}
-    segment_sizes: list[int] = []
-    segment_live: list[int] = []
-    small_segment: list[bool] = []
-    live: dict[int, tuple[_Block, int]] = {}
+    free_blocks: dict[int, _Piece] = {}
+    segments = 0
+    live: dict[int, _Piece] = {}
+    taken: dict[int, int] = {}  # the bytes each live tensor asked for
     reserved = pinned = requested = allocated = 0
     peak_reserved = peak_pinned = peak_requested = peak_allocated = 0
     bisect_left, insort = bisect.bisect_left, bisect.insort
@@ -297,9 +313,10 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
                 size = unit
             small = size <= small_max
             keys = pools[small]
-            i = bisect_left(keys, size * SEGMENTS * OFFSETS)  # best fit
+            i = bisect_left(keys, size * SIZES)  # best fit
             if i < len(keys):
                 block = free_blocks.pop(keys.pop(i))
+                record = block.record
             else:  # a new segment (segment_bytes), its one block taken at once
                 if small:
                     grown = small_buffer
@@ -307,56 +324,55 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
                     grown = large_buffer
                 else:
                     grown = -(-size // round_large) * round_large
-                if grown >= OFFSETS or len(segment_sizes) >= SEGMENTS:
+                if grown >= OFFSETS or segments >= SEGMENTS:
                     return None
-                block = _Block(len(segment_sizes), 0, grown)
-                segment_sizes.append(grown)
-                segment_live.append(0)
-                small_segment.append(small)
+                record = [0, grown, small, segments * OFFSETS]
+                segments += 1
+                block = _Piece(record, 0, grown)
                 reserved += grown
+                if reserved > peak_reserved:
+                    peak_reserved = reserved
             remaining = block.size - size  # _split: the rest stays free when big enough
             if remaining >= unit if small else remaining > small_max:
                 after = block.next
-                rest = _Block(block.segment, block.offset + size, remaining, block, after)
+                rest = _Piece(record, block.offset + size, remaining, block, after)
                 if after is not None:
                     after.prev = rest
                 block.next = rest
                 block.size = size
-                place = (remaining * SEGMENTS + block.segment) * OFFSETS + rest.offset
+                place = remaining * SIZES + record[3] + rest.offset
                 insort(keys, place)
                 free_blocks[place] = rest
             block.free = False
-            live[key] = (block, nbytes)
-            segment = block.segment
-            if not segment_live[segment]:  # _pin
-                pinned += segment_sizes[segment]
-            segment_live[segment] += 1
+            live[key] = block
+            taken[key] = nbytes
+            if not record[0]:  # _pin
+                pinned += record[1]
+                if pinned > peak_pinned:
+                    peak_pinned = pinned
+            record[0] += 1
             requested += nbytes
-            allocated += block.size
-            if reserved > peak_reserved:
-                peak_reserved = reserved
             if requested > peak_requested:
                 peak_requested = requested
+            allocated += block.size
             if allocated > peak_allocated:
                 peak_allocated = allocated
-            if pinned > peak_pinned:
-                peak_pinned = pinned
             continue
         found = live.pop(key, None)
         if found is None:
             continue
-        block, nbytes = found
-        requested -= nbytes
+        block = found
+        requested -= taken.pop(key)
         allocated -= block.size
-        segment = block.segment
-        segment_live[segment] -= 1
-        if not segment_live[segment]:
-            pinned -= segment_sizes[segment]
+        record = block.record
+        record[0] -= 1
+        if not record[0]:
+            pinned -= record[1]
         block.free = True
-        keys = pools[small_segment[segment]]
+        keys = pools[record[2]]
         after, before = block.next, block.prev
         if after is not None and after.free:  # merged with its free neighbours (_merge)
-            place = (after.size * SEGMENTS + segment) * OFFSETS + after.offset
+            place = after.size * SIZES + record[3] + after.offset
             del free_blocks[place]
             del keys[bisect_left(keys, place)]
             block.size += after.size
@@ -364,7 +380,7 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
             if after.next is not None:
                 after.next.prev = block
         if before is not None and before.free:
-            place = (before.size * SEGMENTS + segment) * OFFSETS + before.offset
+            place = before.size * SIZES + record[3] + before.offset
             del free_blocks[place]
             del keys[bisect_left(keys, place)]
             before.size += block.size
@@ -372,7 +388,7 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
             if block.next is not None:
                 block.next.prev = before
             block = before
-        place = (block.size * SEGMENTS + segment) * OFFSETS + block.offset
+        place = block.size * SIZES + record[3] + block.offset
         insort(keys, place)
         free_blocks[place] = block
     return ReplayPeak(peak_reserved, peak_requested, peak_allocated, peak_pinned)
