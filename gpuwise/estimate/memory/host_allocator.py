@@ -306,9 +306,32 @@ def _replay_glibc(heap: ResidentHeap, pairs: list[tuple[int, int]]) -> None:
                             peak_resident = resident
                         continue
                     end = (top + need + top_pad + page - 1) // page * page
+                # Off the top: no free chunk borders the top, so the leader is listed as
+                # it is and the trailer goes back into the top (GlibcHeap._release).
                 start = top
-                top += need
-                taken = need
+                lead = -(start + 2 * header) % tensor_align  # _leader
+                if 0 < lead < minsize:
+                    lead += tensor_align
+                rest = need - lead - nb
+                size = nb + (rest if rest <= minsize else 0)
+                upto = start + lead + size
+                top = upto if need - lead - size else start + need
+                if upto > touched:  # _touch
+                    faulted += (upto + page - 1) // page * page - (touched + page - 1) // page * page
+                    touched = upto
+                chunks[key] = (start + lead, size, False)
+                if lead:
+                    at_start[start] = lead
+                    at_end[upto - size] = start
+                    insort(fits, lead * SPAN + start)
+                sizes[key] = nbytes
+                live += nbytes
+                if live > peak_live:
+                    peak_live = live
+                resident = (touched + page - 1) // page * page + mapped
+                if resident > peak_resident:
+                    peak_resident = resident
+                continue
             lead = -(start + 2 * header) % tensor_align  # _leader
             if 0 < lead < minsize:
                 lead += tensor_align
