@@ -15,11 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwise.app.check import check
+from gpuwise.app.cost import candidate
 from gpuwise.app.deployment import Deployment, Workload, build_plan
 from gpuwise.app.infer import infer, offload_host
+from gpuwise.app.serve import Load, Slo, serve
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.cli.common import app
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.cost.serving_sim import SIZING_REQUESTS, runtime_for, size_serving_simulated
 from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS
 from gpuwise.estimate.serve.replica import (
     ReplicaOptions,
@@ -29,6 +32,8 @@ from gpuwise.estimate.serve.replica import (
 )
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import from_config
+from gpuwise.workload.deployments import ServeLoad
+from gpuwise.workload.requests import Lengths
 
 ROOT = Path(__file__).resolve().parents[1]
 # The deployment's options every command that takes a model and a deployment accepts
@@ -124,3 +129,38 @@ def test_serves_no_load_step_is_infers_decode_to_the_bit(d, w, name, device, wei
     _, tpot = no_load_latency(engine, plan.prompt_tokens, plan.new_tokens)
     if plan.new_tokens > 1:
         assert tpot == step + engine.token_host_s
+
+
+ADVISE_DEVICES = ("h100-sxm", "l4", "rtx-4090", "cpu-cloud-32vcpu")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(("qwen2.5-0.5b", "llama-3.1-8b")), st.sampled_from(ADVISE_DEVICES),
+       st.sampled_from(("bf16", "int4", "int8")), st.sampled_from((0.2, 2.0)),
+       st.sampled_from((None, 80.0)), st.sampled_from((None, 3000.0)),
+       st.sampled_from((None, "fp8")))  # fmt: skip
+def test_advises_option_is_what_serve_says_for_that_deployment(name, device, weights, rate, tpot,
+                                                               ttft, kv):  # fmt: skip
+    """An advise option's TTFT and time per token (p90) and tokens a second are serve's for the
+    same plan, devices and load: one engine, one plan builder."""
+    model = resolve_model(name)
+    arch = from_config(model.config)
+    hw = find_hardware(device)
+    load = ServeLoad(rate * 86400, 256, 64, tpot, ttft)
+    template = build_plan(model, Deployment(weights=weights, kv_dtype=kv), Workload(1, 256, 64)).plan
+    sizing = size_serving_simulated(arch, load, candidate(hw), weights, "auto", template)
+    if isinstance(sizing, str):
+        return  # refused, with the reason (not_considered)
+    tp, replicas = sizing.devices_per_replica, sizing.replicas
+    plan = replace(template, runtime=runtime_for(hw.kind, "auto"), tp=tp)
+    slo = Slo(None if ttft is None else ttft / 1e3, None if tpot is None else tpot / 1e3)
+    args = (model, arch, hw, plan, ReplicaOptions(tp=tp),
+            Load(Lengths(256, 64), rate=load.arrivals_per_s, requests=SIZING_REQUESTS))  # fmt: skip
+    if {"TTFT", "ms/tok"} & set(sizing.misses):  # one request alone misses it: serve says so
+        with pytest.raises(GpuwiseError, match="can never be met"):
+            serve(*args, slo, tp * replicas)
+        slo = Slo()
+    answer = serve(*args, slo, tp * replicas)
+    assert answer.result.tpot_s.p90 == sizing.tpot_s
+    assert answer.result.ttft_s.p90 == sizing.ttft_s
+    assert answer.result.output_tokens_per_s == pytest.approx(sizing.tokens_per_s * replicas, rel=1e-12)

@@ -41,6 +41,7 @@ DIFFERENT_DEFAULT = {
     ("serve", "--runtime"): "what serves under load",
     ("advise", "--runtime"): "auto (vllm on GPUs",
     ("cost", "--runtime"): "auto (vllm on GPUs",
+    ("advise", "--on"): "every priced device and this machine",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpuwise.app.deployment import Deployment, Workload, build_plan
 from gpuwise.app.lookup import hardware_named, model_named
 from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
 from gpuwise.catalog.hardware import Hardware, load_hardware
@@ -27,7 +28,7 @@ from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.units import format_count, parse_fraction
 from gpuwise.workload.deployments import ServeLoad, TrainLoad, check_load_options
 from gpuwise.workload.limits import check_number
-from gpuwise.workload.plans import TrainingPlan
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 ASSUMPTION_FLAGS = {
     "electricity": "electricity_usd_per_kwh", "pue": "pue",
@@ -140,12 +141,13 @@ def check_options(kw: dict[str, Any]) -> None:
 
 def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
     """The inference or training load the flags describe (exactly one of them)."""
-    serve = [k for k in ("requests_per_day", "tokens_per_day") if kw[k] is not None]
+    serve = [k for k in ("requests_per_day", "tokens_per_day", "request_rate") if kw.get(k) is not None]
     train = [k for k in ("train_tokens", "hours_per_month") if kw[k] is not None]
     if (serve and train) or len(serve) > 1 or len(train) > 1:
-        given = ", ".join("--" + k.replace("_", "-") for k in serve + train)
+        given = ", ".join("--" + k.replace("_", "-").replace("request-rate", "rate")
+                          for k in serve + train)  # fmt: skip
         raise GpuwiseError(f"give one workload, not {given}",
-                           "inference: --requests-per-day or --tokens-per-day; training: "
+                           "inference: --requests-per-day, --tokens-per-day or --rate; training: "
                            "--train-tokens or --hours-per-month")  # fmt: skip
     if not serve and not train:
         raise GpuwiseError("no workload given", "inference: --requests-per-day N (or "
@@ -160,7 +162,11 @@ def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
     if kw["tokens_per_day"] is not None:
         return ServeLoad.from_tokens_per_day(kw["tokens_per_day"], kw["prompt"], kw["output"],
                                              **common)  # fmt: skip
-    return ServeLoad(kw["requests_per_day"], kw["prompt"], kw["output"], **common)
+    per_day = kw["requests_per_day"]
+    if kw.get("request_rate") is not None:  # requests a second while the service runs
+        check_number(kw["request_rate"], "--rate", 1e9)
+        per_day = kw["request_rate"] * 3600 * kw["hours_per_day"]
+    return ServeLoad(per_day, kw["prompt"], kw["output"], **common)
 
 
 def measured_utilisation(text: str) -> float:
@@ -220,20 +226,43 @@ def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
     a, load = assumptions(kw), workload(kw)
     check_options(kw)
     api = api_prices(kw["api_price_per_mtok"])
-    local = hardware_named("local") if kw["local"] else None
-    cands = candidates(local, kw["local_price"], kw["local_power_w"])
+    cands = _considered(kw)
     skipped: list[tuple[str, str]] = []
     limit = kw["max_kw"]
     if isinstance(load, TrainLoad):
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
         options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
-                                  limit, skipped)  # fmt: skip
+                                  limit, skipped, deployment(model, kw))  # fmt: skip
     if not options:
         raise GpuwiseError(f"{model.name} fits on no priced hardware for this workload",
                            "try --weights int4, a shorter --prompt/--seq, or LoRA")  # fmt: skip
     result = advise(options, a, load.measured_util, _target(load), skipped)
     return AdviceAnswer(_header(model, load, kw), result, a, isinstance(load, TrainLoad))
+
+
+def _considered(kw: dict[str, Any]) -> list[Candidate]:
+    """The devices `--on` names (each with its rates), else every priced one and this machine."""
+    if not kw.get("on"):
+        local = hardware_named("local") if kw["local"] else None
+        return candidates(local, kw["local_price"], kw["local_power_w"])
+    out = []
+    for name in (n.strip() for n in kw["on"].split(",") if n.strip()):
+        local = name.lower() == "local"
+        out.append(candidate(hardware_named(name), kw["local_price"] if local else None, None,
+                             kw["local_power_w"] if local else None))  # fmt: skip
+    return out
+
+
+def deployment(model: ResolvedModel, kw: dict[str, Any]) -> InferencePlan:
+    """The settings each option is run with, from the deployment options check, infer and
+    serve take (app/deployment.py): the same builder, the runtime and weights set per option."""
+    d = Deployment(kv_dtype=kw.get("kv_dtype"), ctx=kw.get("ctx"),
+                   attention=kw.get("attention") or "sdpa",
+                   gpu_memory_utilization=kw.get("gpu_memory_utilization"),
+                   threads=kw.get("threads"), quant_kernel=kw.get("quant_kernel") or "",
+                   gpu_layers=kw.get("gpu_layers"), weights=kw["weights"])  # fmt: skip
+    return build_plan(model, d, Workload(1, kw["prompt"], kw["output"])).plan
 
 
 def _mode(kw: dict[str, Any]) -> str | None:
@@ -259,7 +288,8 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
     if isinstance(load, TrainLoad):
         sizing = size_training(arch, training_plan(kw), load, cand)
     else:
-        sizing = size_serving_simulated(arch, load, cand, kw["weights"], kw["runtime"])
+        sizing = size_serving_simulated(arch, load, cand, kw["weights"], kw["runtime"],
+                                        deployment(model, kw))  # fmt: skip
     if isinstance(sizing, str):
         raise GpuwiseError(f"no {model.name} option on {hw.name}: {sizing}",
                            f"see `gpuwise check {kw['model']} --on {kw['on']}`")  # fmt: skip

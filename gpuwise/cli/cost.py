@@ -39,8 +39,8 @@ WORKLOAD = [
     _opt("tokens_per_day", float | None, None, "inference: prompt + generated tokens a day"),
     _opt("prompt", int, PROMPT_TOKENS, "inference: prompt tokens per request"),
     _opt("output", int, NEW_TOKENS, "inference: tokens generated per request", "--new-tokens"),
-    _opt("latency_ms", float | None, None, "inference: target time per generated token, ms "
-         "(default: no target)"),
+    _opt("latency_ms", float | None, None, "inference: target time per output token, ms "
+         "(default: no target)", "--tpot-ms", "--latency-ms"),
     _opt("ttft_ms", float | None, None, "inference: target time to first token, ms (default: "
          "no target)"),
     _opt("utilisation", str, "60%", "inference: the share of its highest rate within the "
@@ -74,6 +74,21 @@ WORKLOAD = [
         "hosted API price, USD per million tokens: 'INPUT,OUTPUT' or one price for both "
         "(default: none, no API option)",
     ),
+]
+# The deployment options of check, infer and serve (docs/architecture.md, "One plan"): each
+# option of advise and cost is run with them; the runtime's and the weights' are in WORKLOAD.
+DEPLOYMENT = [
+    _opt("kv_dtype", str | None, None, "inference: KV cache dtype, e.g. fp16, fp8 (default: the "
+         "compute dtype; llama.cpp: f16)", "--kv-dtype"),
+    _opt("ctx", int | None, None, "inference: context allocated up front (llama.cpp n_ctx, "
+         "vLLM max_model_len; default: the runtime's)"),
+    _opt("attention", str, "sdpa", "inference: attention implementation: sdpa, flash or eager"),
+    _opt("gpu_memory_utilization", float | None, None, "inference: vLLM's pre-allocated share "
+         "of each device (default 0.9)"),
+    _opt("threads", int | None, None, "inference: llama.cpp's CPU threads (default: one a core)"),
+    _opt("quant_kernel", str, "", "inference: the weight-only kernel (default: the runtime's "
+         "own)"),
+    _opt("gpu_layers", int | None, None, "inference: llama.cpp's -ngl (default: all on the GPU)"),
 ]
 ASSUMPTIONS = [
     _opt("electricity", float | None, None, "electricity price, USD per kWh"),
@@ -150,7 +165,11 @@ def cost(**kw: Any) -> None:
 
 
 advise.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [MODEL, *WORKLOAD, *ASSUMPTIONS,
+    [MODEL, _opt("on", str | None, None, "devices to consider, a comma list of catalogue ids "
+                 "or aliases and 'local' (default: every priced device and this machine)"),
+     _opt("request_rate", float | None, None, "inference: requests a second while the service "
+          "runs, instead of --requests-per-day (as serve's --rate)", "--rate"),
+     *WORKLOAD, *DEPLOYMENT, *ASSUMPTIONS,
      _opt("show_all", bool, False, "show every option, not the first 15", "--all"),
      _opt("local", bool, True, "include this machine", "--local/--no-local"), SHOW_ASSUMPTIONS,
      AS_JSON, HTML])  # fmt: skip
@@ -165,6 +184,6 @@ cost.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
           "catalogue's list price)"),
      _opt("rate", float | None, None, "on-demand rental per device, USD/h (default: the "
           "catalogue's cloud price)"),
-     *WORKLOAD, *ASSUMPTIONS, SHOW_ASSUMPTIONS, AS_JSON, HTML])  # fmt: skip
+     *WORKLOAD, *DEPLOYMENT, *ASSUMPTIONS, SHOW_ASSUMPTIONS, AS_JSON, HTML])  # fmt: skip
 app.command(cls=CostCommand)(advise)
 app.command(cls=CostCommand)(cost)

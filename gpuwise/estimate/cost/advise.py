@@ -19,7 +19,7 @@ from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_training
 from gpuwise.units import HOURS_PER_MONTH
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
-from gpuwise.workload.plans import TrainingPlan
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 CPU_WEIGHTS = ("fp32", "int8", "int4")
 
@@ -96,15 +96,15 @@ Skipped = list[tuple[str, str]]
 def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candidate],
                     a: CostAssumptions, weights: str = "bf16", runtime: str = "auto",
                     api_usd_per_mtok: tuple[float, float] | None = None,
-                    max_wall_kw: float | None = None,
-                    skipped: Skipped | None = None) -> list[Option]:  # fmt: skip
+                    max_wall_kw: float | None = None, skipped: Skipped | None = None,
+                    deployment: InferencePlan | None = None) -> list[Option]:  # fmt: skip
     """Every candidate that fits, at `weights` (CPUs: fp32, int8 and int4), priced; the
     others go to `skipped` with the reason."""
     options: list[Option] = []
     for cand in candidates:
         formats = CPU_WEIGHTS if cand.hw.kind == "cpu" else (weights,)
         for fmt in formats:
-            sizing = size_serving_simulated(arch, load, cand, fmt, runtime)
+            sizing = size_serving_simulated(arch, load, cand, fmt, runtime, deployment)
             if isinstance(sizing, str) and skipped is not None:
                 skipped.append((f"{cand.name} {fmt}", sizing))
             elif not isinstance(sizing, str):

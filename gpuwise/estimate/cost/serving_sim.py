@@ -5,6 +5,7 @@ the latency targets, with the headroom asked for, under the runtime each device 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.errors import GpuwiseError
@@ -31,24 +32,27 @@ def runtime_for(kind: str, asked: str) -> str:
 
 
 def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
-                           runtime: str = "auto") -> Sizing | str:  # fmt: skip
+                           runtime: str = "auto",
+                           deployment: InferencePlan | None = None) -> Sizing | str:  # fmt: skip
     """Replicas of `tp` devices at the highest rate a replica meets the targets at (for 90%
     of requests; without targets, short of saturation), times the busy share asked for. A
-    string says why there is no sizing."""
+    string says why there is no sizing. `deployment`: the plan's other settings (KV dtype,
+    context, attention, threads...), as check, infer and serve take them."""
     hw, rt = cand.hw, runtime_for(cand.hw.kind, runtime)
     if cand.rates is None:
         return f"speed not known: {cand.rates_how}"
     if hw.kind not in runtime_speed(rt).devices:
         return f"{rt} does not run on a {hw.kind}"
-    plan = InferencePlan(prompt_tokens=load.prompt_tokens, new_tokens=load.output_tokens,
-                         weights=weights, runtime=rt)  # fmt: skip
-    tp = devices_for_inference(arch, plan, hw)
-    most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
-    if tp is None or tp > most:
-        return f"{weights} weights do not fit on {most} device(s) under {rt}"
-    try:
-        engine = build_engine(arch, plan, hw, cand.rates, ReplicaOptions(tp=tp))
-        return _sized(arch, load, cand, weights, rt, tp, engine)
+    try:  # a setting this runtime or device cannot take rules the option out, said why
+        plan = replace(deployment or InferencePlan(), prompt_tokens=load.prompt_tokens,
+                       new_tokens=load.output_tokens, weights=weights, runtime=rt,
+                       stored_weights=None, batch=1, tp=1)  # fmt: skip
+        tp = devices_for_inference(arch, plan, hw)
+        most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
+        if tp is None or tp > most:
+            return f"{weights} weights do not fit on {most} device(s) under {rt}"
+        engine = build_engine(arch, replace(plan, tp=tp), hw, cand.rates, ReplicaOptions(tp=tp))
+        return _sized(arch, load, cand, replace(plan, tp=tp), engine)
     except GpuwiseError as exc:
         return str(exc)
 
@@ -66,8 +70,9 @@ def _knee(engine: Engine, key: tuple[object, ...], lengths: Lengths, slo: Slo) -
     return _KNEES[key]
 
 
-def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str, rt: str, tp: int,
+def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: InferencePlan,
            engine: Engine) -> Sizing:  # fmt: skip
+    weights, rt, tp = plan.weights, plan.runtime, plan.tp
     lengths = Lengths(load.prompt_tokens, load.output_tokens)
     slo = Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
               None if load.tpot_ms is None else load.tpot_ms / 1e3)  # fmt: skip
@@ -76,7 +81,7 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str, r
     assert rates is not None
     # What the knee depends on, by value (an object's id may be reused once it is freed).
     key = (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
-           tuple(sorted(rates.peak_flops.items())), weights, rt, tp, lengths, slo)  # fmt: skip
+           tuple(sorted(rates.peak_flops.items())), plan, lengths, slo)  # fmt: skip
     knee = _knee(engine, key, lengths, slo)
     per_replica = (knee.max_rate_meeting_slo or knee.rate_ceiling / 5) * load.max_utilisation
     replicas = max(1, math.ceil(load.arrivals_per_s / per_replica))
