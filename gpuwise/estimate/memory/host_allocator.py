@@ -365,16 +365,34 @@ def _replay_glibc(heap: ResidentHeap, pairs: list[tuple[int, int]]) -> None:
             if threshold < size <= most:
                 threshold, trim = size, 2 * size
             continue
-        begin = release(start, size)
-        if released >= consolidates and end - top >= trim:  # systrim
+        after = at_start.pop(start + size, None)  # GlibcHeap._release, inlined
+        if after is not None:
+            del at_end[start + size + after]
+            del fits[bisect_left(fits, after * SPAN + start + size)]
+            size += after
+        before = at_end.pop(start, None)
+        if before is not None:
+            del at_start[before]
+            del fits[bisect_left(fits, (start - before) * SPAN + before)]
+            size += start - before
+            start = before
+        if start + size >= top:
+            top = start
+            if size >= consolidates and end - top >= trim:  # systrim
+                end = (top + top_pad + page - 1) // page * page
+                touched = min(touched, end)
+            continue
+        if size >= consolidates and end - top >= trim:
             end = (top + top_pad + page - 1) // page * page
             touched = min(touched, end)
-        # ResidentHeap._carve: the free chunk now holding `start` is the coalesced one
-        if not carve or begin < 0 or released <= carve:
+        # ResidentHeap._carve: the free chunk now holding the tensor's start is the
+        # coalesced one, listed with its first `carve` bytes taken
+        if not carve or size <= carve:
+            at_start[start] = size
+            at_end[start + size] = start
+            insort(fits, size * SPAN + start)
             continue
-        size = released
-        del at_start[begin]
-        del fits[bisect_left(fits, size * SPAN + begin)]
+        begin = start
         at_start[begin + carve] = size - carve
         at_end[begin + size] = begin + carve
         insort(fits, (size - carve) * SPAN + begin + carve)
