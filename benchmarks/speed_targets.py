@@ -11,7 +11,8 @@ runs on a shared machine do not overlap.
   process: target under 0.3 ms.
 
 Before/after on one machine: run it once with PYTHONPATH pointing at the older tree (the
-subprocesses inherit it), once without.
+subprocesses inherit it), once without. The subprocesses run with `-P`, so that the directory
+they start in (the repository's root) does not come before PYTHONPATH.
 
 Run:  .venv/bin/python benchmarks/speed_targets.py [--quick]
 """
@@ -58,7 +59,7 @@ def best_wall(argv: list[str], runs: int = RUNS) -> float:
 
 
 def gpuwise(*args: str) -> list[str]:
-    return [sys.executable, "-c", CLI, *args]
+    return [sys.executable, "-P", "-c", CLI, *args]
 
 
 def best_call(fn: Callable[[], object], calls: int = 2000) -> float:
@@ -103,7 +104,7 @@ def main() -> None:
     quick = "--quick" in sys.argv
     runs = 1 if quick else RUNS
     print(f"best of {runs}, python {sys.executable}, PYTHONPATH={os.environ.get('PYTHONPATH', '')}")
-    imports = best_wall([sys.executable, "-c", IMPORTS], runs)
+    imports = best_wall([sys.executable, "-P", "-c", IMPORTS], runs)
     row("import only (subtracted below)", imports, float("inf"))
     for model, device in CHECKS[:1] if quick else CHECKS:
         wall = best_wall(gpuwise("check", model, "--on", device), runs)
