@@ -75,7 +75,7 @@ workloads = st.builds(Workload, batch=st.sampled_from((1, 4)),
                       new_tokens=st.sampled_from((16, 256)))  # fmt: skip
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(deployments, workloads, st.sampled_from(MODELS), st.sampled_from(DEVICES),
        st.sampled_from(CHECK_PRECISIONS))  # fmt: skip
 def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, weights):
@@ -134,7 +134,7 @@ def test_serves_no_load_step_is_infers_decode_to_the_bit(d, w, name, device, wei
 ADVISE_DEVICES = ("h100-sxm", "l4", "rtx-4090", "cpu-cloud-32vcpu")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(("qwen2.5-0.5b", "llama-3.1-8b")), st.sampled_from(ADVISE_DEVICES),
        st.sampled_from(("bf16", "int4", "int8")), st.sampled_from((0.2, 2.0)),
        st.sampled_from((None, 80.0)), st.sampled_from((None, 3000.0)),
