@@ -67,10 +67,6 @@ def _format_named(name: str) -> WeightFormat | None:
                  if key in (f.id, normalise_name(f.id)) or key in f.aliases), None)  # fmt: skip
 
 
-def all_formats() -> list[WeightFormat]:
-    return list(_formats().values())
-
-
 def dtype_bytes(name: str) -> float:
     """Bytes per element of a plain (or quantised, without scales) dtype."""
     return weight_format(name).bytes_per_element

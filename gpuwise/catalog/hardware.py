@@ -46,10 +46,6 @@ class Hardware:
     def memory_gib(self) -> float:
         return self.memory_bytes / GIB
 
-    @property
-    def is_accelerator(self) -> bool:
-        return self.kind != "cpu"
-
 
 def _from_record(rec: dict) -> Hardware:
     rec = dict(rec)

@@ -94,10 +94,6 @@ def compiled_layer_profile(model_type: str, mode: str, attention: str,
     return prof
 
 
-def profile_runtime() -> str:
-    return str(_profiles().get("runtime", ""))
-
-
 @cache
 def _op_counts() -> dict[str, Any]:
     path = resources.files("gpuwise.catalog").joinpath("data/op_counts.json")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from gpuwise.catalog.sourced import data_file, sourced_section
+from gpuwise.catalog.sourced import sourced_section
 
 FILE = "stacks.toml"
 
@@ -18,8 +18,3 @@ def stack_value(section: str, key: str) -> Any:
     source)."""
     values, _ = sourced_section(FILE, section)
     return values[key]
-
-
-def stack_sources() -> dict[str, dict[str, str]]:
-    """Every section's sources, for the docs and tests."""
-    return {name: sourced_section(FILE, name)[1] for name in data_file(FILE)}

@@ -69,10 +69,6 @@ class Checkpoint:
         """Exact stored bytes of every tensor in the checkpoint."""
         return sum(t.stored_bytes for t in self.tensors)
 
-    @property
-    def total_elements(self) -> int:
-        """Stored elements (packed ones counted as stored, not as logical weights)."""
-        return sum(t.elements for t in self.tensors)
 
     def bytes_by_dtype(self) -> dict[str, int]:
         out: Counter[str] = Counter()

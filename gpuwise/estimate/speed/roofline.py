@@ -251,17 +251,6 @@ def with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> Phas
                     nbytes / fresh_bytes_per_s)  # fmt: skip
 
 
-def with_logits_step(phase: PhaseTime, arch: Architecture, batch: int,
-                     rates: DeviceRates) -> PhaseTime:  # fmt: skip
-    """A decode step plus generate()'s own work on its logits (fp32 copy, logits
-    processors, argmax), at the runtime probe's cost per vocabulary entry per sequence."""
-    seconds = rates.runtime_vocab_s * arch.vocab_size * batch
-    if not seconds:
-        return phase
-    logits = float(arch.vocab_size * batch * 4)  # what it works on: the fp32 logits
-    return with_row(phase, Op("logits step", "runtime", 0.0, logits), seconds)
-
-
 def with_row(phase: PhaseTime, op: Op, seconds: float) -> PhaseTime:
     """The phase with one more row of its own in the op table, taking `seconds`."""
     return replace(phase, seconds=phase.seconds + seconds, ops_s=phase.ops_s + seconds,

@@ -16,7 +16,7 @@ from gpuwise.app.train import BatchPoint, TrainAnswer
 from gpuwise.report.estimate_views import check_view, infer_view, train_view
 from gpuwise.report.html.memory import Bar, bar_of, memory_figure, precision_bars
 from gpuwise.report.html.output import Page
-from gpuwise.report.html.page import Figure, Section
+from gpuwise.report.html.page import Section
 from gpuwise.report.html.probe_roofs import bandwidth_figure, matmul_figure, probe_roofline
 from gpuwise.report.html.roofline import roofline_figure
 from gpuwise.report.html.speed import batch_figure, decode_precision_figure
@@ -199,7 +199,3 @@ def _first(notes: Sequence[str], count: int) -> tuple[str, ...]:
     if len(notes) <= count:
         return tuple(notes)
     return (*notes[:count], f"and {len(notes) - count} more (in the page's JSON)")
-
-
-def figures_of(page: Page) -> list[Figure]:
-    return [f for s in page.sections for f in s.figures]

@@ -27,10 +27,6 @@ class Page:
     def render(self) -> bytes:
         return render_page(self.title, self.sections, self.data, self.subtitle)
 
-    @property
-    def figure_count(self) -> int:
-        return sum(len(s.figures) for s in self.sections)
-
 
 def check_output(path: str | os.PathLike[str]) -> Path:
     """`path` when a report may be written there (checked before the work, not after)."""

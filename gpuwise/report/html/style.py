@@ -80,14 +80,6 @@ def log_ticks(values: Iterable[float | None], unit: str | None = None) -> dict[s
     return {"tickmode": "array", "tickvals": ticks, "ticktext": text}
 
 
-def log_range(values: Iterable[float], pad: float = 0.3) -> list[float]:
-    """A log axis range (in decades) around positive values, padded."""
-    got = [v for v in values if v and v > 0 and math.isfinite(v)]
-    if not got:
-        return [0, 1]
-    return [math.log10(min(got)) - pad, math.log10(max(got)) + pad]
-
-
 def finite(values: Sequence[float | None]) -> list[float | None]:
     """JSON has no NaN or infinity: those become gaps (None)."""
     return [v if v is not None and math.isfinite(v) else None for v in values]
