@@ -13,7 +13,7 @@ from typing import Any
 MAX_BATCH = 1024
 # What torch, cuBLAS and the CUDA runtime say when device memory runs out.
 OUT_OF_MEMORY = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED|"
-                           r"CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation", re.I)  # fmt: skip
+                           r"CUDNN_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation", re.I)
 
 
 def is_out_of_memory(message: str) -> bool:
@@ -22,7 +22,7 @@ def is_out_of_memory(message: str) -> bool:
 
 def largest_batch(try_batch: Callable[[int], dict], start: int, budget_s: float, *,
                   cap: int = MAX_BATCH, clock: Callable[[], float] = time.monotonic,
-                  on_try: Callable[[dict], None] | None = None) -> dict:  # fmt: skip
+                  on_try: Callable[[dict], None] | None = None) -> dict:
     """The largest batch in [1, cap] that `try_batch` runs ({"outcome": "ok"}, or "oom", or
     "error" which stops the search), assuming a batch that runs has every smaller one run.
 
@@ -33,7 +33,7 @@ def largest_batch(try_batch: Callable[[int], dict], start: int, budget_s: float,
     why the search ended ("exact", "cap", "budget", "error", "not monotone")."""
     deadline = clock() + budget_s
     state: dict[str, Any] = {"start": start, "largest_ok": 0, "smallest_failed": None,
-                             "tries": [], "stopped": ""}  # fmt: skip
+                             "tries": [], "stopped": ""}
     batch: int | None = min(max(start, 1), cap)
     step = 1
     while batch is not None:

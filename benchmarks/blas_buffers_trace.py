@@ -46,13 +46,13 @@ y = torch.bmm(x, w) if batched else torch.mm(x, w)
 libc.free(ctypes.c_void_p(libc.malloc({END})))
 """
 SHAPES = ["512x768x2304", "64x768x2304", "512x576x576", "2048x768x768", "512x768x50257",
-          "512x64x512b"]  # fmt: skip
+          "512x64x512b"]
 
 
 def _env(lib: Path, threads: int, out: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env.update(OMP_NUM_THREADS=str(threads), MKL_DYNAMIC="FALSE", LD_PRELOAD=str(lib),
-               MTRACE_OUT=str(out), MTRACE_MIN=str(mt.TRACKED))  # fmt: skip
+               MTRACE_OUT=str(out), MTRACE_MIN=str(mt.TRACKED))
     return env
 
 
@@ -94,7 +94,7 @@ def step(lib: Path, folder: Path, case: int, threads: int) -> None:
     arch = from_config(resolve_model(name).config)
     est = blas_buffer_bytes(arch, [s], threads, training=True)
     print(f"{name} {mt.describe(plan)} on {threads} threads: traced {traced / 2**20:.2f} MiB, "
-          f"rule {est / 2**20:.2f} MiB ({100 * (est / traced - 1):+.1f}%)")  # fmt: skip
+          f"rule {est / 2**20:.2f} MiB ({100 * (est / traced - 1):+.1f}%)")
 
 
 def main() -> None:
@@ -117,7 +117,7 @@ def main() -> None:
         each = buffer_bytes(rule, m, n, k, 1 if spec.endswith("b") else args.threads)
         print(f"{spec:>14s} on {args.threads}: {len(blocks)} kept, largest "
               f"{max(blocks, default=0):>9,d} B, all {sum(blocks):>11,d} B | rule {each:>9,d} B "
-              f"each, all {est:>11,d} B")  # fmt: skip
+              f"each, all {est:>11,d} B")
 
 
 if __name__ == "__main__":

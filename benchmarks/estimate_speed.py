@@ -60,7 +60,7 @@ def cold_check() -> float:
     for _ in range(5):
         start = time.perf_counter()
         subprocess.run([str(exe), "check", "llama-3.1-8b", "--on", "h100"], check=True,
-                       capture_output=True)  # fmt: skip
+                       capture_output=True)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -88,7 +88,7 @@ def main() -> None:
     )
     for rt, time_s in times.items():
         print(f"one time estimate ({rt:12s}) {time_s * 1e3:7.3f} ms   target  2 ms   "
-              f"({2e-3 / time_s:6.0f}x under)")  # fmt: skip
+              f"({2e-3 / time_s:6.0f}x under)")
     print(
         f"sweep of {n} plans (memory+time) {sweep_s:6.3f} s    target  1 s    "
         f"({1 / sweep_s:6.1f}x under)"

@@ -64,14 +64,14 @@ CASES: list[tuple[str, Plan]] = [
     ("llama-3.1-8b", InferencePlan(batch=16, prompt_tokens=4096, new_tokens=16, weights=BF16)),
     ("llama-3.2-1b", TrainingPlan(batch=8, seq=1024, dtype=MIXED, optimizer=ADAMW)),
     ("llama-3.2-1b", TrainingPlan(batch=8, seq=1024, dtype=MIXED, optimizer=ADAMW,
-                                  checkpointing=True)),  # fmt: skip
+                                  checkpointing=True)),
     ("llama-3.2-3b", TrainingPlan(batch=4, seq=2048, dtype=MIXED, optimizer=ADAMW,
-                                  checkpointing=True)),  # fmt: skip
+                                  checkpointing=True)),
     ("llama-3.1-8b", TrainingPlan(batch=4, seq=1024, dtype=BF16, optimizer=ADAMW,
-                                  finetune="lora", lora_rank=16)),  # fmt: skip
+                                  finetune="lora", lora_rank=16)),
     # QLoRA saves random weights and loads them quantized (model_build): 1B keeps that short.
     ("llama-3.2-1b", TrainingPlan(batch=4, seq=1024, dtype=BF16, optimizer=ADAMW,
-                                  finetune="qlora", lora_rank=16)),  # fmt: skip
+                                  finetune="qlora", lora_rank=16)),
 ]
 # The largest batch (the plans' own batch is not used). Long sequences keep it small (the
 # estimator says 43, 9 and 9 on an H100; about twice that on an H200), so few tries settle it.
@@ -79,7 +79,7 @@ SEARCHES: list[tuple[str, Plan]] = [
     ("llama-3.2-3b", InferencePlan(batch=1, prompt_tokens=8192, new_tokens=16, weights=BF16)),
     ("llama-3.2-1b", TrainingPlan(batch=1, seq=2048, dtype=MIXED, optimizer=ADAMW)),
     ("llama-3.2-1b", TrainingPlan(batch=1, seq=2048, dtype=BF16, optimizer=ADAMW,
-                                  finetune="lora", lora_rank=16)),  # fmt: skip
+                                  finetune="lora", lora_rank=16)),
 ]
 BUDGET_S = 360  # the whole measure step; the searches share what the cases leave
 SEARCH_BUDGET_S = 60  # one search at most
@@ -87,7 +87,7 @@ MIN_SEARCH_S = 20  # a search is not started with less than this left
 CASE_TIMEOUT_S = 180
 TRY_TIMEOUT_S = 150
 TRY_KEEP = ("max_memory_reserved_bytes", "max_memory_allocated_bytes", "smi_used_bytes",
-            "cuda_total_bytes")  # fmt: skip
+            "cuda_total_bytes")
 
 
 # ---------------------------------------------------------------- measure (on the GPU)
@@ -121,7 +121,7 @@ def _try_batch(name: str, plan: Plan, batch: int) -> dict:
     record = _attempt(name, replace(plan, batch=batch), True, TRY_TIMEOUT_S)
     if "result" in record:
         return {"outcome": "ok", "seconds": record["seconds"],
-                **{k: record["result"].get(k) for k in TRY_KEEP}}  # fmt: skip
+                **{k: record["result"].get(k) for k in TRY_KEEP}}
     outcome = "oom" if is_out_of_memory(record["error"]) else "error"
     return {"outcome": outcome, "seconds": record["seconds"], "error": record["error"][:400]}
 
@@ -154,7 +154,7 @@ def measure(out: Path, quick: bool, budget_s: float) -> None:
         print(f"[{i + 1}/{len(cases)}] {case_id(name, plan)}", flush=True)
         late = time.monotonic() > deadline
         row = _row(name, plan) | ({"skipped": f"past the {budget_s:g} s budget"} if late
-                                  else _measure_case(name, plan, problem))  # fmt: skip
+                                  else _measure_case(name, plan, problem))
         record["cases"].append(row)
         save()
         print(f"  {_brief(row)}", flush=True)
@@ -189,7 +189,7 @@ def _search(row: dict, hw: Hardware | None, budget_s: float, save: Callable[[], 
     state = largest_batch(_printed_try(name, plan), start, budget_s, on_try=keep)
     row.update(state)
     print(f"  largest {state['largest_ok']}, smallest failed {state['smallest_failed']} "
-          f"({state['stopped']}, {len(state['tries'])} tries)", flush=True)  # fmt: skip
+          f"({state['stopped']}, {len(state['tries'])} tries)", flush=True)
 
 
 def _printed_try(name: str, plan: Plan) -> Callable[[int], dict]:
@@ -207,7 +207,7 @@ def _brief(row: dict) -> str:
         r = row["result"]
         return (f"reserved {r['max_memory_reserved_bytes'] / 2**30:.2f} GiB, allocated "
                 f"{r['max_memory_allocated_bytes'] / 2**30:.2f} GiB, nvidia-smi "
-                f"{(r['smi_used_bytes'] or 0) / 2**30:.2f} GiB ({row['seconds']:.0f} s)")  # fmt: skip
+                f"{(r['smi_used_bytes'] or 0) / 2**30:.2f} GiB ({row['seconds']:.0f} s)")
     return _first_line(str(row.get("skipped") or row.get("error")))
 
 
@@ -252,7 +252,7 @@ def case_row(case: dict, hw: Hardware) -> dict[str, Any]:
             "measured_smi_bytes": smi, "smi_how": r.get("smi_how"),
             "smi_error": _ratio(est.total_bytes, smi),
             "estimated_context_bytes": est.breakdown.get("overhead", 0),
-            "measured_context_bytes": smi - r["memory_reserved_at_end_bytes"] if smi else None}  # fmt: skip
+            "measured_context_bytes": smi - r["memory_reserved_at_end_bytes"] if smi else None}
 
 
 def search_row(search: dict, hw: Hardware, cuda_total: int | None) -> dict[str, Any]:
@@ -272,7 +272,7 @@ def search_row(search: dict, hw: Hardware, cuda_total: int | None) -> dict[str, 
             "error": _ratio(estimated, ok) if exact else None,
             "estimate_in_bracket": ok <= estimated and (failed is None or estimated < failed),
             "verdict_at_largest": at_ok, "verdict_above": at_above, "above_batch": above,
-            "verdicts_ok": at_ok in ("yes", "tight") and at_above in ("no", "tight")}  # fmt: skip
+            "verdicts_ok": at_ok in ("yes", "tight") and at_above in ("no", "tight")}
 
 
 def _cuda_total(measured: dict) -> int | None:
@@ -305,7 +305,7 @@ def compare(measured_path: Path, device: str | None = None, out: Path | None = N
     cuda_total = _cuda_total(measured)
     searches = [search_row(s, hw, cuda_total) for s in measured["searches"] if _searched(s)]
     summary = {stat: error_summary([r[f"{stat}_error"] for r in cases if r[f"{stat}_error"] is not None])
-               for stat in ("reserved", "allocated", "smi")}  # fmt: skip
+               for stat in ("reserved", "allocated", "smi")}
     summary["largest_batch"] = error_summary([r["error"] for r in searches if r["error"] is not None])
     summary["verdicts_ok"] = f"{sum(r['verdicts_ok'] for r in searches)} of {len(searches)}"
     record = {"environment": measured["environment"], "device": hw.id, "summary": summary,
@@ -337,7 +337,7 @@ def _print(record: dict) -> None:
     for r in record["cases"]:
         print(f"{r['case']:56s}{_cell(r['estimated_model_bytes'], r['measured_model_bytes'], r['reserved_error'])}"
               f"{_cell(r['estimated_allocated_bytes'], r['measured_allocated_bytes'], r['allocated_error'])}"
-              f"{_cell(r['estimated_total_bytes'], r['measured_smi_bytes'], r['smi_error'])}")  # fmt: skip
+              f"{_cell(r['estimated_total_bytes'], r['measured_smi_bytes'], r['smi_error'])}")
     for r in record["not_run"]:
         print(f"{r['case']:56s} not run: {str(r['why'])[:120]}")
     for r in record["searches"]:
@@ -346,11 +346,11 @@ def _print(record: dict) -> None:
         print(f"largest batch {r['case']:50s} measured {found} estimated {r['estimated_largest_batch']} "
               f"({r['estimated_at_cuda_total']} at cudaMemGetInfo's total) {error}; verdict "
               f"{r['verdict_at_largest']} at it, {r['verdict_above']} at {r['above_batch']}"
-              f"{'' if r['verdicts_ok'] else '  <- not as expected'}")  # fmt: skip
+              f"{'' if r['verdicts_ok'] else '  <- not as expected'}")
     for stat, s in record["summary"].items():
         if isinstance(s, dict) and s["count"]:
             print(f"{stat}: median |error| {100 * s['median_abs_error']:.2f}%, worst "
-                  f"{100 * s['worst_abs_error']:.2f}% over {s['count']}")  # fmt: skip
+                  f"{100 * s['worst_abs_error']:.2f}% over {s['count']}")
     print(f"verdicts as expected: {record['summary']['verdicts_ok']}")
 
 

@@ -35,7 +35,7 @@ SMI_TIMEOUT_S = 20
 # `nvidia-smi --help-query-compute-apps` / `--help-query-gpu`: with `nounits` memory is in MiB.
 COMPUTE_APPS_QUERY = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
 GPU_QUERY = ["--query-gpu=name,memory.total,memory.used,driver_version",
-             "--format=csv,noheader,nounits"]  # fmt: skip
+             "--format=csv,noheader,nounits"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def parse_gpu_query(text: str) -> dict | None:
         cells = line.rsplit(",", 3)
         if len(cells) == 4 and cells[1].strip().isdigit():
             return {"gpu": cells[0].strip(), "gpu_memory_bytes": _mib(cells[1]),
-                    "gpu_used_bytes": _mib(cells[2]), "driver": cells[3].strip()}  # fmt: skip
+                    "gpu_used_bytes": _mib(cells[2]), "driver": cells[3].strip()}
     return None
 
 
@@ -91,7 +91,7 @@ def nvidia_smi(args: list[str]) -> str:
     """nvidia-smi's output, or "" where it is missing or fails."""
     try:
         done = subprocess.run(["nvidia-smi", *args], capture_output=True, text=True,
-                              timeout=SMI_TIMEOUT_S)  # fmt: skip
+                              timeout=SMI_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return done.stdout if done.returncode == 0 else ""
@@ -124,7 +124,7 @@ def readings(device_name: str) -> dict:
             "smi_used_bytes": smi.used_bytes, "smi_how": smi.how,
             "smi_device_used_bytes": gpu.get("gpu_used_bytes"),
             "nvml_used_bytes": _nvml_used_bytes(device), "cuda_total_bytes": total,
-            "cuda_free_at_end_bytes": free, "pid": os.getpid()}  # fmt: skip
+            "cuda_free_at_end_bytes": free, "pid": os.getpid()}
 
 
 # ---------------------------------------------------------------- the machine, for the parent
@@ -149,7 +149,7 @@ def environment(qlora_problem: str | None) -> dict[str, Any]:
             "versions": {p: _version(p) for p in PACKAGES},
             "bitsandbytes_problem": qlora_problem,
             "python": platform.python_version(), "host": platform.node(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # fmt: skip
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
 def bitsandbytes_problem() -> str | None:
@@ -158,7 +158,7 @@ def bitsandbytes_problem() -> str | None:
         return "bitsandbytes is not installed"
     try:
         done = subprocess.run([sys.executable, "-c", "import bitsandbytes"], capture_output=True,
-                              text=True, timeout=120)  # fmt: skip
+                              text=True, timeout=120)
     except subprocess.TimeoutExpired:
         return "import bitsandbytes took over 120 s"
     lines = done.stderr.strip().splitlines()
@@ -182,7 +182,7 @@ def _run_once(job: dict) -> dict:
     run()
     torch.cuda.synchronize()
     return {"seconds": time.perf_counter() - start, "torch_version": torch.__version__,
-            "transformers_version": transformers.__version__}  # fmt: skip
+            "transformers_version": transformers.__version__}
 
 
 def run_case(job: dict) -> dict:

@@ -65,14 +65,14 @@ print("\\n" + repr(sorted(m for m in sys.modules if m.startswith(("plotly", "gpu
 
 def _cold_report(work: Path) -> dict[str, float]:
     out = subprocess.run([sys.executable, "-c", IN_PROCESS, str(work / "cold.html")],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _command_s(extra: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", "from gpuwise.cli import main; main()", *ARGS, *extra], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -88,7 +88,7 @@ def main() -> None:
             plain.append(_command_s([]))
             with_html.append(_command_s(["--html", str(work / f"r{i}.html")]))
     modules = subprocess.run([sys.executable, "-c", PLAIN_MODULES], capture_output=True,
-                             text=True, check=True).stdout.strip().splitlines()[-1]  # fmt: skip
+                             text=True, check=True).stdout.strip().splitlines()[-1]
     report_s = statistics.median(c["report_s"] for c in cold)
     result = {
         "command": "benchmarks/html_report_speed.py --repeat " + str(opts.repeat),
@@ -101,7 +101,7 @@ def main() -> None:
         "html_command_s_median": statistics.median(with_html),
         "html_adds_s": statistics.median(with_html) - statistics.median(plain),
         "plain_path_plotting_modules": modules,
-    }  # fmt: skip
+    }
     print(f"infer report with {result['ops_rows']} op rows, {result['figures']} figures: "
           f"{report_s:.3f} s cold (figures {result['figures_s_median']:.3f} s, render and write "
           f"{result['render_and_write_s_median']:.3f} s), {result['bytes'] / 2**20:.2f} MiB")

@@ -55,7 +55,7 @@ CASES = (("alone", "", [(3, PROMPT)]), ("contiguous", "contiguous", [(3, PROMPT)
          ("interleaved + 3 decoding", "interleaved", [*THREE, (3, PROMPT)]),
          ("decode step, 1 of 4 at 576", "decoding", [(0, 1)]),
          ("decode step, 4 at 576", "decoding", [*THREE, (3, 1)]),
-         ("alone, again", "", [(3, PROMPT)]))  # fmt: skip
+         ("alone, again", "", [(3, PROMPT)]))
 
 
 def _fill(layout: str) -> list[list[tuple[int, int]]]:
@@ -124,7 +124,7 @@ def estimate(engine: Any, layout: str, timed: list[tuple[int, int]]) -> float:
             seqs[s].target = 0
     done = dict.fromkeys(seqs, 0)
     return sum(sum(engine.step_parts(*_ubatch_work(engine, ub, seqs, done)))
-               for ub in cells.take(timed))  # fmt: skip
+               for ub in cells.take(timed))
 
 
 def main() -> None:
@@ -135,7 +135,7 @@ def main() -> None:
     run = json.loads(args.probe.read_text())
     probe = run["probe"]
     probe = {**probe, "rates": rates_from_timings(probe["timings"], probe.get("n_prompt", 256),
-                                                  probe.get("n_gen", 32))}  # fmt: skip
+                                                  probe.get("n_gen", 32))}
     engine = engine_for(run, probe, PROMPT, 128)
     path, _ = prepare_model(DEFAULT_MODELS)
     import llama_cpp as lc
@@ -147,7 +147,7 @@ def main() -> None:
     try:
         for name, layout, timed in CASES:
             rows.append({"case": name, "measured_s": measure(lc, model, layout, timed),
-                         "estimated_s": estimate(engine, layout, timed)})  # fmt: skip
+                         "estimated_s": estimate(engine, layout, timed)})
     finally:
         lc.llama_model_free(model)
     # the empty cache's step before and after the rest: the machine's speed drifts meanwhile
@@ -158,7 +158,7 @@ def main() -> None:
         r["estimated_ratio"] = r["estimated_s"] / base["estimated_s"]
         r["ratio_error"] = r["estimated_ratio"] / r["measured_ratio"] - 1
         print(f"{r['case']:28s} {1e3 * r['measured_s']:7.1f}ms {1e3 * r['estimated_s']:7.1f}ms   "
-              f"{r['measured_ratio']:7.3f} {r['estimated_ratio']:7.3f} {100 * r['ratio_error']:+5.1f}%")  # fmt: skip
+              f"{r['measured_ratio']:7.3f} {r['estimated_ratio']:7.3f} {100 * r['ratio_error']:+5.1f}%")
     if args.json:
         args.json.write_text(json.dumps({"about": __doc__.split("\n\n")[0], "rows": rows}, indent=1) + "\n")
 

@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORD = struct.Struct("QQII")
 BUILD, RUN = 77777, 77779  # traced_child.py's markers
 PHASES = {77781: "backward", 77783: "optimizer", 77785: "forward", 77787: "recompute",
-          77789: "backward"}  # fmt: skip
+          77789: "backward"}
 TRACKED = 65536  # the replay's tensors (untracked_below_bytes)
 TINY = 64
 
@@ -60,7 +60,7 @@ TINY = 64
 def build(folder: Path) -> tuple[Path, Path]:
     lib, replay = folder / "libmtrace.so", folder / "replay"
     for cmd in (["cc", "-O2", "-shared", "-fPIC", "-o", str(lib), str(HERE / "mtrace.c")],
-                ["cc", "-O2", "-o", str(replay), str(HERE / "replay.c")]):  # fmt: skip
+                ["cc", "-O2", "-o", str(replay), str(HERE / "replay.c")]):
         subprocess.run(cmd, check=True)
     return lib, replay
 
@@ -71,13 +71,13 @@ def trace(case: int, lib: Path, folder: Path) -> tuple[Path, int]:
     kwargs = plan_kwargs(plan, "cpu")
     config = resolve_model(name).config
     job = inference_job(config, **kwargs) if isinstance(plan, InferencePlan) else (
-        training_job(config, **kwargs))  # fmt: skip
+        training_job(config, **kwargs))
     out = folder / f"case{case}.bin"
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT),
-               LD_PRELOAD=str(lib), MTRACE_OUT=str(out), MTRACE_MIN="0")  # fmt: skip
+               LD_PRELOAD=str(lib), MTRACE_OUT=str(out), MTRACE_MIN="0")
     proc = subprocess.run([sys.executable, str(HERE / "traced_child.py")], input=json.dumps(job),
-                          capture_output=True, text=True, env=env, check=False)  # fmt: skip
+                          capture_output=True, text=True, env=env, check=False)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-2000:])
     return out, json.loads(proc.stdout.strip().splitlines()[-1])["model_bytes"]
@@ -89,7 +89,7 @@ def records(path: Path) -> list[tuple[int, int, int, int]]:
 
 def glibc_replay(replay: Path, path: Path, m1: int, m2: int, below: int = 0) -> float:
     out = subprocess.run([str(replay), str(path), str(m1), str(m2), str(below)],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+                         capture_output=True, text=True, check=True).stdout
     return float(out.split()[-1]) * 2**20
 
 
@@ -132,12 +132,12 @@ def case_row(case: int, lib: Path, replay: Path, folder: Path) -> dict:
            "glibc": glibc_replay(replay, path, m1, m2),
            "glibc_without_tiny": glibc_replay(replay, path, m1, m2, TINY),
            "rule": rule_replay(recs, m1, training),
-           "forward_only_rule": rule_replay(recs, m1, training, forward_only=True)}  # fmt: skip
+           "forward_only_rule": rule_replay(recs, m1, training, forward_only=True)}
     path.unlink()
     print(f"[{case:2d}] {name:13s} {row['plan']:44s} measured {measured / 2**20:7.1f} MiB  "
           + "  ".join(f"{k} {100 * (row[k] / measured - 1):+5.1f}%"
                       for k in ("glibc", "glibc_without_tiny", "rule", "forward_only_rule")),
-          flush=True)  # fmt: skip
+          flush=True)
     return row
 
 
@@ -154,7 +154,7 @@ def main() -> None:
         errors = [abs(r[key] / r["measured"] - 1) for r in rows]
         summary[key] = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors)}
         print(f"{key}: median |error| {100 * statistics.median(errors):.1f}%  worst "
-              f"{100 * max(errors):.1f}%  over {len(rows)} cases")  # fmt: skip
+              f"{100 * max(errors):.1f}%  over {len(rows)} cases")
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 

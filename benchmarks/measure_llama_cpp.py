@@ -61,7 +61,7 @@ FLASH_ATTN = {"auto": None, "on": True, "off": False}
 # A run during which other processes used this share of the CPUs is made again (--retries).
 BUSY_SHARE = 0.05
 HEADER = (f"{'size':<5}{'qtype':<8}{'thr':>4}{'pp tok/s':>12}{'±':>8}{'tg tok/s':>11}{'±':>7}"
-          f"{'file MB':>10}{'others':>8}")  # fmt: skip
+          f"{'file MB':>10}{'others':>8}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--retries", type=int, default=2,
                         help=f"times to rerun a timing that others disturbed (>= {BUSY_SHARE * 100:g}%% "
-                             "of the CPUs busy)")  # fmt: skip
+                             "of the CPUs busy)")
     parser.add_argument("--flash-attn", choices=list(FLASH_ATTN), default="auto")
     parser.add_argument("--models", type=Path, help="keep (and reuse) the model files here")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -117,9 +117,9 @@ def prepare_models(folder: Path, size: str, quants: list[str]) -> tuple[dict, di
         "size": size, "config": asdict(cfg), "params": cfg.params,
         "file_bytes": {q: p.stat().st_size for q, p in paths.items()},
         "tensor_bytes": {q: tensor_bytes(p) for q, p in paths.items()},
-    }  # fmt: skip
+    }
     print(f"# {size} {cfg.name}: {cfg.params / 1e6:.1f} M params, files ready in "
-          f"{time.perf_counter() - started:.1f} s", flush=True)  # fmt: skip
+          f"{time.perf_counter() - started:.1f} s", flush=True)
     return entry, paths
 
 
@@ -130,7 +130,7 @@ def row(size: str, qtype: str, rec: dict) -> str:
     return (f"{size:<5}{qtype:<8}{rec['threads']:>4}{num(rec['pp_tokens_per_s'], 1):>12}"
             f"{num(rec['pp_stdev'], 1):>8}{num(rec['tg_tokens_per_s'], 2):>11}"
             f"{num(rec['tg_stdev'], 2):>7}{rec['file_bytes'] / 1e6:>10.1f}"
-            f"{num(100 * (rec['others_cpu_share'] or 0), 0) + '%':>8}")  # fmt: skip
+            f"{num(100 * (rec['others_cpu_share'] or 0), 0) + '%':>8}")
 
 
 def quiet_timing(path: Path, threads: int, args: argparse.Namespace) -> dict:
@@ -140,7 +140,7 @@ def quiet_timing(path: Path, threads: int, args: argparse.Namespace) -> dict:
     while len(runs) <= args.retries:
         runs.append(time_llama_cpp(path, threads=threads, n_prompt=args.n_prompt,
                                    n_gen=args.n_gen, reps=args.reps,
-                                   flash_attn=FLASH_ATTN[args.flash_attn]))  # fmt: skip
+                                   flash_attn=FLASH_ATTN[args.flash_attn]))
         if (runs[-1]["others_cpu_share"] or 0.0) < BUSY_SHARE:
             break
     best = min(runs, key=lambda rec: rec["others_cpu_share"] or 0.0)
@@ -159,7 +159,7 @@ def about(args: argparse.Namespace) -> dict[str, Any]:
         "n_prompt": args.n_prompt, "n_gen": args.n_gen, "reps": args.reps,
         "flash_attn": args.flash_attn, "busy_share_retried": BUSY_SHARE,
         "retries": args.retries,
-    }  # fmt: skip
+    }
 
 
 def write_results(out: Path, results: dict) -> None:
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict:
     results: dict[str, Any] = {"about": about(args),
                                "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
                                "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                               "models": {}, "runs": []}  # fmt: skip
+                               "models": {}, "runs": []}
     print(HEADER, flush=True)
     for size in args.sizes:
         entry, paths = prepare_models(folder, size, args.quants)

@@ -55,7 +55,7 @@ def c_stream(exe: Path, elements: int, threads: int, repeats: int) -> dict[str, 
     """One run of the C reference: its JSON result."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "close"}
     out = subprocess.run([str(exe), str(elements), str(repeats)], env=env, check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+                         capture_output=True, text=True).stdout
     return json.loads(out)
 
 
@@ -134,10 +134,10 @@ def main() -> None:
     best = profile.matmul_best.get("fp32")
 
     print(f"machine: {profile.device} | {threads} threads | LLC {cache / 2**20:.0f} MiB | "
-          f"arrays 3 x {plan.array_bytes / 2**20:.0f} MiB fp32")  # fmt: skip
+          f"arrays 3 x {plan.array_bytes / 2**20:.0f} MiB fp32")
     print(f"bandwidth: {args.rounds} rounds, C then probe, best of {args.repeats} passes each")
     print(f"{'':<21}{'probe':>10}{'reference':>11}  {'ratio':>6}  (bandwidth: best of rounds;"
-          " ratio: median over rounds of probe / C in the same round)")  # fmt: skip
+          " ratio: median over rounds of probe / C in the same round)")
     for kind in KINDS:
         median = statistics.median(ratios[kind])
         rounds = "rounds " + " ".join(f"{r:.2f}" for r in ratios[kind])
@@ -147,11 +147,11 @@ def main() -> None:
     gflops = best.flops_per_s / 1e9 if best else None
     print(_row("fp32 matmul GFLOP/s", gflops, blas / 1e9, gflops and gflops * 1e9 / blas,
                f"numpy.matmul {args.blas_size}^3 best of 2x{args.blas_repeats}; "
-               f"probe ({mode}, {probe_s:.0f} s) best at {shape}"))  # fmt: skip
+               f"probe ({mode}, {probe_s:.0f} s) best at {shape}"))
     bf16 = profile.best_flops_per_s("bf16")
     costs = ", ".join(f"{k} {v * 1e6:.2f} us" for k, v in profile.overhead_s.items() if v)
     print(f"probe also: bf16 best {bf16 / 1e9 if bf16 else float('nan'):.1f} GFLOP/s; "
-          f"overhead {costs}")  # fmt: skip
+          f"overhead {costs}")
     for note in profile.notes:
         print(f"note: {note}")
 

@@ -25,7 +25,7 @@ def write_gguf(path: Path) -> None:
     w = gguf.GGUFWriter(str(path), "llama")
     for add, value in ((w.add_block_count, 2), (w.add_context_length, 8192),
                        (w.add_embedding_length, 64), (w.add_feed_forward_length, 128),
-                       (w.add_head_count, 4), (w.add_head_count_kv, 2)):  # fmt: skip
+                       (w.add_head_count, 4), (w.add_head_count_kv, 2)):
         add(value)
     w.add_token_list([f"token{i}" for i in range(VOCAB)])
     w.add_token_types([1] * VOCAB)
@@ -63,7 +63,7 @@ def main() -> None:
         ours = timed(lambda: read_checkpoint(path))
         theirs = timed(lambda: gguf.GGUFReader(str(path)), repeat=1)
         print(f"GGUF header, {VOCAB:,}-token vocabulary: gpuwise {ours:.3f} s, "
-              f"gguf.GGUFReader {theirs:.3f} s ({theirs / ours:.0f}x)")  # fmt: skip
+              f"gguf.GGUFReader {theirs:.3f} s ({theirs / ours:.0f}x)")
         folder = Path(tmp) / "shards"
         folder.mkdir()
         write_shards(folder)

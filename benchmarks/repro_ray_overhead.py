@@ -52,7 +52,7 @@ def start_head(slots: int, temp_dir: str) -> tuple[subprocess.Popen[bytes], str]
          "--num-gpus=0", "--object-store-memory=100000000", "--include-dashboard=false",
          "--disable-usage-stats", f"--temp-dir={temp_dir}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env=os.environ | {"RAY_USAGE_STATS_ENABLED": "0"})  # fmt: skip
+        env=os.environ | {"RAY_USAGE_STATS_ENABLED": "0"})
     import psutil
 
     deadline = time.monotonic() + 60
@@ -96,7 +96,7 @@ print(json.dumps({"t": time.perf_counter() - start, "records": records}))
 
 def local_study(path: Path, block: int, slots: int) -> tuple[float, list[dict[str, Any]]]:
     out = subprocess.run([sys.executable, "-c", LOCAL, str(path), str(block), str(slots), TINY],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+                         capture_output=True, text=True, check=True)
     answer = json.loads(out.stdout.strip().splitlines()[-1])
     return float(answer["t"]), list(answer["records"])
 
@@ -158,7 +158,7 @@ def main() -> None:
             "replica_process_ray_s": statistics.median(replica_s["ray"]),
             "around_local_s": statistics.median(around["local"]),
             "around_ray_s": statistics.median(around["ray"]),
-            "local_blocks_s": local_s, "ray_blocks_s": ray_s}  # fmt: skip
+            "local_blocks_s": local_s, "ray_blocks_s": ray_s}
     print(json.dumps(out, indent=1))
     print(f"per replica: local {local * 1e3:.0f} ms, Ray {ray * 1e3:.0f} ms: Ray adds "
           f"{paired * 1e3:.0f} ms (median of pairs; {args.slots} at a time; the replica's process "

@@ -412,11 +412,11 @@ def run_closed_loop(
     rng = random.Random(seed)
     prompts = [make_prompt(rng, mix[0]) for _ in range(n)]
     return closed_loop_over(prompts, concurrency,
-                            lambda prompt, t0, rec: stream_request(port, prompt, mix[1], t0, rec))  # fmt: skip
+                            lambda prompt, t0, rec: stream_request(port, prompt, mix[1], t0, rec))
 
 
 def closed_loop_over(prompts: list[Any], clients: int,
-                     send: Callable[[Any, float, Record], Any]) -> list[Record]:  # fmt: skip
+                     send: Callable[[Any, float, Record], Any]) -> list[Record]:
     """`clients` threads, each sending the next of `prompts` (`send(prompt, t0, record)`) as
     soon as its previous request is done; the records in sending order."""
     records: list[Record] = []

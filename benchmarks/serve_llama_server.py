@@ -117,7 +117,7 @@ class LlamaServer:
     def argv(self) -> list[str]:
         slots = [] if self.parallel is None else ["--parallel", str(self.parallel), "--kv-unified"]
         return [str(self.binary), "-m", str(self.model), "--host", HOST, "--port",
-                str(self.port), *slots]  # fmt: skip
+                str(self.port), *slots]
 
     def start(self, timeout_s: float = 120.0) -> dict[str, Any]:
         self.port = free_port()
@@ -133,7 +133,7 @@ class LlamaServer:
                 conn.request("GET", "/health")
                 if conn.getresponse().status == 200:
                     return {"argv": argv[1:], "startup_s": round(time.perf_counter() - t0, 2),
-                            **self.settings()}  # fmt: skip
+                            **self.settings()}
             except OSError:
                 pass
             time.sleep(0.2)
@@ -180,7 +180,7 @@ def stream(port: int, prompt: list[int], n_out: int, t0: float, rec: Record) -> 
     """One streamed /completion request; every token timestamped. Returns the server's
     `timings` of the request (its own prompt and decode times)."""
     body = json.dumps({"prompt": prompt, "n_predict": n_out, "stream": True, "ignore_eos": True,
-                       "temperature": 0.0, "return_tokens": True})  # fmt: skip
+                       "temperature": 0.0, "return_tokens": True})
     conn = http.client.HTTPConnection(HOST, port, timeout=900)
     rec.send_s = time.perf_counter() - t0
     timings: dict[str, Any] = {}
@@ -210,7 +210,7 @@ def stream(port: int, prompt: list[int], n_out: int, t0: float, rec: Record) -> 
 
 
 def open_loop(port: int, mix: tuple[int, int], rate: float, n: int, window: float, seed: int,
-              how: str = "fixed") -> tuple[list[Record], dict[str, Any]]:  # fmt: skip
+              how: str = "fixed") -> tuple[list[Record], dict[str, Any]]:
     rng = random.Random(seed)
     arrivals = [0.0]
     while len(arrivals) < n and arrivals[-1] + (gap := rng.expovariate(rate)) <= window:
@@ -228,17 +228,17 @@ def open_loop(port: int, mix: tuple[int, int], rate: float, n: int, window: floa
         th.join(900)
     return records, {"arrival_window_s": round(arrivals[-1], 2),
                      "capped_by_window": len(arrivals) < n,
-                     "lengths": [list(x) for x in lengths]}  # fmt: skip
+                     "lengths": [list(x) for x in lengths]}
 
 
 def closed_loop(port: int, mix: tuple[int, int], clients: int, n: int, seed: int,
-                how: str = "fixed") -> tuple[list[Record], dict[str, Any]]:  # fmt: skip
+                how: str = "fixed") -> tuple[list[Record], dict[str, Any]]:
     """`clients` clients over n requests; the records (and lengths) in sending order."""
     rng = random.Random(seed)
     lengths = draw_lengths(mix, n, how, seed)
     jobs = [(prompt_ids(rng, p), o) for p, o in lengths]
     records = closed_loop_over(jobs, clients,
-                               lambda job, t0, rec: stream(port, job[0], job[1], t0, rec))  # fmt: skip
+                               lambda job, t0, rec: stream(port, job[0], job[1], t0, rec))
     return records, {"lengths": [list(x) for x in lengths]}
 
 
@@ -248,7 +248,7 @@ def no_load(port: int, mix: tuple[int, int], seed: int) -> dict[str, Any]:
     warm = stream(port, prompt_ids(rng, mix[0]), mix[1], time.perf_counter(), Record(None))
     if warm.get("prompt_n") != mix[0]:
         raise RuntimeError(f"the server evaluated {warm.get('prompt_n')} prompt tokens, "
-                           f"not {mix[0]}")  # fmt: skip
+                           f"not {mix[0]}")
     records, server = [], []
     for _ in range(NO_LOAD_REPS):
         time.sleep(0.3)
@@ -260,7 +260,7 @@ def no_load(port: int, mix: tuple[int, int], seed: int) -> dict[str, Any]:
     return {"ttft_ms": s["ttft_ms"]["p50"], "tpot_ms": s["tpot_ms"]["p50"],
             "e2e_ms": s["e2e_ms"]["p50"], "server_prompt_ms": mid["prompt_ms"],
             "server_decode_ms_per_token": mid["predicted_per_token_ms"],
-            "records": [r.row() for r in records]}  # fmt: skip
+            "records": [r.row() for r in records]}
 
 
 def reference(model: Path) -> dict[str, float]:
@@ -270,7 +270,7 @@ def reference(model: Path) -> dict[str, float]:
     prompts and for decoding apart."""
     run = time_llama_cpp(model, threads=os.cpu_count() or 1, n_prompt=512, n_gen=32, reps=3)
     return {"pp_s": statistics.median(run["pp_samples_s"]),
-            "tg_s": statistics.median(run["tg_samples_s"]) / 32}  # fmt: skip
+            "tg_s": statistics.median(run["tg_samples_s"]) / 32}
 
 
 def in_process_step(model: Path, mix: tuple[int, int]) -> float:
@@ -285,11 +285,11 @@ def in_process_step(model: Path, mix: tuple[int, int]) -> float:
 
 def run_point(port: int, pid: int, mix: tuple[int, int], mode: str, value: float,
               service_s: float, n: int, window: float, seed: int,
-              how: str = "fixed") -> dict[str, Any]:  # fmt: skip
+              how: str = "fixed") -> dict[str, Any]:
     gate = quiet_pause(2.0)
     meter = CpuMeter(pid)
     point: dict[str, Any] = {"prompt_tokens": mix[0], "output_tokens": mix[1], "mode": mode,
-                             "lengths_drawn": how}  # fmt: skip
+                             "lengths_drawn": how}
     if mode == "open":
         rate = round(value / service_s, 3)
         records, info = open_loop(port, mix, rate, n, window, seed, how)
@@ -331,7 +331,7 @@ def run_probe(cache: Path, quick: bool) -> dict[str, Any]:
         answer = gpuwise_json(*args)
     return {"command": f"GPUWISE_CACHE_DIR={display_path(cache)} gpuwise {' '.join(args)}",
             "cache": display_path(cache), "seconds": round(time.perf_counter() - t0, 1),
-            "answer": answer}  # fmt: skip
+            "answer": answer}
 
 
 def display_path(path: Path) -> str:
@@ -352,21 +352,21 @@ def model_file(folder: Path, size: str) -> Path:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--server", type=Path, default=Path(os.environ.get("LLAMA_SERVER", "")),
-                   help="the llama-server binary (or $LLAMA_SERVER)")  # fmt: skip
+                   help="the llama-server binary (or $LLAMA_SERVER)")
     p.add_argument("--size", default="M", choices=sorted(SIZES), help="the model's shape")
     p.add_argument("--parallel", type=int, help="llama-server's slots (default: its own, 4)")
     p.add_argument("--lengths", default="fixed", choices=LENGTHS,
-                   help="each request's prompt and output lengths around the mix's means")  # fmt: skip
+                   help="each request's prompt and output lengths around the mix's means")
     p.add_argument("--mixes", default="A,B", help="A = 128/32, B = 512/128 (prompt/output)")
     p.add_argument("--factors", default=DEFAULT_FACTORS, help="rates as multiples of 1/S")
     p.add_argument("--requests", default=DEFAULT_REQUESTS, help="requests per point, per mix")
     p.add_argument("--max-window", type=float, default=60.0, help="seconds of arrivals, at most")
     p.add_argument("--concurrency", type=int, default=4, help="closed-loop clients (0: none)")
     p.add_argument("--no-probe", action="store_true", help="skip the llama.cpp probe (the "
-                   "cache's profile, if any, stays)")  # fmt: skip
+                   "cache's profile, if any, stays)")
     p.add_argument("--quick-probe", action="store_true", help="gpuwise probe --quick")
     p.add_argument("--cache", type=Path, help="the probe's GPUWISE_CACHE_DIR (default: "
-                   "OUT's name with _cache, beside it)")  # fmt: skip
+                   "OUT's name with _cache, beside it)")
     p.add_argument("--rerun", default="", help="only these points again (e.g. A:0.5,B:closed), "
                    "replacing them in --out; the no-load S and probe already there are kept")
     p.add_argument("--models", type=Path, default=DEFAULT_MODELS)
@@ -380,20 +380,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def new_results(args: argparse.Namespace, model: Path) -> dict[str, Any]:
     return {
         "about": {"what": __doc__.split("\n\n")[0], "when": datetime.now(UTC).isoformat(),
-                  "command": " ".join(sys.argv)},  # fmt: skip
+                  "command": " ".join(sys.argv)},
         "machine": machine(),
         "model": {"file": model.name, "file_bytes": model.stat().st_size, "size": args.size,
-                  "qtype": QTYPE, "config": asdict(SIZES[args.size])},  # fmt: skip
+                  "qtype": QTYPE, "config": asdict(SIZES[args.size])},
         "server": "llama-server", "load": {"lengths": args.lengths, "seed": SEED},
         "no_load": {}, "points": [],
-    }  # fmt: skip
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.server.is_file():
         print("error: no llama-server binary; give --server (see the module docstring)",
-              file=sys.stderr)  # fmt: skip
+              file=sys.stderr)
         return 2
     args.models.mkdir(parents=True, exist_ok=True)
     model = model_file(args.models, args.size)
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"probe: {results['probe']['seconds']} s -> {results['probe']['cache']}", flush=True)
         if not results["probe"]["answer"].get("trusted"):
             print("warning: the probe was set aside as not trusted; --on local will not use it: "
-                  f"{results['probe']['answer'].get('warnings')}", file=sys.stderr)  # fmt: skip
+                  f"{results['probe']['answer'].get('warnings')}", file=sys.stderr)
     else:
         results["probe"] = {"cache": display_path(args.cache), "command": None}
     results["reference"] = reference(model)
@@ -423,13 +423,13 @@ def main(argv: list[str] | None = None) -> int:
                 speed = reference(model)
                 point = run_point(server.port, server.proc.pid, mix, mode, value,  # type: ignore[union-attr]
                                   nl["e2e_ms"] / 1e3, int(requests[name]), args.max_window,
-                                  SEED + 100 * (10 * k + i), args.lengths)  # fmt: skip
+                                  SEED + 100 * (10 * k + i), args.lengths)
                 point["mix"], point["reference"] = name, speed
                 results["points"].append(point)
                 s = point["summary"]
                 print(f"{name} {mode} {value:g}: ttft p50 {s['ttft_ms']['p50']} ms, tpot p50 "
                       f"{s['tpot_ms']['p50']} ms, {s['output_tokens_per_s']} tok/s"
-                      f"{'  (disturbed)' if point['disturbed'] else ''}", flush=True)  # fmt: skip
+                      f"{'  (disturbed)' if point['disturbed'] else ''}", flush=True)
                 args.out.write_text(json.dumps(results, indent=1) + "\n")
     finally:
         server.stop()
@@ -457,11 +457,11 @@ def rerun(args: argparse.Namespace, model: Path) -> int:
             point = run_point(server.port, server.proc.pid, mix, old["mode"], float(value),  # type: ignore[union-attr]
                               results["no_load"][old["mix"]]["e2e_ms"] / 1e3,
                               int(requests[old["mix"]]), args.max_window,
-                              SEED + 100 * (10 * k + i), how)  # fmt: skip
+                              SEED + 100 * (10 * k + i), how)
             point["mix"], point["rerun"], point["reference"] = old["mix"], True, speed
             results["points"][j] = point
             print(f"{old['mix']} {key}: others {point['cpu']['others_frac_of_cpus']:.3f}"
-                  f"{'  (disturbed)' if point['disturbed'] else ''}", flush=True)  # fmt: skip
+                  f"{'  (disturbed)' if point['disturbed'] else ''}", flush=True)
             args.out.write_text(json.dumps(results, indent=1) + "\n")
     finally:
         server.stop()

@@ -20,7 +20,7 @@ from gpuwise.workload.requests import Lengths, poisson_requests
 
 REQUESTS = 10_000
 CASES = (("vllm", "h100-sxm", "bf16"), ("sglang", "h100-sxm", "bf16"),
-         ("llama.cpp", "rtx-4090", "q4_k_m"))  # fmt: skip
+         ("llama.cpp", "rtx-4090", "q4_k_m"))
 LOADS = (0.2, 0.8, 1.2)  # of the replica's ceiling
 
 
@@ -29,13 +29,13 @@ def main() -> None:
     lengths = Lengths(512, 256, "normal", "normal")
     print(f"{REQUESTS:,} requests of ~512 + ~256 tokens, Qwen2.5-7B; target under 2 s each")
     print(f"{'runtime':10s} {'device':9s} {'load':>5s} {'rate/s':>7s} {'wall s':>7s} "
-          f"{'steps':>8s} {'simulated s':>12s} {'sim/wall':>9s}")  # fmt: skip
+          f"{'steps':>8s} {'simulated s':>12s} {'sim/wall':>9s}")
     for runtime, device, weights in CASES:
         hw = find_hardware(device)
         # llama-server's context: 4 slots of 4096 cells (a normal spread reaches past 1024)
         ctx = 16384 if runtime == "llama.cpp" else None
         plan = InferencePlan(prompt_tokens=512, new_tokens=256, weights=weights, runtime=runtime,
-                             context_alloc=ctx)  # fmt: skip
+                             context_alloc=ctx)
         engine = build_engine(arch, plan, hw, rates_from_spec(hw), ReplicaOptions())
         ceiling = rate_ceiling(engine, 512, 256)
         for load in LOADS:
@@ -45,7 +45,7 @@ def main() -> None:
             summary(trace, Slo())
             wall = time.perf_counter() - start
             print(f"{runtime:10s} {device:9s} {load:5.1f} {load * ceiling:7.2f} {wall:7.2f} "
-                  f"{trace.steps:8,d} {trace.end_s:12,.0f} {trace.end_s / wall:8,.0f}x")  # fmt: skip
+                  f"{trace.steps:8,d} {trace.end_s:12,.0f} {trace.end_s / wall:8,.0f}x")
 
 
 if __name__ == "__main__":

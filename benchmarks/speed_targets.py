@@ -30,9 +30,9 @@ from contextlib import contextmanager
 LOCK = "/tmp/gpuwise-timing.lock"
 RUNS = 5
 CHECKS = (("llama-3.1-8b", "rtx-4090"), ("qwen2.5-7b", "h100"), ("llama-3.1-70b", "a100-sxm-40gb"),
-          ("gpt2", "t4"))  # fmt: skip
+          ("gpt2", "t4"))
 ADVISE = ("advise", "qwen2.5-7b", "--no-local", "--requests-per-day", "100000", "--prompt", "512",
-          "--new-tokens", "256", "--latency-ms", "50", "--ttft-ms", "1000")  # fmt: skip
+          "--new-tokens", "256", "--latency-ms", "50", "--ttft-ms", "1000")
 CLI = "import sys; from gpuwise.cli import main; sys.argv[0] = 'gpuwise'; main()"
 IMPORTS = "import gpuwise.cli, gpuwise.app.check, gpuwise.app.local, gpuwise.app.cost"
 

@@ -60,7 +60,7 @@ from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 def _i(batch: int, prompt: int, new: int, weights: str, attention: str = "sdpa") -> InferencePlan:
     return InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new, weights=weights,
-                         attention=attention)  # fmt: skip
+                         attention=attention)
 
 
 def _t(batch: int, seq: int, dtype: str, optimizer: str = "adamw", **more: Any) -> TrainingPlan:
@@ -114,12 +114,12 @@ def cli_options(plan: InferencePlan | TrainingPlan) -> list[str]:
         return ["--batch", str(plan.batch), "--prompt", str(plan.prompt_tokens),
                 "--new-tokens", str(plan.new_tokens), "--weights", plan.weights,
                 "--attention", plan.attention, "--allocator", plan.allocator,
-                *(["--kv-dtype", plan.kv_dtype] if plan.kv_dtype else [])]  # fmt: skip
+                *(["--kv-dtype", plan.kv_dtype] if plan.kv_dtype else [])]
     return ["--batch", str(plan.batch), "--seq", str(plan.seq), "--dtype", plan.dtype,
             "--optimizer", plan.optimizer, "--attention", plan.attention,
             "--finetune", plan.finetune, "--lora-rank", str(plan.lora_rank),
             "--lora-targets", ",".join(plan.lora_targets), "--allocator", plan.allocator,
-            *(["--checkpointing"] if plan.checkpointing else [])]  # fmt: skip
+            *(["--checkpointing"] if plan.checkpointing else [])]
 
 
 def estimate(name: str, plan: InferencePlan | TrainingPlan) -> dict[str, Any]:
@@ -137,13 +137,13 @@ def estimated_times(answer: dict[str, Any]) -> dict[str, dict[str, float | None]
     if "step_s" in t:
         return {"step_s": {"estimated": t["step_s"],
                            "estimated_without_faults": t["step_s"] - t["page_faults_s"],
-                           "estimated_slow_faults": t["step_s_slow_page_faults"]}}  # fmt: skip
+                           "estimated_slow_faults": t["step_s_slow_page_faults"]}}
     faults = t["page_faults_s"] or {"prefill": 0.0, "decode": 0.0}
     return {"prefill_s": {"estimated": t["prefill_s"],
                           "estimated_without_faults": t["prefill_s"] - faults["prefill"]},
             "decode_s_per_token": {"estimated": t["decode_s_per_token"],
                                    "estimated_without_faults":
-                                   t["decode_s_per_token"] - faults["decode"]}}  # fmt: skip
+                                   t["decode_s_per_token"] - faults["decode"]}}
 
 
 TIME_CASES = [
@@ -190,7 +190,7 @@ def ran_as_probed(drift: dict[str, float], plan: str) -> bool:
 
 
 def _without_faults(config: dict, plan: InferencePlan | TrainingPlan,
-                    estimates: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:  # fmt: skip
+                    estimates: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Each quantity's estimate with no page fault charged, and its time measured under an
     allocator that faults nothing in after the warm-up (`NO_FAULTS_ENV`): the model less its
     faults against runs without them, and what the faults cost against what is charged."""
@@ -203,7 +203,7 @@ def _without_faults(config: dict, plan: InferencePlan | TrainingPlan,
         measured = {"step_s": m.step_s}
     return {key: {"estimated_without_faults": estimates[key]["estimated_without_faults"],
                   "measured_without_faults": meas}
-            for key, meas in measured.items() if meas and key in estimates}  # fmt: skip
+            for key, meas in measured.items() if meas and key in estimates}
 
 
 def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
@@ -211,11 +211,11 @@ def _print_without_faults(row: dict, quiet: dict[str, float]) -> None:
     print(f"      without page faults: est {est * 1e3:9.2f} ms  meas {meas * 1e3:9.2f} ms  "
           f"err {100 * (est / meas - 1):+6.1f}%;  the faults: charged "
           f"{1e3 * (row['estimated'] - est):7.1f} ms, cost {1e3 * (row['measured'] - meas):7.1f} ms",
-          flush=True)  # fmt: skip
+          flush=True)
 
 
 def estimated_run_s(plan: InferencePlan | TrainingPlan, answer: dict[str, Any],
-                    repeats: int = 5) -> float | None:  # fmt: skip
+                    repeats: int = 5) -> float | None:
     """Seconds the estimate gives a timed run of the case: a warm-up and `repeats` calls
     (inference: a one-token and a full generate() each); None without a time estimate."""
     t = answer["time"]
@@ -238,13 +238,13 @@ def _within_budget(cases: list, budget_s: float) -> tuple[list, list[dict]]:
             kept.append((name, plan))
             continue
         print(f"skipped: {name} {describe(plan)}: its run is estimated at {run_s:.0f} s, over "
-              f"the {budget_s:.0f} s a case may take (--case-budget-s)", flush=True)  # fmt: skip
+              f"the {budget_s:.0f} s a case may take (--case-budget-s)", flush=True)
         skipped.append({"model": name, "plan": describe(plan), "estimated_run_s": run_s})
     return kept, skipped
 
 
 def measured_times(config: dict, plan: InferencePlan | TrainingPlan,
-                   repeats: int = 5) -> tuple[dict[str, float | None], Any]:  # fmt: skip
+                   repeats: int = 5) -> tuple[dict[str, float | None], Any]:
     """The case's times in a fresh process: prefill and decode, or the training step."""
     kwargs = plan_kwargs(plan, "cpu")
     if isinstance(plan, InferencePlan):
@@ -255,14 +255,14 @@ def measured_times(config: dict, plan: InferencePlan | TrainingPlan,
 
 
 def time_rows(name: str, plan: InferencePlan | TrainingPlan, answer: dict[str, Any],
-              measured: dict[str, float | None]) -> dict[str, dict[str, Any]]:  # fmt: skip
+              measured: dict[str, float | None]) -> dict[str, dict[str, Any]]:
     """Each quantity's estimate (from the command's answer) against its measurement."""
     rows = {}
     for key, est in estimated_times(answer).items():
         value = measured.get(key)
         guess = est["estimated"]
         row = {"estimated": guess, "measured": value,
-               "error": None if guess is None or not value else guess / value - 1}  # fmt: skip
+               "error": None if guess is None or not value else guess / value - 1}
         if est.get("estimated_slow_faults") is not None:
             row["estimated_slow_faults"] = est["estimated_slow_faults"]
         rows[key] = row
@@ -270,7 +270,7 @@ def time_rows(name: str, plan: InferencePlan | TrainingPlan, answer: dict[str, A
 
 
 def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPlan,
-               split: bool = False) -> list[dict]:  # fmt: skip
+               split: bool = False) -> list[dict]:
     """One real run of a case (in a fresh process), its rows: one per timed quantity; with
     `split`, a second run under an allocator that faults nothing in."""
     config = resolve_model(name).config
@@ -288,7 +288,7 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
             continue
         rows.append({"model": name, "plan": describe(plan), "quantity": key, **r,
                      "source": result["time_source"], "others_cpu_share": busy,
-                     "machine_vs_probe": drift, **quiet.get(key, {})})  # fmt: skip
+                     "machine_vs_probe": drift, **quiet.get(key, {})})
         print(
             f"[{i}/{len(cases)}] {name:15s} {describe(plan):42s} {key:18s} est "
             f"{r['estimated'] * 1e3:9.2f} ms  meas {r['measured'] * 1e3:9.2f} ms  "
@@ -302,7 +302,7 @@ def _time_case(i: int, cases: list, name: str, plan: InferencePlan | TrainingPla
         if slow:
             print(f"      page faults at the probe's slow first touch: est {slow * 1e3:9.2f} "
                   f"ms; measured {'within' if r['measured'] <= slow else 'past'} the range",
-                  flush=True)  # fmt: skip
+                  flush=True)
         if key in quiet:
             _print_without_faults(r, quiet[key])
     return rows
@@ -318,7 +318,7 @@ def _over_passes(passes: list[list[dict]]) -> list[dict]:
         row = {**same[0], "measured": measured, "error": estimated / measured - 1,
                "measured_passes": [r["measured"] for r in same],
                "error_passes": [r["error"] for r in same],
-               "machine_vs_probe_passes": [r["machine_vs_probe"] for r in same]}  # fmt: skip
+               "machine_vs_probe_passes": [r["machine_vs_probe"] for r in same]}
         if all("measured_without_faults" in r for r in same):
             row["measured_without_faults"] = statistics.median(
                 r["measured_without_faults"] for r in same)
@@ -334,9 +334,9 @@ def _range_summary(rows: list[dict]) -> dict[str, int]:
     inside = sum(r["estimated"] <= r["measured"] <= r["estimated_slow_faults"] for r in ranged)
     below = sum(r["measured"] < r["estimated"] for r in ranged)
     print(f"training steps between the estimate and its faults at the probe's slow first "
-          f"touch: {inside} of {len(ranged)} ({below} faster than the estimate)")  # fmt: skip
+          f"touch: {inside} of {len(ranged)} ({below} faster than the estimate)")
     return {"steps_in_fault_range": inside, "steps_below_estimate": below,
-            "steps_with_fault_range": len(ranged)}  # fmt: skip
+            "steps_with_fault_range": len(ranged)}
 
 
 def _split_summary(rows: list[dict]) -> dict[str, float]:
@@ -349,38 +349,38 @@ def _split_summary(rows: list[dict]) -> dict[str, float]:
     out = {"median_abs_error_without_faults": statistics.median(errors),
            "worst_abs_error_without_faults": max(errors),
            "fault_s_estimated": sum(r["estimated"] - r["estimated_without_faults"] for r in split),
-           "fault_s_measured": sum(r["measured"] - r["measured_without_faults"] for r in split)}  # fmt: skip
+           "fault_s_measured": sum(r["measured"] - r["measured_without_faults"] for r in split)}
     print(f"without page faults (estimate less its faults, runs that fault nothing in): median "
           f"|error| {100 * out['median_abs_error_without_faults']:.1f}%  worst "
           f"{100 * out['worst_abs_error_without_faults']:.1f}% over {len(split)} times; the "
           f"faults cost {out['fault_s_measured']:.2f} s measured, {out['fault_s_estimated']:.2f} s "
-          f"charged")  # fmt: skip
+          f"charged")
     return out
 
 
 def time_suite(cases: list, out: str, passes: int = 1, split: bool = False,
-               budget_s: float = math.inf) -> None:  # fmt: skip
+               budget_s: float = math.inf) -> None:
     cases, skipped = _within_budget(cases, budget_s)
     runs = []
     for n in range(passes):
         if passes > 1:
             print(f"pass {n + 1} of {passes}", flush=True)
         runs.append([row for i, (name, plan) in enumerate(cases, 1)
-                     for row in _time_case(i, cases, name, plan, split)])  # fmt: skip
+                     for row in _time_case(i, cases, name, plan, split)])
     rows = runs[0] if passes == 1 else _over_passes(runs)
     errors = [abs(r["error"]) for r in rows]
     steady = [abs(r["error"]) for r in rows if ran_as_probed(r["machine_vs_probe"], r["plan"])]
     summary = {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors),
                "quantities": len(rows), "cases": len(cases), "steady_quantities": len(steady),
                "steady_median_abs_error": statistics.median(steady) if steady else None,
-               "passes": passes, "skipped_cases": skipped}  # fmt: skip
+               "passes": passes, "skipped_cases": skipped}
     if passes > 1:
         each = [[abs(r["error"]) for r in run] for run in runs]
         summary["per_pass"] = [{"median_abs_error": statistics.median(e),
-                                "worst_abs_error": max(e)} for e in each]  # fmt: skip
+                                "worst_abs_error": max(e)} for e in each]
         for k, e in enumerate(each, 1):
             print(f"pass {k}: median |error| {100 * statistics.median(e):.1f}%  worst "
-                  f"{100 * max(e):.1f}%")  # fmt: skip
+                  f"{100 * max(e):.1f}%")
         print(f"each row's median over the {passes} passes against its estimate:")
     print(
         f"median |error| {100 * summary['median_abs_error']:.1f}%  worst "
@@ -389,7 +389,7 @@ def time_suite(cases: list, out: str, passes: int = 1, split: bool = False,
     if steady and passes == 1:
         print(f"where the machine ran within {STEADY:.0%} of the probe: median |error| "
               f"{100 * statistics.median(steady):.1f}%, worst {100 * max(steady):.1f}% over "
-              f"{len(steady)} times")  # fmt: skip
+              f"{len(steady)} times")
     summary.update(_range_summary(rows))
     summary.update(_split_summary(rows))
     Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
@@ -401,49 +401,49 @@ def memory_estimate(name: str, plan: InferencePlan | TrainingPlan) -> dict[str, 
     memory = estimate(name, plan)["memory"]
     slack = memory["breakdown"].get("allocator", 0)
     return {"estimated": memory["model_bytes"], "estimated_allocator": slack,
-            "live_estimated": memory["model_bytes"] - slack, "phase": memory["peak_phase"]}  # fmt: skip
+            "live_estimated": memory["model_bytes"] - slack, "phase": memory["peak_phase"]}
 
 
 def measured_memory(config: dict, plan: InferencePlan | TrainingPlan,
-                    passes: int) -> dict[str, Any]:  # fmt: skip
+                    passes: int) -> dict[str, Any]:
     """The median of `passes` fresh processes under the plan's allocator, and one more under
     glibc pinned (the live tensors: a diagnostic)."""
     measure = (memory_run.measure_inference if isinstance(plan, InferencePlan)
-               else memory_run.measure_training)  # fmt: skip
+               else memory_run.measure_training)
     kwargs = plan_kwargs(plan, "cpu")
     runs = sorted((measure(config, allocator=plan.allocator, **kwargs) for _ in range(passes)),
-                  key=lambda m: m.model_bytes)  # fmt: skip
+                  key=lambda m: m.model_bytes)
     median = runs[len(runs) // 2]
     live = (measure(config, allocator=LIVE_ALLOCATOR, **kwargs).model_bytes
-            if plan.allocator != LIVE_ALLOCATOR else None)  # fmt: skip
+            if plan.allocator != LIVE_ALLOCATOR else None)
     return {"measured": median.model_bytes, "measured_passes": [m.model_bytes for m in runs],
             "live_measured": live, "baseline": median.baseline_bytes, "malloc": median.malloc,
             "versions": {"torch": median.torch_version,
-                         "transformers": median.transformers_version}}  # fmt: skip
+                         "transformers": median.transformers_version}}
 
 
 def with_errors(row: dict[str, Any]) -> dict[str, Any]:
     """The row with its errors: the model's bytes, and the live tensors where measured."""
     live = row["live_measured"]
     return {**row, "error": row["estimated"] / row["measured"] - 1,
-            "live_error": row["live_estimated"] / live - 1 if live else None}  # fmt: skip
+            "live_error": row["live_estimated"] / live - 1 if live else None}
 
 
 def _memory_row(i: int, cases: list, name: str, plan: InferencePlan | TrainingPlan,
-                passes: int) -> dict:  # fmt: skip
+                passes: int) -> dict:
     """One case: the estimate against the median of `passes` fresh processes with the default
     allocator, and the live-tensor reading (glibc pinned) beside it."""
     start = time.perf_counter()
     est = memory_estimate(name, plan)
     row = with_errors({"model": name, "plan": describe(plan), **est,
-                       **measured_memory(resolve_model(name).config, plan, passes)})  # fmt: skip
+                       **measured_memory(resolve_model(name).config, plan, passes)})
     row["seconds"] = time.perf_counter() - start
     spread = (max(row["measured_passes"]) - min(row["measured_passes"])) / 2**20
     print(f"[{i}/{len(cases)}] {name:13s} {row['plan']:40s} est {row['estimated'] / 2**20:8.1f} "
           f"MiB (allocator {row['estimated_allocator'] / 2**20:5.1f})  meas "
           f"{row['measured'] / 2**20:8.1f} MiB (spread {spread:4.1f})  err "
           f"{100 * row['error']:+6.2f}%  live: err {100 * (row['live_error'] or 0):+6.2f}%  "
-          f"({row['seconds']:.0f} s)", flush=True)  # fmt: skip
+          f"({row['seconds']:.0f} s)", flush=True)
     return row
 
 
@@ -460,7 +460,7 @@ def reestimate(out: str) -> None:
         r = rows[-1]
         print(f"{name:13s} {row['plan']:40s} est {r['estimated'] / 2**20:8.1f} MiB (allocator "
               f"{r['estimated_allocator'] / 2**20:5.1f})  meas {row['measured'] / 2**20:8.1f} MiB  "
-              f"err {100 * r['error']:+6.2f}%")  # fmt: skip
+              f"err {100 * r['error']:+6.2f}%")
     measured_at = data["summary"].get("measured_at") or data["summary"].get("date", "")
     _write_memory(rows, out, data["summary"]["passes"], measured_at or "an earlier run")
 
@@ -479,13 +479,13 @@ def _write_memory(rows: list[dict], out: str, passes: int, measured_at: str) -> 
                "cases": len(rows), "passes": passes, "allocator": "glibc (default settings)",
                "measured_at": measured_at, "estimated_at": time.strftime("%Y-%m-%d"),
                "live_median_abs_error": statistics.median(live) if live else None,
-               "live_worst_abs_error": max(live) if live else None}  # fmt: skip
+               "live_worst_abs_error": max(live) if live else None}
     print(f"default process: median |error| {100 * summary['median_abs_error']:.2f}%  worst "
           f"{100 * summary['worst_abs_error']:.2f}%  over {len(rows)} cases (median of "
-          f"{passes} processes each)")  # fmt: skip
+          f"{passes} processes each)")
     if live:
         print(f"live tensors (glibc pinned, diagnostic): median |error| {100 * statistics.median(live):.2f}%  "
-              f"worst {100 * max(live):.2f}%")  # fmt: skip
+              f"worst {100 * max(live):.2f}%")
     Path(out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
 
 
@@ -497,20 +497,20 @@ def main() -> None:
     parser.add_argument("--train-only", action="store_true", help="time: training cases only")
     parser.add_argument("--passes", type=int, default=0,
                         help="time: run the suite N times, each row's median against its "
-                        "estimate (default 1); memory: fresh processes a case (default 3)")  # fmt: skip
+                        "estimate (default 1); memory: fresh processes a case (default 3)")
     parser.add_argument("--case-budget-s", type=float, default=300.0,
-                        help="time: skip a case whose run the estimate puts over this")  # fmt: skip
+                        help="time: skip a case whose run the estimate puts over this")
     parser.add_argument("--allocator-split", action="store_true",
-                        help="time: each case again under an allocator that faults nothing in")  # fmt: skip
+                        help="time: each case again under an allocator that faults nothing in")
     parser.add_argument("--reestimate", action="store_true",
-                        help="memory: the estimates made again against the stored measurements")  # fmt: skip
+                        help="memory: the estimates made again against the stored measurements")
     args = parser.parse_args()
     if args.time:
         cases = TIME_CASES[:3] if args.quick else TIME_CASES
         if args.train_only:
             cases = [c for c in cases if isinstance(c[1], TrainingPlan)]
         time_suite(cases, args.out or "benchmarks/results/cpu_time.json", max(1, args.passes),
-                   args.allocator_split, args.case_budget_s)  # fmt: skip
+                   args.allocator_split, args.case_budget_s)
         return
     args.out = args.out or "benchmarks/results/cpu_memory.json"
     if args.reestimate:

@@ -62,14 +62,14 @@ TIME_CASES: list[tuple[str, InferencePlan | TrainingPlan]] = [
     ("qwen2.5-14b", InferencePlan(batch=1, prompt_tokens=4096, new_tokens=16, weights=BF16)),
     # p512: GPT-2 has 1024 positions (p1024+16 ran past them: a device-side assert on CUDA)
     ("gpt2", InferencePlan(batch=8, prompt_tokens=512, new_tokens=16, weights="fp32",
-                           attention="eager")),  # fmt: skip
+                           attention="eager")),
     ("llama-3.2-1b", TrainingPlan(batch=8, seq=1024, dtype="mixed-bf16", optimizer="adamw")),
     ("qwen2.5-0.5b", TrainingPlan(batch=16, seq=1024, dtype=BF16, optimizer="adamw")),
     ("llama-3.2-3b", TrainingPlan(batch=4, seq=2048, dtype="mixed-bf16", optimizer="adamw",
-                                  checkpointing=True)),  # fmt: skip
+                                  checkpointing=True)),
     ("gpt2", TrainingPlan(batch=8, seq=1024, dtype="fp32", optimizer="adamw")),
     ("llama-3.1-8b", TrainingPlan(batch=4, seq=1024, dtype=BF16, optimizer="adamw",
-                                  finetune="lora", lora_rank=16)),  # fmt: skip
+                                  finetune="lora", lora_rank=16)),
 ]
 # Peak memory too (indices into TIME_CASES): one of each kind, small to large.
 MEMORY_CASES = (0, 2, 3, 5, 7, 9, 11)
@@ -93,7 +93,7 @@ def _environment() -> dict[str, Any]:
             "gpus": torch.cuda.device_count() if gpu else 0, "torch": torch.__version__,
             "cuda": str(torch.version.cuda), "transformers": transformers.__version__,
             "python": platform.python_version(), "host": platform.node(),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}  # fmt: skip
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 
 def _probe(out: Path) -> None:
@@ -103,7 +103,7 @@ def _probe(out: Path) -> None:
     answer = gpuwise_json("probe")
     shutil.copyfile(answer["saved_to"], out / "probe.json")
     print(f"probe: {time.perf_counter() - started:.0f} s; missing: {answer.get('missing')}; "
-          f"trusted: {answer.get('trusted')}", flush=True)  # fmt: skip
+          f"trusted: {answer.get('trusted')}", flush=True)
 
 
 def estimate(name: str, plan: InferencePlan | TrainingPlan, on: str) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def estimate(name: str, plan: InferencePlan | TrainingPlan, on: str) -> dict[str
     return {"prefill_s": t.get("prefill_s"), "decode_s_per_token": t.get("decode_s_per_token"),
             "step_s": t.get("step_s"), "time_rates": t.get("rates") or t.get("unavailable"),
             "model_bytes": m["model_bytes"], "total_bytes": m["total_bytes"],
-            "device": answer["hardware"]["id"]}  # fmt: skip
+            "device": answer["hardware"]["id"]}
 
 
 def _run(what: str, fn: Any) -> dict[str, Any]:
@@ -128,7 +128,7 @@ def _run(what: str, fn: Any) -> dict[str, Any]:
         record = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
     record["seconds"] = time.perf_counter() - started
     print(f"  {what}: {record.get('result') or record['error']} ({record['seconds']:.0f} s)",
-          flush=True)  # fmt: skip
+          flush=True)
     return record
 
 
@@ -149,10 +149,10 @@ def measure(out: Path, probe: bool, runs: bool, quick: bool) -> None:
         timer = timerun.time_inference if isinstance(plan, InferencePlan) else timerun.time_training
         row = {"model": name, "plan": asdict(plan), "kind": type(plan).__name__,
                "time": _run("time", partial(timer, config, repeats=5, timeout_s=240, **kwargs)),
-               "probed": estimate(name, plan, "local")}  # fmt: skip
+               "probed": estimate(name, plan, "local")}
         if i in MEMORY_CASES:
             meter = (realrun.measure_inference if isinstance(plan, InferencePlan)
-                     else realrun.measure_training)  # fmt: skip
+                     else realrun.measure_training)
             row["memory"] = _run("memory", partial(meter, config, timeout_s=240, **kwargs))
         record["cases"].append(row)
         path.write_text(json.dumps(record, indent=1) + "\n")
@@ -179,7 +179,7 @@ def memory_row(name: str, plan: Any, est: dict[str, Any], measured: dict) -> dic
     return {"case": case_id(name, plan), "estimated_model_bytes": est["model_bytes"],
             "measured_model_bytes": measured["model_bytes"],
             "estimated_total_bytes": est["total_bytes"], "measured_peak_bytes": measured["peak_bytes"],
-            "error": est["model_bytes"] / measured["model_bytes"] - 1}  # fmt: skip
+            "error": est["model_bytes"] / measured["model_bytes"] - 1}
 
 
 def error_summary(errors: list[float]) -> dict[str, float | int | None]:
@@ -187,7 +187,7 @@ def error_summary(errors: list[float]) -> dict[str, float | int | None]:
         return {"median_abs_error": None, "worst_abs_error": None, "count": 0}
     absolute = [abs(e) for e in errors]
     return {"median_abs_error": statistics.median(absolute), "worst_abs_error": max(absolute),
-            "count": len(errors)}  # fmt: skip
+            "count": len(errors)}
 
 
 def time_rows(name: str, plan: Any, result: dict, estimates: dict[str, dict]) -> list[dict]:
@@ -222,10 +222,10 @@ def compare(measured_path: Path, device: str, out: Path | None) -> dict:
     summary["memory"] = error_summary([r["error"] for r in memory])
     if "probed" not in sources:
         print("no probed estimates in this record: `measure` takes them on the GPU machine "
-              "(`--on local` reads the probe saved there)")  # fmt: skip
+              "(`--on local` reads the probe saved there)")
     _print(rows, memory, summary, sources)
     record = {"environment": measured["environment"], "device": device_id, "summary": summary,
-              "time": rows, "memory": memory}  # fmt: skip
+              "time": rows, "memory": memory}
     if out is not None:
         out.write_text(json.dumps(record, indent=1) + "\n")
     return record
@@ -236,20 +236,20 @@ def _print(rows: list[dict], memory: list[dict], summary: dict, sources: list[st
     print(f"{'case':58s} {'quantity':18s} {'measured':>10s}{head}")
     for r in rows:
         cells = "".join(f" {r[s] * 1e3:11.2f}ms {100 * r[f'{s}_error']:+6.1f}%" if s in r
-                        else f" {'-':>13s} {'-':>7s}" for s in sources)  # fmt: skip
+                        else f" {'-':>13s} {'-':>7s}" for s in sources)
         print(f"{r['case']:58s} {r['quantity']:18s} {r['measured'] * 1e3:8.2f}ms{cells}")
     for source in sources:
         s = summary[source]
         if s["count"]:
             print(f"time from {source} rates: median |error| {100 * s['median_abs_error']:.1f}%, "
-                  f"worst {100 * s['worst_abs_error']:.1f}% over {s['count']} times")  # fmt: skip
+                  f"worst {100 * s['worst_abs_error']:.1f}% over {s['count']} times")
     for r in memory:
         print(f"memory {r['case']:58s} est {r['estimated_model_bytes'] / 2**30:7.2f} GiB  meas "
-              f"{r['measured_model_bytes'] / 2**30:7.2f} GiB  err {100 * r['error']:+6.2f}%")  # fmt: skip
+              f"{r['measured_model_bytes'] / 2**30:7.2f} GiB  err {100 * r['error']:+6.2f}%")
     if summary["memory"]["count"]:
         m = summary["memory"]
         print(f"memory: median |error| {100 * m['median_abs_error']:.2f}%, worst "
-              f"{100 * m['worst_abs_error']:.2f}% over {m['count']} cases")  # fmt: skip
+              f"{100 * m['worst_abs_error']:.2f}% over {m['count']} cases")
 
 
 def main() -> None:
@@ -261,7 +261,7 @@ def main() -> None:
     m.add_argument("--no-runs", action="store_true", help="the probe only")
     m.add_argument("--quick", action="store_true", help="the first two cases only")
     e = sub.add_parser("estimate", help="on the GPU machine: an earlier record's cases "
-                       "estimated from the probe saved here (--on local)")  # fmt: skip
+                       "estimated from the probe saved here (--on local)")
     e.add_argument("record", type=Path)
     c = sub.add_parser("compare", help="estimates against a measure run's record")
     c.add_argument("measured", type=Path)

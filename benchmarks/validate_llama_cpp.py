@@ -50,7 +50,7 @@ def saved_probe(cache: Path) -> dict[str, Any]:
     found = sorted(p for p in cache.glob("probe-*.json") if not p.stem.endswith("-rejected"))
     if not found:
         raise SystemExit(f"no saved probe in {cache}: run without --cache, or `gpuwise probe "
-                         f"--runtime llama.cpp` with GPUWISE_CACHE_DIR={cache}")  # fmt: skip
+                         f"--runtime llama.cpp` with GPUWISE_CACHE_DIR={cache}")
     return json.loads(found[0].read_text())
 
 
@@ -58,7 +58,7 @@ def measure_cases(models: Path, threads: str) -> dict[str, Any]:
     """The cases measured now (measure_llama_cpp.py) at these thread counts ("1,2")."""
     subprocess.run([sys.executable, str(ROOT / "measure_llama_cpp.py"), "--quants",
                     "f16,q8_0,q4_0,q4_k_m", "--threads", threads, "--models", str(models),
-                    "--out", str(CASES)], check=True)  # fmt: skip
+                    "--out", str(CASES)], check=True)
     return json.loads(CASES.read_text())
 
 
@@ -78,7 +78,7 @@ def estimate(path: Path, case: dict[str, Any]) -> tuple[float, float]:
     """(pp seconds, tg seconds a token) of the case from `gpuwise infer` on its file: the
     prompt alone, and n_gen tokens from an empty cache (llama-bench's two tests)."""
     common = ("infer", str(path), "--runtime", "llama.cpp", "--on", "local",
-              "--threads", str(case["threads"]))  # fmt: skip
+              "--threads", str(case["threads"]))
     pp = gpuwise_json(*common, "--prompt", str(case["n_prompt"]), "--new-tokens", "1")["time"]
     tg = gpuwise_json(*common, "--prompt", "1", "--new-tokens", str(case["n_gen"]))["time"]
     for t in (pp, tg):
@@ -96,17 +96,17 @@ def compare(cases: dict[str, Any], files: dict[tuple[str, str], Path]) -> list[d
         for phase, est, measured in (("prefill", pp_est, pp_s), ("decode", tg_est, tg_s)):
             rows.append({"size": case["size"], "qtype": case["qtype"], "threads": case["threads"],
                          "phase": phase, "estimated_s": est, "measured_s": measured,
-                         "error": est / measured - 1})  # fmt: skip
+                         "error": est / measured - 1})
     return rows
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     errs = [abs(r["error"]) for r in rows]
     by_phase = {p: statistics.median(abs(r["error"]) for r in rows if r["phase"] == p)
-                for p in ("prefill", "decode")}  # fmt: skip
+                for p in ("prefill", "decode")}
     return {"cases": len(rows), "median_abs_error": statistics.median(errs),
             "worst": max(rows, key=lambda r: abs(r["error"]))["error"],
-            "median_abs_error_by_phase": by_phase}  # fmt: skip
+            "median_abs_error_by_phase": by_phase}
 
 
 def main() -> None:
@@ -127,18 +127,18 @@ def main() -> None:
         cases = json.loads(args.cases.read_text()) if args.cases else measure_cases(models, threads)
         rows = compare(cases, model_files(cases, models))
     print(f"{'size':5s} {'type':7s} {'thr':>3s} {'phase':8s} {'estimated':>10s} "
-          f"{'measured':>10s} {'error':>7s}")  # fmt: skip
+          f"{'measured':>10s} {'error':>7s}")
     for r in rows:
         print(f"{r['size']:5s} {r['qtype']:7s} {r['threads']:3d} {r['phase']:8s} "
               f"{r['estimated_s'] * 1e3:8.2f}ms {r['measured_s'] * 1e3:8.2f}ms "
-              f"{100 * r['error']:+6.1f}%")  # fmt: skip
+              f"{100 * r['error']:+6.1f}%")
     s = summary(rows)
     print(f"\n{len(rows)} cases: median |error| {100 * s['median_abs_error']:.1f}%, "
-          f"worst {100 * s['worst']:+.1f}%")  # fmt: skip
+          f"worst {100 * s['worst']:+.1f}%")
     args.out.write_text(json.dumps({"about": __doc__.splitlines()[0],
                                     "probe": probe.get("llama_cpp"), "quick": probe.get("quick"),
                                     "machine": cases.get("machine"), "summary": s,
-                                    "rows": rows}, indent=1) + "\n")  # fmt: skip
+                                    "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ CASES = [
     ("T", "q8_0", 8192, 500, 16), ("T", "q4_k_m", 1024, 900, 16), ("T", "q4_0", None, 64, 16),
     ("S", "f16", 8192, 32, 16),
     ("M", "q4_0", 2048, 400, 16, True), ("XL", "q4_k_m", 4096, 256, 16, True),
-]  # fmt: skip
+]
 # Cases added after runtimes.toml's cpu_fixed_bytes was read off the others: held out from it.
 HELD_OUT = {("T", "q8_0"), ("T", "q4_k_m"), ("T", "q4_0"), ("S", "f16", 8192),
             ("M", "q4_0", "fa"), ("XL", "q4_k_m", "fa")}
@@ -81,16 +81,16 @@ def model_file(folder: Path, name: str, qtype: str) -> Path:
 
 
 def estimate(path: Path, n_ctx: int | None, prompt: int, new: int,
-             flash: bool = False) -> dict[str, Any]:  # fmt: skip
+             flash: bool = False) -> dict[str, Any]:
     """`gpuwise infer PATH --on local --runtime llama.cpp --ctx N --attention eager --json`
     (flash attention off, as llama-cpp-python runs; `--attention sdpa` where `flash`)."""
     memory = gpuwise_json("infer", str(path), "--on", "local", "--runtime", "llama.cpp",
                           "--ctx", str(n_ctx or LLAMA_CPP_PYTHON_N_CTX), "--prompt", str(prompt),
                           "--new-tokens", str(new),
-                          "--attention", "sdpa" if flash else "eager")["memory"]  # fmt: skip
+                          "--attention", "sdpa" if flash else "eager")["memory"]
     return {"estimated_bytes": memory["model_bytes"],
             "overhead_bytes": memory["breakdown"]["overhead"],
-            "breakdown": memory["breakdown"], "notes": memory["notes"]}  # fmt: skip
+            "breakdown": memory["breakdown"], "notes": memory["notes"]}
 
 
 def run_case(folder: Path, case: tuple, measured: dict[str, Any] | None) -> dict[str, Any]:
@@ -99,15 +99,15 @@ def run_case(folder: Path, case: tuple, measured: dict[str, Any] | None) -> dict
     path = model_file(folder, name, qtype)
     if measured is None:
         measured = measure_llama_cpp_memory(path, n_ctx=n_ctx, prompt_tokens=prompt,
-                                            new_tokens=new, flash_attn=flash, runs=RUNS)  # fmt: skip
+                                            new_tokens=new, flash_attn=flash, runs=RUNS)
     est = estimate(path, n_ctx, prompt, new, flash)
     error = est["estimated_bytes"] / measured["peak_bytes"] - 1
     held_out = bool({(name, qtype), (name, qtype, n_ctx), (name, qtype, "fa" if flash else "")}
-                    & HELD_OUT)  # fmt: skip
+                    & HELD_OUT)
     return {"model": name, "params": MODELS[name].params, "qtype": qtype,
             "n_ctx": n_ctx or LLAMA_CPP_PYTHON_N_CTX, "prompt_tokens": prompt,
             "new_tokens": new, "flash_attn": flash, "held_out": held_out, "measured": measured,
-            **est, "error": error}  # fmt: skip
+            **est, "error": error}
 
 
 def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -121,25 +121,25 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             "flash_attention_worst_abs_error": max(flash),
             "held_out_cases": sum(r["held_out"] for r in records),
             "held_out_worst_abs_error": max(held), "target_median": TARGET_MEDIAN,
-            "target_worst": TARGET_WORST}  # fmt: skip
+            "target_worst": TARGET_WORST}
 
 
 def print_table(records: list[dict[str, Any]]) -> None:
     print(f"{'model':<4} {'params':>7} {'type':<10} {'n_ctx':>5} {'prompt':>6} "
-          f"{'estimated':>10} {'measured':>10} {'error':>7}")  # fmt: skip
+          f"{'estimated':>10} {'measured':>10} {'error':>7}")
     for r in records:
         kind = r["qtype"] + (" fa" if r.get("flash_attn") else "")
         print(f"{r['model']:<4} {r['params'] / 1e6:>6.0f}M {kind:<10} {r['n_ctx']:>5} "
               f"{r['prompt_tokens']:>3}+{r['new_tokens']:<2} "
               f"{r['estimated_bytes'] / MIB:>7.1f} MiB {r['measured']['peak_bytes'] / MIB:>6.1f} MiB "
-              f"{100 * r['error']:>+6.1f}%{' *' if r['held_out'] else ''}")  # fmt: skip
+              f"{100 * r['error']:>+6.1f}%{' *' if r['held_out'] else ''}")
     s = summary(records)
     print(f"\n{s['cases']} cases with llama-cpp-python's defaults: median |error| "
           f"{100 * s['median_abs_error']:.1f}%, worst {100 * s['worst_abs_error']:.1f}% (targets "
           f"{100 * TARGET_MEDIAN:.0f}% / {100 * TARGET_WORST:.0f}%); flash attention (fa): worst "
           f"{100 * s['flash_attention_worst_abs_error']:.1f}% over {s['flash_attention_cases']}; "
           f"* held out from the fixed state's constant: worst "
-          f"{100 * s['held_out_worst_abs_error']:.1f}% over {s['held_out_cases']}")  # fmt: skip
+          f"{100 * s['held_out_worst_abs_error']:.1f}% over {s['held_out_cases']}")
 
 
 def main() -> None:
@@ -160,13 +160,13 @@ def main() -> None:
         records = []
         for case in CASES:
             key = (case[0], case[1], case[2] or LLAMA_CPP_PYTHON_N_CTX, case[3],
-                   len(case) > 5 and case[5])  # fmt: skip
+                   len(case) > 5 and case[5])
             if args.measured and key not in earlier:
                 continue
             records.append(run_case(folder, case, earlier.get(key)))
             r = records[-1]
             print(f"{r['model']} {r['qtype']}: {r['estimated_bytes'] / MIB:.1f} MiB estimated, "
-                  f"{r['measured']['peak_bytes'] / MIB:.1f} MiB measured", flush=True)  # fmt: skip
+                  f"{r['measured']['peak_bytes'] / MIB:.1f} MiB measured", flush=True)
     finally:
         if args.models is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -179,7 +179,7 @@ def main() -> None:
               "llama_cpp_python": first["llama_cpp_python"], "system_info": first["system_info"],
               "method": first["method"], "seconds": round(time.time() - started, 1),
               "models": {k: {**vars(v), "params": v.params} for k, v in MODELS.items()},
-              "summary": summary(records), "cases": records}  # fmt: skip
+              "summary": summary(records), "cases": records}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")

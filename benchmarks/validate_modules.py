@@ -112,12 +112,12 @@ def _timed_alone(fn):
 
 def run_case(label: str, factory: str, specs: list | None, training: bool, optimizer: str,
              dtype: str | None, repeats: int, memory: bool = True, timing: bool = True,
-             tries: int = 1, max_others: float = 1.0, split: bool = False) -> dict:  # fmt: skip
+             tries: int = 1, max_others: float = 1.0, split: bool = False) -> dict:
     from gpuwise.measure.runs.module_run import measure_module_memory, measure_module_time
 
     model, example = _example(factory, specs)
     est = gpuwise.from_module(model, example, training=training, optimizer=optimizer, dtype=dtype,
-                      on="local")  # fmt: skip
+                      on="local")
     path = f"module_zoo:{factory}"
     kw = dict(training=training, optimizer=optimizer, dtype=dtype, sys_path=(TESTS,))
     mem = measure_module_memory(path, specs, **kw) if memory else None
@@ -139,7 +139,7 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
     # The same pass under an allocator that faults nothing in: what the model less its fault
     # rows is checked against, and the measured cost of the faults (default less this).
     no_faults = (measure_module_time(path, specs, repeats=repeats, faults=False, **kw)["seconds"]
-                 if timing and split else None)  # fmt: skip
+                 if timing and split else None)
     return {
         "case": label, "others_cpu_share": others,
         "memory_estimated": mem_est, "memory_measured": mem_meas, "memory_error": mem_err,
@@ -157,7 +157,7 @@ def run_case(label: str, factory: str, specs: list | None, training: bool, optim
         "faults_estimated": est.page_fault_bytes,
         "faults_measured": timed.get("faulted_bytes_per_pass"),
         "breakdown": est.memory.breakdown,
-    }  # fmt: skip
+    }
 
 
 def _row(r: dict) -> str:
@@ -182,14 +182,14 @@ def _print_split(rows: list[dict]) -> None:
     """The model less its fault rows against runs that fault nothing in, and the fault rows
     against what the faults cost (the default allocator's time less the fault-free one)."""
     print(f"\n{'case':36} {'est - faults':>12} {'fault-free':>10} {'err':>7}   "
-          f"{'faults est':>10} {'measured':>9}")  # fmt: skip
+          f"{'faults est':>10} {'measured':>9}")
     for r in rows:
         if r["time_measured_without_faults"] is None:
             continue
         print(f"{r['case']:36} {1e3 * (r['time_estimated'] - r['fault_s_estimated']):10.1f}ms "
               f"{1e3 * r['time_measured_without_faults']:8.1f}ms "
               f"{100 * r['model_error_without_faults']:+6.1f}%   "
-              f"{1e3 * r['fault_s_estimated']:8.1f}ms {1e3 * r['fault_s_measured']:7.1f}ms")  # fmt: skip
+              f"{1e3 * r['fault_s_estimated']:8.1f}ms {1e3 * r['fault_s_measured']:7.1f}ms")
     print(f"the model less its fault rows, against fault-free runs: "
           f"{_summary(rows, 'model_error_without_faults')}")
     split = [r for r in rows if r["fault_s_measured"] is not None]
@@ -211,7 +211,7 @@ def _one_pass(args: argparse.Namespace, memory: bool) -> list[dict]:
             continue
         r = run_case(*case, repeats=args.repeats, memory=memory, timing=not args.no_time,
                      tries=args.tries, max_others=args.max_others,
-                     split=args.allocator_split)  # fmt: skip
+                     split=args.allocator_split)
         rows.append(r)
         if not args.json:
             print(_row(r), flush=True)
@@ -229,7 +229,7 @@ def _over_passes(runs: list[list[dict]]) -> list[dict]:
         rows.append({**first, "time_measured": measured, "time_error": est / measured - 1,
                      "time_error_without_faults": (est - faults) / measured - 1,
                      "time_measured_passes": [r["time_measured"] for r in same],
-                     "machine_vs_probe_passes": [r["machine_vs_probe"] for r in same]})  # fmt: skip
+                     "machine_vs_probe_passes": [r["machine_vs_probe"] for r in same]})
     return rows
 
 
@@ -252,7 +252,7 @@ def main() -> None:
         help="the share of the CPUs others may use during a time run",
     )
     parser.add_argument("--passes", type=int, default=1,
-                        help="time the cases N times over; each case's median against its estimate")  # fmt: skip
+                        help="time the cases N times over; each case's median against its estimate")
     args = parser.parse_args()
     runs = []
     for n in range(1 if args.no_time else max(1, args.passes)):
@@ -260,7 +260,7 @@ def main() -> None:
             if args.passes > 1:
                 print(f"pass {n + 1} of {args.passes}")
             print(f"{'case':36} {'mem est':>9} {'measured':>9} {'err':>7}   {'time est':>9} "
-                  f"{'measured':>9} {'err':>7}  others  faulted: est measured   machine vs probe")  # fmt: skip
+                  f"{'measured':>9} {'err':>7}  others  faulted: est measured   machine vs probe")
         runs.append(_one_pass(args, memory=not args.no_memory and n == 0))
     rows = runs[0] if len(runs) == 1 else _over_passes(runs)
     if args.json:
@@ -277,7 +277,7 @@ def main() -> None:
         _print_split(rows)
     steady = [r for r in rows if ran_as_probed(r.get("machine_vs_probe") or {}, r["case"])]
     print(f"where the machine ran within {STEADY:.0%} of the probe: "
-          f"{_summary(steady, 'time_error')} over {len(steady)} cases")  # fmt: skip
+          f"{_summary(steady, 'time_error')} over {len(steady)} cases")
     print("others: the share of the CPUs other processes used while the time was measured")
 
 

@@ -19,7 +19,7 @@ from public_cli import gpuwise_json
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "validation" / "published.json"
 HARDWARE = {"A100-SXM4-80GB": "a100-sxm-80gb", "A100-SXM": "a100-sxm-80gb",
-            "H100-SXM": "h100-sxm", "MI300X": "mi300x"}  # fmt: skip
+            "H100-SXM": "h100-sxm", "MI300X": "mi300x"}
 
 
 def _hardware(text: str) -> str:
@@ -49,11 +49,11 @@ def decode_rows(entries: list[dict]) -> list[dict]:
         tp = e.get("tensor_parallel", 1)
         t = infer(e["model"].lower(), _hardware(e["hardware"]), "--batch", str(e["batch"]),
                   "--prompt", str(e.get("prompt_tokens", 5)), "--new-tokens", "200",
-                  "--weights", _weights(e["weights"]), "--runtime", "compiled", "--tp", str(tp))  # fmt: skip
+                  "--weights", _weights(e["weights"]), "--runtime", "compiled", "--tp", str(tp))
         est = t["tokens_per_s"]
         rows.append({"what": f"decode {e['model']} {e['weights']} tp{tp}",
                      "estimated": est, "published": e["tokens_per_s"], "unit": "tok/s",
-                     "error": est / e["tokens_per_s"] - 1, "bound": t["bound"]["decode"]})  # fmt: skip
+                     "error": est / e["tokens_per_s"] - 1, "bound": t["bound"]["decode"]})
     return rows
 
 
@@ -65,7 +65,7 @@ def gemm_rows(entries: list[dict]) -> list[dict]:
         est = rates["matmul_flops_per_s"]["bf16"] / 1e12
         rows.append({"what": f"bf16 matmul {e['hardware']}", "estimated": est,
                      "published": e["achieved_TFLOPS"], "unit": "TFLOP/s",
-                     "error": est / e["achieved_TFLOPS"] - 1})  # fmt: skip
+                     "error": est / e["achieved_TFLOPS"] - 1})
     return rows
 
 
@@ -75,12 +75,12 @@ def bandwidth_rows(entries: list[dict]) -> list[dict]:
         if "A100" in e["hardware"]:
             est = device_rates("a100-sxm-80gb")["memory_bytes_per_s"] / 1e9
             rows.append({"what": "HBM bandwidth A100-SXM4-80GB", "unit": "GB/s",
-                         "estimated": est, "published": 1700.0, "error": est / 1700.0 - 1})  # fmt: skip
+                         "estimated": est, "published": 1700.0, "error": est / 1700.0 - 1})
         elif "NVLink" in e["hardware"]:
             est = device_rates("h100-sxm")["interconnect_bytes_per_s"] * 2 / 1e9
             rows.append({"what": "NVLink4 peer-to-peer (bidirectional)", "unit": "GB/s",
                          "estimated": est, "published": e["measured_GB_per_s_bidirectional"],
-                         "error": est / e["measured_GB_per_s_bidirectional"] - 1})  # fmt: skip
+                         "error": est / e["measured_GB_per_s_bidirectional"] - 1})
     return rows
 
 
@@ -88,7 +88,7 @@ def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     data = json.loads(path.read_text())
     rows = (decode_rows(data["decode"]) + gemm_rows(data["gemm"])
-            + bandwidth_rows(data["bandwidth"]))  # fmt: skip
+            + bandwidth_rows(data["bandwidth"]))
     print(f"{'entry':52s} {'estimated':>10s} {'published':>10s} {'unit':8s} {'error':>7s}")
     for r in rows:
         print(

@@ -106,7 +106,7 @@ def vllm_bytes(entry: dict[str, Any], models: dict[str, Any]) -> float:
     ip = InferencePlan(runtime="vllm", gpu_memory_utilization=plan["gpu_memory_utilization"])
     # The log is vLLM V0 (2024-12): CUDA graphs were captured after the KV pool was sized.
     _, weights, acts, pool = vllm_pool(arch, ip, hw, plan.get("tp", 1),
-                                       cudagraphs_in_budget=False)  # fmt: skip
+                                       cudagraphs_in_budget=False)
     return {"vllm_weights": weights, "vllm_activation_peak": acts, "vllm_kv_cache": pool}[stat]
 
 
@@ -116,7 +116,7 @@ def estimated_bytes(entry: dict[str, Any], models: dict[str, Any], folder: Path)
     if plan["kind"] == "vllm":
         return vllm_bytes(entry, models)
     memory = gpuwise_json(plan["kind"], model_argument(plan["model"], models, folder), "--on",
-                          plan["on"], *options(plan))["memory"]  # fmt: skip
+                          plan["on"], *options(plan))["memory"]
     key = {"allocated": "allocated_bytes", "reserved": "model_bytes", "nvidia-smi": "total_bytes"}
     return float(memory[key[stat]])
 
@@ -126,19 +126,19 @@ def describe(p: dict[str, Any]) -> str:
     if p["kind"] == "vllm":
         return f"{p['model']} vllm tp{p.get('tp', 1)}"
     shape = (f"b{p['batch']} s{p['seq']}" if p["kind"] == "train"
-             else f"b{p['batch']} p{p['prompt']}+{p['new_tokens']}")  # fmt: skip
+             else f"b{p['batch']} p{p['prompt']}+{p['new_tokens']}")
     flags = [p.get("weights", p.get("dtype", "")), p.get("finetune", ""), p.get("optimizer", "")]
     if p.get("gpus", 1) > 1:
         flags.append(f"{p['gpus']}gpu {p.get('sharding', 'zero')}")
     if p.get("checkpointing"):
         flags.append("ckpt" + ("-" + p["checkpointing_policy"]
-                               if p.get("checkpointing_policy", "full") != "full" else ""))  # fmt: skip
+                               if p.get("checkpointing_policy", "full") != "full" else ""))
     flags += [f"loss-{p['loss']}" if p.get("loss") else "",
               "opt-in-bwd" if p.get("optimizer_in_backward") else "",
               "offload-" + "+".join(p["offload"]) if p.get("offload") else "",
               "compiled" if p.get("runtime") == "compiled" else "",
               p.get("quant_kernel", ""), "fused" if p.get("fuse_layers") else "",
-              p.get("attention", "") if p["kind"] == "infer" else ""]  # fmt: skip
+              p.get("attention", "") if p["kind"] == "infer" else ""]
     return " ".join([p["model"], p["kind"], shape, *[f for f in flags if f and f != "full"]])
 
 
@@ -152,7 +152,7 @@ def rows(data: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"id": e["id"], "stack": e["stack"], "what": what, "statistic": e["statistic"],
                     "published_gib": published / GIB, "estimated_gib": est / GIB,
                     "error": est / published - 1, "source": e["source"],
-                    "settings": e["settings"]})  # fmt: skip
+                    "settings": e["settings"]})
     return out
 
 
@@ -160,7 +160,7 @@ def summary(table: list[dict[str, Any]]) -> dict[str, Any]:
     errors = [abs(r["error"]) for r in table]
     return {"count": len(errors), "median_abs_error": statistics.median(errors),
             "worst_abs_error": max(errors),
-            "within_15pct": sum(e <= 0.15 for e in errors)}  # fmt: skip
+            "within_15pct": sum(e <= 0.15 for e in errors)}
 
 
 def main() -> None:
@@ -170,14 +170,14 @@ def main() -> None:
     for r in table:
         print(f"{r['id']}  {r['stack']:<12} {r['what']:<60} {r['statistic']:<21} "
               f"pub {r['published_gib']:8.2f} GiB  est {r['estimated_gib']:8.2f} GiB  "
-              f"err {r['error']:+7.1%}")  # fmt: skip
+              f"err {r['error']:+7.1%}")
     s = summary(table)
     by_stack = {k: summary([r for r in table if r["stack"] == k])
-                for k in sorted({r["stack"] for r in table})}  # fmt: skip
+                for k in sorted({r["stack"] for r in table})}
     print(f"memory (published): median |error| {s['median_abs_error']:.1%}, worst "
-          f"{s['worst_abs_error']:.1%} over {s['count']} entries")  # fmt: skip
+          f"{s['worst_abs_error']:.1%} over {s['count']} entries")
     OUT.write_text(json.dumps({"data": DATA.name, "summary": s, "by_stack": by_stack,
-                               "rows": table}, indent=1) + "\n")  # fmt: skip
+                               "rows": table}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

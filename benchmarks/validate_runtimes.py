@@ -100,7 +100,7 @@ MODEL_RUNTIMES = ("runtime", "transformers")
 RUNTIME_OF = {"llama.cpp-cuda": ("llama.cpp", ""), "llama.cpp-metal": ("llama.cpp", ""),
               "vllm": ("vllm", ""), "sglang": ("sglang", ""), "marlin": ("vllm", "marlin"),
               "awq": ("compiled", "awq-gemm"), "exllama": ("compiled", "exllama"),
-              "torch-compile": ("compiled", "")}  # fmt: skip
+              "torch-compile": ("compiled", "")}
 
 DEVICES = {
     "RTX 3090 24GB": "rtx-3090", "1x RTX 3090": "rtx-3090",
@@ -119,7 +119,7 @@ DEVICES = {
     "L40S 48GB": "l40s",
     "M2 Ultra 76-Core GPU 192GB": "m2-ultra", "M2 Ultra": "m2-ultra*",
     "M3 Max 40-Core GPU 64GB": "m3-max",
-}  # fmt: skip
+}
 
 MODELS = {
     "Llama 3.1 8B": "llama-3.1-8b", "Llama3.1-8B": "llama-3.1-8b",
@@ -140,7 +140,7 @@ MODELS = {
     "Mistral-7B-Instruct-v0.2 (TheBloke/Mistral-7B-Instruct-v0.2-AWQ)": "mistral-7b",
     "TinyLlama 1.1B (llama 1B, 1.10 B params)": "tinyllama-1.1b",
     "Llama 3.2 3B Instruct (llama 3B, 3.21 B params)": "llama-3.2-3b",
-}  # fmt: skip
+}
 
 UNMAPPED_MODELS = {
     "CodeLlama 7B (llama 7B, 6.74 B params)": "CodeLlama 7B: vocab 32016, no catalogue entry",
@@ -156,9 +156,9 @@ LENGTHS_FROM_SETTINGS = {"rm-085": (1920, 128), "rm-086": (2048, 0)}
 # Throughput entries whose whole batch is offered at once with fixed lengths: which count.
 THROUGHPUT = {"rm-054": "total", "rm-058": "total", "rm-060": "total", "rm-062": "total",
               "rm-064": "total", "rm-059": "output", "rm-061": "output", "rm-063": "output",
-              "rm-065": "output"}  # fmt: skip
+              "rm-065": "output"}
 BATCH_FROM_SETTINGS = {"rm-054": 100, "rm-058": 32, "rm-060": 32, "rm-062": 32, "rm-064": 32,
-                       "rm-059": 128, "rm-061": 128, "rm-063": 128, "rm-065": 128}  # fmt: skip
+                       "rm-059": 128, "rm-061": 128, "rm-063": 128, "rm-065": 128}
 
 
 def weights(text: str) -> str | None:
@@ -225,7 +225,7 @@ def infer_time(e: dict, runtime: str) -> dict:
     return gpuwise_json("infer", MODELS[e["model"]], "--on", DEVICES[e["device"]].rstrip("*"),
                         "--batch", str(batch), "--prompt", str(prompt), "--new-tokens", str(new),
                         "--weights", wts, "--runtime", runtime, "--quant-kernel", kernel,
-                        "--tp", str(e["tensor_parallel"] or 1))["time"]  # fmt: skip
+                        "--tp", str(e["tensor_parallel"] or 1))["time"]
 
 
 def estimate(e: dict, runtime: str) -> float:
@@ -264,20 +264,20 @@ def summarise(rows: list[dict], key: str) -> list[dict]:
             worst = max(rs, key=lambda r, rt=rt: abs(r["error"][rt]))
             entry[rt] = {"median_error": statistics.median(errs),
                          "median_abs_error": statistics.median(abs(x) for x in errs),
-                         "worst": worst["error"][rt], "worst_id": worst["id"]}  # fmt: skip
+                         "worst": worst["error"][rt], "worst_id": worst["id"]}
         out.append(entry)
     return out
 
 
 def print_summary(title: str, summary: list[dict]) -> None:
     print(f"\n{title:22s} {'n':>3s}  {'runtime: median':>16s} {'med|err|':>8s} {'worst':>8s}"
-          f"  {'eager: median':>13s} {'med|err|':>8s} {'worst':>8s}")  # fmt: skip
+          f"  {'eager: median':>13s} {'med|err|':>8s} {'worst':>8s}")
     for s in summary:
         c, t = s["runtime"], s["transformers"]
         print(f"{s['group']:22s} {s['count']:3d}  {100 * c['median_error']:+15.0f}% "
               f"{100 * c['median_abs_error']:7.0f}% {100 * c['worst']:+7.0f}%  "
               f"{100 * t['median_error']:+12.0f}% {100 * t['median_abs_error']:7.0f}% "
-              f"{100 * t['worst']:+7.0f}%")  # fmt: skip
+              f"{100 * t['worst']:+7.0f}%")
 
 
 def main() -> None:
@@ -299,11 +299,11 @@ def main() -> None:
                      "tp": e["tensor_parallel"] or 1, "batch": batch, "prompt": prompt,
                      "new": new, "quantity": quantity_label(e), "published": e["value"],
                      "estimated": est,
-                     "error": {rt: v / e["value"] - 1 for rt, v in est.items()}})  # fmt: skip
+                     "error": {rt: v / e["value"] - 1 for rt, v in est.items()}})
 
     print(f"{'id':7s} {'runtime':15s} {'device':15s} {'model':14s} {'wts':5s} {'b/p/n':13s} "
           f"{'quantity':21s} {'published':>9s} {'runtime':>9s} {'err':>6s} {'eager':>9s} "
-          f"{'err':>6s}")  # fmt: skip
+          f"{'err':>6s}")
     for r in rows:
         shape = f"{r['batch']}/{r['prompt']}/{r['new']}" + (f" tp{r['tp']}" if r["tp"] > 1 else "")
         print(
@@ -321,7 +321,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"data": str(DATA.name), "rows": rows,
                                          "by_runtime": by_runtime, "by_quantity": by_quantity,
-                                         "skipped": skipped}, indent=1) + "\n")  # fmt: skip
+                                         "skipped": skipped}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ def served_model(run: dict[str, Any], folder: Path) -> Path:
     path = model_file(folder, run["model"].get("size", "M"))
     if path.stat().st_size != run["model"]["file_bytes"]:
         raise SystemExit(f"{path}: {path.stat().st_size} bytes, the run served "
-                         f"{run['model']['file_bytes']}")  # fmt: skip
+                         f"{run['model']['file_bytes']}")
     return path
 
 
@@ -83,7 +83,7 @@ def trace_rows(point: dict[str, Any]) -> list[dict[str, float | int]]:
     for rec, lengths in zip(point["records"], drawn, strict=True):
         prompt, output = lengths or (point["prompt_tokens"], rec[5] or point["output_tokens"])
         rows.append({"arrival_s": 0.0 if closed else rec[0], "prompt_tokens": prompt,
-                     "output_tokens": output})  # fmt: skip
+                     "output_tokens": output})
     return sorted(rows, key=lambda r: r["arrival_s"]) if not closed else rows
 
 
@@ -93,13 +93,13 @@ def write_trace(point: dict[str, Any], path: Path) -> Path:
 
 
 def serve_args(run: dict[str, Any], model: Path, point: dict[str, Any], trace: Path,
-               on: str = "local") -> list[str]:  # fmt: skip
+               on: str = "local") -> list[str]:
     """The `gpuwise serve` command line of one point, as a user would type it."""
     srv = run["server_settings"]
     args = ["serve", str(model), "--runtime", "llama.cpp", "--on", on,
             "--threads", str(srv["threads"]), "--max-seqs", str(srv["slots"]),
             "--max-batched-tokens", str(N_BATCH), "--ctx", str(srv.get("n_ctx_slot", 4096)),
-            "--trace", str(trace)]  # fmt: skip
+            "--trace", str(trace)]
     if point["mode"] != "open":
         args += ["--concurrency", str(point.get("concurrency") or CLIENTS)]
     return args
@@ -109,7 +109,7 @@ def simulated(answer: dict[str, Any]) -> dict[str, Any]:
     """TTFT and TPOT percentiles (ms) and output tokens/s of a `serve --json` answer."""
     return {"ttft_ms": {k: 1e3 * v for k, v in answer["ttft_s"].items()},
             "tpot_ms": {k: 1e3 * v for k, v in answer["tpot_s"].items()},
-            "output_tokens_per_s": answer["output_tokens_per_s"]}  # fmt: skip
+            "output_tokens_per_s": answer["output_tokens_per_s"]}
 
 
 def speed_moved(run: dict[str, Any], point: dict[str, Any]) -> str:
@@ -122,7 +122,7 @@ def speed_moved(run: dict[str, Any], point: dict[str, Any]) -> str:
 
 def label(run: dict[str, Any], point: dict[str, Any]) -> str:
     load = (f"{point['rate']:.3g}/s" if point["mode"] == "open"
-            else f"{point.get('concurrency') or CLIENTS} clients")  # fmt: skip
+            else f"{point.get('concurrency') or CLIENTS} clients")
     return f"{point['mix']} {point['mode']} {load} {speed_moved(run, point)}".rstrip()
 
 
@@ -131,10 +131,10 @@ def point_rows(run: dict[str, Any], point: dict[str, Any], sim: dict[str, Any]) 
     disturbed = bool(point.get("disturbed"))
     rows = [{"point": name, "quantity": f"{key} {stat}", "measured": real[f"{key}_ms"][stat],
              "simulated": sim[f"{key}_ms"][stat], "disturbed": disturbed}
-            for key, stat in QUANTITIES]  # fmt: skip
+            for key, stat in QUANTITIES]
     rows.append({"point": name, "quantity": "output tokens/s",
                  "measured": real["output_tokens_per_s"],
-                 "simulated": sim["output_tokens_per_s"], "disturbed": disturbed})  # fmt: skip
+                 "simulated": sim["output_tokens_per_s"], "disturbed": disturbed})
     for r in rows:
         r["error"] = r["simulated"] / r["measured"] - 1
     return rows
@@ -144,11 +144,11 @@ def summarize(rows: list[dict]) -> dict[str, dict[str, float]]:
     """Median and worst |error| per quantity (ttft, tpot, output), quiet points and all."""
     out = {}
     for name, subset in (("quiet points", [r for r in rows if not r["disturbed"]]),
-                         ("all points", rows)):  # fmt: skip
+                         ("all points", rows)):
         for q in sorted({r["quantity"].split()[0] for r in subset}):
             errs = [abs(r["error"]) for r in subset if r["quantity"].startswith(q)]
             out[f"{name}: {q}"] = {"n": len(errs), "median_abs_error": statistics.median(errs),
-                                   "worst": max(errs)}  # fmt: skip
+                                   "worst": max(errs)}
     return out
 
 
@@ -156,15 +156,15 @@ def print_table(rows: list[dict], summaries: dict[str, dict[str, float]]) -> Non
     print(f"{'point':38s} {'quantity':16s} {'measured':>10s} {'simulated':>10s} {'error':>7s}")
     for r in rows:
         print(f"{r['point']:38s} {r['quantity']:16s} {r['measured']:10.1f} {r['simulated']:10.1f} "
-              f"{100 * r['error']:+6.0f}%{'  (disturbed)' if r['disturbed'] else ''}")  # fmt: skip
+              f"{100 * r['error']:+6.0f}%{'  (disturbed)' if r['disturbed'] else ''}")
     print()
     for key, s in summaries.items():
         print(f"{key:28s} n {s['n']:3d}  median |error| {100 * s['median_abs_error']:5.1f}%  "
-              f"worst {100 * s['worst']:5.0f}%")  # fmt: skip
+              f"worst {100 * s['worst']:5.0f}%")
 
 
 def validate(run: dict[str, Any], model: Path, cache: Path | None, traces: Path,
-             on: str = "local") -> list[dict]:  # fmt: skip
+             on: str = "local") -> list[dict]:
     """Every point of the run through `gpuwise serve`, its trace written to `traces`."""
     rows = []
     with cache_at(cache) if cache else contextlib.nullcontext():
@@ -179,9 +179,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=RESULTS / "serve_llama_server.json")
     parser.add_argument("--cache", type=Path, help="the probe's GPUWISE_CACHE_DIR (default: "
-                        "the run's probe.cache)")  # fmt: skip
+                        "the run's probe.cache)")
     parser.add_argument("--models", type=Path, default=DEFAULT_MODELS,
-                        help="where the run's GGUF is (written again if missing)")  # fmt: skip
+                        help="where the run's GGUF is (written again if missing)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     run = json.loads(args.run.read_text())
@@ -196,7 +196,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"run": str(args.run), "probe_cache": str(cache) if cache else None,
                                          "rows": rows, "summaries": summaries},
-                                        indent=1) + "\n")  # fmt: skip
+                                        indent=1) + "\n")
 
 
 if __name__ == "__main__":

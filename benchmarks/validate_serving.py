@@ -178,7 +178,7 @@ DEVICES = {
     "NVIDIA H100 80GB HBM3": "h100-sxm",
     "NVIDIA H200 141GB": "h200-sxm",
     "NVIDIA B200": "b200*",
-}  # fmt: skip
+}
 
 MODELS = {
     "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
@@ -190,10 +190,10 @@ MODELS = {
     "meta-llama/Meta-Llama-3-70B-Instruct": "llama-3.1-70b",
     "meta-llama/Llama-3.3-70B-Instruct": "llama-3.1-70b",
     "Qwen/Qwen2-7B-Instruct": "qwen2.5-7b",
-}  # fmt: skip
+}
 
 UNMAPPED_MODEL = ("Qwen3-8B/14B are not in the model catalogue (Qwen2.5-7B/14B differ in "
-                  "layers, hidden size, heads and q/k norms)")  # fmt: skip
+                  "layers, hidden size, heads and q/k norms)")
 NO_TIME_MODEL = {"nim": "NVIDIA NIM (TensorRT-LLM or vLLM profile, not stated): no time model"}
 RUNTIMES = ("vllm", "sglang")
 
@@ -216,7 +216,7 @@ RATES = ("output_tokens_per_s", "total_tokens_per_s", "requests_per_s")
 STATS = ("mean", "p50", "p90", "p99")
 CLASS_OF = {"ttft": "TTFT", "tpot": "TPOT", "itl": "TPOT", "e2e": "E2E",
             "output_tokens_per_s": "throughput", "total_tokens_per_s": "throughput",
-            "requests_per_s": "throughput"}  # fmt: skip
+            "requests_per_s": "throughput"}
 TARGETS = {"throughput": 0.15, "TPOT": 0.15, "TTFT": 0.25}
 ENERGY_TARGET = 0.20
 
@@ -317,7 +317,7 @@ def work_of(e: dict, model: str) -> Work:
     if e["dataset"].startswith("longalpaca") and e["output_tokens"]:
         lo, hi = (round(c / CHARS_PER_TOKEN) for c in LONGALPACA_CHARS)
         return Work(n, (lo + hi) / 2, e["output_tokens"], "range", "prompt assumed", rate,
-                    clients, prompt_range=(lo, hi))  # fmt: skip
+                    clients, prompt_range=(lo, hi))
     if e["prompt_tokens"] and e["output_tokens"]:
         dist = "band15" if "15%" in e["dataset"] else "fixed"
         return Work(n, e["prompt_tokens"], e["output_tokens"], dist, "stated", rate, clients)
@@ -327,10 +327,10 @@ def work_of(e: dict, model: str) -> Work:
     totals = e.get("totals")
     if totals and e["dataset"].startswith("sharegpt"):
         return Work(n, totals["prompt_tokens_mean_derived"], totals["output_tokens_mean_derived"],
-                    "sharegpt", "derived", rate, clients, **share)  # fmt: skip
+                    "sharegpt", "derived", rate, clients, **share)
     if e["id"] in ML_ENERGY_SWEEP:
         return Work(n, ASSUMED_PROMPT, MLENERGY_OUTPUT[model], "sharegpt", "assumed", rate,
-                    clients, max_prompt=1024, max_output=1024)  # fmt: skip
+                    clients, max_prompt=1024, max_output=1024)
     if e["dataset"].startswith("sharegpt"):
         p, o = SGLANG_SHAREGPT
         return Work(n, p, o, "sharegpt", "assumed", rate, clients, **share)
@@ -346,12 +346,12 @@ def _sharegpt(rng: random.Random, w: Work, n: int, spread: str) -> list[tuple[in
     if spread == "normal":  # `gpuwise serve --prompt-dist normal`: sd a quarter of the mean
         p, o = round(w.prompt), round(w.output)
         return [(max(1, round(rng.gauss(p, p / 4))), max(1, round(rng.gauss(o, o / 4))))
-                for _ in range(n)]  # fmt: skip
+                for _ in range(n)]
     out: list[tuple[float, float]] = []
     while len(out) < n:
         p, o = rng.expovariate(1 / w.prompt), rng.expovariate(1 / w.output)
         if (p < w.min_len or o < w.min_len or p > w.max_prompt or o > w.max_output
-                or p + o > w.max_total):  # fmt: skip
+                or p + o > w.max_total):
             continue
         out.append((p, o))
     sp = w.prompt / statistics.fmean(p for p, _ in out)
@@ -370,7 +370,7 @@ def draw_lengths(w: Work, spread: str, seed: int = SEED) -> list[tuple[int, int]
         return [(rng.randint(lo, hi), int(w.output)) for _ in range(w.n)]
     if w.dist == "band15":
         return [(round(rng.uniform(0.85, 1.15) * w.prompt), round(rng.uniform(0.85, 1.15) * w.output))
-                for _ in range(w.n)]  # fmt: skip
+                for _ in range(w.n)]
     return [(int(w.prompt), int(w.output))] * w.n
 
 
@@ -416,13 +416,13 @@ def weights_of(text: str) -> str:
 
 
 def serve_args(model: str, device: str, runtime: str, weights: str, tp: int, server: dict,
-               max_seqs: int | None = None) -> list[str]:  # fmt: skip
+               max_seqs: int | None = None) -> list[str]:
     """`gpuwise serve`'s options for the entry's server: the model, the devices, the weights
     and what its command line or startup log states."""
     args = ["serve", model, "--on", device.rstrip("*"), "--runtime", runtime, "--tp", str(tp),
-            "--gpus", str(tp), "--weights", weights]  # fmt: skip
+            "--gpus", str(tp), "--weights", weights]
     options = {"gpu_memory_utilization": "--gpu-memory-utilization", "context_alloc": "--ctx",
-               "max_batched_tokens": "--max-batched-tokens", "kv_dtype": "--kv-dtype"}  # fmt: skip
+               "max_batched_tokens": "--max-batched-tokens", "kv_dtype": "--kv-dtype"}
     for key, flag in options.items():
         if key in server:
             args += [flag, str(server[key])]
@@ -430,11 +430,11 @@ def serve_args(model: str, device: str, runtime: str, weights: str, tp: int, ser
 
 
 def serve_cli(args: list[str], reqs: list[tuple[float, int, int]], clients: int,
-              tmp: Path) -> dict:  # fmt: skip
+              tmp: Path) -> dict:
     """`gpuwise serve ARGS --trace FILE [--concurrency C] --json`, the requests in FILE."""
     trace = tmp / "requests.jsonl"
     trace.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": p, "output_tokens": o})
-                             + "\n" for t, p, o in reqs))  # fmt: skip
+                             + "\n" for t, p, o in reqs))
     load = ["--trace", str(trace)] + (["--concurrency", str(clients)] if clients else [])
     return gpuwise_json(*args, *load)
 
@@ -452,7 +452,7 @@ def measured(rec: dict, reqs: list[tuple[float, int, int]]) -> dict:
     out["total_tokens_per_s"] = sum(p + o for _, p, o in reqs) / window
     out["diag"] = {"preemptions": rec["preemptions"], "kv_peak": round(rec["kv_peak_fraction"], 3),
                    "saturated": rec["saturated"], "duration_s": round(window, 2),
-                   "steps": rec["steps"], "kv_tokens": rec["kv_cache_tokens"]}  # fmt: skip
+                   "steps": rec["steps"], "kv_tokens": rec["kv_cache_tokens"]}
     return out
 
 
@@ -482,7 +482,7 @@ def stats(rows: list[dict], key: str = "error") -> dict:
     worst = max(rows, key=lambda r: abs(r[key]))
     return {"count": len(rows), "median_abs_error": statistics.median(abs(x) for x in errs),
             "median_error": statistics.median(errs), "worst": worst[key],
-            "worst_id": worst["id"]}  # fmt: skip
+            "worst_id": worst["id"]}
 
 
 def grouped(rows: list[dict], *keys: str) -> list[dict]:
@@ -501,11 +501,11 @@ def targets(rows: list[dict]) -> list[dict]:
                 sel = [r for r in rs if r["runtime"] == runtime and r["class"] == cls]
                 if not sel:
                     out.append({"scope": scope, "runtime": runtime, "class": cls,
-                                "target": limit, "count": 0, "met": None})  # fmt: skip
+                                "target": limit, "count": 0, "met": None})
                     continue
                 s = stats(sel)
                 out.append({"scope": scope, "runtime": runtime, "class": cls, "target": limit,
-                            **s, "met": s["median_abs_error"] <= limit})  # fmt: skip
+                            **s, "met": s["median_abs_error"] <= limit})
     return out
 
 
@@ -520,7 +520,7 @@ def energy_work(e: dict) -> Work:
         n, cap = (base if base >= 1.5 * b else base * math.ceil(2 * b / base)), 1024
     return Work(n, ASSUMED_PROMPT, e["output_tokens_mean"], "sharegpt",
                 "prompt assumed" + ("" if n == base else ", n assumed"),
-                max_prompt=1024, max_output=cap)  # fmt: skip
+                max_prompt=1024, max_output=cap)
 
 
 def energy_row(e: dict, spread: str, tmp: Path) -> dict:
@@ -554,7 +554,7 @@ def energy_row(e: dict, spread: str, tmp: Path) -> dict:
            "throughput_error": thr / m["throughput_tokens_per_s"] - 1,
            "published_avg_batch": e["avg_batch_size"], "simulated_avg_batch": win["average_batch"],
            "steady_window_s": win["seconds"], "steady_is_whole_run": win["whole_run"],
-           "busy_w": watts, "preemptions": rec["preemptions"]}  # fmt: skip
+           "busy_w": watts, "preemptions": rec["preemptions"]}
     if "avg_power_w" in m:
         row["published_power_w"] = m["avg_power_w"]
         row["power_error"] = watts / m["avg_power_w"] - 1
@@ -575,7 +575,7 @@ def pct(x: float | None) -> str:
 def print_rows(rows: list[dict]) -> None:
     print(f"{'id':7s} {'rt':6s} {'group':7s} {'device':14s} {'model':13s} {'tp':>2s} "
           f"{'load':>7s} {'n':>5s} {'lengths':8s} {'p/o':>11s} {'quantity':19s} "
-          f"{'published':>10s} {'simulated':>10s} {'err':>6s}")  # fmt: skip
+          f"{'published':>10s} {'simulated':>10s} {'err':>6s}")
     last = None
     for r in rows:
         head = r["id"] != last
@@ -583,21 +583,21 @@ def print_rows(rows: list[dict]) -> None:
         lead = (f"{r['id']:7s} {r['runtime']:6s} {r['group']:7s} {r['device']:14s} "
                 f"{r['model']:13s} {r['tp']:2d} {r['load']:>7s} {r['requests']:5d} "
                 f"{r['lengths']:8s} {round(r['prompt']):>5d}/{round(r['output']):<5d}"
-                if head else " " * 97)  # fmt: skip
+                if head else " " * 97)
         print(f"{lead} {r['quantity']:19s} {r['published']:10.4g} {r['simulated']:10.4g} "
-              f"{pct(r['error'])}")  # fmt: skip
+              f"{pct(r['error'])}")
 
 
 def print_summary(title: str, summ: list[dict], keys: tuple[str, ...]) -> None:
     width = [max(len(k), *(len(str(s[k])) for s in summ)) for k in keys]
     print(f"\n{title}")
     print("  " + " ".join(f"{k:{n}s}" for k, n in zip(keys, width, strict=True))
-          + f" {'n':>3s} {'med|err|':>8s} {'median':>7s} {'worst':>7s}  worst id")  # fmt: skip
+          + f" {'n':>3s} {'med|err|':>8s} {'median':>7s} {'worst':>7s}  worst id")
     for s in summ:
         print("  " + " ".join(f"{s[k]!s:{n}s}" for k, n in zip(keys, width, strict=True))
               + f" {s['count']:3d} {100 * s['median_abs_error']:7.0f}% "
               f"{100 * s['median_error']:+6.0f}% {100 * s['worst']:+6.0f}%  "
-              f"{s['worst_id']}")  # fmt: skip
+              f"{s['worst_id']}")
 
 
 def print_targets(tgts: list[dict]) -> None:
@@ -605,11 +605,11 @@ def print_targets(tgts: list[dict]) -> None:
     for t in tgts:
         if t["met"] is None:
             print(f"  {t['scope']:7s} {t['runtime']:6s} {t['class']:10s} <= "
-                  f"{100 * t['target']:.0f}%: no entries")  # fmt: skip
+                  f"{100 * t['target']:.0f}%: no entries")
             continue
         print(f"  {t['scope']:7s} {t['runtime']:6s} {t['class']:10s} <= {100 * t['target']:.0f}%:"
               f" {100 * t['median_abs_error']:5.1f}% over {t['count']:2d} -> "
-              f"{'met' if t['met'] else 'NOT met'}")  # fmt: skip
+              f"{'met' if t['met'] else 'NOT met'}")
 
 
 def print_kv_check(rows: list[dict]) -> None:
@@ -625,13 +625,13 @@ def print_kv_check(rows: list[dict]) -> None:
     print("\nKV cache: simulated positions vs the server's startup log")
     for (device, model, sim, pub), ids in seen.items():
         print(f"  {ids[0]}..{ids[-1]} {device:14s} {model:12s} {sim:9,d} vs {pub:9,d} "
-              f"({pct(sim / pub - 1)})")  # fmt: skip
+              f"({pct(sim / pub - 1)})")
 
 
 def print_energy(rows: list[dict]) -> None:
     print(f"\n{'id':7s} {'set':3s} {'device':13s} {'model':13s} {'tp':>2s} {'B':>5s} {'n':>5s} "
           f"{'J/tok pub':>9s} {'sim':>8s} {'err':>6s} {'whole':>8s} {'err':>6s} "
-          f"{'tok/s pub':>9s} {'sim':>8s} {'err':>6s} {'batch':>6s} {'sim':>6s} {'P err':>6s}")  # fmt: skip
+          f"{'tok/s pub':>9s} {'sim':>8s} {'err':>6s} {'batch':>6s} {'sim':>6s} {'P err':>6s}")
     for r in rows:
         print(f"{r['id']:7s} {r['set']:3s} {r['device']:13s} {r['model']:13s} {r['tp']:2d} "
               f"{r['max_num_seqs']:5d} {r['requests']:5d} {r['published_j_per_token']:9.4f} "
@@ -639,7 +639,7 @@ def print_energy(rows: list[dict]) -> None:
               f"{r['whole_run_j_per_token']:8.4f} {pct(r['whole_run_error'])} "
               f"{r['published_tokens_per_s']:9.0f} {r['simulated_tokens_per_s']:8.0f} "
               f"{pct(r['throughput_error'])} {r['published_avg_batch']:6.0f} "
-              f"{r['simulated_avg_batch']:6.0f} {pct(r.get('power_error'))}")  # fmt: skip
+              f"{r['simulated_avg_batch']:6.0f} {pct(r.get('power_error'))}")
 
 
 def energy_summary(rows: list[dict]) -> list[dict]:
@@ -648,7 +648,7 @@ def energy_summary(rows: list[dict]) -> list[dict]:
         rs = [r for r in rows if sel is None or r["set"] == sel]
         entry = {"set": name, **stats(rs), "met": stats(rs)["median_abs_error"] <= ENERGY_TARGET,
                  "whole_run": stats(rs, "whole_run_error"),
-                 "throughput": stats(rs, "throughput_error")}  # fmt: skip
+                 "throughput": stats(rs, "throughput_error")}
         power = [r for r in rs if "power_error" in r]
         if power:
             entry["power"] = stats(power, "power_error")
@@ -662,27 +662,27 @@ def energy_summary(rows: list[dict]) -> list[dict]:
     for (s, dev, model, tp), rs in sorted(by_config.items()):
         out.append({"set": f"{s} {dev} {model} tp{tp}", **stats(rs),
                     "met": stats(rs)["median_abs_error"] <= ENERGY_TARGET,
-                    "throughput": stats(rs, "throughput_error")})  # fmt: skip
+                    "throughput": stats(rs, "throughput_error")})
     return out
 
 
 def print_energy_summary(summ: list[dict]) -> None:
     print(f"\nenergy: J/output token over the steady window (target median |error| <= "
-          f"{100 * ENERGY_TARGET:.0f}%)")  # fmt: skip
+          f"{100 * ENERGY_TARGET:.0f}%)")
     print(f"  {'set':38s} {'n':>3s} {'med|err|':>8s} {'bias':>6s} {'worst':>6s} {'met':>7s}"
           f"  {'whole-run med|err|/bias':>23s}  {'tok/s med|err|/bias':>19s}  "
-          f"{'power bias':>10s}")  # fmt: skip
+          f"{'power bias':>10s}")
     for s in summ:
         whole = s.get("whole_run")
         w = (f"{100 * whole['median_abs_error']:9.0f}% / {100 * whole['median_error']:+4.0f}%"
-             if whole else "")  # fmt: skip
+             if whole else "")
         t = s["throughput"]
         p = s.get("power")
         print(f"  {s['set']:38s} {s['count']:3d} {100 * s['median_abs_error']:7.0f}% "
               f"{100 * s['median_error']:+5.0f}% {100 * s['worst']:+5.0f}% "
               f"{'met' if s['met'] else 'NOT met':>7s}  {w:>23s}  "
               f"{100 * t['median_abs_error']:9.0f}% / {100 * t['median_error']:+4.0f}%  "
-              f"{pct(p['median_error']) if p else '':>10s}")  # fmt: skip
+              f"{pct(p['median_error']) if p else '':>10s}")
 
 
 def serving_rows(e: dict, spread: str, tmp: Path, sweep_energy: list[dict]) -> list[dict]:
@@ -704,16 +704,16 @@ def serving_rows(e: dict, spread: str, tmp: Path, sweep_energy: list[dict]) -> l
     base = {"id": e["id"], "runtime": e["runtime"], "group": group, "setup": setup,
             "device": device, "model": model, "tp": tp, "load": w.load, "requests": w.n,
             "lengths": w.lengths, "dist": w.dist, "prompt": w.prompt, "output": w.output,
-            "diag": sim["diag"]}  # fmt: skip
+            "diag": sim["diag"]}
     rows = [{**base, "quantity": quantity, "class": class_of(quantity), "published": pub,
              "simulated": val, "error": val / pub - 1}
-            for quantity, pub, val in compared(e, sim)]  # fmt: skip
+            for quantity, pub, val in compared(e, sim)]
     if "energy_per_response_j" in e["metrics"]:
         per_req = rec["energy"]["per_1000_requests_j"] / 1000
         pub = e["metrics"]["energy_per_response_j"]
         sweep_energy.append({"id": e["id"], "model": model, "rate": w.rate,
                              "published_j_per_request": pub, "simulated_j_per_request": per_req,
-                             "error": per_req / pub - 1, "busy_fraction": rec["busy_fraction"]})  # fmt: skip
+                             "error": per_req / pub - 1, "busy_fraction": rec["busy_fraction"]})
     return rows
 
 
@@ -721,9 +721,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write rows, summaries and skips here")
     parser.add_argument("--data", type=Path, default=DATA,
-                        help="the measurements file (default: %(default)s)")  # fmt: skip
+                        help="the measurements file (default: %(default)s)")
     parser.add_argument("--spread", choices=("exp", "normal"), default="exp",
-                        help="ShareGPT-like length spread (default: exponential)")  # fmt: skip
+                        help="ShareGPT-like length spread (default: exponential)")
     args = parser.parse_args()
     data = json.loads(args.data.read_text())
     rows, skipped, sweep_energy = [], [], []
@@ -732,7 +732,7 @@ def main() -> None:
             reason = skip_reason(e)
             if reason:
                 skipped.append({"id": e["id"], "runtime": e["runtime"], "model": e["model"],
-                                "reason": reason})  # fmt: skip
+                                "reason": reason})
                 continue
             rows += serving_rows(e, args.spread, Path(tmp), sweep_energy)
         energy_rows = [energy_row(e, args.spread, Path(tmp)) for e in data["energy"]]
@@ -757,15 +757,15 @@ def main() -> None:
     for r in sweep_energy:
         print(f"  {r['id']} {r['model']:13s} {r['rate']:4.0f}/s  published "
               f"{r['published_j_per_request']:7.1f} J  simulated {r['simulated_j_per_request']:7.1f}"
-              f" J  {pct(r['error'])}  busy {100 * r['busy_fraction']:3.0f}%")  # fmt: skip
+              f" J  {pct(r['error'])}  busy {100 * r['busy_fraction']:3.0f}%")
     sweep_summary = stats(sweep_energy) if sweep_energy else None
     if sweep_summary:
         print(f"  median |error| {100 * sweep_summary['median_abs_error']:.0f}%, median "
-              f"{100 * sweep_summary['median_error']:+.0f}%")  # fmt: skip
+              f"{100 * sweep_summary['median_error']:+.0f}%")
 
     simulated = sorted({r["id"] for r in rows})
     print(f"\n{len(simulated)} serving entries simulated ({len(rows)} quantities), "
-          f"{len(energy_rows)} energy entries, {len(skipped)} skipped:")  # fmt: skip
+          f"{len(energy_rows)} energy entries, {len(skipped)} skipped:")
     reasons: dict[str, list[str]] = {}
     for s in skipped:
         reasons.setdefault(s["reason"], []).append(s["id"])
@@ -778,7 +778,7 @@ def main() -> None:
             "by_setup": by_setup, "targets": tgts,
             "energy": {"rows": energy_rows, "summary": e_summary, "target": ENERGY_TARGET,
                        "rate_sweep": {"rows": sweep_energy, "summary": sweep_summary}},
-            "skipped": skipped}, indent=1, default=_jsonable) + "\n")  # fmt: skip
+            "skipped": skipped}, indent=1, default=_jsonable) + "\n")
 
 
 def _jsonable(x: object) -> object:

@@ -69,7 +69,7 @@ def write_trace(point: dict, path: Path) -> int:
     prompts = prompt_lengths(n, rng)
     path.write_text("".join(json.dumps({"arrival_s": 0.0, "prompt_tokens": p,
                                         "output_tokens": o}) + "\n"
-                            for p, o in zip(prompts, outputs, strict=True)))  # fmt: skip
+                            for p, o in zip(prompts, outputs, strict=True)))
     return n
 
 
@@ -79,7 +79,7 @@ def command(point: dict, trace: Path) -> list[str]:
             point["runtime"], "--tp", str(tp), "--gpus", str(point["gpus"]), "--weights",
             point["weights"], "--max-seqs", str(point["max_num_seqs"]),
             "--max-batched-tokens", "8192", "--gpu-memory-utilization", "0.9",
-            "--trace", str(trace)]  # fmt: skip
+            "--trace", str(trace)]
 
 
 def run_point(point: dict, tmp: Path) -> dict:
@@ -99,7 +99,7 @@ def run_point(point: dict, tmp: Path) -> dict:
             "error_p90": sim90 / itl["p90"] - 1,
             "published_tokens_per_s": point["metrics"]["throughput_tokens_per_s"],
             "simulated_tokens_per_s_whole_run": rec["output_tokens_per_s"],
-            "preemptions": rec["preemptions"]}  # fmt: skip
+            "preemptions": rec["preemptions"]}
 
 
 def summary(rows: list[dict], key: str = "error") -> dict:
@@ -108,7 +108,7 @@ def summary(rows: list[dict], key: str = "error") -> dict:
     med = statistics.median(abs(e) for e in errs)
     return {"count": len(rows), "median_abs_error": med, "median_error": statistics.median(errs),
             "worst": worst[key], "worst_id": worst["id"],
-            "met": med <= TARGET_MEDIAN and abs(worst[key]) <= TARGET_WORST}  # fmt: skip
+            "met": med <= TARGET_MEDIAN and abs(worst[key]) <= TARGET_WORST}
 
 
 def groups(rows: list[dict]) -> dict[str, dict]:
@@ -126,36 +126,36 @@ def pct(x: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=OUT, help="where to write the rows and "
-                        "summaries (default: %(default)s)")  # fmt: skip
+                        "summaries (default: %(default)s)")
     args = parser.parse_args()
     points = json.loads(DATA.read_text())["points"]
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run_point(p, Path(tmp)) for p in points]
     print(f"{'id':7s} {'model':28s} {'device':9s} {'tp':>2s} {'B':>5s} {'ITL p50 pub':>11s} "
           f"{'sim':>7s} {'err':>6s} {'p90 pub':>8s} {'sim':>7s} {'err':>6s} {'tok/s pub':>9s} "
-          f"{'sim*':>7s}")  # fmt: skip
+          f"{'sim*':>7s}")
     for r in rows:
         print(f"{r['id']:7s} {r['model'].split('/')[-1]:28s} {r['device']:9s} {r['tp']:2d} "
               f"{r['max_num_seqs']:5d} {r['published_itl_p50_ms']:11.2f} "
               f"{r['simulated_itl_p50_ms']:7.2f} {pct(r['error'])} "
               f"{r['published_itl_p90_ms']:8.2f} {r['simulated_itl_p90_ms']:7.2f} "
               f"{pct(r['error_p90'])} {r['published_tokens_per_s']:9.0f} "
-              f"{r['simulated_tokens_per_s_whole_run']:7.0f}")  # fmt: skip
+              f"{r['simulated_tokens_per_s_whole_run']:7.0f}")
     print("(* whole run, drain included; the source's is the steady state: not scored)")
     by_group = groups(rows)
     overall, p90 = summary(rows), summary(rows, "error_p90")
     print("\nITL p50 by group")
     for name, s in by_group.items():
         print(f"  {name:44s} n {s['count']:2d}  median |err| {100 * s['median_abs_error']:4.1f}%"
-              f"  bias {pct(s['median_error'])}  worst {pct(s['worst'])} ({s['worst_id']})")  # fmt: skip
+              f"  bias {pct(s['median_error'])}  worst {pct(s['worst'])} ({s['worst_id']})")
     for label, s in (("ITL p50", overall), ("ITL p90", p90)):
         print(f"\nall points, {label}: n {s['count']}  median |error| "
               f"{100 * s['median_abs_error']:.1f}%  worst {pct(s['worst'])} ({s['worst_id']})"
               f"  target median {100 * TARGET_MEDIAN:.0f}%, worst {100 * TARGET_WORST:.0f}%: "
-              f"{'met' if s['met'] else 'NOT met'}")  # fmt: skip
+              f"{'met' if s['met'] else 'NOT met'}")
     args.json.write_text(json.dumps({"data": DATA.name, "seed": SEED, "rows": rows,
                                      "summary": overall, "summary_p90": p90,
-                                     "by_group": by_group}, indent=1) + "\n")  # fmt: skip
+                                     "by_group": by_group}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -105,7 +105,7 @@ def run_job(variant: str, steps: int, workdir: Path, scrape_s: float = 1.0) -> t
     script.write_text(JOB)
     cmd = [sys.executable, str(script), str(steps)]
     gpuwise = [sys.executable, "-c", "from gpuwise.cli import main; main()", "watch", "--json",
-               "--log", str(workdir / "w.jsonl")]  # fmt: skip
+               "--log", str(workdir / "w.jsonl")]
     port = free_port()
     if variant == "watch":
         cmd = [*gpuwise, "--", *cmd]
@@ -141,7 +141,7 @@ def mlp_loop(width: int, hidden: int, batch: int) -> Callable[[int], tuple[float
     model = torch.nn.Sequential(*layers, torch.nn.Linear(hidden, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     data = torch.utils.data.TensorDataset(torch.randn(batch * 64, width),
-                                          torch.randn(batch * 64, 1))  # fmt: skip
+                                          torch.randn(batch * 64, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=batch)
 
     def run(n: int) -> tuple[float, float]:
@@ -160,7 +160,7 @@ def mlp_loop(width: int, hidden: int, batch: int) -> Callable[[int], tuple[float
 
 
 def paired(run: Callable[[int], tuple[float, float]], pairs: int, block: int,
-           **watch: Any) -> tuple[tuple[float, float], tuple[float, float]]:  # fmt: skip
+           **watch: Any) -> tuple[tuple[float, float], tuple[float, float]]:
     """Median (wall, CPU) step time without watch, and the median (wall, CPU) ratio of a
     watched block to the mean of the plain blocks just before and after it (a linear drift
     in the machine's load cancels). CPU time (all threads of this process) moves less with
@@ -180,7 +180,7 @@ def paired(run: Callable[[int], tuple[float, float]], pairs: int, block: int,
             after = run(block)
             plain_times.append(before)
             ratios.append(tuple(2 * w / (b + a) for w, b, a in zip(watched, before, after,
-                                                                   strict=True)))  # fmt: skip
+                                                                   strict=True)))
             before = after
     return _medians(plain_times), _medians(ratios)  # type: ignore[arg-type]
 
@@ -196,7 +196,7 @@ def with_and_without_exporter(pairs: int, block: int, scrape_s: float) -> None:
             for arm in (("alone", "served") if half == 0 else ("served", "alone")):
                 kwargs = {"prometheus": f"127.0.0.1:{port}"} if arm == "served" else {}
                 (alone if arm == "alone" else served).append(
-                    paired(run, pairs // 2, block, **kwargs)[1])  # fmt: skip
+                    paired(run, pairs // 2, block, **kwargs)[1])
     for name, got in (("watch's hooks", alone), ("hooks + exporter", served)):
         wall, cpu = statistics.fmean(g[0] for g in got), statistics.fmean(g[1] for g in got)
         print(f"  {name:<17} CPU time {cpu - 1:+.2%}, wall time {wall - 1:+.2%}")
@@ -212,7 +212,7 @@ def synthetic_steps(ranks: int, steps: int, first: int, t0: float, step_s: float
                 "source": "inject", "step": i, "t_start": t0 + i * step_s, "step_s": step_s,
                 "data_s": 0.2 * step_s, "h2d_s": 0.0, "forward_s": 0.0, "backward_s": 0.5 * step_s,
                 "optimizer_s": 0.1 * step_s, "samples": 64, "ops": None, "counted": False,
-                "rss_bytes": 2 * 10**9 + i * 1000, "device_mem_bytes": 10**10}))  # fmt: skip
+                "rss_bytes": 2 * 10**9 + i * 1000, "device_mem_bytes": 10**10}))
     start, end = t0 + first * step_s, t0 + (first + steps) * step_s
     for k in range(int((end - start) / 0.2)):
         lines.append(json.dumps({
@@ -221,12 +221,12 @@ def synthetic_steps(ranks: int, steps: int, first: int, t0: float, step_s: float
             "gpus": [{"index": g, "util_percent": 90, "sm_percent": 70, "mem_used_bytes": 6 * 10**10,
                       "mem_total_bytes": 8 * 10**10, "power_w": 600.0,
                       "energy_j": 1e6 + 600.0 * (start + 0.2 * k - t0)}
-                     for g in range(ranks)], "cpu_energy_j": None}))  # fmt: skip
+                     for g in range(ranks)], "cpu_energy_j": None}))
     return lines
 
 
 def exporter_cost_ms(ranks: int, step_s: float = 0.02, scrape_s: float = 15.0,
-                     scrapes: int = 8) -> float:  # fmt: skip
+                     scrapes: int = 8) -> float:
     """Median CPU time of one scrape (this thread: reading the new records, the families,
     the text format), the log growing by `scrape_s` of steps between scrapes."""
     from prometheus_client import generate_latest
@@ -238,10 +238,10 @@ def exporter_cost_ms(ranks: int, step_s: float = 0.02, scrape_s: float = 15.0,
         log = Path(tmp) / "x.jsonl"
         header = {"kind": "header", "format": "gpuwise-watch/1", "cmd": ["train.py"], "t": 0.0,
                   "host": "bench", "interval_s": 0.2, "gpus": ["GPU"] * ranks, "inject": True,
-                  "unavailable": {}}  # fmt: skip
+                  "unavailable": {}}
         first = 8 * per_scrape  # the window is full from the first scrape on
         log.write_text("\n".join([json.dumps(header), *synthetic_steps(ranks, first, 0, 0.0,
-                                                                       step_s)]) + "\n")  # fmt: skip
+                                                                       step_s)]) + "\n")
         server = serve("127.0.0.1:0")
         server.attach(log, "bench", refresh_s=0.0)
         generate_latest(server.registry)
@@ -249,7 +249,7 @@ def exporter_cost_ms(ranks: int, step_s: float = 0.02, scrape_s: float = 15.0,
         for k in range(scrapes):
             with log.open("a") as f:
                 f.write("\n".join(synthetic_steps(ranks, per_scrape, first + k * per_scrape,
-                                                  0.0, step_s)) + "\n")  # fmt: skip
+                                                  0.0, step_s)) + "\n")
             start = time.thread_time()
             generate_latest(server.registry)
             times.append(time.thread_time() - start)
@@ -296,23 +296,23 @@ def main() -> None:
     (wall, cpu), (wall_ratio, cpu_ratio) = paired(mlp_loop(512, 1024, 64), args.pairs, args.block)
     print(f"MLP loop, {args.pairs} pairs of {args.block}-step blocks (measured): step "
           f"{1e3 * wall:.2f} ms wall, {1e3 * cpu:.2f} ms CPU; with watch's hooks: CPU time "
-          f"{cpu_ratio - 1:+.2%}, wall time {wall_ratio - 1:+.2%}")  # fmt: skip
+          f"{cpu_ratio - 1:+.2%}, wall time {wall_ratio - 1:+.2%}")
     (tiny_wall, tiny_cpu), (_, tiny_ratio) = paired(mlp_loop(1, 1, 1), args.pairs, 200)
     cost = tiny_cpu * (tiny_ratio - 1)
     print(f"trivial loop (measured): step {1e6 * tiny_wall:.0f} us wall, {1e6 * tiny_cpu:.0f} us "
           f"CPU; the hooks' fixed cost: {1e6 * cost:.0f} us of CPU per step, 1% of any step "
-          f"longer than {1e5 * cost:.1f} ms")  # fmt: skip
+          f"longer than {1e5 * cost:.1f} ms")
     ms = sampler_cost_ms()
     print(f"sampler (measured): {ms:.2f} ms of CPU per sample = {ms / 200:.2%} of one core "
           f"at 0.2 s; on this machine at most {ms / 200 / (os.cpu_count() or 1):.2%} of a "
-          "job that uses every core")  # fmt: skip
+          "job that uses every core")
     if not args.no_exporter:
         for ranks in (1, 8):
             costs = {every: exporter_cost_ms(ranks, scrape_s=every) for every in (15.0, 1.0)}
             print(f"exporter, {ranks} rank(s) of 20 ms steps (measured): a scrape every 15 s "
                   f"takes {costs[15.0]:.1f} ms of CPU = {costs[15.0] / 15e3:.2%} of one core; "
                   f"every 1 s, {costs[1.0]:.1f} ms = {costs[1.0] / 1e3:.2%} (in the watching "
-                  "process under `gpuwise watch`)")  # fmt: skip
+                  "process under `gpuwise watch`)")
         print(f"MLP loop, {args.pairs} pairs of {args.block}-step blocks, mean of 2 halves, "
               f"scraped every {args.scrape_interval:g} s (measured), against plain blocks:")
         with_and_without_exporter(args.pairs, args.block, args.scrape_interval)
@@ -324,7 +324,7 @@ def main() -> None:
             wall, cpu = _medians(values)
             spread = (max(v[0] for v in values) - min(v[0] for v in values)) / wall
             print(f"  {variant:<19} step {1e3 * wall:7.2f} ms wall ({wall / base[0] - 1:+6.2%}, "
-                  f"spread {spread:.0%}), {1e3 * cpu:7.2f} ms CPU ({cpu / base[1] - 1:+6.2%})")  # fmt: skip
+                  f"spread {spread:.0%}), {1e3 * cpu:7.2f} ms CPU ({cpu / base[1] - 1:+6.2%})")
 
 
 if __name__ == "__main__":

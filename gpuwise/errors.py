@@ -34,7 +34,7 @@ def unknown_name_error(kind: str, name: str, choices: Iterable[str], list_cmd: s
 
 
 def comma_choices(text: str, choices: tuple[str, ...], unknown: str,
-                  none_given: str) -> tuple[str, ...]:  # fmt: skip
+                  none_given: str) -> tuple[str, ...]:
     """A comma list of names from `choices`, each once, in the order given; an unknown name is
     refused as "`unknown` 'NAME'" with a "did you mean", an empty list as `none_given`."""
     names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
@@ -43,7 +43,7 @@ def comma_choices(text: str, choices: tuple[str, ...], unknown: str,
         if name not in choices:
             close = did_you_mean(name, choices)
             raise GpuwiseError(f"{unknown} {name!r}",
-                               f"did you mean {close[0]!r}? " if close else every)  # fmt: skip
+                               f"did you mean {close[0]!r}? " if close else every)
     if not names:
         raise GpuwiseError(none_given, every)
     return names

@@ -23,7 +23,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.units import KIB, format_bytes
 
 __all__ = ["file_type", "json_object", "own_output", "read_bytes", "read_json",
-           "read_text", "regular_file", "replace_atomically", "shown", "write_failed"]  # fmt: skip
+           "read_text", "regular_file", "replace_atomically", "shown", "write_failed"]
 
 SHOWN_CHARS = 80  # a name in a message is cut to about this (a name can be megabytes long)
 FIRST_LINE_BYTES = 64 * KIB  # more than any header record gpuwise writes
@@ -83,7 +83,7 @@ def read_text(path: str | os.PathLike[str], what: str, max_bytes: int, hint: str
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise GpuwiseError(f"{what} {shown(path)} is not a text file (binary data at byte "
-                           f"{exc.start:,})", hint) from None  # fmt: skip
+                           f"{exc.start:,})", hint) from None
 
 
 def read_json(path: str | os.PathLike[str], what: str, max_bytes: int, hint: str = "") -> dict[str, Any]:
@@ -93,7 +93,7 @@ def read_json(path: str | os.PathLike[str], what: str, max_bytes: int, hint: str
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise GpuwiseError(f"{what} {shown(path)} is not valid JSON ({exc.msg} at line "
-                           f"{exc.lineno})", hint) from None  # fmt: skip
+                           f"{exc.lineno})", hint) from None
     except RecursionError:
         raise GpuwiseError(f"{what} {shown(path)} is nested too deep to be real JSON", hint) from None
     if not isinstance(value, dict):
@@ -111,7 +111,7 @@ def json_object(line: bytes | str) -> dict[str, Any] | None:
 
 
 def own_output(path: str | os.PathLike[str], is_ours: Callable[[bytes], bool], what: str,
-               hint: str) -> Path:  # fmt: skip
+               hint: str) -> Path:
     """`path` when gpuwise may write its `what` there: nothing is there yet (its folder is
     made), an empty file (nothing to lose: `--log $(mktemp)`), or a file whose first line
     `is_ours` accepts. Anything else (the user's own file, a folder, a FIFO, a device) is
@@ -132,7 +132,7 @@ def own_output(path: str | os.PathLike[str], is_ours: Callable[[bytes], bool], w
             raise _failed("cannot read", what, path, exc, hint) from None
     if head and not is_ours(head.rstrip(b"\r\n")):
         raise GpuwiseError(f"{shown(path)} exists and is not a gpuwise {what}: gpuwise "
-                           "writes only to new, empty or its own files", hint)  # fmt: skip
+                           "writes only to new, empty or its own files", hint)
     return path
 
 
@@ -162,14 +162,14 @@ def replace_atomically(path: str | os.PathLike[str], data: bytes, what: str, hin
 
 
 def write_failed(exc: OSError, path: str | os.PathLike[str], what: str,
-                 hint: str) -> GpuwiseError:  # fmt: skip
+                 hint: str) -> GpuwiseError:
     """The one line for a write that failed (no space, no permission, a folder in the way)."""
     return _failed("cannot write", what, path, exc, hint)
 
 
 @contextlib.contextmanager
 def _open_regular(path: str | os.PathLike[str], what: str, max_bytes: int | None,
-                  hint: str) -> Iterator[BinaryIO]:  # fmt: skip
+                  hint: str) -> Iterator[BinaryIO]:
     """The file opened for reading, once it is known to be a regular file (checked before
     opening, so a FIFO is never opened, and again on the open file)."""
     kind = file_type(path, what, hint)
@@ -216,18 +216,18 @@ def _make_folder(folder: Path, what: str, path: Path, hint: str) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise GpuwiseError(f"cannot write {what} {shown(path)}: {shown(folder)} is not a "
-                           "directory", hint) from None  # fmt: skip
+                           "directory", hint) from None
     except OSError as exc:
         raise write_failed(exc, path, what, hint) from None
 
 
 def _too_large(path: str | os.PathLike[str], what: str, size: int, max_bytes: int,
-               hint: str) -> GpuwiseError:  # fmt: skip
+               hint: str) -> GpuwiseError:
     return GpuwiseError(f"{what} {shown(path)} is {format_bytes(size)}, more than any real {what} "
-                        f"(at most {format_bytes(max_bytes)})", hint)  # fmt: skip
+                        f"(at most {format_bytes(max_bytes)})", hint)
 
 
 def _failed(action: str, what: str, path: str | os.PathLike[str], exc: OSError,
-            hint: str) -> GpuwiseError:  # fmt: skip
+            hint: str) -> GpuwiseError:
     reason = exc.strerror or type(exc).__name__
     return GpuwiseError(f"{action} {what} {shown(path)}: {reason}", hint)

@@ -47,10 +47,10 @@ def parse_fraction(text: str | float, name: str, allow_zero: bool = False) -> fl
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
         raise GpuwiseError(f"{name} {raw!r} is not a number", "write a fraction such as 0.3, "
-                           "or a percentage such as 30%") from None  # fmt: skip
+                           "or a percentage such as 30%") from None
     if not math.isfinite(value) or value < 0 or value > 1 or (value == 0 and not allow_zero):
         hint = "write 0.3 or 30%" if 1 < value <= 100 and not raw.endswith("%") else (
-            "a utilisation is between 0 and 100%")  # fmt: skip
+            "a utilisation is between 0 and 100%")
         low = "0" if allow_zero else "above 0"
         raise GpuwiseError(f"{name} must be {low} and at most 1 (100%), got {raw}", hint)
     return value

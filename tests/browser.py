@@ -90,7 +90,7 @@ def chromium_path() -> str | None:
 
 
 def render_in_chromium(html_path: str | os.PathLike[str], screenshot_path: str | os.PathLike[str],
-                       *, height: int | None = None, timeout_s: float = 90.0) -> BrowserResult:  # fmt: skip
+                       *, height: int | None = None, timeout_s: float = 90.0) -> BrowserResult:
     """Open `html_path` in headless Chromium once: DOM after drawing, console errors and a
     screenshot (`WIDTH` wide; `height` by default from the page's figures and tables).
     Raises RuntimeError when there is no Chromium or it fails to run."""
@@ -108,9 +108,9 @@ def render_in_chromium(html_path: str | os.PathLike[str], screenshot_path: str |
                 f"--user-data-dir={Path(work) / 'profile'}",  # one per run: runs in parallel
                 f"--virtual-time-budget={VIRTUAL_TIME_MS}",
                 f"--window-size={WIDTH},{height or _page_height(page)}",
-                f"--screenshot={shot.resolve()}", "--dump-dom", copy.resolve().as_uri()]  # fmt: skip
+                f"--screenshot={shot.resolve()}", "--dump-dom", copy.resolve().as_uri()]
         run = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s,
-                             env={**os.environ, "LANG": "C.UTF-8"}, check=False)  # fmt: skip
+                             env={**os.environ, "LANG": "C.UTF-8"}, check=False)
     if run.returncode != 0 or "<html" not in run.stdout:
         raise RuntimeError(f"chromium exited {run.returncode}: {_tail(run.stderr)}")
     return _result(run.stdout, shot if shot.exists() and shot.stat().st_size else None)
@@ -131,7 +131,7 @@ def _page_height(page: str) -> int:
     if found:
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             heights = [int((f.get("layout") or {}).get("height") or 450)
-                       for f in json.loads(found.group(1))]  # fmt: skip
+                       for f in json.loads(found.group(1))]
     rows = page.count("<tr>")
     paragraphs = page.count("<p") + page.count("<figcaption")
     return min(16_000, 600 + sum(h + 80 for h in heights) + 30 * rows + 60 * paragraphs)
@@ -159,7 +159,7 @@ def _result(dom: str, screenshot: Path | None) -> BrowserResult:
 
 
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-         "track", "wbr"}  # fmt: skip
+         "track", "wbr"}
 
 
 class _PlotParser(HTMLParser):

@@ -21,7 +21,7 @@ def write_safetensors(path: Path, specs: dict[str, tuple[str, list[int], int]]) 
     tensors, at = {}, 0
     for name, (dtype, shape, n) in specs.items():
         tensors[name] = TensorSpec(dtype=dtype, shape=shape, data_ptr=buf.ctypes.data + at,
-                                   data_len=n)  # fmt: skip
+                                   data_len=n)
         at += n
     serialize_file(tensors, str(path), metadata={"format": "pt"})
     return total
@@ -33,7 +33,7 @@ def header_bytes(path: Path) -> dict[str, int]:
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8 : 8 + n])
     return {k: v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items()
-            if k != "__metadata__"}  # fmt: skip
+            if k != "__metadata__"}
 
 
 def gptq_layer(prefix: str, out: int, inp: int, bits: int = 4, group: int = 128) -> dict:
@@ -56,7 +56,7 @@ def awq_layer(prefix: str, out: int, inp: int, bits: int = 4, group: int = 128) 
 
 
 LLAMA_META = {"block_count": 2, "context_length": 512, "embedding_length": 64,
-              "feed_forward_length": 128, "head_count": 4, "head_count_kv": 2}  # fmt: skip
+              "feed_forward_length": 128, "head_count": 4, "head_count_kv": 2}
 
 
 def write_gguf(path: Path, types: list, vocab: int = 96, tied: bool = True) -> dict[str, int]:

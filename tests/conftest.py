@@ -54,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[REAL_HOME_ENV] = str(Path.home())
     os.environ["GPUWISE_TEST_REAL_CACHE"] = str(real)
     os.environ.update({"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"),
-                       "GPUWISE_CACHE_DIR": str(home / ".cache" / "gpuwise")})  # fmt: skip
+                       "GPUWISE_CACHE_DIR": str(home / ".cache" / "gpuwise")})
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -120,7 +120,7 @@ def heavy_imports() -> Callable[[str], list[str]]:
         probe = (f"{code}\nimport json, sys\n"
                  f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))")
         out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                             check=True)  # fmt: skip
+                             check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     return run

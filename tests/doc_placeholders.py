@@ -23,11 +23,11 @@ TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
               "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048,
               "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-              "torch_dtype": "bfloat16"}  # fmt: skip
+              "torch_dtype": "bfloat16"}
 LINEARS = {"self_attn.q_proj": (256, 256), "self_attn.k_proj": (128, 256),
            "self_attn.v_proj": (128, 256), "self_attn.o_proj": (256, 256),
            "mlp.gate_proj": (512, 256), "mlp.up_proj": (512, 256),
-           "mlp.down_proj": (256, 512)}  # fmt: skip  (out, in) per layer
+           "mlp.down_proj": (256, 512)}  # (out, in) per layer
 
 MODULE_FACTORY = '''"""An image-and-text module for `gpuwise module mypkg.models:build`."""
 import torch
@@ -157,7 +157,7 @@ def write_q4_k_m_gguf(path: Path) -> None:
     for i in range(2):
         for part, shape in (("attn_q", (256, 256)), ("attn_k", (128, 256)),
                             ("attn_output", (256, 256)), ("ffn_gate", (512, 256)),
-                            ("ffn_up", (512, 256))):  # fmt: skip
+                            ("ffn_up", (512, 256))):
             add(f"blk.{i}.{part}.weight", shape, q.Q4_K)
         add(f"blk.{i}.attn_v.weight", (128, 256), q.Q6_K)
         add(f"blk.{i}.ffn_down.weight", (256, 512), q.Q6_K)
@@ -175,7 +175,7 @@ def _plain_tensors() -> dict[str, tuple[str, list[int], int]]:
     """The embedding, norms and head of TINY_LLAMA in bf16: name -> (dtype, shape, bytes)."""
     specs = {"model.embed_tokens.weight": ("bfloat16", [512, 256], 512 * 256 * 2),
              "model.norm.weight": ("bfloat16", [256], 512),
-             "lm_head.weight": ("bfloat16", [512, 256], 512 * 256 * 2)}  # fmt: skip
+             "lm_head.weight": ("bfloat16", [512, 256], 512 * 256 * 2)}
     for i in range(2):
         for norm in ("input_layernorm", "post_attention_layernorm"):
             specs[f"model.layers.{i}.{norm}.weight"] = ("bfloat16", [256], 512)
@@ -220,7 +220,7 @@ def write_module_package(cwd: Path) -> None:
 def write_trace(path: Path) -> None:
     """A recorded stream: 60 requests over 30 s, lengths around 512 + 256 tokens."""
     lines = [json.dumps({"arrival_s": i * 0.5, "prompt_tokens": 400 + 37 * (i % 7),
-                         "output_tokens": 200 + 19 * (i % 5)}) for i in range(60)]  # fmt: skip
+                         "output_tokens": 200 + 19 * (i % 5)}) for i in range(60)]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -238,7 +238,7 @@ def write_watch_logs(cwd: Path, env: dict[str, str], names: list[str]) -> None:
         elif "*" not in name:
             args.append(name)
         subprocess.run(args, cwd=cwd, env=run_env, check=True, timeout=120,
-                       capture_output=True)  # fmt: skip
+                       capture_output=True)
     writer.unlink()
 
 
@@ -264,7 +264,7 @@ def make_placeholders(words: list[str], cwd: Path, env: dict[str, str]) -> None:
         (lambda w: w == "train.py", lambda w: _write_train(cwd / w, words)),
         (lambda w: (REPO / w).is_file() and "/" in w and not w.startswith("."),
          lambda w: _copy_from_repo(w, cwd)),
-    ]  # fmt: skip
+    ]
     for word in dict.fromkeys(words):
         for matches, make in makers:
             if matches(word):
@@ -288,10 +288,10 @@ def user_environment(tmp: Path) -> dict[str, str]:
     """The environment of a user at a fresh shell: home, caches and hub cache in `tmp`, offline,
     the venv's bin first on PATH."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GPUWISE_", "RAY_", "PYTEST_")) and k != "COLUMNS"}  # fmt: skip
+           if not k.startswith(("GPUWISE_", "RAY_", "PYTEST_")) and k != "COLUMNS"}
     (tmp / "home").mkdir()
     env.update(HOME=str(tmp / "home"), XDG_CACHE_HOME=str(tmp / "cache"),
                GPUWISE_CACHE_DIR=str(tmp / "gpuwise-cache"), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp / "hf"),
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")  # fmt: skip
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
     return env

@@ -44,7 +44,7 @@ class FakeNvml:
     between calls (`gpus[0].energy_mj += 2500`)."""
 
     def __init__(self, *gpus: FakeGpu, driver: str | bytes = "550.54.15",
-                 fail: dict[str, str] | None = None) -> None:  # fmt: skip
+                 fail: dict[str, str] | None = None) -> None:
         self.gpus = list(gpus) if gpus else [FakeGpu()]
         self.driver = driver
         self.fail = dict(fail or {})
@@ -88,7 +88,7 @@ class FakeNvml:
     def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu) -> Any:  # noqa: N802
         self._call("nvmlDeviceGetMemoryInfo")
         return SimpleNamespace(total=gpu.memory_total_bytes, used=gpu.memory_used_bytes,
-                               free=gpu.memory_total_bytes - gpu.memory_used_bytes)  # fmt: skip
+                               free=gpu.memory_total_bytes - gpu.memory_used_bytes)
 
     def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> Any:  # noqa: N802
         self._call("nvmlDeviceGetUtilizationRates")
@@ -137,6 +137,6 @@ class FakeNvml:
 
 
 def fake_nvml(*gpus: FakeGpu, driver: str | bytes = "550.54.15",
-              fail: dict[str, str] | None = None) -> Nvml:  # fmt: skip
+              fail: dict[str, str] | None = None) -> Nvml:
     """NVML opened on a FakeNvml (`nvml.lib` is the fake, to change its readings)."""
     return Nvml.open(FakeNvml(*gpus, driver=driver, fail=fail))

@@ -49,7 +49,7 @@ def serve_answer(sweep: bool = True) -> ServeAnswer:
     plan = InferencePlan(runtime="vllm")
     load = Load(Lengths(512, 128, "fixed", "fixed"), rate=5.0, requests=200)
     return serve(resolved, arch, hardware_named(DEVICE), plan, ReplicaOptions(1, None, None, 0, None),
-                 load, Slo(0.5, 0.03), 1, sweep)  # fmt: skip
+                 load, Slo(0.5, 0.03), 1, sweep)
 
 
 def probe_answer(tmp_path: Path) -> ProbeAnswer:
@@ -66,7 +66,7 @@ def watch_log(path: Path, seconds: float = 30.0, ranks: int = 2) -> Path:
         "kind": "header", "format": "gpuwise-watch/1", "cmd": ["torchrun", "train.py"], "t": t0,
         "host": "test", "interval_s": 0.2, "gpus": [{"index": i, "name": "NVIDIA H100"} for i in range(ranks)],
         "inject": True, "source": "gpuwise watch", "unavailable": {},
-    }]  # fmt: skip
+    }]
     energy = [0.0] * ranks
     t = t0
     while t < t0 + seconds:
@@ -77,10 +77,10 @@ def watch_log(path: Path, seconds: float = 30.0, ranks: int = 2) -> Path:
             energy[i] += power * 0.2
             gpus.append({"index": i, "util_percent": round(busy, 1), "sm_percent": round(0.7 * busy, 1),
                          "mem_used_bytes": int((40 + 0.2 * (t - t0) + 2 * i) * 2**30),
-                         "power_w": round(power, 1), "energy_j": round(energy[i], 1)})  # fmt: skip
+                         "power_w": round(power, 1), "energy_j": round(energy[i], 1)})
         lines.append({"kind": "sample", "t": t, "cpu_percent": 60.0, "per_core": [60.0] * 4,
                       "iowait_percent": 1.0, "rss_bytes": 6 * 2**30, "gpus": gpus,
-                      "cpu_energy_j": None})  # fmt: skip
+                      "cpu_energy_j": None})
         t += 0.2
     for rank in range(ranks):
         start = t0 + 1.0
@@ -95,7 +95,7 @@ def watch_log(path: Path, seconds: float = 30.0, ranks: int = 2) -> Path:
                           "rss_bytes": int((5 + 0.01 * step * (rank == 0)) * 2**30),
                           "device_mem_bytes": None, "dispatch_us": None, "data_s": data,
                           "h2d_s": 0.0, "forward_s": 0.0, "backward_s": backward,
-                          "optimizer_s": 0.02})  # fmt: skip
+                          "optimizer_s": 0.02})
             start += step_s
     lines.append({"kind": "end", "t": t, "exit_code": 0})
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -116,14 +116,14 @@ def repro_runs(runs: int = 6) -> list[ConditionRuns]:
         acc = [0.71 + rng.gauss(0, seed_sd) for _ in range(runs)] if seed_sd else [0.71] * runs
         return ConditionRuns(name, {"loss": loss, "accuracy": acc}, [None] * runs,
                              [[] for _ in range(runs)], [10.0 + rng.random() for _ in range(runs)],
-                             [None] * runs)  # fmt: skip
+                             [None] * runs)
 
     return [condition("same-seed", 0.0, 0.002), condition("deterministic", 0.0, 0.0),
-            condition("threads", 0.0, 0.004), condition("seeds", 0.01, 0.002)]  # fmt: skip
+            condition("threads", 0.0, 0.004), condition("seeds", 0.01, 0.002)]
 
 
 def repro_answer(tmp_path: Path) -> ReproAnswer:
     runs = repro_runs()
     study = new_study(("python", "train.py"), "same-seed,deterministic,threads,seeds", runs=6,
-                      results=tmp_path / "repro.jsonl")  # fmt: skip
+                      results=tmp_path / "repro.jsonl")
     return ReproAnswer(study, analyze(runs), ["energy not measured here"], tuple(runs))

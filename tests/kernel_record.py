@@ -19,7 +19,7 @@ def _rate(m: int) -> float:
 def _record(backward_factor: float = 2.5) -> dict:
     fwd = [[m, k, n, 2 * m * k * n / _rate(m)] for m in ROWS for k in WIDTHS for n in WIDTHS]
     bwd = [[m, k, n, backward_factor * 2 * m * k * n / _rate(m)] for m in (256,)
-           for k in WIDTHS for n in WIDTHS]  # fmt: skip
+           for k in WIDTHS for n in WIDTHS]
     return {
         "linear": {"fp32": {"forward": fwd, "backward": bwd}},
         "sdpa": {"fp32": {"decode": [[128, 1e-5], [512, 4e-5]],
@@ -27,7 +27,7 @@ def _record(backward_factor: float = 2.5) -> dict:
                           "backward": [[64, 3e-5], [256, 4.8e-4]]}},
         "elementwise": {"fp32": {"binary": 40e9, "silu": 20e9, "gelu": 10e9}},
         "optimizer": {"fp32": {"adamw": [[2**20, 1e-9], [2**24, 4e-9]]}},
-    }  # fmt: skip
+    }
 
 
 KERNELS = KernelRates.from_record(_record())

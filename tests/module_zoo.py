@@ -21,7 +21,7 @@ class BasicBlock(nn.Module):
         self.down = None
         if stride != 1 or cin != cout:
             self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                      nn.BatchNorm2d(cout))  # fmt: skip
+                                      nn.BatchNorm2d(cout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -33,10 +33,10 @@ class ResNet(nn.Module):
     """ResNet-18's layout (torchvision's BasicBlock version, written out)."""
 
     def __init__(self, widths: tuple[int, ...] = (64, 128, 256, 512), blocks: int = 2,
-                 classes: int = 1000) -> None:  # fmt: skip
+                 classes: int = 1000) -> None:
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 7, 2, 3, bias=False),
-                                  nn.BatchNorm2d(widths[0]), nn.ReLU(), nn.MaxPool2d(3, 2, 1))  # fmt: skip
+                                  nn.BatchNorm2d(widths[0]), nn.ReLU(), nn.MaxPool2d(3, 2, 1))
         layers: list[nn.Module] = []
         cin = widths[0]
         for i, w in enumerate(widths):
@@ -75,7 +75,7 @@ class Block(nn.Module):
 
 class ViT(nn.Module):
     def __init__(self, image: int = 224, patch: int = 16, dim: int = 384, depth: int = 6,
-                 heads: int = 6, classes: int = 1000) -> None:  # fmt: skip
+                 heads: int = 6, classes: int = 1000) -> None:
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
@@ -103,7 +103,7 @@ def bert_small() -> tuple[nn.Module, dict[str, Any]]:
     import transformers
 
     cfg = transformers.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                  intermediate_size=1024, vocab_size=8000)  # fmt: skip
+                                  intermediate_size=1024, vocab_size=8000)
     model = transformers.BertModel(cfg, add_pooling_layer=False)
     return model, {"input_ids": torch.zeros(4, 128, dtype=torch.long)}
 

@@ -44,7 +44,7 @@ def main() -> None:
         gpuwise.seed_everything(0)  # a program that hard-codes its seed
 
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.BatchNorm1d(64),
-                                torch.nn.Tanh(), torch.nn.Linear(64, 1))  # fmt: skip
+                                torch.nn.Tanh(), torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
     for step in range(args.steps):
         idx = torch.randint(0, x.shape[0], (args.batch,))

@@ -195,7 +195,7 @@ class GlibcHeap:  # gpuwise/estimate/speed/page_faults.py before issue 38
 
 
 def replay(events: Sequence[HeapEvent], passes: int = WARMUP_PASSES + 1,
-           freed_before: Sequence[int] = ()) -> dict[str, int]:  # fmt: skip
+           freed_before: Sequence[int] = ()) -> dict[str, int]:
     """Bytes faulted in the last of `passes` runs of the pass, by phase. What the pass
     leaves allocated is given back at its end (outputs, gradients set to None).
     `freed_before`: sizes of tensors the process took and gave back before the first pass
@@ -326,7 +326,7 @@ class ResidentHeap(GlibcHeap):  # estimate/memory/host_allocator.py before issue
 
 
 def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
-                    training: bool = False) -> ResidentHeap:  # fmt: skip
+                    training: bool = False) -> ResidentHeap:
     """Run each pass in order; what a pass leaves is given back at its end, except tensors
     `kept` (an optimizer's states), which later passes do not take again. Small allocations
     carve the chunks freed tensors leave (`ResidentHeap.enter`)."""
@@ -372,7 +372,7 @@ def _decode_step(h: HeapTrace, arch: Architecture, s: Shape, t: int, stride: int
 
 
 def generate_events(arch: Architecture, s: Shape, new_tokens: int,
-                    stride: int = 1) -> list[HeapEvent]:  # fmt: skip
+                    stride: int = 1) -> list[HeapEvent]:
     """One generate() call of `new_tokens` after a prompt of `s.tokens` (`s.context` equal);
     with `stride` > 1 each decode step stands for that many, its cache grown by as many
     positions (a long generation replayed in fewer steps)."""

@@ -18,7 +18,7 @@ from gpuwise.workload.plans import InferencePlan
 RTX4090 = find_hardware("rtx-4090")
 LLAMA8 = from_config(resolve_model("llama-3.1-8b").config)
 SHORT = InferencePlan(batch=1, prompt_tokens=64, new_tokens=64, weights="int4",
-                      quant_kernel="awq-gemm", context_alloc=64, fuse_layers=True)  # fmt: skip
+                      quant_kernel="awq-gemm", context_alloc=64, fuse_layers=True)
 
 
 def _qkv_int4_bytes() -> float:

@@ -57,7 +57,7 @@ def test_a_thread_keeps_each_record_need_in_the_order_run():
 @pytest.mark.parametrize(("model", "per_thread"), [
     ("gpt2", (2179744, 2769568, 5325472)),  # c_attn, c_fc, the head: traced pairs
     ("smollm2-135m", (852640, 1589920, 5325472)),  # q_proj, gate_proj, the head
-])  # fmt: skip
+])
 def test_training_step_keeps_the_traced_pairs(model, per_thread):
     arch = from_config(resolve_model(model).config)
     s = Shape(2, 256, 256, 4, 4, 4, "sdpa", logits_tokens=256)

@@ -63,7 +63,7 @@ def test_a_step_within_the_cache_streams_at_the_caches_rate():
 
 
 def _timing_at(hidden: int, layers: int, vocab: int, d: float, c: float, layer_s: float,
-               span: CacheSpan) -> ModelTiming:  # fmt: skip
+               span: CacheSpan) -> ModelTiming:
     """A q8_0 model's tg as fit_cache's model makes it from these rates."""
     arch = llama_arch(hidden, layers, hidden // 64, 2, 3 * hidden, vocab)
     total = int(weight_bytes(arch, "q8_0"))
@@ -92,7 +92,7 @@ def test_a_small_model_no_faster_than_memory_gives_no_cache_rate():
     span = CacheSpan(64 * MIB, 96 * MIB)
     slow = dict(d=14e9, c=10e9, layer_s=40e-6, span=span)  # "cache" slower than memory
     models = (_timing_at(768, 24, 32000, **slow), _timing_at(2048, 4, 32000, **slow),
-              _timing_at(768, 3, 8000, **slow))  # fmt: skip
+              _timing_at(768, 3, 8000, **slow))
     assert fit_cache(models, span) == {}
     assert fit_rates(*models[:2], small=models[2], span=span)["cache_bytes_per_s"] == 0.0
     assert fit_cache(models, CacheSpan(0.0, 0.0)) == {}  # no cache seen: nothing to fit

@@ -51,5 +51,5 @@ def test_the_loaders_read_typed_records_with_their_sources():
     glibc = host_allocator()
     assert glibc.mmap_threshold_min < glibc.mmap_threshold_max == 32 * 2**20
     for t in (watch_thresholds(), advise_thresholds(), precision_thresholds(),
-              probe_thresholds()):  # fmt: skip
+              probe_thresholds()):
         assert t.sources

@@ -32,7 +32,7 @@ DTYPES = {
     "i32": ("int32", [2, 3], 24), "f64": ("float64", [2], 16),
     "fp8": ("float8_e4m3fn", [4, 4], 16), "fp8b": ("float8_e5m2", [8], 8),
     "fp4": ("float4_e2m1fn_x2", [2, 4], 8),
-}  # fmt: skip
+}
 GGUF_TYPES = [Q.Q4_0, Q.Q4_K, Q.Q8_0, Q.Q6_K, Q.F16, Q.F32, Q.Q5_K, Q.Q2_K, Q.IQ4_NL]
 
 
@@ -56,7 +56,7 @@ def test_sharded_folder_with_index_and_config(tmp_path):
     write_safetensors(tmp_path / "model-00001-of-00002.safetensors", a)
     write_safetensors(tmp_path / "model-00002-of-00002.safetensors", b)
     weight_map = {**{k: "model-00001-of-00002.safetensors" for k in a},
-                  **{k: "model-00002-of-00002.safetensors" for k in b}}  # fmt: skip
+                  **{k: "model-00002-of-00002.safetensors" for k in b}}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
     ckpt = read_checkpoint(tmp_path)
@@ -67,7 +67,7 @@ def test_sharded_folder_with_index_and_config(tmp_path):
 
 def test_index_must_not_point_outside_its_folder(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(
-        json.dumps({"weight_map": {"w": "../elsewhere.safetensors"}}))  # fmt: skip
+        json.dumps({"weight_map": {"w": "../elsewhere.safetensors"}}))
     with pytest.raises(GpuwiseError, match="outside the model folder"):
         read_checkpoint(tmp_path)
 
@@ -76,7 +76,7 @@ def test_gptq_and_awq_layers_recognised_with_logical_shape_and_bits(tmp_path):
     specs = {**gptq_layer("l0.q_proj", out=256, inp=512),
              **gptq_layer("l0.down_proj", out=128, inp=256, bits=8, group=64),
              **awq_layer("l1.q_proj", out=256, inp=512),
-             "l0.norm.weight": ("float16", [256], 512)}  # fmt: skip
+             "l0.norm.weight": ("float16", [256], 512)}
     path = tmp_path / "q.safetensors"
     write_safetensors(path, specs)
     ckpt = read_checkpoint(path)
@@ -96,7 +96,7 @@ def test_bitsandbytes_layouts(tmp_path):
     specs = {"l.weight": ("int8", [64, 32], 2048), "l.SCB": ("float32", [64], 256),
              "m.weight": ("uint8", [1024, 1], 1024), "m.weight.absmax": ("float32", [32], 128),
              "m.weight.quant_map": ("float32", [16], 64),
-             "m.weight.quant_state.bitsandbytes__nf4": ("uint8", [90], 90)}  # fmt: skip
+             "m.weight.quant_state.bitsandbytes__nf4": ("uint8", [90], 90)}
     path = tmp_path / "bnb.safetensors"
     write_safetensors(path, specs)
     found = {q.name: q for q in read_checkpoint(path).quantised}
@@ -113,7 +113,7 @@ def test_gguf_bytes_equal_what_was_written_for_every_type(tmp_path):
     assert {t.name: t.stored_bytes for t in ckpt.tensors} == written
     types = {t.name: t.dtype for t in ckpt.tensors}
     assert [types[f"blk.{i}.ffn_up.weight"] for i in range(len(GGUF_TYPES))] == [
-        q.name for q in GGUF_TYPES]  # fmt: skip
+        q.name for q in GGUF_TYPES]
     q4k = next(q for q in ckpt.quantised if q.scheme == "Q4_K")
     assert (q4k.bits, q4k.logical_shape, q4k.bits_per_weight) == (4, (128, 256), 4.5)
     assert path.stat().st_size >= ckpt.total_bytes
@@ -146,7 +146,7 @@ def _safetensors_with_header(tmp_path, header: dict, data: bytes = b"\0" * 32):
 
 
 @pytest.mark.parametrize("case", ["truncated", "header_too_long", "absurd_shape",
-                                  "unknown_dtype", "empty", "not_json"])  # fmt: skip
+                                  "unknown_dtype", "empty", "not_json"])
 def test_malformed_safetensors_clear_error(tmp_path, case):
     good = _valid_safetensors(tmp_path)
     if case == "truncated":
@@ -259,7 +259,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
 mutations = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=6)
 
 
@@ -331,7 +331,7 @@ def test_transformers_save_pretrained_shards_read_exactly(tmp_path):
 
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
-                                   tie_word_embeddings=False)  # fmt: skip
+                                   tie_word_embeddings=False)
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(tmp_path, max_shard_size="20KB")
     expected = sum(t.numel() * t.element_size() for t in model.state_dict().values())

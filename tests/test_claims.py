@@ -40,7 +40,7 @@ def test_the_thresholds_carry_their_sources_and_reading_speed_is_about_five_toke
     t = claim_thresholds()
     assert set(t.sources) == {"decode_bandwidth_factor", "memory_bound_share",
                               "reading_words_per_minute", "tokens_per_word",
-                              "energy_per_flop_ratio", "target_busy_share"}  # fmt: skip
+                              "energy_per_flop_ratio", "target_busy_share"}
     assert all(len(s) > 40 for s in t.sources.values())
     assert "Brysbaert" in t.sources["reading_words_per_minute"]
     assert 5.0 < t.reading_tokens_per_s < 5.6  # 238 words/min x 4/3 tokens a word
@@ -56,7 +56,7 @@ def test_the_thresholds_carry_their_sources_and_reading_speed_is_about_five_toke
 def test_memory_holds_when_memory_rules_a_model_out_and_not_when_everything_fits():
     fits = {"small": {"bf16": True, "int8": True, "int4": True},
             "mid": {"bf16": False, "int8": True, "int4": True},
-            "huge": {"bf16": False, "int8": False, "int4": False}}  # fmt: skip
+            "huge": {"bf16": False, "int8": False, "int4": False}}
     v = memory_fits.judge(fits)
     assert v.holds is True and "1 of 3" in v.reason and "1 more only at a narrower" in v.reason
     assert v.text == "holds here"
@@ -89,11 +89,11 @@ def _split(model: str, phase: str, memory: float, compute: float) -> memory_boun
 
 def test_data_movement_holds_when_most_phases_are_memory_bound():
     bound = [_split("m", "prefill", 6, 3), _split("m", "decode", 9, 0.5),
-             _split("m", "training step", 2, 7)]  # fmt: skip
+             _split("m", "training step", 2, 7)]
     v = memory_bound.judge(bound)
     assert v.holds is True and "2 of 3" in v.reason
     free = [_split("m", "prefill", 1, 8), _split("m", "decode", 9, 0.5),
-            _split("m", "training step", 2, 7)]  # fmt: skip
+            _split("m", "training step", 2, 7)]
     v = memory_bound.judge(free)
     assert v.holds is False and "prefill and training step" in v.reason
     assert "decode 94%" in v.reason  # 9 of 9.6 s
@@ -102,11 +102,11 @@ def test_data_movement_holds_when_most_phases_are_memory_bound():
 
 def test_quantized_cpu_judges_measured_speeds_only_against_reading_speed():
     fast = [quantized_cpu.Speed("x q4_0", "int4", 12.0, "measured"),
-            quantized_cpu.Speed("x q8_0", "int8", 4.0, "measured")]  # fmt: skip
+            quantized_cpu.Speed("x q8_0", "int8", 4.0, "measured")]
     v = quantized_cpu.judge(fast)
     assert v.holds is True and "2.3x reading speed" in v.reason
     slow = [quantized_cpu.Speed("x q4_0", "int4", 3.0, "measured"),
-            quantized_cpu.Speed("big q4_0", "int4", 50.0, "estimated")]  # fmt: skip
+            quantized_cpu.Speed("big q4_0", "int4", 50.0, "estimated")]
     v = quantized_cpu.judge(slow)
     assert v.holds is False and "below reading speed" in v.reason and "big" not in v.reason
     only_estimated = [quantized_cpu.Speed("big q4_0", "int4", 50.0, "estimated")]
@@ -131,12 +131,12 @@ def test_pipeline_holds_when_workers_remove_the_wait_watch_found():
 
 def _outcome(name: str, identical: bool | None, share: float | None = None) -> repro.ConditionOutcome:
     return repro.ConditionOutcome(name, 3, identical, 0.0 if identical else 1e-9, share,
-                                  share and share / 10, share and share * 10)  # fmt: skip
+                                  share and share / 10, share and share * 10)
 
 
 def test_reproducibility_looks_at_the_condition_where_only_the_arithmetic_changes():
     cpu = {"same-seed": _outcome("same-seed", True), "threads": _outcome("threads", False, 1e-12),
-           "seeds": _outcome("seeds", False)}  # fmt: skip
+           "seeds": _outcome("seeds", False)}
     v = repro.judge(cpu, on_gpu=False)
     assert v.holds is True and "'threads' runs differ" in v.reason and "share of the seed-to-seed variance: 1e-12" in v.reason
     assert "thread count" in v.rule
@@ -165,7 +165,7 @@ def test_energy_holds_when_a_token_costs_more_per_flop_than_a_training_step():
 def test_flops_count_a_training_step_as_three_forwards_over_every_position():
     config = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512,
-              "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
+              "vocab_size": 1000, "max_position_embeddings": 512}
     token = energy.flops(config, 1, 1, 16, False, 4.0)
     step = energy.flops(config, 4, 64, 64, True, 4.0)
     params = 2 * (4 * 256 * 256 + 3 * 256 * 512) + 256 * 1000  # blocks + untied head
@@ -203,27 +203,27 @@ def _synthetic(claim_id: str) -> ClaimResult:
         "energy": {"labels": ["training step", "generated token"], "seconds": [0.5, 0.01],
                    "flops": [8e10, 5e7], "joules": [1.0, 0.02], "joules_per_gflop": [0.0125, 0.4],
                    "watts": [2.0, 2.0], "source": "estimated", "threshold": 2.0},
-    }[claim_id]  # fmt: skip
+    }[claim_id]
     return ClaimResult(claim_id, f"title of {claim_id}", "a claim", "an experiment",
                        Verdict(claim_id != "energy", "because of numbers", "a rule"),
                        "a summary", (Measurement("x", 1.0, "s", "measured"),), series,
-                       (("a", "b"), ("1", "2")), ("a note",), 1.5)  # fmt: skip
+                       (("a", "b"), ("1", "2")), ("a note",), 1.5)
 
 
 def _answer(results: tuple[ClaimResult, ...]) -> ClaimsAnswer:
     machine = {"cpu": "Test CPU", "cores": 2, "arch": "x86_64", "ram_bytes": 2**34,
-               "ram": "16 GiB", "gpus": [], "gpu_note": "none"}  # fmt: skip
+               "ram": "16 GiB", "gpus": [], "gpu_note": "none"}
     return ClaimsAnswer(machine, True, results, 12.0, "gpuwise claims --quick")
 
 
 # What each claim's figure draws: its traces.
 TRACES = {"memory": 3, "bandwidth": 3, "data-movement": 3, "quantized-cpu": 2, "pipeline": 2,
-          "reproducibility": 1, "energy": 1}  # fmt: skip
+          "reproducibility": 1, "energy": 1}
 
 
 def test_every_claim_has_a_figure_and_the_ids_are_the_explainers_order():
     assert CLAIM_IDS == ("memory", "bandwidth", "data-movement", "quantized-cpu", "pipeline",
-                         "reproducibility", "energy")  # fmt: skip
+                         "reproducibility", "energy")
     assert set(FIGURES) == set(CLAIM_IDS) == set(TRACES)
     for claim_id in CLAIM_IDS:
         figure = FIGURES[claim_id](_synthetic(claim_id))
@@ -234,16 +234,16 @@ def test_every_claim_has_a_figure_and_the_ids_are_the_explainers_order():
 
 def test_json_record_has_every_claim_with_verdict_rule_and_sourced_measurements():
     answer = _answer((*(_synthetic(c) for c in CLAIM_IDS),
-                      not_measured("extra", "Extra", "a claim", "no GPU")))  # fmt: skip
+                      not_measured("extra", "Extra", "a claim", "no GPU")))
     record, _ = claims_view(answer)
     text = json.dumps(record, allow_nan=False)
     assert json.loads(text)["quick"] is True
     assert [c["id"] for c in record["claims"]] == [*CLAIM_IDS, "extra"]
     first = record["claims"][0]
     assert set(first) >= {"id", "title", "claim", "experiment", "verdict", "summary",
-                          "measurements", "table", "notes", "series", "seconds"}  # fmt: skip
+                          "measurements", "table", "notes", "series", "seconds"}
     assert first["verdict"] == {"holds": True, "text": "holds here",
-                                "reason": "because of numbers", "rule": "a rule"}  # fmt: skip
+                                "reason": "because of numbers", "rule": "a rule"}
     assert first["measurements"][0]["source"] == "measured"
     assert record["claims"][-1]["verdict"]["holds"] is None
     assert record["claims"][-1]["verdict"]["text"] == "not measured here, because no GPU"
@@ -255,7 +255,7 @@ def test_page_has_a_section_per_claim_and_a_figure_per_measured_claim():
     from gpuwise.report.html.claims import claims_page
 
     answer = _answer((*(_synthetic(c) for c in CLAIM_IDS),
-                      not_measured("extra", "Extra", "a claim", "no GPU")))  # fmt: skip
+                      not_measured("extra", "Extra", "a claim", "no GPU")))
     page = claims_page(answer).render().decode()
     assert page.startswith(FIRST_LINE)
     assert page.count("<section>") == len(CLAIM_IDS) + 2  # the overview and the unmeasured one
@@ -337,7 +337,7 @@ def test_quick_subset_for_real_and_its_page_in_chromium(tmp_path, capsys):
     page = tmp_path / "claims.html"
     ids = ["memory", "bandwidth", "data-movement", "pipeline", "energy"]
     code, out, err = run_cli(["claims", "--quick", "--only", ",".join(ids), "--html", str(page),
-                              "--json"], capsys)  # fmt: skip
+                              "--json"], capsys)
     assert code == 0, err
     record = json.loads(out)
     assert [c["id"] for c in record["claims"]] == ids
@@ -345,7 +345,7 @@ def test_quick_subset_for_real_and_its_page_in_chromium(tmp_path, capsys):
         assert claim["verdict"]["holds"] in (True, False), claim["verdict"]
         assert claim["verdict"]["rule"] and claim["measurements"]
         assert all(m["source"] in ("measured", "detected", "estimated", "spec")
-                   for m in claim["measurements"])  # fmt: skip
+                   for m in claim["measurements"])
     by_id = {c["id"]: c for c in record["claims"]}
     slow, fed = by_id["pipeline"]["series"]["bound"]
     assert slow == "input-bound"  # the slow loader is built to wait ~70% of each step

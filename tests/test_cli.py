@@ -176,13 +176,13 @@ def test_hub_id_without_network_or_cache_says_so(capsys, monkeypatch, tmp_path):
 def test_estimate_path_imports_no_torch_or_numpy(heavy_imports):
     code = ("from gpuwise.cli import main\n"
             "try:\n    main(['check', 'llama-3.1-8b', '--on', 'h100', '--json'])\n"
-            "except SystemExit: pass")  # fmt: skip
+            "except SystemExit: pass")
     assert heavy_imports(code) == []
 
 
 def test_train_time_to_train_tokens(capsys):
     code, out, _ = run(["train", "smollm2-135m", "--on", "h100-sxm", "--train-tokens", "2e9",
-                        "--json"], capsys)  # fmt: skip
+                        "--json"], capsys)
     t = json.loads(out)["time"]
     assert code == 0 and t["train_tokens"] == 2e9
     assert t["time_to_train_s"] == pytest.approx(2e9 / t["tokens_per_s"])

@@ -28,7 +28,7 @@ def test_compiled_llama_layer_keeps_matmul_and_sdpa_tensors_only():
     b, s = 2, 4096
     u = term_units(LLAMA3, b, s)
     per_layer = (2 * (4 * u["bsd"] + 2 * u["bsq"] + 2 * u["bskv"] + 3 * u["bsi"])
-                 + 4 * u["bhs"] + 4 * 2 * u["bs"])  # fmt: skip
+                 + 4 * u["bhs"] + 4 * 2 * u["bs"])
     got = saved_for_backward(LLAMA3, b, s, "bf16", "sdpa", False, compiled=True)
     assert got["compiled_layer"]
     assert got["layers"] == pytest.approx(per_layer * LLAMA3.num_layers)
@@ -74,7 +74,7 @@ def test_compiled_runtime_lowers_training_activations():
 # The partitioner itself, on a real transformers Llama layer (CPU, no Inductor code: the
 # forward graph's extra outputs are what it saves for backward).
 VIEWS = {"view", "_unsafe_view", "alias", "permute", "transpose", "expand", "t", "reshape",
-         "unsqueeze", "squeeze", "slice", "select"}  # fmt: skip
+         "unsqueeze", "squeeze", "slice", "select"}
 
 
 def _is_view(node) -> bool:
@@ -95,7 +95,7 @@ def _partitioner_saved_bytes(mode: str, dims: dict[str, int]) -> float:
     b, s, d = dims["b"], dims["s"], dims["d"]
     cfg = LlamaConfig(hidden_size=d, num_attention_heads=dims["h"], head_dim=dims["hd"],
                       num_key_value_heads=dims["kv"], intermediate_size=dims["i"],
-                      vocab_size=101, num_hidden_layers=1)  # fmt: skip
+                      vocab_size=101, num_hidden_layers=1)
     cfg._attn_implementation = "sdpa"
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     layer = LlamaDecoderLayer(cfg, 0).to(dtype)
@@ -109,7 +109,7 @@ def _partitioner_saved_bytes(mode: str, dims: dict[str, int]) -> float:
         return aot_module_simplified(gm, inputs, fw_compiler=fw_compiler,
                                      bw_compiler=lambda g, _i: g,
                                      partition_fn=min_cut_rematerialization_partition,
-                                     decompositions=select_decomp_table())  # fmt: skip
+                                     decompositions=select_decomp_table())
 
     x = torch.randn(b, s, d, dtype=dtype, requires_grad=True)
     cos, sin = LlamaRotaryEmbedding(cfg)(x, torch.arange(s)[None].expand(b, s))
@@ -148,7 +148,7 @@ def test_compiled_profile_is_what_the_min_cut_partitioner_saves(mode):
     arch = from_config({"model_type": "llama", "hidden_size": dims["d"], "head_dim": dims["hd"],
                         "num_attention_heads": dims["h"], "num_key_value_heads": dims["kv"],
                         "intermediate_size": dims["i"], "num_hidden_layers": 1,
-                        "vocab_size": 101, "max_position_embeddings": 64})  # fmt: skip
+                        "vocab_size": 101, "max_position_embeddings": 64})
     prof = compiled_layer_profile("llama", mode, "sdpa", False)
     assert prof is not None
     units = term_units(arch, dims["b"], dims["s"])

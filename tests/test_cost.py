@@ -33,7 +33,7 @@ ROUND = with_overrides(
     hosting_usd_per_kw_month=100, ops_usd_per_device_year=120, idle_power_fraction=0.1,
     busy_power_fraction=1.0, memory_power_fraction=0.75, grid_gco2_per_kwh=500, reserved_discount=0.25,
     host_power_fraction=0.0, host_price_fraction=0.0,
-)  # fmt: skip
+)
 DEVICE = replace(find_hardware("h100"), tdp_w=1000, list_price_usd=12000, cloud_usd_per_hour=2.0)
 HALF = Usage(devices=1, busy_hours=365, held_hours=365, tokens=1e8)
 
@@ -88,7 +88,7 @@ def test_fractions_accepted(text, value):
 
 @pytest.mark.parametrize("text, hint", [("30", "write 0.3 or 30%"), ("150%", "between 0 and"),
                                         ("-0.1", "between 0 and"), ("0", "between 0 and"),
-                                        ("lots", "fraction")])  # fmt: skip
+                                        ("lots", "fraction")])
 def test_fractions_refused(text, hint):
     with pytest.raises(GpuwiseError) as exc:
         parse_fraction(text, "utilisation")
@@ -100,13 +100,13 @@ def test_fractions_refused(text, hint):
     u1=st.floats(0.01, 1.0), u2=st.floats(0.01, 1.0), idle=st.floats(0.0, 1.0),
     pue=st.floats(1.0, 3.0), price=st.floats(0.0, 1e5), electricity=st.floats(0.0, 1.0),
     hosting=st.floats(0.0, 500.0), tdp=st.floats(1.0, 2000.0),
-)  # fmt: skip
+)
 def test_higher_utilisation_never_raises_owned_cost_per_token(
     u1, u2, idle, pue, price, electricity, hosting, tdp
 ):
     low, high = sorted((u1, u2))
     a = with_overrides(ROUND, idle_power_fraction=idle, pue=pue, electricity_usd_per_kwh=electricity,
-                       hosting_usd_per_kw_month=hosting)  # fmt: skip
+                       hosting_usd_per_kw_month=hosting)
     hw = replace(DEVICE, list_price_usd=price, tdp_w=tdp)
     rate = 1e6  # tokens per busy hour: tokens grow with the busy share
 
@@ -150,7 +150,7 @@ def test_higher_target_utilisation_never_raises_owned_cost(small, l4, requests, 
 
     def per_token(util: float) -> float:
         sizing = size_serving_simulated(small, ServeLoad(requests, 256, 64, max_utilisation=util),
-                                        l4, "bf16")  # fmt: skip
+                                        l4, "bf16")
         assert isinstance(sizing, Sizing)
         return owned_cost(l4.hw, sizing.usage, a).usd_per_million_tokens
 
@@ -176,7 +176,7 @@ def test_no_option_meets_the_target(small):
     a = load_costs()
     load = ServeLoad(1e5, 256, 64, tpot_ms=0.001)
     result = advise(serving_options(small, load, _candidates("l4", "h100", "cpu-cloud-32vcpu"),
-                                    a), a, target="<= 0.001 ms per output token")  # fmt: skip
+                                    a), a, target="<= 0.001 ms per output token")
     assert result.choice is None
     assert result.reasons[0].startswith("no option meets the target")
     assert len(result.closest) == 3 and not any(o.meets for o in result.closest)
@@ -194,7 +194,7 @@ def test_no_option_meets_the_target(small):
     (["--requests-per-day", "100", "--pue", "0.5"], "pue must be between 1 and 5"),
     (["--requests-per-day", "100", "--api-price-per-mtok", "cheap"], "api-price-per-mtok"),
     (["--train-tokens", "1e9", "--hours-per-month", "1000"], "give one workload"),
-])  # fmt: skip
+])
 def test_bad_input_is_one_clear_line(capsys, args, message):
     code, out, err = run(["advise", "qwen2.5-0.5b", "--no-local", *args], capsys)
     assert code == 2 and out == ""
@@ -216,12 +216,12 @@ def test_api_needs_a_price(capsys):
 def test_advise_json_contract(capsys):
     code, out, _ = run(["advise", "qwen2.5-0.5b", "--no-local", "--requests-per-day", "1e4",
                         "--latency-ms", "100", "--api-price-per-mtok", "0.1,0.3", "--json"],
-                       capsys)  # fmt: skip
+                       capsys)
     assert code == 0
     obj = json.loads(out)
     rec = obj["recommendation"]
     assert rec["meets_target"] and rec["usd_per_month"] == min(
-        o["usd_per_month"] for o in obj["options"] if o["meets_target"])  # fmt: skip
+        o["usd_per_month"] for o in obj["options"] if o["meets_target"])
     for key in (
         "wall_kw",
         "kwh_per_month",
@@ -241,7 +241,7 @@ def test_advise_json_contract(capsys):
 
 def test_cost_rent_json_by_hand(capsys):
     code, out, _ = run(["cost", "qwen2.5-0.5b", "--on", "h100", "--rent", "--requests-per-day",
-                        "1000", "--json"], capsys)  # fmt: skip
+                        "1000", "--json"], capsys)
     assert code == 0
     option = json.loads(out)["option"]
     assert option["mode"] == "on-demand" and option["devices"] == 1
@@ -250,7 +250,7 @@ def test_cost_rent_json_by_hand(capsys):
 
 def test_override_is_listed_as_the_users(capsys):
     code, out, _ = run(["cost", "qwen2.5-0.5b", "--on", "h100", "--owned", "--requests-per-day",
-                        "1000", "--electricity", "0.3", "--json"], capsys)  # fmt: skip
+                        "1000", "--electricity", "0.3", "--json"], capsys)
     assert code == 0
     listed = {a["name"]: a for a in json.loads(out)["assumptions"]}
     assert listed["electricity_usd_per_kwh"]["value"] == 0.3
@@ -259,7 +259,7 @@ def test_override_is_listed_as_the_users(capsys):
 
 def test_training_with_low_measured_utilisation_blames_the_pipeline(capsys):
     code, out, _ = run(["advise", "qwen2.5-0.5b", "--no-local", "--train-tokens", "1e8",
-                        "--measured-util", "30%", "--json"], capsys)  # fmt: skip
+                        "--measured-util", "30%", "--json"], capsys)
     assert code == 0
     obj = json.loads(out)
     assert any("data pipeline is the problem, not the chip" in r for r in obj["reasons"])
@@ -269,7 +269,7 @@ def test_training_with_low_measured_utilisation_blames_the_pipeline(capsys):
 
 def test_site_power_limits_owned_hardware_only(capsys):
     code, out, _ = run(["advise", "qwen2.5-0.5b", "--no-local", "--requests-per-day", "1e4",
-                        "--max-kw", "0.5", "--json"], capsys)  # fmt: skip
+                        "--max-kw", "0.5", "--json"], capsys)
     assert code == 0
     options = json.loads(out)["options"]
     over = [o for o in options if o["mode"] == "owned" and o["wall_kw"] and o["wall_kw"] > 0.5]
@@ -283,7 +283,7 @@ def test_measured_utilisation_from_a_watch_log(tmp_path, capsys):
     header = {"kind": "header", "format": "gpuwise-watch/1"}
     log.write_text("\n".join(json.dumps(r) for r in [header, *samples]) + "\n")
     code, out, _ = run(["advise", "qwen2.5-0.5b", "--no-local", "--train-tokens", "1e8",
-                        "--measured-util", str(log), "--json"], capsys)  # fmt: skip
+                        "--measured-util", str(log), "--json"], capsys)
     assert code == 0
     obj = json.loads(out)
     assert obj["workload"]["measured_util"] == pytest.approx(0.25)
@@ -291,13 +291,13 @@ def test_measured_utilisation_from_a_watch_log(tmp_path, capsys):
     cpu_only = tmp_path / "cpu.jsonl"
     cpu_only.write_text(json.dumps({"kind": "sample", "t": 0, "cpu_percent": 90}) + "\n")
     code, _, err = run(["advise", "qwen2.5-0.5b", "--no-local", "--train-tokens", "1e8",
-                        "--measured-util", str(cpu_only)], capsys)  # fmt: skip
+                        "--measured-util", str(cpu_only)], capsys)
     assert code == 2 and "no GPU utilisation" in err
 
 
 def test_hours_per_month_training_and_not_considered(capsys):
     code, out, _ = run(["advise", "qwen2.5-7b", "--no-local", "--hours-per-month", "100",
-                        "--json"], capsys)  # fmt: skip
+                        "--json"], capsys)
     assert code == 0
     obj = json.loads(out)
     rec = obj["recommendation"]

@@ -103,7 +103,7 @@ def test_gpu_rows_replace_the_fixed_overhead():
     assert est.model_bytes == est.total_bytes - rules.cuda_context_bytes
     assert est.allocated_bytes == est.model_bytes - est.breakdown["allocator_slack"]
     cpu = estimate_inference(arch, InferencePlan(prompt_tokens=512, new_tokens=32),
-                             replace(hw, kind="cpu"))  # fmt: skip
+                             replace(hw, kind="cpu"))
     assert "allocator_slack" not in cpu.breakdown and "cublas_workspace" not in cpu.breakdown
 
 

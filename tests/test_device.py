@@ -231,7 +231,7 @@ def test_nvml_failing_everywhere_never_raises(monkeypatch: pytest.MonkeyPatch, t
 
 def test_nvml_failing_per_device_keeps_what_it_could_read() -> None:
     nvml = fake_nvml(FakeGpu(name=b"NVIDIA H100 80GB HBM3"), driver=b"550.54.15",
-                     fail={"nvmlDeviceGetMemoryInfo": "Not Supported"})  # fmt: skip
+                     fail={"nvmlDeviceGetMemoryInfo": "Not Supported"})
     gpus, reason = gpu_readers.nvml_gpus(nvml)
     assert reason is None and nvml.lib.calls.count("nvmlInit") == 1
     (gpu,) = gpus
@@ -242,7 +242,7 @@ def test_nvml_failing_per_device_keeps_what_it_could_read() -> None:
 
 def test_nvml_reads_a_working_device() -> None:
     h100 = FakeGpu(name=H100_NVML_NAME, memory_total_bytes=H100_MIB * MIB,
-                   memory_used_bytes=600 * MIB)  # fmt: skip
+                   memory_used_bytes=600 * MIB)
     gpus, reason = gpu_readers.nvml_gpus(fake_nvml(h100, h100, driver="560.1"))
     assert reason is None and [g.index for g in gpus] == [0, 1]
     assert gpus[1] == GpuInfo(1, H100_NVML_NAME, H100_MIB * MIB, 600 * MIB, "560.1", "nvidia-ml-py")
@@ -256,7 +256,7 @@ def test_missing_pynvml_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_import_does_not_load_torch(heavy_imports) -> None:
     code = ("import gpuwise.measure.hardware.detect as d\n"
-            "d.detect_local(use_torch=False).best_device()")  # fmt: skip
+            "d.detect_local(use_torch=False).best_device()")
     assert heavy_imports(code, ("torch",)) == []
 
 

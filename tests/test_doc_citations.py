@@ -145,7 +145,7 @@ def test_the_files_cite_sections():
 
 @pytest.mark.parametrize("page", sorted([*(ROOT / "docs").glob("*.md"),
                                          *(ROOT / "benchmarks/results/evidence").glob("*.md")]),
-                         ids=lambda p: p.relative_to(ROOT).as_posix())  # fmt: skip
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_pages_are_at_most_400_lines(page: Path):
     lines = len(page.read_text().splitlines())
     assert lines <= MAX_LINES, (

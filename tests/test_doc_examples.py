@@ -117,7 +117,7 @@ NOT_RUN: dict[str, str] = {
     ".venv/bin/python benchmarks/validate_llama_cpp.py --cache DIR": "needs llama-cpp-python and a probe: " + BENCH,
     ".venv/bin/python benchmarks/watch_overhead.py": BENCH,
     ".venv/bin/python benchmarks/watch_overhead.py --whole --repeats 3 --steps 120": BENCH,
-}  # fmt: skip
+}
 
 QUICK_PROBE = "a full probe takes 2.5-5.5 minutes on 2 cores (docs/speed.md); --quick, the same path"
 FEW_CLAIMS = (
@@ -165,7 +165,7 @@ SUBSTITUTED: dict[str, tuple[str, str]] = {
     "gpuwise watch --prometheus 127.0.0.1:9400 --job-name llama-sft -- python train.py":
         ("gpuwise watch --prometheus 127.0.0.1:0 --job-name llama-sft -- python train.py",
          FREE_PORT),
-}  # fmt: skip
+}
 
 # What the docs promise a command prints: (pattern matched in the command, strings its text
 # output must hold) for commands without `--json` ...
@@ -245,9 +245,9 @@ def _param(run: Run) -> object:
 
 def test_every_doc_command_is_run_or_listed():
     unknown = [f"{d.where}: {d.text}" for d in doc_commands()
-               if d.text not in NOT_RUN and not all(_runnable(v) for v in variants(d.text))]  # fmt: skip
+               if d.text not in NOT_RUN and not all(_runnable(v) for v in variants(d.text))]
     assert not unknown, ("doc commands neither run nor listed in NOT_RUN (add each, with its "
-                         "reason, or make it runnable):\n" + "\n".join(unknown))  # fmt: skip
+                         "reason, or make it runnable):\n" + "\n".join(unknown))
 
 
 def test_listed_commands_are_in_the_docs():
@@ -316,7 +316,7 @@ def run_as_typed(command: str, cwd: Path, env: dict[str, str]) -> subprocess.Com
     for _ in range(2):
         proc = subprocess.run(["bash", "-c", f"{command}\nexit $?"], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+                              stdin=subprocess.DEVNULL)
         if proc.returncode == 0 or "torchrun" not in command or "SIGABRT" not in proc.stderr:
             break
     return proc
@@ -337,7 +337,7 @@ def check_promises(command: str, output: str, record: object, where: str) -> Non
     for pattern, expected in promises:
         if re.search(pattern, plain):
             missing = [e for e in expected if (e not in present if record is not None
-                                                else e not in output)]  # fmt: skip
+                                                else e not in output)]
             assert not missing, f"{where}: output lacks {missing}:\n{output[-3000:]}"
 
 
@@ -357,7 +357,7 @@ BIG_MEMORY = re.compile(r"\b[\d.,]+\s?(PiB|EiB|PB|EB)\b")
 def check_text_numbers(output: str, where: str) -> None:
     for pattern, what in ((NEGATIVE_QUANTITY, "a negative quantity"),
                           (NOT_A_NUMBER, "a NaN or an infinity"),
-                          (BIG_MEMORY, "a memory of petabytes")):  # fmt: skip
+                          (BIG_MEMORY, "a memory of petabytes")):
         found = pattern.search(output)
         assert not found, f"{where} printed {what}: {_around(output, found)}"
 
@@ -385,7 +385,7 @@ BYTES_KEY = re.compile(r"bytes")
 # Times an estimate or a measurement always has, so zero is as wrong as negative (the key, or
 # its parent for the {mean, p50, p90, p99} records of serve).
 HEADLINE_TIMES = {"ttft_s", "tpot_s", "e2e_s", "itl_s", "s_per_token", "prefill_s",
-                  "decode_s_per_token", "step_s", "duration_s"}  # fmt: skip
+                  "decode_s_per_token", "step_s", "duration_s"}
 
 
 def check_json_numbers(record: object, where: str, path: str = "") -> None:

@@ -96,7 +96,7 @@ class ReferenceAllocator:
         self.peak = ReplayPeak(max(self.peak.reserved, self.reserved),
                                max(self.peak.requested, self.requested),
                                max(self.peak.allocated, self.allocated),
-                               max(self.peak.pinned, self.pinned))  # fmt: skip
+                               max(self.peak.pinned, self.pinned))
 
     def free(self, key: int) -> None:
         found = self.live.pop(key, None)
@@ -256,7 +256,7 @@ def test_max_context_is_the_search_that_replays_every_plan(model: str, device: s
     arch = from_config(resolve_model(model).config)
     hw = find_hardware(device)
     plans = [InferencePlan(prompt_tokens=512, new_tokens=128, weights=w)
-             for w in ("fp32", "bf16", "int4")]  # fmt: skip
+             for w in ("fp32", "bf16", "int4")]
     plans.append(replace(plans[1], expandable_segments=True))
     pruned = [fits.max_context(arch, p, hw) for p in plans]
     inference_peak.cache_clear()
@@ -266,7 +266,7 @@ def test_max_context_is_the_search_that_replays_every_plan(model: str, device: s
 
 def reference_generate_events(arch: Architecture, batch: int, prompt: int, new_tokens: int,
                               c: float, attention: str,
-                              all_logits: bool) -> list[tuple[int, int]]:  # fmt: skip
+                              all_logits: bool) -> list[tuple[int, int]]:
     """generate_events as it was, each decode step through HeapTrace's take, drop, rename."""
     h = HeapTrace()
     h.small = 0
@@ -306,7 +306,7 @@ def test_generate_events_equal_the_traced_decode_steps(model: str, shape: tuple)
 # implementations they replaced (tests/speedup_references.py).
 
 HEAP_STATE = ("top", "end", "touched", "faulted", "mmap_threshold", "trim_threshold",
-              "free_chunks", "chunks")  # fmt: skip
+              "free_chunks", "chunks")
 RESIDENT_STATE = (*HEAP_STATE, "live", "mapped", "peak_live", "peak_resident", "recent")
 
 
@@ -351,7 +351,7 @@ def test_resident_replay_equals_the_reference_on_training_phases(allocator: str)
         third = len(pairs) // 3
         events = [HeapEvent(key, nbytes, "forward" if i < third else "backward",
                             kept=nbytes > 0 and key % 7 == 0)
-                  for i, (key, nbytes) in enumerate(pairs)]  # fmt: skip
+                  for i, (key, nbytes) in enumerate(pairs)]
         want = ref.replay_resident([events, events], choice, training=True)
         got = replay_resident([events, events], choice, training=True)
         assert _state(got, RESIDENT_STATE) == _state(want, RESIDENT_STATE), events
@@ -376,11 +376,11 @@ def test_glibc_heap_equals_the_reference_on_random_sequences(memalign: bool) -> 
 
 CPU_SHAPES = [(1, 1, 2.0, 2.0, "sdpa", 17, 16), (1, 2048, 2.0, 2.0, "sdpa", 17, 16),
               (2, 700, 4.0, 4.0, "eager", 5, 1), (1, 300_000, 2.0, 1.0, "sdpa", 17, 16),
-              (3, 9000, 2.0, 2.0, "eager", 3, 40)]  # fmt: skip
+              (3, 9000, 2.0, 2.0, "eager", 3, 40)]
 
 
 @pytest.mark.parametrize("model", ["gpt2", "llama-3.1-8b", "gemma-2-9b", "phi-2", "qwen2.5-0.5b",
-                                   "mixtral-8x7b"])  # fmt: skip
+                                   "mixtral-8x7b"])
 @pytest.mark.parametrize("shape", CPU_SHAPES)
 def test_host_generate_replay_equals_the_reference(model: str, shape: tuple) -> None:  # type: ignore[type-arg]
     arch = from_config(resolve_model(model).config)

@@ -23,7 +23,7 @@ from gpuwise.measure.llama_cpp.fit import ModelTiming, fit_decode, llama_arch, t
 
 ARCH = llama_arch(1280, 4, 10, 2, 3456, 32000)
 RATES = {"weight_bytes_per_s": 30e9, "kv_bytes_per_s": 30e9, "matmul_flops": 300e9,
-         "attention_flops": 300e9, "layer_s": 8e-6, "token_s": 0.0, "layer_token_s": 5e-6}  # fmt: skip
+         "attention_flops": 300e9, "layer_s": 8e-6, "token_s": 0.0, "layer_token_s": 5e-6}
 
 
 def _timing() -> ModelTiming:
@@ -37,7 +37,7 @@ def test_fit_decode_recovers_the_rates_the_steps_were_made_with():
     per_position = 4.0 * ARCH.num_layers * ARCH.q_dim
     one = 0.004
     steps = {"d0/s1": one, f"d{depth}/s1": one + per_position * depth / att1,
-             "d0/s4": fixed + matmul_flops(ARCH, 4) / mm4}  # fmt: skip
+             "d0/s4": fixed + matmul_flops(ARCH, 4) / mm4}
     steps[f"d{depth}/s4"] = steps["d0/s4"] + 4 * per_position * depth / att4
     got = fit_decode(_timing(), RATES, steps, depth, 4)
     assert got["decode_attention_flops"] == pytest.approx(att1)
@@ -48,7 +48,7 @@ def test_fit_decode_recovers_the_rates_the_steps_were_made_with():
 def test_fit_decode_leaves_unresolved_rates_unmeasured():
     got = fit_decode(_timing(), RATES, {"d0/s1": 0.004, "d512/s1": 0.003}, 512, 4)
     assert got == {"decode_attention_flops": 0.0, "batch_attention_flops": 0.0,
-                   "batch_matmul_flops": 0.0}  # fmt: skip
+                   "batch_matmul_flops": 0.0}
 
 
 def _g(**kw: float) -> GgmlRates:
@@ -80,11 +80,11 @@ def _step(g: GgmlRates) -> GgmlStep:
 
     plan = InferencePlan(prompt_tokens=128, new_tokens=32, weights="fp16", runtime="llama.cpp",
                          threads=2, stored_weights=StoredWeights(150_000_000, 23_000_000,
-                                                                 "Q4_0 (gguf)", "q4_0"))  # fmt: skip
+                                                                 "Q4_0 (gguf)", "q4_0"))
     cpu = find_hardware("cpu-cloud-32vcpu")
     rates = replace(rates_from_spec(cpu), compute_units=2, source="measured",
                     ggml_measured={"q4_0/2": {k: getattr(g, k) for k in g.__dataclass_fields__
-                                              if k != "source"}})  # fmt: skip
+                                              if k != "source"}})
     return GgmlStep(ARCH, plan, rates)
 
 
@@ -105,14 +105,14 @@ def test_prompt_attention_comes_from_a_chunk_at_depth_counted_in_tiles():
     from gpuwise.measure.llama_cpp.fit import fit_rates
 
     small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
-                        *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)  # fmt: skip
+                        *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)
     per_position = 4.0 * ARCH.num_layers * ARCH.q_dim
     # ggml-cpu's 64x64 tiles: 4 query tiles after 1 cached position compute 2+3+4+5 tiles,
     # after 1024 they compute 17+18+19+20 (the causal count would say 256 x 1024 pairs)
     tiles = (17 + 18 + 19 + 20) - (2 + 3 + 4 + 5)
     assert chunk_pairs(256, 1024) - chunk_pairs(256, 1) == 4096 * tiles
     steps = {"d0/s1": 0.004, "d1024/s1": 0.004 + per_position * 1024 / 30e9,
-             "d0/s1/t256": 0.2, "d1024/s1/t256": 0.2 + per_position * 4096 * tiles / 90e9}  # fmt: skip
+             "d0/s1/t256": 0.2, "d1024/s1/t256": 0.2 + per_position * 4096 * tiles / 90e9}
     big = replace(_timing(), decode_steps=steps)
     rates = fit_rates(small, big, 1024, 4, 256)
     assert rates["attention_flops"] == pytest.approx(90e9)
@@ -131,7 +131,7 @@ def test_masked_cells_of_another_sequence_come_from_a_chunk_beside_them():
     from gpuwise.measure.llama_cpp.fit import _probe_chunk, fit_rates
 
     small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
-                        *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)  # fmt: skip
+                        *timing_plans("q4_0", 20_000_000, 7_000_000, 256, 32, 2), 0.05, 0.001)
     head_s, att = 2e-10, 90e9
     alone, beside = _probe_chunk(256, 0), _probe_chunk(256, 1024)
     # beside 1024 cells of another sequence: the span grows from 8 to 24 KV tiles; the chunk's
@@ -139,7 +139,7 @@ def test_masked_cells_of_another_sequence_come_from_a_chunk_beside_them():
     assert (beside.computed - alone.computed, beside.span) == (4 * 4096, 1536)
     per_pair = 4.0 * ARCH.num_layers * ARCH.q_dim
     extra = ((beside.computed - alone.computed) * per_pair / att
-             + (beside.skipped - alone.skipped) * ARCH.num_layers * ARCH.num_heads * head_s)  # fmt: skip
+             + (beside.skipped - alone.skipped) * ARCH.num_layers * ARCH.num_heads * head_s)
     deep = 0.2 + per_pair * (chunk_pairs(256, 1024) - chunk_pairs(256, 1)) / att
     steps = {"d0/s1": 0.004, "d0/s1/t256": 0.2, "d1024/s1/t256": deep, "d0/s1/t256/o1024": 0.2 + extra}
     rates = fit_rates(small, replace(_timing(), decode_steps=steps), 1024, 4, 256)
@@ -160,7 +160,7 @@ def test_a_prompts_rate_and_per_token_cost_at_half_a_ubatch_come_from_its_own_ti
     from gpuwise.measure.llama_cpp.fit import fit_rates
 
     small = ModelTiming(llama_arch(384, 6, 6, 2, 1024, 32000),
-                        *timing_plans("q4_0", 20_000_000, 7_000_000, 512, 32, 2), 0.1, 0.001)  # fmt: skip
+                        *timing_plans("q4_0", 20_000_000, 7_000_000, 512, 32, 2), 0.1, 0.001)
     big = _timing()
     plain = fit_rates(small, big)
     assert plain["half_matmul_flops"] == plain["half_layer_token_s"] == 0.0  # not timed

@@ -87,7 +87,7 @@ def test_a_search_out_of_time_keeps_its_bracket() -> None:
 
     saved: list[int] = []
     state = largest_batch(slow_try, 10, budget_s=25, clock=clock,
-                          on_try=lambda s: saved.append(len(s["tries"])))  # fmt: skip
+                          on_try=lambda s: saved.append(len(s["tries"])))
     assert [t["batch"] for t in state["tries"]] == [10, 11, 13]
     assert (state["largest_ok"], state["smallest_failed"], state["stopped"]) == (11, 13, "budget")
     assert saved == [1, 2, 3]  # the caller saw every try as it came
@@ -111,7 +111,7 @@ def test_a_search_stops_at_the_cap() -> None:
      True),
     ("real training run of llama on cuda took longer than 150 s", False),
     ("RuntimeError: CUDA error: an illegal memory access was encountered", False),
-])  # fmt: skip
+])
 def test_out_of_memory_is_told_from_other_failures(message: str, oom: bool) -> None:
     assert is_out_of_memory(message) is oom
 
@@ -137,7 +137,7 @@ def test_the_process_row_is_found_by_pid_or_as_the_only_one() -> None:
 def test_the_gpu_query_keeps_the_name_and_sizes_in_bytes() -> None:
     gpu = parse_gpu_query(f"{H100_NAME}, {H100_MIB}, 3, 570.86.15\n")
     assert gpu == {"gpu": H100_NAME, "gpu_memory_bytes": H100_MIB * MIB,
-                   "gpu_used_bytes": 3 * MIB, "driver": "570.86.15"}  # fmt: skip
+                   "gpu_used_bytes": 3 * MIB, "driver": "570.86.15"}
     comma = parse_gpu_query("Vendor GPU, rev 2, 1024, 0, 1.0")  # the name split off from the right
     assert comma is not None and comma["gpu"] == "Vendor GPU, rev 2"
     assert parse_gpu_query("") is None
@@ -150,7 +150,7 @@ def test_the_gpu_query_keeps_the_name_and_sizes_in_bytes() -> None:
 @pytest.mark.parametrize("name, mib, device", [
     (H100_NAME, H100_MIB, "h100-sxm"), ("NVIDIA H100 PCIe", 81559, "h100-pcie"),
     ("NVIDIA H200", 143771, "h200-sxm"),
-])  # fmt: skip
+])
 def test_the_device_is_matched_from_the_gpu_name(name: str, mib: int, device: str) -> None:
     assert check.device_for({"gpu": name, "gpu_memory_bytes": mib * MIB}).id == device
 
@@ -169,7 +169,7 @@ def _result(reserved: int, allocated: int, smi: int | None, at_end: int) -> dict
     return {"model_bytes": reserved, "peak_bytes": reserved + 700 * MIB,
             "max_memory_reserved_bytes": reserved, "max_memory_allocated_bytes": allocated,
             "memory_reserved_at_end_bytes": at_end, "smi_used_bytes": smi,
-            "smi_how": "nvidia-smi row of this pid", "cuda_total_bytes": 79 * 2**30}  # fmt: skip
+            "smi_how": "nvidia-smi row of this pid", "cuda_total_bytes": 79 * 2**30}
 
 
 def _row(name: str, plan, **rest) -> dict:
@@ -187,9 +187,9 @@ def _measured(tmp_path: Path, train_largest: int) -> Path:
     searches = [_row("llama-3.2-1b", TRAIN, largest_ok=train_largest,
                      smallest_failed=train_largest + 1, stopped="exact", tries=[{}, {}]),
                 _row("llama-3.2-1b", TRAIN, largest_ok=5, smallest_failed=9, stopped="budget",
-                     tries=[{}])]  # fmt: skip
+                     tries=[{}])]
     record = {"environment": {"gpu": H100_NAME, "gpu_memory_bytes": H100_MIB * MIB},
-              "cases": cases, "searches": searches}  # fmt: skip
+              "cases": cases, "searches": searches}
     path = tmp_path / "gpu_memory.json"
     path.write_text(json.dumps(record))
     return path

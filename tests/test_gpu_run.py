@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "benchmarks" / "results"
 LLAMA_8B = from_config(resolve_model("llama-3.1-8b").config, "llama-3.1-8b")
 LORA = TrainingPlan(batch=4, seq=1024, dtype="bf16", optimizer="adamw", finetune="lora",
-                    lora_rank=16)  # fmt: skip
+                    lora_rank=16)
 
 
 def test_a_lora_branch_on_a_16_bit_base_casts_to_fp32_and_back() -> None:

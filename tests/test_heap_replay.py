@@ -18,7 +18,7 @@ def take_and_give(*sizes: int, first_key: int = 0) -> list[HeapEvent]:
     """Take every size, then give them all back in the same order."""
     keys = range(first_key, first_key + len(sizes))
     return [*(HeapEvent(k, n) for k, n in zip(keys, sizes, strict=True)),
-            *(HeapEvent(k, 0) for k in keys)]  # fmt: skip
+            *(HeapEvent(k, 0) for k in keys)]
 
 
 def test_a_large_request_is_mapped_until_its_free_raises_the_threshold():

@@ -134,7 +134,7 @@ def test_a_training_forwards_pieces_stay_for_the_run_and_a_backwards_only_the_la
     assert heap.top == 2 * glibc.carved_by_small_bytes  # one piece a pass
     # a backward's go once newer ones push them out of the last `pinned_small_chunks`
     back = [[HeapEvent(1, MIB, "backward"), HeapEvent(2, MIB // 2, "backward"),
-             HeapEvent(1, 0, "backward")]] * (glibc.pinned_small_chunks + 2)  # fmt: skip
+             HeapEvent(1, 0, "backward")]] * (glibc.pinned_small_chunks + 2)
     heap = replay_resident(back, glibc, training=True)
     assert len(heap.recent) == glibc.pinned_small_chunks
 
@@ -197,7 +197,7 @@ def _shape(batch: int, tokens: int, c: int, attention: str = "sdpa") -> Shape:
 
 @pytest.mark.parametrize(("name", "attention"), [("smollm2-135m", "sdpa"), ("gpt2", "eager"),
                                                  ("pythia-70m", "sdpa"),
-                                                 ("qwen2.5-0.5b", "eager")])  # fmt: skip
+                                                 ("qwen2.5-0.5b", "eager")])
 def test_generate_gives_back_everything_and_grows_the_cache_each_step(name, attention):
     a = arch(name)
     events = generate_events(a, _shape(1, 512, 4, attention), new_tokens=8)
@@ -229,7 +229,7 @@ def test_lora_projections_give_back_the_base_output_and_the_adapters_in_the_forw
     s = _shape(2, 256, 4)
     full = [e for e in training_step_events(a, s, 4, "adamw", False) if e.phase == "forward"]
     lora = [e for e in training_step_events(a, s, 4, "adamw", False, trains_weights=False)
-            if e.phase == "forward"]  # fmt: skip
+            if e.phase == "forward"]
     projections = 7 * a.num_layers
     freed = sum(not e.nbytes for e in lora) - sum(not e.nbytes for e in full)
     # and the scaled adapters' output is what RMSNorm's `weight * x` no longer saves
@@ -253,13 +253,13 @@ def test_a_cpu_estimate_has_the_allocator_row_and_a_gpu_estimate_has_none():
     assert cpu.phases[cpu.peak_phase] == cpu.total_bytes
     assert "allocator" not in estimate_training(a, plan, GPU).breakdown
     pinned = estimate_inference(a, InferencePlan(prompt_tokens=512, new_tokens=8,
-                                                 allocator="glibc-mmap64k"), CPU)  # fmt: skip
+                                                 allocator="glibc-mmap64k"), CPU)
     assert pinned.breakdown["allocator"] < MIB
 
 
 @pytest.mark.parametrize("plan", [InferencePlan(batch=1, prompt_tokens=1024, new_tokens=64,
                                                 weights="bf16"),
-                                  TrainingPlan(batch=1, seq=512, dtype="bf16")])  # fmt: skip
+                                  TrainingPlan(batch=1, seq=512, dtype="bf16")])
 def test_pinned_glibc_keeps_only_its_page_rounding(plan):
     a = arch("qwen2.5-0.5b")
     kept = {name: allocator_slack(a, _with(plan, name)) for name in ALLOCATORS}

@@ -13,13 +13,13 @@ from gpuwise.measure.runs.child_process import LIVE_TENSORS_ENV
 
 THRESHOLD = host_allocator().mmap_threshold_min
 FAMILIES = ("smollm2-135m", "qwen2.5-0.5b", "gpt2", "pythia-160m", "phi-2", "gemma-2-2b",
-            "mistral-7b", "falcon-7b", "starcoderbase-1b", "mixtral-8x7b")  # fmt: skip
+            "mistral-7b", "falcon-7b", "starcoderbase-1b", "mixtral-8x7b")
 
 
 def test_each_allocator_gets_its_environment_and_a_missing_library_is_named():
     assert allocator_env("glibc") == {}
     assert allocator_env("glibc-mmap64k") == LIVE_TENSORS_ENV == {
-        "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}  # fmt: skip
+        "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
     for name, lib in (("jemalloc", "libjemalloc.so.2"), ("tcmalloc", "libtcmalloc_minimal.so.4")):
         if find_library(lib):
             assert allocator_env(name)["LD_PRELOAD"].startswith("/")

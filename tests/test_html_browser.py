@@ -23,7 +23,7 @@ from gpuwise.report.html import pages  # noqa: E402
 from gpuwise.report.html.output import Page, write_page  # noqa: E402
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(chromium_path() is None, reason=NO_CHROMIUM)]  # fmt: skip
+              pytest.mark.skipif(chromium_path() is None, reason=NO_CHROMIUM)]
 
 
 def _advise() -> Page:
@@ -32,7 +32,7 @@ def _advise() -> Page:
 
     kw = {p.name: p.default for p in (*WORKLOAD, *ASSUMPTIONS)}
     kw.update(model="llama-3.1-8b", requests_per_day=100_000.0, show_all=False, local=False,
-              show_assumptions=False, as_json=True)  # fmt: skip
+              show_assumptions=False, as_json=True)
     advise = pages.advise_page(advise_options(kw), False)
     kw.update(on="h100", owned=False, rent=False, reserved=False, price=None, rate=None)
     return advise, pages.cost_page(cost_option(kw))
@@ -42,7 +42,7 @@ def _module() -> Page:
     from gpuwise.app.module import module_from_factory
 
     est, labels = module_from_factory("module_zoo:small_cnn", ["8x3x64x64"], None, training=True,
-                                      dtype=None, optimizer="adamw", on="h100")  # fmt: skip
+                                      dtype=None, optimizer="adamw", on="h100")
     return pages.module_page(est, labels, roofs_for(est.hardware))
 
 
@@ -85,12 +85,12 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Page, Bro
 
 
 KINDS = ["check", "infer", "train", "serve-sweep", "serve", "advise", "cost", "watch", "repro",
-         "probe", "module"]  # fmt: skip
+         "probe", "module"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_plot_draws_its_traces_without_errors(
-        kind: str, drawn: dict[str, tuple[Page, BrowserResult]]) -> None:  # fmt: skip
+        kind: str, drawn: dict[str, tuple[Page, BrowserResult]]) -> None:
     if kind not in drawn:
         pytest.skip("the module report needs torch: pip install 'gpuwise[torch]'")
     page, result = drawn[kind]

@@ -143,7 +143,7 @@ def test_infer_roofline_points_are_the_ops_of_the_json() -> None:
 def test_page_data_is_what_json_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_file = tmp_path / "infer.html"
     code, out, err = run(["infer", "llama-3.1-8b", "--on", "h100", "--ops", "--json",
-                          "--html", str(out_file)], capsys)  # fmt: skip
+                          "--html", str(out_file)], capsys)
     assert code == 0, err
     assert page_data(out_file) == json.loads(out)
 
@@ -187,7 +187,7 @@ def test_advise_bars_are_the_options_and_break_even_marked() -> None:
 
     kw = {p.name: p.default for p in (*WORKLOAD, *ASSUMPTIONS)}
     kw.update(model="llama-3.1-8b", requests_per_day=100_000.0, show_all=False, local=False,
-              show_assumptions=False, as_json=True)  # fmt: skip
+              show_assumptions=False, as_json=True)
     answer = advise_options(kw)
     rec = advice_view(answer, False)[0]
     page = pages.advise_page(answer, False)
@@ -207,7 +207,7 @@ def test_watch_timeline_has_each_reading_per_gpu_and_the_verdict_marked(tmp_path
     fig = figures(pages.watch_page(answer))[0].figure
     names = [t["name"] for t in fig["data"]]
     for expected in ("GPU 0 busy %", "GPU 1 SM active %", "rank 1 data wait %", "GPU 0 memory GiB",
-                     "GPU 1 power W"):  # fmt: skip
+                     "GPU 1 power W"):
         assert expected in names
     assert fig["layout"]["grid"]["rows"] == 4
     assert any(t["name"].startswith("rss trend") for t in fig["data"])  # the creep's line
@@ -274,7 +274,7 @@ def test_a_users_file_is_refused_and_left_as_it_was(tmp_path: Path, capsys: pyte
 
 
 def test_its_own_report_is_replaced_and_the_table_still_prints(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = tmp_path / "sub" / "report.html"
     for _ in range(2):
         code, out, err = run(["check", "llama-3.1-8b", "--on", "h100", "--html", str(report)], capsys)
@@ -285,7 +285,7 @@ def test_its_own_report_is_replaced_and_the_table_still_prints(
 
 
 def test_without_plotly_html_is_refused_with_the_fix(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     real = importlib.util.find_spec
@@ -319,7 +319,7 @@ def test_watch_report_takes_html_after_the_logs(tmp_path: Path, capsys: pytest.C
 
 def test_every_command_of_the_issue_takes_html(capsys: pytest.CaptureFixture[str]) -> None:
     for command in ("infer", "train", "check", "module", "serve", "advise", "cost", "watch",
-                    "repro", "probe"):  # fmt: skip
+                    "repro", "probe"):
         code, out, _ = run([command, "--help"], capsys)
         assert code == 0 and "--html FILE" in out, command
 
@@ -330,6 +330,6 @@ def test_every_command_of_the_issue_takes_html(capsys: pytest.CaptureFixture[str
 def test_the_plain_path_imports_no_plotting_code() -> None:
     code = ("import sys\nfrom gpuwise.cli import main\n"
             "try:\n    main(['check', 'llama-3.1-8b', '--on', 'h100', '--json'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.startswith(('plotly', 'gpuwise.report.html'))))")  # fmt: skip
+            "print(sorted(m for m in sys.modules if m.startswith(('plotly', 'gpuwise.report.html'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -12,7 +12,7 @@ def _infer(capsys, *options: str) -> dict:
     code, out, err = run_cli(["infer", "llama-3.1-70b", "--on", "h100-sxm", "--weights", "fp8",
                               "--prompt", "512", "--new-tokens", "64", "--runtime", "vllm", *options,
                               "--json"],
-                             capsys)  # fmt: skip
+                             capsys)
     assert code == 0, err
     return json.loads(out)
 
@@ -30,7 +30,7 @@ def test_tp_splits_the_decode_and_vllms_memory_is_one_devices_share(capsys):
 
 def test_under_transformers_tp_times_and_keeps_the_whole_models_memory(capsys):
     code, out, _ = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--tp", "2", "--json"],
-                           capsys)  # fmt: skip
+                           capsys)
     code1, out1, _ = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--json"], capsys)
     two, one = json.loads(out), json.loads(out1)
     assert two["memory"]["total_bytes"] == one["memory"]["total_bytes"]
@@ -39,11 +39,11 @@ def test_under_transformers_tp_times_and_keeps_the_whole_models_memory(capsys):
 
 def test_gpus_are_replicas_of_the_tp_deployment(capsys):
     code, out, err = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--runtime", "vllm",
-                              "--tp", "2", "--gpus", "8", "--json"], capsys)  # fmt: skip
+                              "--tp", "2", "--gpus", "8", "--json"], capsys)
     assert code == 0, err
     assert any(n.startswith("--gpus: 4 replicas") for n in json.loads(out)["memory"]["notes"])
     code, _, err = run_cli(["infer", "llama-3.1-8b", "--on", "h100-sxm", "--tp", "4", "--gpus",
-                            "6"], capsys)  # fmt: skip
+                            "6"], capsys)
     assert code == 2 and "--gpus 6 is not a multiple of --tp 4" in err
 
 
@@ -63,7 +63,7 @@ def test_time_record_carries_the_device_rates(capsys):
 
 def test_fuse_layers_is_autoawqs_fused_loader(capsys):
     args = ["infer", "mistral-7b", "--on", "rtx-4090", "--weights", "int4", "--quant-kernel",
-            "awq-gemm", "--prompt", "64", "--new-tokens", "64", "--ctx", "2048", "--json"]  # fmt: skip
+            "awq-gemm", "--prompt", "64", "--new-tokens", "64", "--ctx", "2048", "--json"]
     code, plain, err = run_cli(args, capsys)
     assert code == 0, err
     code, fused, err = run_cli([*args, "--fuse-layers"], capsys)

@@ -45,12 +45,12 @@ def _json(obj: object) -> dict:
 def _plan(name: str, runtime: str, prompt: int):
     model = resolve_model(name)
     return model, from_config(model.config), build_plan(
-        model, Deployment(runtime=runtime), Workload(1, prompt, 64)).plan  # fmt: skip
+        model, Deployment(runtime=runtime), Workload(1, prompt, 64)).plan
 
 
 @SETTINGS
 @given(st.sampled_from(MODELS), st.sampled_from(DEVICES), st.sampled_from(RUNTIMES),
-       st.sampled_from((128, 2048)))  # fmt: skip
+       st.sampled_from((128, 2048)))
 def test_checks_table_shows_the_jsons_rows(name, device, runtime, prompt):
     model, arch, plan = _plan(name, runtime, prompt)
     try:
@@ -70,7 +70,7 @@ def test_checks_table_shows_the_jsons_rows(name, device, runtime, prompt):
 
 @SETTINGS
 @given(st.sampled_from(MODELS), st.sampled_from(DEVICES), st.sampled_from(RUNTIMES),
-       st.sampled_from((128, 2048)))  # fmt: skip
+       st.sampled_from((128, 2048)))
 def test_infers_lines_show_the_jsons_memory_and_time(name, device, runtime, prompt):
     model, arch, plan = _plan(name, runtime, prompt)
     try:
@@ -89,7 +89,7 @@ def test_infers_lines_show_the_jsons_memory_and_time(name, device, runtime, prom
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(("llama-3.1-8b", "qwen2.5-0.5b")), st.sampled_from(("h100-sxm", "a10g")),
-       st.sampled_from(("vllm", "sglang")), st.sampled_from((0.5, 4.0)))  # fmt: skip
+       st.sampled_from(("vllm", "sglang")), st.sampled_from((0.5, 4.0)))
 def test_serves_table_shows_the_jsons_percentiles(name, device, runtime, rate):
     model, arch, plan = _plan(name, runtime, 256)
     load = Load(Lengths(256, 64), rate=rate, requests=60)

@@ -56,11 +56,11 @@ def test_a_hole_in_the_grid_takes_the_nearest_measured_rate():
     measured point nearest in log space (here the same rows and input width, output 2048)."""
     record = _record()
     record["linear"]["fp32"]["forward"] = [p for p in record["linear"]["fp32"]["forward"]
-                                           if p[:3] != [256, 2048, 512]]  # fmt: skip
+                                           if p[:3] != [256, 2048, 512]]
     holed = KernelRates.from_record(record)
     assert holed.linear_s(256, 2048, 512, "fp32") == pytest.approx(2 * 256 * 2048 * 512 / _rate(256))
     record["linear"]["fp32"]["forward"] = [[1, 512, 512, 2 * 512 * 512 / 1e9],
-                                           [1, 2048, 2048, 2 * 2048 * 2048 / 4e9]]  # fmt: skip
+                                           [1, 2048, 2048, 2 * 2048 * 2048 / 4e9]]
     nearest = KernelRates.from_record(record)
     assert nearest.linear_s(1, 2048, 512, "fp32") in (pytest.approx(2 * 2048 * 512 / 1e9),
                                                       pytest.approx(2 * 2048 * 512 / 4e9))
@@ -79,7 +79,7 @@ def test_sdpa_decode_is_linear_in_keys_and_prefill_quadratic_beyond_the_grid():
 
 def test_non_causal_attention_reads_its_own_curve_and_never_the_causal_one():
     full = KernelRates.from_record({"sdpa": {"fp32": {"full": [[128, 5e-5], [512, 8e-4]],
-                                                      "prefill": [[128, 1e-5], [512, 1.6e-4]]}}})  # fmt: skip
+                                                      "prefill": [[128, 1e-5], [512, 1.6e-4]]}}})
     assert full.sdpa_s(4, 128, 128, 64, "fp32", causal=False) == pytest.approx(4 * 5e-5)
     assert full.sdpa_s(1, 256, 256, 64, "fp32", causal=False) == pytest.approx(2e-4)  # q x kv
     assert full.sdpa_s(4, 128, 128, 64, "fp32") == pytest.approx(4 * 1e-5)  # causal: prefill
@@ -89,7 +89,7 @@ def test_non_causal_attention_reads_its_own_curve_and_never_the_causal_one():
     assert KERNELS.sdpa_s(4, 1, 128, 64, "fp32", causal=False) == pytest.approx(4 * 1e-5)
     both = KernelRates.from_record({"sdpa": {"fp32": {"full": [[128, 5e-5]],
                                                       "full_backward": [[128, 1.5e-4]],
-                                                      "backward": [[128, 9e-5]]}}})  # fmt: skip
+                                                      "backward": [[128, 9e-5]]}}})
     assert both.sdpa_s(4, 128, 128, 64, "fp32", backward=True, causal=False) == pytest.approx(6e-4)
     assert both.sdpa_s(4, 128, 128, 64, "fp32", backward=True) == pytest.approx(3.6e-4)
 
@@ -134,7 +134,7 @@ def test_conv1d_layout_reads_its_own_grid_at_few_rows():
     # GPT-2's layers are Conv1D, its head F.linear; Llama's are all F.linear
     ops = {t.op.name: t.op for t in estimate_inference_time(
         arch("gpt2"), InferencePlan(batch=1, prompt_tokens=16, new_tokens=4, weights="fp32"),
-        replace(CPU, kernels=kernels)).decode.ops}  # fmt: skip
+        replace(CPU, kernels=kernels)).decode.ops}
     assert ops["mlp_in"].layout == "nn" and ops["lm_head"].layout == ""
     assert not arch("llama-3.1-8b").conv1d and not arch("starcoderbase-1b").conv1d
 
@@ -150,7 +150,7 @@ def test_a_profile_without_tanh_times_it_as_the_tanh_gelu():
 def test_convolutions_take_the_rate_of_the_nearest_probed_shape():
     record = _record() | {"conv": {"fp32": {
         "forward": [[100, 576, 64, 1e-3], [25, 1152, 128, 0.5e-3]],
-        "backward": [[100, 576, 64, 3e-3], [25, 1152, 128, 1e-3]]}}}  # fmt: skip
+        "backward": [[100, 576, 64, 3e-3], [25, 1152, 128, 1e-3]]}}}
     kernels = KernelRates.from_record(record)
     assert kernels.conv_s(100, 576, 64, "fp32") == pytest.approx(1e-3)
     # equal FLOPs, another shape: that shape's rate
@@ -170,7 +170,7 @@ def test_convolutions_of_another_window_take_their_own_curve():
     record = _record() | {"conv": {"fp32": {
         "forward": [[100, 576, 64, 1e-3]], "backward": [[100, 576, 64, 2, 3e-3]],
         "forward:1x1/s2": [[100, 64, 128, 0.5e-3]],
-        "backward:7x7/s2": [[100, 147, 64, 1, 2e-3]]}}}  # fmt: skip
+        "backward:7x7/s2": [[100, 147, 64, 1, 2e-3]]}}}
     kernels = KernelRates.from_record(record)
     assert kernels.conv_s(100, 64, 128, "fp32", "forward", "1x1/s2") == pytest.approx(0.5e-3)
     # a window not probed: the 3x3 stride-1 curve's rate (its FLOPs are 2/9 of the point's)
@@ -182,5 +182,5 @@ def test_convolutions_of_another_window_take_their_own_curve():
     assert kernels.conv_s(100, 147, 64, "fp32", "backward", "7x7/s2") == pytest.approx(2e-3)
     rates = replace(CPU, kernels=kernels)
     stem = Op("convolution_backward", "conv", 2 * 100 * 147 * 64, 1.0, m=100, n=64, k=147,
-              kernel="7x7/s2")  # fmt: skip
+              kernel="7x7/s2")
     assert time_op(stem, rates, "fp32").seconds == pytest.approx(2e-3)

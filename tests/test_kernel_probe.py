@@ -25,7 +25,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
                       conv_shapes=((8, 8),), conv_batch=1,
                       conv_variants=(("1x1/s2", 4, 8, 8), ("7x7/s2", 3, 8, 16),
                                      ("4x4/s4", 3, 8, 16)),
-                      cold_set_bytes=2**20, target_s=0.001)  # fmt: skip
+                      cold_set_bytes=2**20, target_s=0.001)
     seen = []
     out = measure_kernels(plan, lambda label, done: seen.append(done))
     assert not out["missing"]
@@ -45,7 +45,7 @@ def test_the_kernel_probe_measures_a_tiny_plan():
                                                "gelu_backward", "gelu_erf_backward", "div",
                                                "sqrt", "tanh", "bernoulli", "cat", "pool",
                                                "pool_backward", "batch_norm",
-                                               "batch_norm_train", "batch_norm_backward"}  # fmt: skip
+                                               "batch_norm_train", "batch_norm_backward"}
     assert out["fresh"]["bytes_per_s"] > 0 and out["fresh"]["threshold"] == 32 * 2**20
     assert [n for n, _ in out["fresh"]["by_held"]] == [0, 2**24]  # in a small process, then held
     assert all(rate > 0 for _, rate in out["fresh"]["by_held"])
@@ -71,7 +71,7 @@ def test_the_kernel_probe_leaves_out_points_too_slow_to_time():
     from gpuwise.measure.probe.kernels import KernelPlan, _Kernels, kernel_notes
 
     plan = KernelPlan(rows=(1, 64), widths=(64, 256), backward_rows=(16,), nn_rows=(1,),
-                      nn_widths=(64,), cold_set_bytes=2**20, slow_call_s=1e-9)  # fmt: skip
+                      nn_widths=(64,), cold_set_bytes=2**20, slow_call_s=1e-9)
     probe = _Kernels(torch, torch.device("cpu"), plan, None)
     out = probe.linear("fp32")
     assert [p[:3] for p in out["forward"]] == [[1, 64, 64]]  # only the first: nothing before it
@@ -79,7 +79,7 @@ def test_the_kernel_probe_leaves_out_points_too_slow_to_time():
     assert probe.skipped["linear.fp32.forward"][0] == 7 and probe.skipped["linear.fp32.backward"][0] == 3
     record = {"linear": {"fp32": out}, "skipped": {
         grid: {"points": n, "predicted_s": s, "limit_s": plan.slow_call_s}
-        for grid, (n, s) in probe.skipped.items()}}  # fmt: skip
+        for grid, (n, s) in probe.skipped.items()}}
     notes = kernel_notes(record)
     assert len(notes) == 2 and notes[0].startswith("fp32 linear forward: 7 points not measured")
     rates = KernelRates.from_record(record)
@@ -152,7 +152,7 @@ def test_train_gives_the_step_at_the_slow_first_touch_the_probe_saw(monkeypatch)
 
     gib = 2**30
     fresh = {"bytes_per_s": 1e9, "threshold": 32 * 2**20,
-             "by_held": [[0, 1e9], [gib, 0.8e9], [2 * gib, 0.1e9], [6 * gib, 0.16e9]]}  # fmt: skip
+             "by_held": [[0, 1e9], [gib, 0.8e9], [2 * gib, 0.1e9], [6 * gib, 0.16e9]]}
     assert slow_first_touch_reading(fresh) == (2 * gib, 0.1e9)
     assert slow_first_touch_reading(fresh | {"by_held": [[0, 1e9], [gib, 0.52e9]]}) == (0, 0.0)
     probed = replace(CPU, kernels=KernelRates.from_record(_record() | {"fresh": fresh}))
@@ -167,7 +167,7 @@ def test_train_gives_the_step_at_the_slow_first_touch_the_probe_saw(monkeypatch)
     console.print(view)
     text = " ".join(console.export_text().split())  # the line wraps in the panel
     assert (f"0.10 GB/s the probe also saw with memory in use, the step takes up to "
-            f"{t['step_s_slow_page_faults']:.2f} s") in text  # fmt: skip
+            f"{t['step_s_slow_page_faults']:.2f} s") in text
 
 
 def test_validate_sets_a_training_step_against_both_ends_of_its_range(monkeypatch):

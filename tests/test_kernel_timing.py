@@ -18,9 +18,9 @@ from gpuwise.workload.params import count_params, parameter_tensors
 
 def test_a_traced_attention_backward_takes_the_probed_backward():
     rates = replace(CPU, kernels=KernelRates.from_record(
-        {"sdpa": {"fp32": {"full_backward": [[128, 1.5e-4]]}}}))  # fmt: skip
+        {"sdpa": {"fp32": {"full_backward": [[128, 1.5e-4]]}}}))
     op = Op("_scaled_dot_product_flash_attention_for_cpu_backward", "attention", 1e9, 1e6,
-            m=4 * 128, n=128, k=64, kernel="sdpa", heads=4, causal=False)  # fmt: skip
+            m=4 * 128, n=128, k=64, kernel="sdpa", heads=4, causal=False)
     assert time_op(op, rates, "fp32").seconds == pytest.approx(6e-4)
 
 
@@ -83,7 +83,7 @@ def test_fresh_tensors_past_the_mmap_threshold_pay_first_touch():
     rates = replace(CPU, kernels=KernelRates.from_record(record))
     big, small = 64 * 2**20, 16 * 2**20
     op = Op("x", "elementwise", 1.0, 1e6, fresh=((big, 2), (small, 3)),
-            fresh_backward=((big, 1),))  # fmt: skip
+            fresh_backward=((big, 1),))
     plain = replace(op, fresh=(), fresh_backward=())
     assert time_op(op, rates, "fp32").seconds - time_op(plain, rates, "fp32").seconds == (
         pytest.approx(2 * big / 5e9))

@@ -41,10 +41,10 @@ def imports(root: Path) -> list[tuple[str, str, list[str], int]]:
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 if node.module.split(".")[0] == root.name:
                     found.append((importer, node.module, [a.name for a in node.names],
-                                  node.lineno))  # fmt: skip
+                                  node.lineno))
             elif isinstance(node, ast.Import):
                 found += [(importer, a.name, [], node.lineno) for a in node.names
-                          if a.name.split(".")[0] == root.name]  # fmt: skip
+                          if a.name.split(".")[0] == root.name]
     return found
 
 
@@ -66,7 +66,7 @@ def private_names(edges: list[tuple[str, str, list[str], int]], modules: set[str
             for importer, target, names, line in edges
             for name in names
             if name.startswith("_") and not name.startswith("__")
-            and f"{target}.{name}" not in modules and target != importer]  # fmt: skip
+            and f"{target}.{name}" not in modules and target != importer]
 
 
 def cycles(edges: list[tuple[str, str, list[str], int]], modules: set[str]) -> list[list[str]]:

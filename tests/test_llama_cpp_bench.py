@@ -73,7 +73,7 @@ def test_metadata_and_tokenizer(tiny_gguf: Path) -> None:
         "llama.rope.dimension_count": 16, "general.file_type": 1,
         "tokenizer.ggml.model": "llama", "tokenizer.ggml.bos_token_id": 1,
         "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.unknown_token_id": 0,
-    }  # fmt: skip
+    }
     for key, value in expected.items():
         assert _field(reader, key) == value, key
     eps = _field(reader, "llama.attention.layer_norm_rms_epsilon")

@@ -35,7 +35,7 @@ def _arch(name: str, **extra):
                         "num_attention_heads": heads, "num_key_value_heads": kv,
                         "intermediate_size": ffn, "vocab_size": 32000,
                         "max_position_embeddings": 4096, "tie_word_embeddings": False,
-                        **extra}, name)  # fmt: skip
+                        **extra}, name)
 
 
 def _cpu(vendor: str = "amd"):
@@ -46,7 +46,7 @@ def _cpu(vendor: str = "amd"):
 # "sched_reserve: CPU compute buffer size" as llama-cpp-python 0.3.36's llama.cpp logs it on
 # this machine (flash attention off, n_ubatch 512), to the 4 decimals of its destructor's line.
 LOGGED_HERE = [("S", 512, 64.0020), ("S", 2048, 64.7520), ("M", 512, 65.5020),
-               ("M", 2048, 67.0020), ("L", 512, 68.5020), ("L", 2048, 69.0098)]  # fmt: skip
+               ("M", 2048, 67.0020), ("L", 512, 68.5020), ("L", 2048, 69.0098)]
 
 
 @pytest.mark.parametrize("name,n_ctx,mib", LOGGED_HERE)
@@ -123,7 +123,7 @@ def test_amx_takes_q8_0_and_f16_on_sapphire_rapids():
 def test_repacked_weights_count_on_a_cpu_not_on_a_gpu():
     arch = _arch("L")
     plan = InferencePlan(weights="q4_0", runtime="llama.cpp", context_alloc=512,
-                         attention="eager", prompt_tokens=128, new_tokens=16)  # fmt: skip
+                         attention="eager", prompt_tokens=128, new_tokens=16)
     cpu = estimate_inference(arch, plan, _cpu())
     assert cpu.breakdown["repacked_weights"] > 200 * MIB
     assert any("CPU_REPACK" in n for n in cpu.notes)
@@ -148,10 +148,10 @@ def test_a_checkpoints_own_tensors_decide_the_repacking():
            ("token_embd.weight", "Q4_0", 32000, 384, 6_912_000, 1),
            ("blk.0.attn_q.weight", "Q4_0", 384, 384, 82_944, 1),
            ("blk.0.attn_norm.weight", "F32", 1, 384, 1_536, 1),
-           ("blk.0.ffn_up.weight", "Q4_0", 1024, 384, 221_184, 1))  # fmt: skip
+           ("blk.0.ffn_up.weight", "Q4_0", 1024, 384, 221_184, 1))
     stored = StoredWeights(17_297_664, 6_912_000, "Q4_0 (gguf)", "Q4_0", own)
     plan = InferencePlan(weights="fp16", stored_weights=stored, runtime="llama.cpp",
-                         context_alloc=512, attention="eager", prompt_tokens=16, new_tokens=4)  # fmt: skip
+                         context_alloc=512, attention="eager", prompt_tokens=16, new_tokens=4)
     est = estimate_inference(arch, plan, _cpu())
     assert est.breakdown["repacked_weights"] == 82_944 + 221_184
     assert est.breakdown["weights"] == 17_297_664 - 221_184  # the file's last tensor unmapped
@@ -160,7 +160,7 @@ def test_a_checkpoints_own_tensors_decide_the_repacking():
 def test_kv_cache_and_output_buffer_on_a_cpu():
     arch = _arch("M")
     plan = InferencePlan(weights="q8_0", runtime="llama.cpp", context_alloc=2000,
-                         prompt_tokens=400, new_tokens=16)  # fmt: skip
+                         prompt_tokens=400, new_tokens=16)
     est = estimate_inference(arch, plan, _cpu())
     assert est.breakdown["kv_cache"] == 2048 * 12 * 2 * 256 * 2  # padded to 2048 cells, f16
     assert est.breakdown["logits"] == 32000 * 4
@@ -187,13 +187,13 @@ def test_a_real_llama_cpp_run_is_within_the_target(tmp_path):
 
     cfg = GgufConfig(hidden=384, layers=6, heads=6, kv_heads=2, ffn=1024)
     path = quantize(write_random_gguf(tmp_path / "s-f16.gguf", cfg), tmp_path / "s-q4_0.gguf",
-                    "q4_0")  # fmt: skip
+                    "q4_0")
     measured = measure_llama_cpp_memory(path, prompt_tokens=64, new_tokens=8)
     assert measured["buffers_mib"]["CPU_REPACK model"] > 0
     resolved, arch = model_named(str(path))
     chosen = plan_weights(resolved, "llama.cpp", None)
     plan = InferencePlan(prompt_tokens=64, new_tokens=8, weights=chosen["weights"],
                          stored_weights=chosen["stored_weights"], runtime="llama.cpp",
-                         context_alloc=512, attention="eager")  # fmt: skip
+                         context_alloc=512, attention="eager")
     est = estimate_inference(arch, plan, hardware_named("local"))
     assert est.model_bytes / measured["peak_bytes"] - 1 == pytest.approx(0, abs=0.05)

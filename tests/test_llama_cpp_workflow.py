@@ -43,7 +43,7 @@ def _gpuwise(*args: str, cache: Path, timeout_s: float = 300) -> Any:
     exe = shutil.which("gpuwise", path=str(Path(sys.executable).parent)) or "gpuwise"
     env = {**os.environ, "GPUWISE_CACHE_DIR": str(cache)}
     run = subprocess.run([exe, *args, "--json"], capture_output=True, text=True, env=env,
-                         timeout=timeout_s)  # fmt: skip
+                         timeout=timeout_s)
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
     return json.loads(run.stdout)
 
@@ -57,7 +57,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
         started = time.perf_counter()
         answer = _gpuwise("probe", "--quick", "--runtime", "llama.cpp", cache=cache, timeout_s=1500)
         FIGURES.append(f"gpuwise probe --quick --runtime llama.cpp (try {attempt}): "
-                       f"{time.perf_counter() - started:.0f} s, trusted: {answer['trusted']}")  # fmt: skip
+                       f"{time.perf_counter() - started:.0f} s, trusted: {answer['trusted']}")
         if answer["trusted"] and answer["llama_cpp"] is not None:
             break
     return cache, answer
@@ -104,14 +104,14 @@ def test_infer_on_the_gguf_lands_within_the_bound_of_the_real_run(probed, model,
     cache, _ = probed
     common = ("--runtime", "llama.cpp", "--on", "local", "--threads", str(THREADS))
     pp = _gpuwise("infer", str(model), *common, "--prompt", str(N_PROMPT), "--new-tokens", "1",
-                  cache=cache)["time"]  # fmt: skip
+                  cache=cache)["time"]
     tg = _gpuwise("infer", str(model), *common, "--prompt", "1", "--new-tokens", str(N_GEN),
-                  cache=cache)["time"]  # fmt: skip
+                  cache=cache)["time"]
     assert pp["source"] == "measured" and tg["missing_parts"] == [], tg["rates"]
     errors = {"prefill": _off(pp["prefill_s"], real["prefill_s"]),
-              "decode": _off(tg["decode_s_per_token"], real["decode_s"])}  # fmt: skip
+              "decode": _off(tg["decode_s_per_token"], real["decode_s"])}
     figure(f"infer on a held-out Q4_0 GGUF, {THREADS} threads, against llama.cpp's own run: "
-           + ", ".join(f"{k} {v:+.1%}" for k, v in errors.items()))  # fmt: skip
+           + ", ".join(f"{k} {v:+.1%}" for k, v in errors.items()))
     assert all(abs(e) <= BOUND for e in errors.values()), errors
 
 
@@ -119,15 +119,15 @@ def test_check_and_serve_give_infers_decode_for_the_same_gguf(probed, model, rea
     cache, _ = probed
     common = ("--runtime", "llama.cpp", "--on", "local", "--threads", str(THREADS))
     infer = _gpuwise("infer", str(model), *common, "--prompt", "1", "--new-tokens", str(N_GEN),
-                     cache=cache)["time"]  # fmt: skip
+                     cache=cache)["time"]
     # check takes no --threads: llama.cpp's default, one thread a core, as THREADS is
     check = _gpuwise("check", str(model), "--runtime", "llama.cpp", "--on", "local", "--prompt", "1",
-                     "--new-tokens", str(N_GEN), cache=cache)  # fmt: skip
+                     "--new-tokens", str(N_GEN), cache=cache)
     exact = check["precisions"][0]["decode"]
     assert exact["source"] == "measured"
     assert exact["s_per_token"] == pytest.approx(infer["decode_s_per_token"], rel=1e-9)
     serve = _gpuwise("serve", str(model), *common, "--concurrency", "1", "--prompt", "1",
-                     "--new-tokens", str(N_GEN), "--requests", "5", cache=cache)  # fmt: skip
+                     "--new-tokens", str(N_GEN), "--requests", "5", cache=cache)
     tpot = _tpot_s(serve)
     figure(f"serve TPOT {tpot * 1e3:.2f} ms, infer decode {infer['decode_s_per_token'] * 1e3:.2f} "
            f"ms, llama.cpp's tg {real['decode_s'] * 1e3:.2f} ms a token")

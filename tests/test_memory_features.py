@@ -188,13 +188,13 @@ def test_bad_stack_options_are_refused():
 
 def test_cli_names_the_stacks_and_refuses_bad_values(capsys):
     code, out, err = run(["train", "llama-3.1-8b", "--on", "h100", "--loss", "chunked",
-                          "--optimizer-in-backward", "--json"], capsys)  # fmt: skip
+                          "--optimizer-in-backward", "--json"], capsys)
     assert code == 0, err
     assert "torchtune" in out
     code, out, err = run(["train", "llama-3.1-8b", "--loss", "chunky"], capsys)
     assert code == 2 and "error:" in err.lower() and "Traceback" not in err
     code, out, err = run(["infer", "llama-3.1-8b", "--on", "h100", "--expandable-segments",
-                          "--json"], capsys)  # fmt: skip
+                          "--json"], capsys)
     assert code == 0, err
     assert '"allocator_slack"' in out and '"verdict"' in out
 

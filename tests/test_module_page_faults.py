@@ -17,7 +17,7 @@ from gpuwise.estimate.traced_module import heap_faults  # noqa: E402
 
 def test_page_fault_bytes_are_the_traced_heaps_replayed():
     est = gpuwise.from_module(module_zoo.small_cnn(), (8, 3, 32, 32), training=True,
-                              optimizer="sgd", on="h100-sxm")  # fmt: skip
+                              optimizer="sgd", on="h100-sxm")
     assert est.page_fault_bytes == sum(heap_faults(est.traced, "sgd").values())
     assert est.page_fault_bytes >= 0
 

@@ -109,7 +109,7 @@ class SevenB(torch.nn.Module):
             torch.nn.ModuleList([lin(4096, 4096 * 3, bias=False), lin(4096, 4096, bias=False),
                                  lin(4096, 11008 * 2, bias=False), lin(11008, 4096, bias=False)])
             for _ in range(32)
-        )  # fmt: skip
+        )
 
     def forward(self, x):
         for qkv, o, up, down in self.layers:
@@ -141,7 +141,7 @@ def test_seven_billion_traced_without_memory():
 
 def test_cli_json(capsys):
     code, out, err = run(["module", "module_zoo:linear_stack", "--input", "8x64", "--train",
-                          "--optimizer", "sgd", "--on", "h100", "--json", "--ops"], capsys)  # fmt: skip
+                          "--optimizer", "sgd", "--on", "h100", "--json", "--ops"], capsys)
     assert code == 0, err
     obj = json.loads(out)
     assert obj["module"]["params"] == PARAMS
@@ -154,7 +154,7 @@ def test_cli_json(capsys):
 
 def test_cli_factory_with_example_inputs_and_batch(capsys):
     code, out, err = run(["module", "module_zoo:bert_small", "--batch", "2", "--on", "h100",
-                          "--json"], capsys)  # fmt: skip
+                          "--json"], capsys)
     assert code == 0, err
     obj = json.loads(out)
     assert obj["plan"]["inputs"] == ["input_ids=2x128:int64"]
@@ -183,7 +183,7 @@ def test_cli_table(capsys):
         (["module_zoo:linear_stack", "--input", "8x64", "--train", "--optimizer", "lion"],
          "unknown optimizer"),
     ],
-)  # fmt: skip
+)
 def test_cli_bad_input(capsys, args, message):
     code, out, err = run(["module", *args], capsys)
     assert code == 2
@@ -202,7 +202,7 @@ def test_real_training_memory_matches():
     tests = str(Path(__file__).parent)
     spec = [((32, 3, 64, 64), None)]
     measured = measure_module_memory("module_zoo:small_cnn", spec, training=True,
-                                     sys_path=(tests,))  # fmt: skip
+                                     sys_path=(tests,))
     est = from_module(module_zoo.small_cnn(), (32, 3, 64, 64), training=True, on="local")
     error = est.memory.model_bytes / measured.model_bytes - 1
     assert abs(error) < 0.05, (est.memory.breakdown, measured)
@@ -236,7 +236,7 @@ def test_a_tanh_gelu_takes_the_tanh_kernel_forward_and_backward():
 
     t = trace_module(TanhMlp(), (8, 64), training=True, optimizer="sgd")
     kernels = {op.name: op.kernel for phase in ("forward", "backward")
-               for op in to_ops(t.phase_ops(phase))}  # fmt: skip
+               for op in to_ops(t.phase_ops(phase))}
     assert kernels["gelu"] == "gelu" and kernels["gelu_backward"] == "gelu_backward"
 
 
@@ -291,10 +291,10 @@ def test_the_optimizer_step_takes_the_probed_curve_over_the_traced_tensors():
     )
     step = estimate_module_time(t, probed).optimizer
     assert step is not None and step.seconds == pytest.approx(
-        DEPTH * (W * 4e-8 + W * W * 2e-9))  # fmt: skip
+        DEPTH * (W * 4e-8 + W * W * 2e-9))
     # a probe without this optimizer falls back to the passes over the states
     sgd = estimate_module_time(trace_module(module_zoo.linear_stack(W, DEPTH), (B, W),
-                                            training=True, optimizer="sgd"), probed, "sgd")  # fmt: skip
+                                            training=True, optimizer="sgd"), probed, "sgd")
     unprobed = estimate_module_time(t, spec).optimizer
     assert sgd.optimizer is not None and unprobed is not None
     assert sgd.optimizer.seconds != step.seconds and unprobed.seconds != step.seconds
@@ -349,7 +349,7 @@ def test_attention_takes_the_probed_curve_of_its_kind_both_ways():
     backward = [op for op in to_ops(t.phase_ops("backward")) if op.kind == "attention"]
     for ops in (forward, backward):  # non-causal, batch 1 x 6 heads, 197 positions
         assert ops and all(op.kernel == "sdpa" and not op.causal and op.heads == 6
-                           and op.m == 6 * 197 and op.n == 197 for op in ops)  # fmt: skip
+                           and op.m == 6 * 197 and op.n == 197 for op in ops)
 
 
 def test_a_cpu_addmm_writes_its_output_once_more_for_the_bias():

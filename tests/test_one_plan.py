@@ -38,7 +38,7 @@ from gpuwise.workload.requests import Lengths
 ROOT = Path(__file__).resolve().parents[1]
 # The deployment's options every command that takes a model and a deployment accepts
 GROUP = {"--runtime", "--kv-dtype", "--ctx", "--attention", "--gpu-memory-utilization",
-         "--threads", "--quant-kernel", "--gpu-layers", "--tp", "--gpus"}  # fmt: skip
+         "--threads", "--quant-kernel", "--gpu-layers", "--tp", "--gpus"}
 
 
 def test_no_command_assembles_a_plan_itself():
@@ -46,7 +46,7 @@ def test_no_command_assembles_a_plan_itself():
     for path in (ROOT / "gpuwise" / "cli").glob("*.py"):
         tree = ast.parse(path.read_text())
         calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
-                 and getattr(n.func, "id", "") == "InferencePlan"]  # fmt: skip
+                 and getattr(n.func, "id", "") == "InferencePlan"]
         assert not calls, f"{path.name} builds an InferencePlan field by field"
 
 
@@ -72,12 +72,12 @@ deployments = st.builds(
 )
 workloads = st.builds(Workload, batch=st.sampled_from((1, 4)),
                       prompt_tokens=st.sampled_from((128, 2048)),
-                      new_tokens=st.sampled_from((16, 256)))  # fmt: skip
+                      new_tokens=st.sampled_from((16, 256)))
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(deployments, workloads, st.sampled_from(MODELS), st.sampled_from(DEVICES),
-       st.sampled_from(CHECK_PRECISIONS))  # fmt: skip
+       st.sampled_from(CHECK_PRECISIONS))
 def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, weights):
     model = resolve_model(name)
     arch = from_config(model.config)
@@ -108,7 +108,7 @@ def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, w
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(deployments, workloads, st.sampled_from(MODELS), st.sampled_from(DEVICES),
-       st.sampled_from(CHECK_PRECISIONS))  # fmt: skip
+       st.sampled_from(CHECK_PRECISIONS))
 def test_serves_no_load_step_is_infers_decode_to_the_bit(d, w, name, device, weights):
     """One step model: serve's decode step of one request alone is infer's decode for the
     same plan, exactly; its time per token adds only the server's host time a token."""
@@ -138,9 +138,9 @@ ADVISE_DEVICES = ("h100-sxm", "l4", "rtx-4090", "cpu-cloud-32vcpu")
 @given(st.sampled_from(("qwen2.5-0.5b", "llama-3.1-8b")), st.sampled_from(ADVISE_DEVICES),
        st.sampled_from(("bf16", "int4", "int8")), st.sampled_from((0.2, 2.0)),
        st.sampled_from((None, 80.0)), st.sampled_from((None, 3000.0)),
-       st.sampled_from((None, "fp8")))  # fmt: skip
+       st.sampled_from((None, "fp8")))
 def test_advises_option_is_what_serve_says_for_that_deployment(name, device, weights, rate, tpot,
-                                                               ttft, kv):  # fmt: skip
+                                                               ttft, kv):
     """An advise option's TTFT and time per token (p90) and tokens a second are serve's for the
     same plan, devices and load: one engine, one plan builder."""
     model = resolve_model(name)
@@ -155,7 +155,7 @@ def test_advises_option_is_what_serve_says_for_that_deployment(name, device, wei
     plan = replace(template, runtime=runtime_for(hw.kind, "auto"), tp=tp)
     slo = Slo(None if ttft is None else ttft / 1e3, None if tpot is None else tpot / 1e3)
     args = (model, arch, hw, plan, ReplicaOptions(tp=tp),
-            Load(Lengths(256, 64), rate=load.arrivals_per_s, requests=SIZING_REQUESTS))  # fmt: skip
+            Load(Lengths(256, 64), rate=load.arrivals_per_s, requests=SIZING_REQUESTS))
     if {"TTFT", "ms/tok"} & set(sizing.misses):  # one request alone misses it: serve says so
         with pytest.raises(GpuwiseError, match="can never be met"):
             serve(*args, slo, tp * replicas)

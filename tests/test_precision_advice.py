@@ -26,9 +26,9 @@ def _rates(bf16_slower: float):
     record = _record()
     fp32 = record["linear"]["fp32"]
     record["linear"]["bf16"] = {d: [[*p[:3], p[3] * bf16_slower] for p in pts]
-                                for d, pts in fp32.items()}  # fmt: skip
+                                for d, pts in fp32.items()}
     record["sdpa"]["bf16"] = {m: [[x, s * bf16_slower] for x, s in pts]
-                              for m, pts in record["sdpa"]["fp32"].items()}  # fmt: skip
+                              for m, pts in record["sdpa"]["fp32"].items()}
     record["elementwise"]["bf16"] = record["elementwise"]["fp32"]
     record["optimizer"]["bf16"] = record["optimizer"]["fp32"]
     return replace(CPU, kernels=KernelRates.from_record(record))

@@ -62,7 +62,7 @@ def test_a_bf16_rmsnorm_upcasts_and_a_python_gelu_makes_a_tensor_per_step():
 def test_long_prompts_fault_more_and_a_decode_sized_pass_faults_nothing():
     a = arch("qwen2.5-0.5b")
     short, long = (replay(prefill_heap_events(a, _shape(1, n, c=2))).get("forward", 0)
-                   for n in (128, 512))  # fmt: skip
+                   for n in (128, 512))
     assert long > short > 0
     assert replay(prefill_heap_events(a, _shape(1, 1, c=2))) == {}
 
@@ -86,7 +86,7 @@ def test_prefill_pays_its_faults_on_a_probed_cpu_and_nowhere_else():
 
 CASES = [("smollm2-135m", 1, 256, "fp32", "sdpa"), ("qwen2.5-0.5b", 1, 256, "bf16", "sdpa"),
          ("gpt2", 2, 128, "fp32", "eager"), ("tinyllama-1.1b", 1, 128, "bf16", "sdpa"),
-         ("phi-2", 1, 128, "fp32", "sdpa")]  # fmt: skip
+         ("phi-2", 1, 128, "fp32", "sdpa")]
 
 
 @pytest.mark.torch
@@ -125,7 +125,7 @@ def test_the_sequence_faults_as_the_traced_model_does(name, batch, tokens, dtype
 
 @pytest.mark.parametrize(("name", "tokens", "c"), [("qwen2.5-0.5b", 512, 2),
                                                    ("smollm2-135m", 256, 4),
-                                                   ("llama-3.1-8b", 128, 2)])  # fmt: skip
+                                                   ("llama-3.1-8b", 128, 2)])
 def test_a_deep_model_is_replayed_from_a_few_layers_within_five_percent(name, tokens, c):
     a = arch(name)
     s = _shape(1, tokens, c)

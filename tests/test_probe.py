@@ -57,7 +57,7 @@ def _all_readings_none(profile: Profile) -> None:
     assert profile.overhead_s == {"add": None, "matmul_1x1": None}
     assert profile.threads is None
     for key in ("bandwidth.read", "bandwidth.copy", "bandwidth.triad", "matmul.fp32",
-                "matmul.bf16", "overhead.add", "overhead.matmul_1x1", "links", "threads"):  # fmt: skip
+                "matmul.bf16", "overhead.add", "overhead.matmul_1x1", "links", "threads"):
         assert profile.missing[key], key
 
 

@@ -17,7 +17,7 @@ def _profile(speed: float, skip_big: bool = False) -> Profile:
     base = probe_with(_Slowing(), PLAN, fingerprint="x")
     shapes = [(64, 64, 64)] + ([] if skip_big else [(1024, 1024, 1024)])
     points = tuple(MatmulPoint(m, n, k, "fp32", 1.0 / speed, 1.1 / speed, 2 * m * n * k * speed,
-                               int(10 * speed)) for m, n, k in shapes)  # fmt: skip
+                               int(10 * speed)) for m, n, k in shapes)
     return replace(
         base,
         bandwidth=(BandwidthReading("read", 10.0 * speed, 2**26, 2**26, 0.1 / speed),),
@@ -27,7 +27,7 @@ def _profile(speed: float, skip_big: bool = False) -> Profile:
         kernels={"linear": {"fp32": {"forward": [[1, 512, 512, 1e-4 / speed]]
                                      + ([] if skip_big else [[1024, 512, 512, 1e-2 / speed]])}},
                  "elementwise": {"fp32": {"cat": 1e10 * speed}},
-                 "conv": {"fp32": {"backward:7x7/s2": [[100, 147, 64, 1, 1e-3 / speed]]}}},  # fmt: skip
+                 "conv": {"fp32": {"backward:7x7/s2": [[100, 147, 64, 1, 1e-3 / speed]]}}},
         steadiness={"read": speed / 2},
         notes=(f"note {speed}",),
         created_at=f"t{speed}",
@@ -40,7 +40,7 @@ def test_each_reading_is_the_median_of_its_readings() -> None:
     assert merged.runtime["decode_op_s"] == 1e-5 / 2
     assert merged.runtime["gemv"]["fp32"] == [[1e6, 2e10]]
     assert merged.kernels["linear"]["fp32"]["forward"] == [[1, 512, 512, 1e-4 / 2],
-                                                          [1024, 512, 512, 1e-2 / 2]]  # fmt: skip
+                                                          [1024, 512, 512, 1e-2 / 2]]
     assert merged.kernels["elementwise"]["fp32"]["cat"] == 2e10
     # a convolution's GEMM count is part of what the point is, its seconds the reading
     assert merged.kernels["conv"]["fp32"]["backward:7x7/s2"] == [[100, 147, 64, 1, 1e-3 / 2]]
@@ -131,7 +131,7 @@ def test_the_first_touch_note_is_the_merged_readings_not_one_per_probe() -> None
         p = _profile(speed)
         fresh = {"bytes_per_s": 5e9, "by_held": [[0, 5e9], [2**30, 0.7e9 * speed]]}
         return replace(p, kernels={**p.kernels, "fresh": fresh},
-                       notes=(*p.notes, *first_touch_note(fresh)))  # fmt: skip
+                       notes=(*p.notes, *first_touch_note(fresh)))
 
     merged = median_profile([slow_touch(1.0), slow_touch(1.05), slow_touch(1.1)])
     touch = [n for n in merged.notes if n.startswith("fresh memory")]

@@ -41,9 +41,9 @@ def _good() -> Profile:
     """A plausible full profile of this machine (torch-cpu): what `--on local` reads."""
     base = _profile(1.0)
     memory = tuple(BandwidthReading(kind, 20.0, 2**26, n * 2**26, n * 2**26 / 20e9)
-                   for kind, n in (("read", 1), ("copy", 2), ("triad", 3)))  # fmt: skip
+                   for kind, n in (("read", 1), ("copy", 2), ("triad", 3)))
     return replace(base, fingerprint=machine_fingerprint(), backend="torch-cpu", bandwidth=memory,
-                   steadiness={"read": 1.02}, notes=(), created_at=GOOD_AT)  # fmt: skip
+                   steadiness={"read": 1.02}, notes=(), created_at=GOOD_AT)
 
 
 def _stalled() -> Profile:
@@ -52,7 +52,7 @@ def _stalled() -> Profile:
     point = MatmulPoint(64, 64, 64, "fp32", 1.0, 1.0, 2 * 64**3 / 1.0, 3)
     return replace(_good(), matmul_points=(point,), matmul_best={"fp32": point}, quick=True,
                    kernels=None, runtime=None, created_at=BAD_AT,
-                   missing={"matmul.fp32.1024x1024x1024": "skipped: over the time budget"})  # fmt: skip
+                   missing={"matmul.fp32.1024x1024x1024": "skipped: over the time budget"})
 
 
 def _local_with_spec():
@@ -118,7 +118,7 @@ def test_a_stalled_matmul_is_implausible() -> None:
     (lambda p: replace(p, kernels={"sdpa": {"fp32": {"decode": [[128, 0.0]]}}}), "sdpa fp32 decode at 128 read 0 s"),
     (lambda p: replace(p, runtime={"decode_op_s": 0.0}), "the runtime's cost per op (decode) read 0 us"),
     (lambda p: replace(p, backend="torch-cuda"), "fp32 (best, 1024x1024x1024) read 2.15 GFLOP/s: a real GPU gives 10-500,000"),
-])  # fmt: skip
+])
 def test_each_kind_of_implausible_reading_is_named(change, named) -> None:
     profile = change(_good())
     found = (*implausible(profile), *(line for lines in implausible_parts(profile).values() for line in lines))
@@ -132,7 +132,7 @@ def test_a_dtype_other_than_fp32_that_moved_is_set_aside_alone() -> None:
     base = _good()
     moved = replace(base, matmul_points=(*base.matmul_points, bf16),
                     matmul_best={**base.matmul_best, "bf16": bf16},
-                    steadiness={"read": 1.0, "matmul_fp32": 1.01, "matmul_bf16": 0.34})  # fmt: skip
+                    steadiness={"read": 1.0, "matmul_fp32": 1.01, "matmul_bf16": 0.34})
     assert implausible(moved) == ()  # the core stays trusted
     (line,) = unsteady_dtypes(moved).values()
     assert "matmul bf16 measured again at the probe's end ran at x0.34" in line
@@ -249,7 +249,7 @@ def _bad_files() -> dict[str, object]:
         "a list": "[]",
         "another schema": changed(schema=2),
         "empty": "",
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("case", list(_bad_files()))
@@ -276,9 +276,9 @@ def _bad_parts() -> dict[str, tuple[str, dict[str, object]]]:
     """A profile's parts malformed one at a time: (the part, what it holds instead)."""
     rates = {"weight_bytes_per_s": 1e10, "kv_bytes_per_s": 1e10, "matmul_flops": 1e11,
              "attention_flops": 1e11, "layer_s": 1e-5, "token_s": 0.0, "layer_token_s": 1e-7,
-             "source": "measured"}  # fmt: skip
+             "source": "measured"}
     part = {"version": "0.3.36", "system_info": "AVX2 = 1", "n_prompt": 512, "n_gen": 32,
-            "models": ["a", "b"], "rates": {"q4_0/2": rates}, "timings": []}  # fmt: skip
+            "models": ["a", "b"], "rates": {"q4_0/2": rates}, "timings": []}
     return {
         "kernels linear x": ("kernels", {"linear": "x"}),
         "a kernel grid point of three numbers": ("kernels", {"linear": {"fp32": {"forward": [[1, 2, 3]]}}}),
@@ -288,7 +288,7 @@ def _bad_parts() -> dict[str, tuple[str, dict[str, object]]]:
         "a llama.cpp rate left out": (
             "llama_cpp", {**part, "rates": {"q4_0/2": {k: v for k, v in rates.items() if k != "layer_s"}}}),
         "a llama.cpp timing of text": ("llama_cpp", {**part, "timings": ["fast"]}),
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("case", list(_bad_parts()))
@@ -320,7 +320,7 @@ def test_a_fifo_in_place_of_a_profile_is_ignored_not_waited_on(cache: Path) -> N
 @pytest.mark.parametrize("record", [
     {"linear": "x"}, {"linear": {"fp32": {"forward": [["1", 2, 3, 4]]}}}, {"sdpa": {"fp32": [1]}},
     {"elementwise": {"fp32": {"silu": None}}}, {"fresh": {"by_held": [[0]]}}, {"attention": {}},
-])  # fmt: skip
+])
 def test_the_kernel_record_reader_refuses_a_malformed_record(record: dict) -> None:
     with pytest.raises(ValueError, match=r"^kernels"):
         KernelRates.from_record(record)

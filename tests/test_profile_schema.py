@@ -44,7 +44,7 @@ def _part(timings: list[dict[str, Any]] = TIMINGS, quick: bool = False) -> dict[
                         models=("h768-l24", "h2048-l4"), rates=rates,
                         timings=tuple(LlamaCppTiming(**t) for t in timings), quick=quick,
                         cache_sweep=CacheSweep({"8": 3e10, "64": 3e10, "128": 1.5e10}, 64 * 2**20,
-                                               128 * 2**20))  # fmt: skip
+                                               128 * 2**20))
     return llama_probe.saved_form(part)
 
 
@@ -73,7 +73,7 @@ def test_an_estimate_reads_the_saved_llama_cpp_rates(cache: Path) -> None:
 def test_the_fit_writes_exactly_the_fields_the_rates_define() -> None:
     """Adding a field to the fit only, or taking one from GgmlRates only, fails here."""
     fits = [fit.fit_rates(*pair, llama_probe.DEPTH, llama_probe.SEQS, llama_probe.CHUNK)
-            for pair in _pairs()]  # fmt: skip
+            for pair in _pairs()]
     defined = {f.name for f in dataclasses.fields(GgmlRates)} - {"source"}
     assert all(set(f) == defined for f in fits)
 
@@ -89,7 +89,7 @@ def _pairs() -> list[tuple[fit.ModelTiming, fit.ModelTiming]]:
         pp, tg = fit.timing_plans(t["type"], t["bytes"], t["embedding_bytes"], 512, 32, t["threads"])
         found.setdefault((t["type"], t["threads"]), []).append(
             fit.ModelTiming(arch, pp, tg, t["pp_s"], t["tg_s"], t.get("decode_steps") or {},
-                            t.get("pp_half_s", 0.0)))  # fmt: skip
+                            t.get("pp_half_s", 0.0)))
     return [(a, b) for a, b in found.values()]
 
 
@@ -107,7 +107,7 @@ def test_a_field_written_by_the_fit_only_stops_the_probe_not_the_loader(
     (lambda p: {**p, "rates": {"q4_0/2": {k: v for k, v in p["rates"]["q4_0/2"].items() if k != "layer_s"}}}, "no field 'layer_s'"),
     (lambda p: {**p, "timings": [{**p["timings"][0], "decode_steps": {"d0/s1": "fast"}}]}, "decode_steps.d0/s1"),
     (lambda p: {**p, "extra": 1}, "unknown field 'extra'"),
-])  # fmt: skip
+])
 def test_the_reader_refuses_what_the_definition_does_not_hold(change, named) -> None:
     with pytest.raises(ValueError, match=named):
         LLAMA_CPP(change(_part()), "llama_cpp")

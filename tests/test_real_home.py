@@ -30,7 +30,7 @@ def test_a_probe_saved_by_a_child_command_lands_in_the_temporary_home() -> None:
     code = ("from gpuwise.measure.probe import NullBackend, ProbePlan, probe_with\n"
             "from gpuwise.measure.probe.store import save_profile\n"
             "p = probe_with(NullBackend(), ProbePlan.for_mode(True, 2**20))\n"
-            "print(save_profile(p))")  # fmt: skip
+            "print(save_profile(p))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     saved = Path(out.stdout.strip().splitlines()[-1])
     assert saved.is_file() and _inside(saved, Path.home()) and not _inside(saved, REAL_CACHE)

@@ -25,7 +25,7 @@ from gpuwise.workload.config_ranges import COMMON_KEYS, FAMILY_KEYS
 
 H100 = find_hardware("h100-sxm")
 MODELS = ("gpt2", "mixtral-8x7b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "pythia-70m",
-          "mistral-7b", "gemma-2-2b", "falcon-7b", "phi-2")  # fmt: skip
+          "mistral-7b", "gemma-2-2b", "falcon-7b", "phi-2")
 CONFIGS = {m: resolve_model(m).config for m in MODELS}
 
 
@@ -46,13 +46,13 @@ NAMED_BY = {
     "num_local_experts": ("num_experts_per_tok",), "num_experts": ("num_experts_per_tok",),
     "n_routed_experts": ("num_experts_per_tok",), "n_inner": ("intermediate_size",),
     "multi_query": ("num_attention_heads",),
-}  # fmt: skip
+}
 hostile = st.one_of(
     st.sampled_from([0, -1, -5, 1, 2, 3, 10**9, 10**12, 10**18, 10**30, 0.5, 1e12,
                      math.nan, math.inf, -math.inf, True, "64", None, [], {}]),
     st.integers(-(10**20), 10**20),
     st.floats(allow_nan=True, allow_infinity=True),
-)  # fmt: skip
+)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -73,7 +73,7 @@ def test_a_config_field_is_refused_by_name_or_read_into_a_sane_architecture(mode
         assert 1 <= arch.moe.experts_per_token <= arch.moe.num_experts
     # what was accepted can be estimated without a traceback
     for estimate, plan in ((estimate_inference, InferencePlan(prompt_tokens=64, new_tokens=8)),
-                           (estimate_training, TrainingPlan(seq=64))):  # fmt: skip
+                           (estimate_training, TrainingPlan(seq=64))):
         with contextlib.suppress(GpuwiseError):
             assert estimate(arch, plan, H100).total_bytes > 0  # type: ignore[operator]
 
@@ -94,7 +94,7 @@ def test_a_config_field_is_refused_by_name_or_read_into_a_sane_architecture(mode
     ("deepseek-v2-lite", "kv_lora_rank", 0, "kv_lora_rank 0 is outside"),
     ("llama-3.1-8b", "rope_theta", math.nan, "rope_theta nan is outside"),
     ("llama-3.1-8b", "hidden_act", 3, "hidden_act must be a string"),
-])  # fmt: skip
+])
 def test_the_issue_s_configs_are_refused_naming_the_limit(model, key, value, named):
     with pytest.raises(GpuwiseError) as err:
         from_config({**resolve_model(model).config, key: value}, model)
@@ -152,9 +152,9 @@ OPTIONS: list[tuple[list[str], str, tuple[str, ...], str]] = [
                                            ("--detect", ("1e30",)))],
     *[(["validate", "infer", "gpt2"], o, (), "") for o in ("--batch", "--prompt", "--new-tokens")],
     *[(["validate", "train", "gpt2"], o, (), "") for o in ("--batch", "--seq")],
-]  # fmt: skip
+]
 CASES = [(cmd, opt, bad, needle) for cmd, opt, ok, needle in OPTIONS for bad in BAD
-         if bad not in ok]  # fmt: skip
+         if bad not in ok]
 
 
 def _words(text: str) -> str:
@@ -190,7 +190,7 @@ def _refused_naming(args: list[str], option: str, needle: str, capsys) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0][0]} {c[1]}={c[2]}")
 def test_nan_inf_negative_zero_or_huge_is_one_error_line_naming_the_option(capsys, nothing_runs,
-                                                                          case):  # fmt: skip
+                                                                          case):
     cmd, option, value, needle = case
     _refused_naming([*cmd, f"{option}={value}"], option, needle, capsys)
 
@@ -198,11 +198,11 @@ def test_nan_inf_negative_zero_or_huge_is_one_error_line_naming_the_option(capsy
 # Every option refuses a negative number, and one beyond 1e16 (--detect aside: a difference
 # in the metric's own units).
 beyond = st.one_of(st.floats(max_value=-1e-6), st.floats(min_value=1e16),
-                   st.integers(max_value=-1), st.integers(min_value=10**16))  # fmt: skip
+                   st.integers(max_value=-1), st.integers(min_value=10**16))
 
 
 @settings(max_examples=200, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from([o for o in OPTIONS if o[1] != "--detect"]), beyond)
 def test_any_negative_or_huge_number_is_refused(capsys, nothing_runs, option, value):
     cmd, name, _, needle = option
@@ -211,11 +211,11 @@ def test_any_negative_or_huge_number_is_refused(capsys, nothing_runs, option, va
 
 def test_tensor_parallel_that_splits_no_heads_names_the_sizes_that_work(capsys):
     code, _, err = run(["train", "qwen2.5-0.5b", "--on", "h100", "--gpus", "3", "--tp", "3"],
-                       capsys)  # fmt: skip
+                       capsys)
     assert code == 2 and "--tp 3 does not split" in err and "14 attention heads" in err
     assert "that work: 1, 2, 14" in err
     code, _, _ = run(["train", "qwen2.5-0.5b", "--on", "h100", "--gpus", "2", "--tp", "2",
-                      "--json"], capsys)  # fmt: skip
+                      "--json"], capsys)
     assert code == 0
 
 

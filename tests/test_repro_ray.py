@@ -35,7 +35,7 @@ needs_ray = pytest.mark.skipif(not HAS_RAY, reason="needs Ray: pip install 'gpuw
 # ~/.ray/auth_token exists, which a local ray.init() writes; a driver, only when told to).
 CLUSTER_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
                "RAY_health_check_period_ms": "500", "RAY_health_check_timeout_ms": "500",
-               "RAY_health_check_failure_threshold": "2"}  # fmt: skip
+               "RAY_health_check_failure_threshold": "2"}
 STORE_BYTES = 80 * 1024 * 1024  # Ray's object store: its minimum is 75 MiB
 
 
@@ -58,14 +58,14 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([str(RAY_CLI), "start", "--block", "--num-cpus=1", "--num-gpus=0",
                              f"--object-store-memory={STORE_BYTES}", "--disable-usage-stats",
                              *args], stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            env=os.environ | CLUSTER_ENV, start_new_session=True)  # fmt: skip
+                            env=os.environ | CLUSTER_ENV, start_new_session=True)
 
 
 def _alive_nodes(address: str) -> int:
     code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', "
-            "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))")  # fmt: skip
+            "log_to_driver=False); print(sum(n['Alive'] for n in ray.nodes()))")
     out = subprocess.run([sys.executable, "-c", code, address], capture_output=True, text=True,
-                         timeout=30, env=os.environ | CLUSTER_ENV)  # fmt: skip
+                         timeout=30, env=os.environ | CLUSTER_ENV)
     return int(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else 0
 
 
@@ -106,7 +106,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     port = free_port()
     address = f"127.0.0.1:{port}"
     head = _start(["--head", f"--port={port}", "--include-dashboard=false",
-                   f"--temp-dir={temp_dir}"], logs / "head.log")  # fmt: skip
+                   f"--temp-dir={temp_dir}"], logs / "head.log")
     node = None
     try:
         deadline = time.monotonic() + 60
@@ -187,9 +187,9 @@ def test_a_replica_no_node_can_hold_is_refused(
 ) -> None:
     results = tmp_path / "r.jsonl"
     for extra, words in ((["--ray-gpus", "1"], "1 CPU and 1 GPU"),
-                         (["--ray-cpus", "2"], "2 CPUs")):  # fmt: skip
+                         (["--ray-cpus", "2"], "2 CPUs")):
         code, _, err = run_cli(["repro", "--ray", cluster.address, *extra, "--results",
-                                str(results), "--", sys.executable, TINY], capsys)  # fmt: skip
+                                str(results), "--", sys.executable, TINY], capsys)
         assert code == 2 and len(err.strip().splitlines()) <= 2, err
         assert f"has the {words} a replica asks for" in err
         assert "the most on one node: 1 CPU, 0 GPUs; 2 nodes" in err
@@ -209,7 +209,7 @@ def test_study_on_ray_survives_a_dead_node_and_matches_a_local_run(
     counts, fail = tmp_path / "count.txt", tmp_path / "fail.txt"
     study = ["--runs", "4", "--conditions", "same-seed,seeds", "--json"]
     program = ["--", sys.executable, TINY, "--sleep", "0.8", "--count-file", str(counts),
-               "--fail-file", str(fail)]  # fmt: skip
+               "--fail-file", str(fail)]
     # The local reference, as Ray runs a replica that asks for 1 CPU: OMP_NUM_THREADS=1.
     local = tmp_path / "local.jsonl"
     with pytest.MonkeyPatch.context() as mp:
@@ -228,12 +228,12 @@ def test_study_on_ray_survives_a_dead_node_and_matches_a_local_run(
     driver = subprocess.Popen([sys.executable, "-c", "from gpuwise.cli import main; main()",
                                "repro", "--ray", cluster.address, *study, "--results",
                                str(ray_file), *program], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)  # fmt: skip
+                              stderr=subprocess.PIPE, text=True)
     victim_seed = None
     while victim_seed is None and driver.poll() is None:
         started = dict(reversed(line.split()) for line in _lines(counts))  # pid -> seed
         on_node = [p.pid for p in psutil.Process(cluster.node.pid).children(recursive=True)
-                   if TINY in " ".join(_cmdline(p))]  # fmt: skip
+                   if TINY in " ".join(_cmdline(p))]
         running = [started[str(pid)] for pid in on_node if started.get(str(pid), "3") != "3"]
         if running and len({r["node_id"] for r in _records_so_far(ray_file)}) == 2:
             victim_seed = int(running[0])
@@ -309,7 +309,7 @@ def test_an_unreachable_address_fails_fast(
     for address, within in ((f"127.0.0.1:{free_port()}", 1.0), ("10.255.255.1:6379", 5.0)):
         start = time.monotonic()
         code, _, err = run_cli(["repro", "--ray", address, "--results", str(results), "--",
-                                sys.executable, TINY], capsys)  # fmt: skip
+                                sys.executable, TINY], capsys)
         assert code == 2 and f"cannot reach a Ray cluster at {address}" in err, err
         assert len(err.strip().splitlines()) == 2  # the line and its hint
         assert time.monotonic() - start < within
@@ -331,11 +331,11 @@ def test_a_port_that_is_not_ray_and_a_machine_that_is_no_node(
         server.listen(8)
         address = f"127.0.0.1:{server.getsockname()[1]}"
         for raylet, words, within in ((True, "no answer in 2 s", 4.0),
-                                      (False, "no Ray node runs on this machine", 1.0)):  # fmt: skip
+                                      (False, "no Ray node runs on this machine", 1.0)):
             monkeypatch.setattr(ray_runner, "local_raylet", lambda raylet=raylet: raylet)
             start = time.monotonic()
             code, _, err = run_cli(["repro", "--ray", address, "--results", str(results), "--",
-                                    sys.executable, TINY], capsys)  # fmt: skip
+                                    sys.executable, TINY], capsys)
             assert code == 2 and f"cannot reach a Ray cluster at {address}" in err, err
             assert words in err and time.monotonic() - start < within
     assert not results.exists()
@@ -351,7 +351,7 @@ def test_without_ray_one_line_and_the_install_hint(
     monkeypatch.setattr(ray_runner, "ray_installed", lambda: False)
     results = tmp_path / "r.jsonl"
     code, _, err = run_cli(["repro", "--ray", "--results", str(results), "--", "python", "t.py"],
-                           capsys)  # fmt: skip
+                           capsys)
     assert code == 2 and "needs Ray" in err and "pip install 'gpuwise[ray]'" in err
     assert not results.exists()
 
@@ -371,7 +371,7 @@ def test_ray_options_are_checked_before_connecting(
                         (["--ray", "h:1", "--ray-cpus", "-1"], "--ray-cpus"),
                         (["--ray", "--ray-gpus", "nan"], "--ray-gpus"),
                         (["--ray", "--runs", "0"], "--runs"),
-                        (["--ray", "--conditions", "seed"], "unknown condition")):  # fmt: skip
+                        (["--ray", "--conditions", "seed"], "unknown condition")):
         code, _, err = run_cli(["repro", *args, *cmd], capsys)
         assert code == 2 and words in err, (args, err)
     assert not (tmp_path / "r.jsonl").exists()
@@ -379,7 +379,7 @@ def test_ray_options_are_checked_before_connecting(
 
 def test_ray_takes_an_optional_address() -> None:
     assert optional_value(["--ray", "--runs", "3", "--", "--ray"], "--ray", "") == [
-        "--ray", "", "--runs", "3", "--", "--ray"]  # fmt: skip
+        "--ray", "", "--runs", "3", "--", "--ray"]
     assert optional_value(["--ray"], "--ray", "") == ["--ray", ""]
     assert optional_value(["--ray", "h:6379", "--"], "--ray", "") == ["--ray", "h:6379", "--"]
     assert optional_value(["--ray=auto"], "--ray", "") == ["--ray=auto"]

@@ -47,7 +47,7 @@ def test_plan_is_index_major_with_seeds_and_threads() -> None:
     plan = plan_runs(("same-seed", "seeds", "threads"), 2, 7, [1, 2, 3])
     assert [(s.condition, s.index, s.seed, s.threads) for s in plan] == [
         ("same-seed", 0, 7, None), ("seeds", 0, 8, None), ("threads", 0, 7, 1),
-        ("same-seed", 1, 7, None), ("seeds", 1, 9, None), ("threads", 1, 7, 2)]  # fmt: skip
+        ("same-seed", 1, 7, None), ("seeds", 1, 9, None), ("threads", 1, 7, 2)]
     assert thread_choices(2) == [1, 2, 3, 4] and thread_choices(64)[-1] == 16
 
 
@@ -79,7 +79,7 @@ def test_metrics_from_output_and_api(tmp_path: Path) -> None:
     api.write_text('{"kind": "seed", "seed": 1, "deterministic": true, "threads": null}\n'
                    '{"kind": "step", "step": 0, "hash": "ab"}\n'
                    '{"kind": "metric", "name": "m", "value": "nan"}\n'
-                   '{"kind": "params_hash", "hash": "ff"}\n{"kind": "met')  # fmt: skip
+                   '{"kind": "params_hash", "hash": "ff"}\n{"kind": "met')
     rep = read_api_report(api)
     assert rep.params_hash == "ff" and rep.steps == [(0, "ab")] and rep.deterministic_applied
     assert math.isnan(rep.metrics["m"])
@@ -152,7 +152,7 @@ def test_real_study_separates_the_sources(tmp_path: Path) -> None:
     cmd = (sys.executable, TRAIN, *SMALL, "--seed-source", "flag")
     # Two runs each keep the test short; run 0 of `threads` uses 1 thread, run 1 two.
     study = Study(cmd, ("same-seed", "deterministic", "seeds", "threads"), 2,
-                  tmp_path / "r.jsonl", seed_flag="--seed", parallel=2, threads=(1, 2))  # fmt: skip
+                  tmp_path / "r.jsonl", seed_flag="--seed", parallel=2, threads=(1, 2))
     grouped = condition_runs(run_study(study), study.conditions)
     a = analyze(grouped, ["same-seed", "deterministic"], {"*": 0.001})
     c = a.conditions
@@ -179,7 +179,7 @@ def test_cli_reports_a_program_that_ignores_the_seed(
 ) -> None:
     results = tmp_path / "r.jsonl"
     main(["repro", "--runs", "2", "--conditions", "seeds", "--json", "--results", str(results),
-          "--", sys.executable, TRAIN, *SMALL, "--seed-source", "fixed"])  # fmt: skip
+          "--", sys.executable, TRAIN, *SMALL, "--seed-source", "fixed"])
     record = json.loads(capsys.readouterr().out)
     codes = [f["code"] for f in record["analysis"]["findings"]]
     assert codes == ["seed-ignored"]
@@ -244,14 +244,14 @@ def test_api_reports_only_under_a_study(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_statistics_and_api_import_nothing_heavy(heavy_imports) -> None:
     code = ("import gpuwise, gpuwise.measure.repro.program_api, gpuwise.estimate.repro.analysis\n"
-            "import gpuwise.cli.repro")  # fmt: skip
+            "import gpuwise.cli.repro")
     assert heavy_imports(code, ("torch", "numpy", "rich")) == []
 
 
 def test_parallel_slots_get_their_own_device(tmp_path: Path) -> None:
     code = "import os, json; print(json.dumps({'dev': int(os.environ['CUDA_VISIBLE_DEVICES'])}))"
     study = Study((sys.executable, "-c", code), ("seeds",), 4, tmp_path / "r.jsonl",
-                  parallel=2, devices=("0", "1"))  # fmt: skip
+                  parallel=2, devices=("0", "1"))
     done: list[int] = []
     records = run_study(study, lambda rec, n, total: done.append(n))
     assert done == [1, 2, 3, 4]

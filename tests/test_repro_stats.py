@@ -32,7 +32,7 @@ from gpuwise.measure.repro.runner import Study
     (0.3, 1.0, 4.0, 1 - 0.7**4),          # I_x(1, b) = 1 - (1 - x)^b
     (0.5, 7.0, 7.0, 0.5),                 # symmetry
     (0.9, 0.5, 0.5, 2 / math.pi * math.asin(math.sqrt(0.9))),  # arcsine distribution
-])  # fmt: skip
+])
 def test_beta_cdf_closed_forms(x: float, a: float, b: float, expected: float) -> None:
     assert beta_cdf(x, a, b) == pytest.approx(expected, rel=1e-12)
 
@@ -44,7 +44,7 @@ def test_beta_cdf_closed_forms(x: float, a: float, b: float, expected: float) ->
     (0.975, 4, 10, 4.4683),
     (0.975, 10, 4, 8.8439),
     (0.95, 1, 10, 2.228139**2),  # F(1, v) = t(v)^2; t_{0.975}(10) = 2.228139
-])  # fmt: skip
+])
 def test_f_quantile_matches_tables(p: float, d1: int, d2: int, table: float) -> None:
     assert f_quantile(p, d1, d2) == pytest.approx(table, abs=6e-5)
 
@@ -96,7 +96,7 @@ def test_variance_ratio_interval_by_hand() -> None:
     (2.0, 1.0, 0.05, 0.8, 63),   # 62.79
     (1.0, 1.0, 0.01, 0.9, 30),   # 2 (2.575829 + 1.281552)^2 = 29.76
     (0.0, 1.0, 0.05, 0.8, 2),    # no spread: two runs, the least that shows a spread
-])  # fmt: skip
+])
 def test_runs_needed_by_hand(sd: float, diff: float, alpha: float, power: float, runs: int) -> None:
     assert runs_needed(sd, diff, alpha, power) == runs
 
@@ -121,10 +121,10 @@ def test_identity_and_divergence() -> None:
 
 def _runs(name: str, values: list[float], hashes: list[str | None] | None = None,
           steps: list[list[tuple[int, str]]] | None = None,
-          applied: list[bool | None] | None = None) -> ConditionRuns:  # fmt: skip
+          applied: list[bool | None] | None = None) -> ConditionRuns:
     n = len(values)
     return ConditionRuns(name, {"loss": values}, hashes or [None] * n, steps or [[]] * n,
-                         [1.0] * n, [None] * n, applied or [None] * n)  # fmt: skip
+                         [1.0] * n, [None] * n, applied or [None] * n)
 
 
 def test_seed_ignored_is_found() -> None:
@@ -143,7 +143,7 @@ def test_divergent_step_cost_and_detect() -> None:
     steps = [[(0, "a"), (10, "b"), (20, "c")], [(0, "a"), (10, "x"), (20, "y")]]
     same = _runs("same-seed", [1.0, 1.0], steps=steps)
     det = ConditionRuns("deterministic", {"loss": [1.0, 1.0]}, [None, None], [[], []],
-                        [3.0, 3.0], [None, None], [False, True])  # fmt: skip
+                        [3.0, 3.0], [None, None], [False, True])
     seeds = _runs("seeds", [1.0, 3.0])  # sd = sqrt(2)
     a = analyze([same, det, seeds], detect_diff={"*": 0.1}, detect_relative=True)
     assert a.conditions["same-seed"].first_divergent_step == 10
@@ -160,7 +160,7 @@ def test_terminal_view_says_what_is_measured_and_what_is_not(tmp_path: Path) -> 
     from gpuwise.report.repro_view import format_study
 
     runs = [_runs("same-seed", [1.0, 1.0], ["a", "a"]), _runs("threads", [1.0, 1.5]),
-            _runs("seeds", [1.0, 3.0], ["b", "c"])]  # fmt: skip
+            _runs("seeds", [1.0, 3.0], ["b", "c"])]
     a = analyze(runs, ["same-seed"], {"*": 0.5})
     study = Study(("python", "t.py"), ("same-seed", "threads", "seeds"), 2, tmp_path / "r")
     console = Console(record=True, width=200)
@@ -197,17 +197,17 @@ def test_group_share_by_hand() -> None:
 def _placed(name: str, values: list[float], hardware: list[str | None]) -> ConditionRuns:
     n = len(values)
     return ConditionRuns(name, {"loss": values}, [None] * n, [[] for _ in values], [1.0] * n,
-                         [None] * n, hardware={"loss": hardware})  # fmt: skip
+                         [None] * n, hardware={"loss": hardware})
 
 
 def test_hardware_is_a_source_only_when_more_than_one_kind_ran() -> None:
     seeds = [0.50, 0.52, 0.49, 0.51]
     one = analyze([_placed("same-seed", [0.5] * 4, ["H100"] * 4),
-                   _placed("seeds", seeds, ["H100"] * 4)])  # fmt: skip
+                   _placed("seeds", seeds, ["H100"] * 4)])
     bare = analyze([_placed("same-seed", [0.5] * 4, []), _placed("seeds", seeds, [])])
     assert one.hardware == [] and one == bare  # one kind: the analysis of a single machine
     two = analyze([_placed("same-seed", [0.5, 0.5, 0.6, 0.6], ["H100", "H100", "A100", "A100"]),
-                   _placed("seeds", seeds, ["H100", "H100", "A100", None])])  # fmt: skip
+                   _placed("seeds", seeds, ["H100", "H100", "A100", None])])
     by = {(h.condition, h.metric): h.groups for h in two.hardware}
     assert by[("same-seed", "loss")].share == 1.0
     assert by[("seeds", "loss")].runs == {"A100": 1, "H100": 2}  # unknown hardware left out

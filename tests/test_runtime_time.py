@@ -38,7 +38,7 @@ M2 = rates_from_spec(find_hardware("m2-ultra"))
 
 def infer(rates, runtime, weights="bf16", batch=1, prompt=512, new=128, **kw):
     plan = InferencePlan(batch=batch, prompt_tokens=prompt, new_tokens=new, weights=weights,
-                         runtime=runtime, **kw)  # fmt: skip
+                         runtime=runtime, **kw)
     return estimate_inference_time(LLAMA, plan, rates)
 
 
@@ -69,7 +69,7 @@ def test_serving_runtimes_decode_without_the_eager_dispatch_floor():
 
 def test_decode_follows_each_device_bandwidth_not_one_floor():
     per_device = {hw: infer(rates_from_spec(find_hardware(hw)), "vllm").decode_s_per_token
-                  for hw in ("a10", "a100-sxm-80gb", "h100-sxm")}  # fmt: skip
+                  for hw in ("a10", "a100-sxm-80gb", "h100-sxm")}
     assert per_device["a10"] > 2 * per_device["a100-sxm-80gb"] > 2 * per_device["h100-sxm"] / 1.5
 
 
@@ -112,7 +112,7 @@ def test_a_gguf_files_own_type_sets_llama_cpp_speed():
     ("llama.cpp", H100, "nf4", "no nf4"),
     ("vllm", H100, "q4_k_m", "GGUF"),
     ("compiled", H100, "nf4", "no kernel for nf4"),
-])  # fmt: skip
+])
 def test_a_runtime_that_cannot_run_the_plan_says_what_is_missing(runtime, rates, weights, message):
     with pytest.raises(GpuwiseError) as err:
         infer(rates, runtime, weights)
@@ -155,7 +155,7 @@ def test_the_printed_intervals_hold_for_75_to_90_percent_of_the_validation_entri
 
 def test_the_intervals_file_is_written_from_the_latest_results():
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "write_time_intervals.py"),
-                           "--check"], capture_output=True, text=True)  # fmt: skip
+                           "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
 
@@ -166,7 +166,7 @@ def _synthetic_timing(hidden, layers, g: GgmlRates) -> ModelTiming:
     total = int(weight_bytes(a, "q8_0"))
     pp, tg = timing_plans("q8_0", total, int(total * 0.2), 256, 32, 2)
     rates = replace(CPU, compute_units=2, ggml_measured={"q8_0/2": {
-        k: getattr(g, k) for k in GgmlRates.__dataclass_fields__ if k != "source"}})  # fmt: skip
+        k: getattr(g, k) for k in GgmlRates.__dataclass_fields__ if k != "source"}})
     prefill = estimate_inference_time(a, pp, rates).prefill_s
     decode = estimate_inference_time(a, tg, rates).decode_s_per_token
     return ModelTiming(a, pp, tg, prefill, decode)
@@ -204,7 +204,7 @@ def test_llama_cpp_layers_left_on_the_host_slow_decode_and_leave_the_gpu_memory(
     for layers in (None, 24, 8, 0):
         plan = InferencePlan(weights="q4_k_m", runtime="llama.cpp", gpu_layers=layers)
         times.append(estimate_inference_time(LLAMA, plan, RTX4090,
-                                             host=offload_host(plan, hw)).decode_s_per_token)  # fmt: skip
+                                             host=offload_host(plan, hw)).decode_s_per_token)
         weights.append(estimate_inference(LLAMA, plan, hw).breakdown["weights"])
     assert times == sorted(times) and times[-1] > 5 * times[0]  # host DRAM is far slower
     assert weights == sorted(weights, reverse=True) and weights[-1] == 0

@@ -34,7 +34,7 @@ def _names_compared(tree: ast.AST) -> list[tuple[int, str]]:
         for side in [node.left, *node.comparators]:
             values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
             found += [(node.lineno, v.value) for v in values
-                      if isinstance(v, ast.Constant) and v.value in RUNTIME_IDS]  # fmt: skip
+                      if isinstance(v, ast.Constant) and v.value in RUNTIME_IDS]
     return found
 
 

@@ -36,7 +36,7 @@ def test_llama_cpp_matches_a_logged_llama3_8b_context(monkeypatch):
     # no K/V index inputs and no second embeddings input (legacy_graph); the current graph
     # adds both: 4 MiB of V indices (512 tokens x 1024 x 8 B) and 8 MiB of embeddings.
     plan = InferencePlan(runtime="llama.cpp", context_alloc=8192, attention="eager",
-                         stored_weights=StoredWeights(4_653_000_000, 295_501_824, "Q4_K"))  # fmt: skip
+                         stored_weights=StoredWeights(4_653_000_000, 295_501_824, "Q4_K"))
     now = estimate_inference(LLAMA3_8B, plan, find_hardware("rtx-4090"))
     _llama_cpp_runtime(monkeypatch, legacy_graph=True)
     est = estimate_inference(LLAMA3_8B, plan, find_hardware("rtx-4090"))
@@ -53,7 +53,7 @@ def test_llama_cpp_pads_context_and_grows_with_sequences():
     one = estimate_inference(LLAMA3_8B, InferencePlan(runtime="llama.cpp", context_alloc=1000), hw)
     assert one.breakdown["kv_cache"] == 1024 * 128 * 1024  # padded to 1024 cells, 128 KiB each
     four = InferencePlan(runtime="llama.cpp", context_alloc=1000, batch=4, prompt_tokens=900,
-                         new_tokens=100)  # fmt: skip
+                         new_tokens=100)
     assert estimate_inference(LLAMA3_8B, four, hw).breakdown["kv_cache"] == 4 * 1024 * 128 * 1024
     with pytest.raises(GpuwiseError, match="KV cache type"):
         estimate_inference(LLAMA3_8B, InferencePlan(runtime="llama.cpp", kv_dtype="q3_k"), hw)
@@ -71,13 +71,13 @@ def test_vllm_budget_and_pool():
         estimate_inference(LLAMA3_8B, lower, hw).breakdown["kv_cache"] < est.breakdown["kv_cache"]
     )
     room = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192,
-                                                       batch=400), hw)  # fmt: skip
+                                                       batch=400), hw)
     assert room.fits and any("at most 256 at once" in n for n in room.notes)
     from gpuwise.estimate.memory.fits import max_inference_batch
 
     most = max_inference_batch(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192), hw)
     assert not estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192,
-                                                           batch=most + 1), hw).fits  # fmt: skip
+                                                           batch=most + 1), hw).fits
     # 128K max_model_len does not fit a 24 GB card's pool: vLLM refuses to start
     small = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm"), find_hardware("rtx-4090"))
     assert not small.fits and any("refuses to start" in n for n in small.notes)
@@ -119,7 +119,7 @@ def test_cli_safetensors_folder_and_errors(tmp_path, capsys):
     checkpoint_files = pytest.importorskip("checkpoint_files")
     cfg = resolve_model("llama-3.1-8b").config
     small = {**cfg, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 96}  # fmt: skip
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 96}
     (tmp_path / "config.json").write_text(json.dumps(small))
     written = checkpoint_files.write_safetensors(
         tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("bfloat16", [96, 64], 12288)}
@@ -179,15 +179,15 @@ LOGGED = [
     (LLAMA3, 8192, 512, False, 1024.0, 560.0, 1e-4),  # CUDA
     (GLM4_32B, 32768, 512, True, 1952.0, 308.0, 1e-4),  # CUDA, RTX 3090 Ti
     (QWEN25_32B, 8192, 1024, True, 2048.0, 633.5, 0.05),  # CUDA, 2x T4 (split)
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("dims,n_ctx,n_ubatch,flash,kv_mib,compute_mib,tol", LOGGED)
 def test_llama_cpp_against_logged_runs(dims, n_ctx, n_ubatch, flash, kv_mib, compute_mib, tol,
-                                       monkeypatch):  # fmt: skip
+                                       monkeypatch):
     _llama_cpp_runtime(monkeypatch, n_ubatch=n_ubatch, legacy_graph=True)
     plan = InferencePlan(runtime="llama.cpp", context_alloc=n_ctx, prompt_tokens=64,
-                         new_tokens=8, attention="sdpa" if flash else "eager")  # fmt: skip
+                         new_tokens=8, attention="sdpa" if flash else "eager")
     est = estimate_inference(_decoder(**dims), plan, find_hardware("h100"))
     assert est.breakdown["kv_cache"] == kv_mib * MIB
     assert est.breakdown["compute_buffer"] == pytest.approx(compute_mib * MIB, rel=tol)

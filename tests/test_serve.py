@@ -27,7 +27,7 @@ NO_TARGETS = Slo()
 
 def engine(runtime="vllm", hw=H100, **opts):
     plan = InferencePlan(prompt_tokens=512, new_tokens=128, runtime=runtime,
-                         weights="q4_k_m" if runtime == "llama.cpp" else "bf16")  # fmt: skip
+                         weights="q4_k_m" if runtime == "llama.cpp" else "bf16")
     return build_engine(LLAMA, plan, hw, rates_from_spec(hw), ReplicaOptions(**opts))
 
 
@@ -107,7 +107,7 @@ def test_sglang_runs_prompts_before_decodes():
 
 def test_traces_of_the_common_benchmarks_read_in_seconds():
     text = "\n".join(json.dumps({"timestamp": 1_700_000_000_000 + 250 * i, "input_length": 100,
-                                 "output_length": 20}) for i in range(5))  # fmt: skip
+                                 "output_length": 20}) for i in range(5))
     reqs = parse_trace(text)
     assert [r.arrival_s for r in reqs] == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert {(r.prompt, r.output) for r in reqs} == {(100, 20)}
@@ -116,7 +116,7 @@ def test_traces_of_the_common_benchmarks_read_in_seconds():
 @pytest.mark.parametrize("text,message", [
     ("not json", "not JSON"), ('{"arrival_s": 0}', "no prompt length"),
     ('{"arrival_s": -1, "prompt_tokens": 5, "output_tokens": 5}', "arrivals at 0"), ("", "no requests"),
-])  # fmt: skip
+])
 def test_a_bad_trace_is_one_line(text, message):
     with pytest.raises(GpuwiseError) as err:
         parse_trace(text)
@@ -141,7 +141,7 @@ def serve_cli(*args):
     (["--rate", "1", "--prompt", "100000", "--runtime", "sglang", "--gpu-memory-utilization",
       "0.3"], "KV cache holds"),
     (["--rate", "1", "--runtime", "vlm"], "did you mean"),
-])  # fmt: skip
+])
 def test_bad_serving_input_is_one_line_and_exit_2(args, message, capsys):
     assert serve_cli(*args) == 2
     err = capsys.readouterr().err
@@ -150,7 +150,7 @@ def test_bad_serving_input_is_one_line_and_exit_2(args, message, capsys):
 
 def test_the_json_has_what_a_capacity_plan_reads(capsys):
     assert serve_cli("--rate", "8", "--requests", "200", "--ttft-ms", "500", "--tpot-ms", "40",
-                     "--sweep", "--json") == 0  # fmt: skip
+                     "--sweep", "--json") == 0
     rec = json.loads(capsys.readouterr().out)
     for key in ("ttft_s", "tpot_s", "e2e_s", "itl_s"):
         assert set(rec[key]) == {"mean", "p50", "p90", "p99"}
@@ -162,9 +162,9 @@ def test_the_json_has_what_a_capacity_plan_reads(capsys):
 
 
 @pytest.mark.parametrize("runtime,rate", [("vllm", 5.0), ("sglang", 10.0), ("llama.cpp", 0.05),
-                                          ("transformers", 1.0)])  # fmt: skip
+                                          ("transformers", 1.0)])
 def test_steady_decode_runs_simulated_as_one_give_the_step_by_step_answer(runtime, rate,
-                                                                          monkeypatch):  # fmt: skip
+                                                                          monkeypatch):
     import gpuwise.estimate.serve.simulate as sim
 
     hw = find_hardware("rtx-4090") if runtime == "llama.cpp" else H100

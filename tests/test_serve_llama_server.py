@@ -40,7 +40,7 @@ def tiny_model(folder: Path) -> Path:
 
 def recorded_run(model: Path, settings: dict, points: list[dict]) -> dict:
     return {"server": "llama-server", "server_settings": settings, "points": points,
-            "model": {"file_bytes": model.stat().st_size, "config": {**TINY, "vocab": 32000}}}  # fmt: skip
+            "model": {"file_bytes": model.stat().st_size, "config": {**TINY, "vocab": 32000}}}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_a_short_load_streams_every_token_and_replays(bench, tmp_path: Path) -> 
         idle = srv_mod.no_load(server.port, MIX, seed=1)
         service_s = idle["e2e_ms"] / 1e3
         point = srv_mod.run_point(server.port, server.proc.pid, MIX, "open", 2.0, service_s,
-                                  n=12, window=30.0, seed=2)  # fmt: skip
+                                  n=12, window=30.0, seed=2)
     finally:
         server.stop()
     s = point["summary"]
@@ -88,14 +88,14 @@ def test_a_recorded_run_is_replayed_through_gpuwise_serve(tmp_path: Path) -> Non
                   "output_tokens": 8, "lengths": [[30, 5], [70, 11]],
                   "records": [[0.5, *rec[1:]], [0.1, *rec[1:]]],
                   "summary": {"ttft_ms": {"p50": 5.0, "p90": 6.0},
-                              "tpot_ms": {"p50": 1.0, "p90": 1.2}, "output_tokens_per_s": 50.0}}  # fmt: skip
+                              "tpot_ms": {"p50": 1.0, "p90": 1.2}, "output_tokens_per_s": 50.0}}
     closed_point = {**open_point, "mode": "closed", "concurrency": 2, "lengths": None}
     settings = {"threads": 2, "slots": 2, "n_ctx_slot": 4096}
     run = recorded_run(model, settings, [open_point, closed_point])
     trace = val_mod.write_trace(open_point, tmp_path / "open.jsonl")
     rows = [json.loads(line) for line in trace.read_text().splitlines()]
     assert rows == [{"arrival_s": 0.1, "prompt_tokens": 70, "output_tokens": 11},
-                    {"arrival_s": 0.5, "prompt_tokens": 30, "output_tokens": 5}]  # fmt: skip
+                    {"arrival_s": 0.5, "prompt_tokens": 30, "output_tokens": 5}]
     closed = val_mod.trace_rows(closed_point)
     assert [r["arrival_s"] for r in closed] == [0.0, 0.0]
     assert [r["output_tokens"] for r in closed] == [8, 8]  # the tokens received

@@ -21,7 +21,7 @@ def serve_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 def write_trace(path, requests: list[tuple[float, int, int]]):  # type: ignore[no-untyped-def]
     path.write_text("".join(json.dumps({"arrival_s": t, "prompt_tokens": p, "output_tokens": o})
-                            + "\n" for t, p, o in requests))  # fmt: skip
+                            + "\n" for t, p, o in requests))
     return str(path)
 
 

@@ -77,7 +77,7 @@ def test_nothing_to_measure_again_is_missing_with_a_reason() -> None:
 
 def test_local_estimates_say_their_profile_was_unsteady(monkeypatch: pytest.MonkeyPatch) -> None:
     profile = replace(probe_with(_Slowing(), PLAN, fingerprint="x"),
-                      steadiness={"read": 0.98, "matmul_bf16": 0.6})  # fmt: skip
+                      steadiness={"read": 0.98, "matmul_bf16": 0.6})
     monkeypatch.setattr("gpuwise.measure.probe.store.load_profile", lambda: profile)
     monkeypatch.setattr(rates_source, "profile_rates", lambda p, hw: "rates")
     hw = Hardware("local", "This CPU", "cpu", "x", 2**30, 10.0, source="detected")

@@ -40,18 +40,18 @@ CPU = "cpu-cloud-32vcpu"
 APPLE = "m2-ultra"
 # Where each runtime runs, and the weight formats it has kernels for on all those devices.
 RUNS_ON = {"transformers": (*GPUS, CPU, APPLE), "compiled": (*GPUS, CPU), "vllm": GPUS,
-           "sglang": GPUS, "llama.cpp": (*GPUS, CPU, APPLE)}  # fmt: skip
+           "sglang": GPUS, "llama.cpp": (*GPUS, CPU, APPLE)}
 WEIGHTS = {"transformers": ("fp32", "bf16", "fp16", "int8", "int4", "nf4"),
            "compiled": ("fp32", "bf16", "fp16", "int8", "int4"),
            "vllm": ("bf16", "fp16", "fp8", "int8", "int4"),
            "sglang": ("bf16", "fp16", "fp8", "int8", "int4"),
-           "llama.cpp": ("fp32", "bf16", "fp16", "int8", "int4", "q8_0", "q4_0", "q4_k_m")}  # fmt: skip
+           "llama.cpp": ("fp32", "bf16", "fp16", "int8", "int4", "q8_0", "q4_0", "q4_k_m")}
 TRAIN_RUNTIMES = ("transformers", "compiled")
 THREADS = (None, 1)  # llama.cpp on a CPU: one a core (its default), or one
 SOURCES = ("spec", "measured")
 MODELS = tuple(m.id for m in load_models())
 EXAMPLES = settings(max_examples=30, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _probed(hw: Hardware) -> tuple[DeviceRates, str]:
@@ -65,7 +65,7 @@ def _probed(hw: Hardware) -> tuple[DeviceRates, str]:
             {k: v for k, v in asdict(spec_ggml_rates(rates, backend, gtype,
                                                      threads or rates.compute_units)).items()
              if k != "source"}
-            for gtype in backend.memory for threads in THREADS}  # fmt: skip
+            for gtype in backend.memory for threads in THREADS}
     return replace(rates, source="measured", ggml_measured=ggml), "measured (stand-in)"
 
 
@@ -97,7 +97,7 @@ def _plans(draw: st.DrawFn, runtime: str) -> list[str]:
     return [draw(st.sampled_from(MODELS)), "--on", draw(st.sampled_from(RUNS_ON[runtime])),
             "--runtime", runtime, "--batch", str(draw(st.sampled_from((1, 2, 8, 32)))),
             "--prompt", str(draw(st.integers(1, 8192))),
-            "--new-tokens", str(draw(st.integers(1, 2048)))]  # fmt: skip
+            "--new-tokens", str(draw(st.integers(1, 2048)))]
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -125,7 +125,7 @@ def test_prefill_and_decode_lie_inside_their_intervals(runtime, source, data, ca
 @settings(EXAMPLES, max_examples=2)  # each times every precision the runtime has
 @given(data=st.data())
 def test_every_precisions_decode_in_check_lies_inside_its_interval(runtime, source, data,
-                                                                   capsys) -> None:  # fmt: skip
+                                                                   capsys) -> None:
     rows = _json(["check", *data.draw(_plans(runtime))], source, capsys)["precisions"]
     timed = [r for r in rows if "s_per_token" in r["decode"]]
     assert timed, rows
@@ -140,13 +140,13 @@ def test_every_precisions_decode_in_check_lies_inside_its_interval(runtime, sour
                               "llama-3.1-8b", "mixtral-8x7b")),
        batch=st.sampled_from((1, 4, 16)), seq=st.sampled_from((128, 1024, 4096)),
        dtype=st.sampled_from(("fp32", "bf16", "mixed-bf16")),
-       source=st.sampled_from(SOURCES))  # fmt: skip
+       source=st.sampled_from(SOURCES))
 def test_a_training_step_lies_inside_its_interval(runtime, device, model, batch, seq, dtype,
-                                                  source, capsys) -> None:  # fmt: skip
+                                                  source, capsys) -> None:
     if runtime == "compiled" and device == CPU:
         runtime = "transformers"
     time = _json(["train", model, "--on", device, "--runtime", runtime, "--batch", str(batch),
-                  "--seq", str(seq), "--dtype", dtype], source, capsys)["time"]  # fmt: skip
+                  "--seq", str(seq), "--dtype", dtype], source, capsys)["time"]
     assert "unavailable" not in time, time
     iv = time["step_s_interval"]
     assert iv is not None, "a training step carries no interval"
@@ -155,7 +155,7 @@ def test_a_training_step_lies_inside_its_interval(runtime, device, model, batch,
 
 UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 PRINTED = re.compile(r"(prefill|decode|step) ([\d.,]+) (s|ms|us)(?:/token)? "
-                     r"\(([\d.,]+)(?: (s|ms|us))?-([\d.,]+) (s|ms|us), 80%")  # fmt: skip
+                     r"\(([\d.,]+)(?: (s|ms|us))?-([\d.,]+) (s|ms|us), 80%")
 
 
 def _seconds(number: str, unit: str) -> float:
@@ -166,9 +166,9 @@ def _seconds(number: str, unit: str) -> float:
 @pytest.mark.parametrize(("runtime", "device", "weights"), [
     ("transformers", CPU, "fp32"), ("transformers", "l4", "bf16"), ("compiled", "h100-sxm", "int4"),
     ("vllm", "a100-sxm-80gb", "fp16"), ("sglang", "h100-sxm", "fp8"),
-    ("llama.cpp", CPU, "q4_0"), ("llama.cpp", "rtx-4090", "q4_k_m")])  # fmt: skip
+    ("llama.cpp", CPU, "q4_0"), ("llama.cpp", "rtx-4090", "q4_k_m")])
 def test_the_printed_time_line_shows_each_estimate_inside_its_range(runtime, device, weights,
-                                                                   source, capsys) -> None:  # fmt: skip
+                                                                   source, capsys) -> None:
     """As rounded for the terminal too: `decode 4.01 ms/token (3.19-3.88 ms, 80%)` was one."""
     args = ["infer", "qwen2.5-1.5b", "--on", device, "--runtime", runtime, "--weights", weights]
     with _rates_from(source):
@@ -178,7 +178,7 @@ def test_the_printed_time_line_shows_each_estimate_inside_its_range(runtime, dev
     assert [f[0] for f in found] == ["prefill", "decode"], out
     for phase, point, unit, low, low_unit, high, high_unit in found:
         _assert_inside(phase, _seconds(point, unit), _seconds(low, low_unit or high_unit),
-                       _seconds(high, high_unit))  # fmt: skip
+                       _seconds(high, high_unit))
 
 
 # The intervals file
@@ -206,7 +206,7 @@ def test_an_interval_that_misses_its_estimate_is_refused() -> None:
 
 def _writer() -> Any:
     spec = importlib.util.spec_from_file_location("write_time_intervals",
-                                                  ROOT / "tools" / "write_time_intervals.py")  # fmt: skip
+                                                  ROOT / "tools" / "write_time_intervals.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

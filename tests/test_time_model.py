@@ -158,7 +158,7 @@ def test_the_runtime_cost_per_op_is_taken_with_the_caches_cold():
     curve = {"bf16": ((1e6, 1e12), (1e9, 5e14), (1e12, 6e14))}
     hot = {"decode_op_s": 1e-5, "training_op_s": 2e-5, "decode_step_s": 1e-3}
     cold = rates_from_measurements(hw, 2.5e12, curve, 5e-6, 2e-6,
-                                   runtime={**hot, "cold_op_factor": 1.5})  # fmt: skip
+                                   runtime={**hot, "cold_op_factor": 1.5})
     assert cold.op_cost("decode") == pytest.approx((1.5e-5, 1e-3))  # the step's own: as measured
     assert cold.op_cost("training")[0] == pytest.approx(3e-5)
     as_hot = rates_from_measurements(hw, 2.5e12, curve, 5e-6, 2e-6, runtime=hot)

@@ -40,7 +40,7 @@ def _shape(batch: int, seq: int, c: int, attention: str = "sdpa") -> Shape:
 
 
 def _faults(name: str, batch: int, seq: int, c: int, optimizer: str = "adamw",
-            attention: str = "sdpa") -> dict[str, float]:  # fmt: skip
+            attention: str = "sdpa") -> dict[str, float]:
     events = training_heap_events(arch(name), _shape(batch, seq, c, attention), c, optimizer)
     return {k: v / MB for k, v in replay(events, passes=2).items()}
 
@@ -48,7 +48,7 @@ def _faults(name: str, batch: int, seq: int, c: int, optimizer: str = "adamw",
 @pytest.mark.parametrize(("name", "checkpointing", "param_bytes"),
                          [("smollm2-135m", False, 4), ("gpt2", False, 4), ("pythia-70m", True, 4),
                           ("qwen2.5-0.5b", False, 2), ("smollm2-135m", True, 4),
-                          ("smollm2-135m", False, 4.0001)])  # fmt: skip
+                          ("smollm2-135m", False, 4.0001)])
 def test_every_tensor_is_taken_once_and_given_back_at_most_once(name, checkpointing, param_bytes):
     s = _shape(2, 256, 2 if param_bytes == 2 else 4)
     events = training_heap_events(arch(name), s, param_bytes, "adamw", checkpointing)
@@ -88,9 +88,9 @@ def test_qwen25_bf16_faults_its_mlp_gradients_and_adamw_temporaries_as_measured(
 
 @pytest.mark.parametrize(("name", "batch", "c", "optimizer", "attention"),
                          [("gpt2", 2, 4, "adamw", "eager"), ("smollm2-135m", 2, 4, "adamw", "sdpa"),
-                          ("pythia-70m", 4, 4, "sgd", "sdpa")])  # fmt: skip
+                          ("pythia-70m", 4, 4, "sgd", "sdpa")])
 def test_fp32_steps_whose_activations_leave_room_fault_little_after_the_forward(
-        name, batch, c, optimizer, attention):  # fmt: skip
+        name, batch, c, optimizer, attention):
     """Measured: their backward and optimizer fault only their vocabulary-sized tensors
     (within 0-120 MB); the heap the activations leave serves the rest."""
     faults = _faults(name, batch, 256, c, optimizer, attention)
@@ -232,7 +232,7 @@ def test_a_half_precision_lora_base_saves_an_fp32_copy_of_each_projections_input
     for c, adapted in ((2, True), (4, True), (4, False)):
         s = Shape(1, 256, 256, c, c, c, "sdpa")
         events = training_heap_events(a, s, c, "adamw", False, adapted=adapted, detailed=True,
-                                      lora_rank=16)  # fmt: skip
+                                      lora_rank=16)
         forward = {e.key for e in events if e.phase == "forward" and e.nbytes == wide}
         freed_later = {e.key for e in events if e.phase == "backward" and not e.nbytes}
         saved[c, adapted] = len(forward & freed_later)

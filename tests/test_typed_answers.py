@@ -33,14 +33,14 @@ from gpuwise.report.html import pages
 from gpuwise.report.serve_view import SUMMARY_KEYS, SWEEP_KEYS, serve_record, serve_view
 
 TYPED = (ServeAnswer, ServeSummary, Percentiles, Energy, SteadyState, Sweep, SweepPoint,
-         AdviceAnswer, CostAnswer, Header, Advice, Option, Sizing, OptionCost, Usage)  # fmt: skip
+         AdviceAnswer, CostAnswer, Header, Advice, Option, Sizing, OptionCost, Usage)
 
 # `gpuwise serve --json`'s keys, in their order (a user-facing format: change it on purpose)
 SERVE_KEYS = ("model", "hardware", "plan", "runtime", "tp", "replicas", "rates", "source_kind",
-              "load", "slo", "no_load", *SUMMARY_KEYS, "kv_cache_tokens", *SWEEP_KEYS)  # fmt: skip
+              "load", "slo", "no_load", *SUMMARY_KEYS, "kv_cache_tokens", *SWEEP_KEYS)
 PERCENTILE_KEYS = ["mean", "p50", "p90", "p99"]
 ENERGY_KEYS = ["joules", "per_1000_requests_j", "per_million_tokens_j", "per_output_token_j",
-               "average_w", "busy_w", "memory_w", "idle_w", "compute_bound_share"]  # fmt: skip
+               "average_w", "busy_w", "memory_w", "idle_w", "compute_bound_share"]
 STEADY_KEYS = ["seconds", "output_tokens_per_s", "average_batch", "whole_run"]
 
 
@@ -54,14 +54,14 @@ def _answer_classes() -> list[type]:
     for info in pkgutil.walk_packages(gpuwise.app.__path__, "gpuwise.app."):
         module = importlib.import_module(info.name)
         found += [c for name, c in inspect.getmembers(module, inspect.isclass)
-                  if name.endswith("Answer") and c.__module__ == module.__name__]  # fmt: skip
+                  if name.endswith("Answer") and c.__module__ == module.__name__]
     return found
 
 
 def test_every_commands_answer_is_a_frozen_dataclass():
     classes = _answer_classes()
     assert {c.__name__ for c in classes} >= {"ServeAnswer", "AdviceAnswer", "CostAnswer",
-                                             "CheckAnswer", "InferAnswer", "TrainAnswer"}  # fmt: skip
+                                             "CheckAnswer", "InferAnswer", "TrainAnswer"}
     for cls in classes:
         assert dataclasses.is_dataclass(cls), cls
         assert cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
@@ -88,7 +88,7 @@ def test_serve_json_has_its_documented_keys(serve_answer):
     assert list(rec["energy"]) == ENERGY_KEYS  # H100: its TDP gives a power model
     assert list(rec["steady_state"]) == [*STEADY_KEYS, "per_output_token_j"]
     assert all(isinstance(pair, list) and len(pair) == 2 for pair in json.loads(
-        json.dumps(rec["kv_timeline"])))  # fmt: skip
+        json.dumps(rec["kv_timeline"])))
     point_keys = ["rate", *(k for k in SUMMARY_KEYS if k not in ("kv_timeline", "energy"))]
     for point in rec["curve"]:
         assert list(point) == point_keys  # a sweep's run: no power model, no timeline
@@ -149,7 +149,7 @@ def _cost_kw(**given: Any) -> dict[str, Any]:
     kw = {p.name: p.default for p in (*WORKLOAD, *ASSUMPTIONS)}
     kw.update(model="llama-3.1-8b", requests_per_day=20_000.0, show_all=False, local=False,
               show_assumptions=False, as_json=True, price=None, rate=None, local_price=None,
-              local_power_w=None, max_kw=None, owned=False, rent=False, reserved=False)  # fmt: skip
+              local_power_w=None, max_kw=None, owned=False, rent=False, reserved=False)
     kw.update(given)
     return kw
 
@@ -171,5 +171,5 @@ def test_rendering_advice_and_cost_leaves_them_as_they_were(monkeypatch):
     _unchanged(cost, lambda: _html(pages.cost_page(cost)))
     rec = advice_view(advice, False)[0]
     assert list(rec)[:6] == ["model", "workload", "workload_kind", "target", "title",
-                             "workload_text"]  # fmt: skip
+                             "workload_text"]
     assert rec["workload"] == dict(vars(advice.header.workload))

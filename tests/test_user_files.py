@@ -116,9 +116,9 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "watch-log": ("run.jsonl", ("watch", "--log", "PATH", "--", *PASS)),
     "repro-results": ("results.jsonl", ("repro", "--results", "PATH", "--runs", "1", "--", *PASS)),
     "repro-fresh": ("results.jsonl", ("repro", "--fresh", "--results", "PATH", "--runs", "1",
-                                      "--", *PASS)),  # fmt: skip
+                                      "--", *PASS)),
     "advise-measured-util": ("run.jsonl", ("advise", "llama-3.1-8b", "--requests-per-day", "1000",
-                                           option_now("--measured-util"), "PATH")),  # fmt: skip
+                                           option_now("--measured-util"), "PATH")),
     "infer-html": ("report.html", ("infer", "llama-3.1-8b", "--on", "h100", "--html", "PATH")),
 }
 
@@ -141,10 +141,10 @@ def test_an_empty_file_is_a_fine_output(tmp_path: Path) -> None:
 
 
 def gpuwise(*args: str, env: dict[str, str] | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The CLI in a fresh process (a hang is a timeout, not a stuck suite)."""
     return subprocess.run([*GPUWISE, *args], capture_output=True, text=True, timeout=TIMEOUT_S,
-                          env={**os.environ, **(env or {})}, cwd=cwd)  # fmt: skip
+                          env={**os.environ, **(env or {})}, cwd=cwd)
 
 
 def state(path: Path) -> tuple[object, ...] | None:
@@ -232,10 +232,10 @@ def test_a_user_file_given_as_the_watch_log_is_refused_untouched(tmp_path: Path)
 
 def _study(results: Path, counts: Path, fresh: bool = False) -> subprocess.CompletedProcess[str]:
     code = ("import sys; open(sys.argv[1], 'a').write('run\\n'); "
-            "print('{\"loss\": 0.5}')")  # fmt: skip
+            "print('{\"loss\": 0.5}')")
     return gpuwise("repro", "--json", *(("--fresh",) if fresh else ()), "--results", str(results),
                    "--runs", "2", "--conditions", "same-seed", "--",
-                   sys.executable, "-c", code, str(counts))  # fmt: skip
+                   sys.executable, "-c", code, str(counts))
 
 
 def test_repro_resumes_from_its_own_results_and_fresh_starts_it_over(tmp_path: Path) -> None:
@@ -256,7 +256,7 @@ def test_repro_refuses_a_watch_log_and_a_watch_refuses_a_results_file(tmp_path: 
     assert gpuwise("watch", "--json", "--log", str(log), "--", *PASS).returncode == 0
     assert _study(results, tmp_path / "counts.txt").returncode == 0
     for argv in (("watch", "--log", str(results), "--", *PASS),
-                 ("repro", "--fresh", "--results", str(log), "--", *PASS)):  # fmt: skip
+                 ("repro", "--fresh", "--results", str(log), "--", *PASS)):
         before = (state(log), state(results))
         assert_one_clear_line(gpuwise(*argv))
         assert (state(log), state(results)) == before
@@ -338,9 +338,9 @@ def test_a_saved_profile_that_is_a_fifo_is_no_profile(
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     os.mkfifo(profile_path("fp", "torch-cpu"))
     code = ("from gpuwise.measure.probe.store import load_profile; "
-            "print(load_profile('torch-cpu', 'fp'))")  # fmt: skip
+            "print(load_profile('torch-cpu', 'fp'))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=TIMEOUT_S)  # a hang is a timeout  # fmt: skip
+                          timeout=TIMEOUT_S)  # a hang is a timeout
     assert proc.returncode == 0 and proc.stdout.strip() == "None", proc.stderr
 
 

@@ -28,14 +28,14 @@ STILL_NEEDED = {
     ("validate_published_memory.py", "gpuwise.workload.from_config"):
         "the architecture of those vLLM entries",
     ("validate_published_memory.py", "gpuwise.workload.Architecture"): "a type hint of it",
-}  # fmt: skip
+}
 
 # Modules a validation may not import from: the estimators, the views and the command line
 # (commands run through public_cli), and the probe's rates, runs and store (the probe is run
 # and loaded as users' is: `gpuwise probe`, then `--on local`).
 DENIED_MODULES = ("gpuwise.estimate", "gpuwise.report", "gpuwise.cli",
                   "gpuwise.measure.probe.rates_source", "gpuwise.measure.probe.machine",
-                  "gpuwise.measure.probe.store", "gpuwise.measure.probe.trusted")  # fmt: skip
+                  "gpuwise.measure.probe.store", "gpuwise.measure.probe.trusted")
 # Of the use-case and workload layers, only measurement helpers and the plans (data).
 ALLOWED_FROM = {
     "gpuwise.app.validate": {"plan_kwargs", "machine_vs_probe", "MEMORY_PASSES", "LIVE_ALLOCATOR"},
@@ -44,7 +44,7 @@ ALLOWED_FROM = {
 GUARDED_PACKAGES = ("gpuwise.app", "gpuwise.workload")
 DENIED_NAMES = {"rates_from_spec", "rates_for", "profile_rates", "rates_from_measurements",
                 "rates_from_timings", "DeviceRates", "Profile", "probe_machine",
-                "probe_llama_cpp", "save_profile", "load_profile", "local_profile"}  # fmt: skip
+                "probe_llama_cpp", "save_profile", "load_profile", "local_profile"}
 ESTIMATOR = re.compile(r"^estimate_|(^|_)fit(s|ted|ter|ters)?($|_)")
 
 
@@ -81,7 +81,7 @@ def gpuwise_imports(tree: ast.AST) -> list[tuple[str, str | None, int]]:
         elif isinstance(node, ast.Import):
             found += [(a.name, None, node.lineno) for a in node.names]
         elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-              and node.value.id == "gpuwise" and node.attr not in gpuwise.__all__):  # fmt: skip
+              and node.value.id == "gpuwise" and node.attr not in gpuwise.__all__):
             found.append(("gpuwise." + node.attr, None, node.lineno))
     return found
 
@@ -126,7 +126,7 @@ def test_the_lists_name_only_scripts_that_exist() -> None:
     ("from gpuwise.app.validate import plan_kwargs", False),
     ("import gpuwise\ngpuwise.from_module", False),
     ("from public_cli import gpuwise_json", False),
-])  # fmt: skip
+])
 def test_the_check_catches_what_bypasses(tmp_path: Path, source: str, caught: bool) -> None:
     path = tmp_path / "validate_x.py"
     path.write_text(source + "\n")

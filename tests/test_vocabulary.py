@@ -80,7 +80,7 @@ def test_one_name_for_prompt_and_generated_tokens():
             if "tokens generated" in text or "generated tokens per" in text:
                 assert p.opts == ["--new-tokens"], (path, p.opts)
     have = {path for path, cmd in commands() if any(p.name == "new_tokens" or "--new-tokens" in
-                                                    getattr(p, "opts", ()) for p in cmd.params)}  # fmt: skip
+                                                    getattr(p, "opts", ()) for p in cmd.params)}
     assert {"check", "infer", "advise", "cost", "validate infer"} <= have
 
 
@@ -121,7 +121,7 @@ def test_help_is_plain_text_with_defaults(path, capsys):
 def test_old_names_still_work_with_a_note_on_a_terminal(capsys, monkeypatch):
     base = ["advise", "smollm2-135m", "--no-local", "--requests-per-day", "1000", "--json"]
     code, new, err = run([*base, "--new-tokens", "64", "--target-utilization", "50%",
-                          "--measured-utilization", "0.5"], capsys)  # fmt: skip
+                          "--measured-utilization", "0.5"], capsys)
     assert code == 0 and err == ""
     old_args = [*base, "--output", "64", "--utilisation=50%", "--measured-util", "0.5"]
     code, old, err = run(old_args, capsys)
@@ -158,14 +158,14 @@ def test_ambiguous_device_asks_which_one(capsys):
     for hw in ("a100-sxm-80gb", "a100-sxm-40gb", "a100-pcie-80gb", "a100-pcie-40gb"):
         assert hw in err
     for name, hw in (("h100", "h100-sxm"), ("4090", "rtx-4090"), ("a100-80gb", "a100-sxm-80gb"),
-                     ("l4", "l4"), ("h200", "h200-sxm"), ("tpu-v5p", "tpu-v5p")):  # fmt: skip
+                     ("l4", "l4"), ("h200", "h200-sxm"), ("tpu-v5p", "tpu-v5p")):
         code, out, _ = run(["check", "gpt2", "--on", name, "--json"], capsys)
         assert code == 0 and json.loads(out)["hardware"]["id"] == hw
 
 
 def test_suggestions_are_given_once(capsys):
     for args, name in ((["chek", "gpt2"], "'check'"), (["infer", "gpt2", "--bacth", "2"],
-                                                         "'--batch'")):  # fmt: skip
+                                                         "'--batch'")):
         code, _, err = run(args, capsys)
         assert code == 2 and err.lower().count("did you mean") == 1 and err.count(name) == 1
 
@@ -183,7 +183,7 @@ def test_version_option_and_shell_completion(capsys):
     code, out, _ = run(["--help"], capsys)
     assert "--install-completion" in out and "--show-completion" in out
     env = {**os.environ, "_GPUWISE_COMPLETE": "complete_bash", "COMP_WORDS": "gpuwise inf",
-           "COMP_CWORD": "1"}  # fmt: skip
+           "COMP_CWORD": "1"}
     script = Path(sys.executable).parent / "gpuwise"  # completion is keyed by the program name
     done = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["infer"]
@@ -204,9 +204,9 @@ def test_options_a_runtime_ignores_are_named(capsys):
     code, out, _ = run(["check", "gpt2", "--on", "l4", "--ctx", "4096", "--json"], capsys)
     assert code == 0
     assert json.loads(out)["notes"] == ["--ctx applies to llama.cpp, sglang and vllm; "
-                                        "ignored under transformers"]  # fmt: skip
+                                        "ignored under transformers"]
     code, out, _ = run(["infer", "gpt2", "--on", "l4", "--runtime", "llama.cpp",
-                        "--gpu-memory-utilization", "0.8", "--ctx", "4096"], capsys)  # fmt: skip
+                        "--gpu-memory-utilization", "0.8", "--ctx", "4096"], capsys)
     assert code == 0 and "--gpu-memory-utilization applies to sglang and vllm; ignored under" in out
     assert "--ctx applies" not in out
     code, out, _ = run(["infer", "gpt2", "--on", "l4", "--json"], capsys)
@@ -215,7 +215,7 @@ def test_options_a_runtime_ignores_are_named(capsys):
 
 def _input_bound_tips(gpu_util: float | None) -> str:
     step_list = tuple(StepRecord(rank=0, pid=1, index=i, t_start=i * 0.1, step_s=0.1,
-                                 data_s=0.06) for i in range(20))  # fmt: skip
+                                 data_s=0.06) for i in range(20))
     samples = (SampleRecord(t=0.5, gpu_util_percent=gpu_util),)
     v = verdict(summarize(WatchLog({}, step_list, samples)))
     assert v.bound == "input-bound"
@@ -229,7 +229,7 @@ def test_a_cpu_only_job_is_not_told_about_a_faster_gpu():
 
 def test_worked_examples_in_the_docs_are_current():
     done = subprocess.run([sys.executable, "tools/regenerate_doc_examples.py", "--check"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)  # fmt: skip
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -46,13 +46,13 @@ T0 = 1_700_000_000.0
 
 
 def records(ranks: int = 2, steps: int = 100, gpu: bool = True, creep: bool = True,
-            t0: float = T0, step_start: int = 0) -> list[dict]:  # fmt: skip
+            t0: float = T0, step_start: int = 0) -> list[dict]:
     """A log's records: rank 1 waits 50 ms for data (input-bound, the straggler), rank 0
     10 ms; RSS grows 5 MB a step; samples every 0.2 s with one GPU (or none)."""
     out: list[dict] = [{"kind": "header", "format": "gpuwise-watch/1", "cmd": ["train.py"],
                         "t": t0, "host": "node1", "interval_s": 0.2,
                         "gpus": ["NVIDIA H100 80GB HBM3"] if gpu else [], "inject": True,
-                        "unavailable": {}}]  # fmt: skip
+                        "unavailable": {}}]
     span = 0.0
     for rank in range(ranks):
         t = t0
@@ -65,16 +65,16 @@ def records(ranks: int = 2, steps: int = 100, gpu: bool = True, creep: bool = Tr
                         "backward_s": 0.08 - (0.04 if rank == 1 else 0.0), "optimizer_s": 0.01,
                         "samples": 32, "ops": None, "counted": False,
                         "rss_bytes": 10**9 + (i * 5 * 10**6 if creep else 0),
-                        "device_mem_bytes": 2 * 10**9 if gpu else None})  # fmt: skip
+                        "device_mem_bytes": 2 * 10**9 if gpu else None})
             t += step
         span = max(span, t - t0)
     for i in range(int(span / 0.2) + 1):
         gpus = [{"index": 0, "util_percent": 40, "sm_percent": 30, "mem_used_bytes": 10 * 2**30,
                  "mem_total_bytes": 80 * 2**30, "power_w": 300.0,
-                 "energy_j": 1000.0 + 60.0 * i}] if gpu else []  # fmt: skip
+                 "energy_j": 1000.0 + 60.0 * i}] if gpu else []
         out.append({"kind": "sample", "t": t0 + 0.2 * i, "cpu_percent": 50.0,
                     "per_core": [50.0, 50.0], "iowait_percent": 1.0,
-                    "rss_bytes": 2 * 10**9, "gpus": gpus, "cpu_energy_j": 20.0 * i})  # fmt: skip
+                    "rss_bytes": 2 * 10**9, "gpus": gpus, "cpu_energy_j": 20.0 * i})
     return out
 
 
@@ -90,7 +90,7 @@ def served(window: LiveWindow, **labels: str) -> dict[tuple, float]:
 
 def value(metrics: dict[tuple, float], metric: str, **labels: object) -> float | None:
     return metrics.get((f"gpuwise_watch_{metric}",
-                        tuple(sorted((k, str(v)) for k, v in labels.items())))) # fmt: skip
+                        tuple(sorted((k, str(v)) for k, v in labels.items()))))
 
 
 def test_the_served_verdict_is_the_reports():
@@ -109,9 +109,9 @@ def test_the_served_verdict_is_the_reports():
     share = value(got, "evidence", finding="input_bound", measure="input_share_ratio")
     assert share == pytest.approx(summarize(parse_records(recs)).phase_share["data"])
     assert value(got, "evidence_threshold", finding="input_bound",
-                 measure="input_share_ratio") == 0.2  # fmt: skip
+                 measure="input_share_ratio") == 0.2
     assert value(got, "evidence", finding="stragglers", measure="before_sync_seconds") == \
-        pytest.approx(0.1)  # fmt: skip
+        pytest.approx(0.1)
     assert value(got, "before_sync_seconds", rank=0) == pytest.approx(0.02)
     # per rank: steps, step-time quantiles, phase shares; counters with the summary's sums
     assert value(got, "steps_total", rank=1) == 100
@@ -129,9 +129,9 @@ def test_the_served_verdict_is_the_reports():
     assert value(got, "power_watts", source="gpu") == pytest.approx(300.0)
     last = [r for r in recs if r["kind"] == "sample"][-1]
     assert value(got, "energy_joules_total", source="gpu") == pytest.approx(
-        last["gpus"][0]["energy_j"] - 1000.0)  # fmt: skip
+        last["gpus"][0]["energy_j"] - 1000.0)
     assert value(got, "memory_growth_bytes_per_second", memory="rss") == pytest.approx(
-        5e6 / 0.13, rel=0.2)  # 5 MB per step of the steepest process (fmt: skip)
+        5e6 / 0.13, rel=0.2)  # 5 MB per step of the steepest process
     assert value(got, "host_memory_total_bytes") == 64 * 2**30
 
 
@@ -156,7 +156,7 @@ def test_the_window_moves_and_the_counters_keep_counting():
     window.feed(records(ranks=1, steps=100, creep=False))
     # the job turns compute-bound: steps without waiting, after the first ones
     later = [r for r in records(ranks=1, steps=100, gpu=False, creep=False, t0=T0 + 11.0,
-                                step_start=100) if r["kind"] != "header"]  # fmt: skip
+                                step_start=100) if r["kind"] != "header"]
     for r in later:
         if r["kind"] == "step":
             r["step_s"], r["data_s"] = 0.1, 0.0
@@ -183,7 +183,7 @@ def test_memory_creep_is_judged_over_the_whole_run_as_the_report_does():
     got = served(window)
     assert value(got, "finding", finding="memory_creep") == 1
     assert value(got, "evidence", finding="memory_creep", measure="rss_growth_bytes") == \
-        pytest.approx(0.8 * 90e6, rel=0.02)  # after the report's 20% warm-up (fmt: skip)
+        pytest.approx(0.8 * 90e6, rel=0.02)  # after the report's 20% warm-up
 
 
 def test_thinned_keeps_evenly_spread_items():
@@ -211,7 +211,7 @@ def test_listen_addresses():
     assert parse_listen("node-3.cluster:9400") == ("node-3.cluster", 9400)
     assert parse_listen("[::1]:9400") == ("::1", 9400)
     for bad in ("", "host:", "host:port", "70000", "-1", "::1:9400", "[::1]", "[::1]9400",
-                "a b:9400", "9400.5", "١٢٣"):  # fmt: skip
+                "a b:9400", "9400.5", "١٢٣"):
         with pytest.raises(GpuwiseError, match=r"is not \[HOST:\]PORT"):
             parse_listen(bad)
 
@@ -301,7 +301,7 @@ def test_the_api_serves_its_own_loop(tmp_path):
     import gpuwise
 
     with gpuwise.watch(tmp_path / "api.jsonl", sample=False, prometheus="127.0.0.1:0",
-                       job_name="api-job") as w:  # fmt: skip
+                       job_name="api-job") as w:
         assert w.metrics_url and w.metrics_url.startswith("http://127.0.0.1:")
         for _ in w.loader(time.sleep(0.02) or i for i in range(12)):
             with w.phase("forward"):
@@ -316,7 +316,7 @@ def test_the_api_serves_its_own_loop(tmp_path):
 
 
 def test_the_api_under_an_exporting_watch_serves_nothing_and_a_busy_port_stops_it(tmp_path,
-                                                                                  monkeypatch):  # fmt: skip
+                                                                                  monkeypatch):
     pytest.importorskip("prometheus_client")
     import gpuwise
 
@@ -351,10 +351,10 @@ def test_a_busy_port_or_a_malformed_address_is_one_line_and_nothing_runs(tmp_pat
     with busy_port() as port:
         # (the other malformed addresses: test_listen_addresses, in-process)
         for address, why in ((f"127.0.0.1:{port}", f"port {port} is in use"),
-                             ("127.0.0.1:http", "the port is a number")):  # fmt: skip
+                             ("127.0.0.1:http", "the port is a number")):
             proc = subprocess.run([*GPUWISE, "watch", "--log", str(log), "--prometheus",
                                    address, "--", *job], capture_output=True, text=True,
-                                  timeout=60, cwd=tmp_path)  # fmt: skip
+                                  timeout=60, cwd=tmp_path)
             assert proc.returncode == 2, (address, proc.stderr)
             error, hint = proc.stderr.splitlines()  # one error line and its hint
             assert error.startswith("error: --prometheus") and why in error, error
@@ -362,7 +362,7 @@ def test_a_busy_port_or_a_malformed_address_is_one_line_and_nothing_runs(tmp_pat
             assert not marker.exists() and not log.exists()
     for args in (["--job-name", "x", "--", "true"], ["--report", "--prometheus", "9400", "x.jsonl"]):
         proc = subprocess.run([*GPUWISE, "watch", *args], capture_output=True, text=True,
-                              cwd=tmp_path)  # fmt: skip
+                              cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -382,7 +382,7 @@ def dashboard_exprs() -> list[str]:
 def grafana_free(expr: str) -> str:
     """A dashboard query as Prometheus gets it, with Grafana's variables filled in."""
     return expr.replace("$__rate_interval", "1m").replace("$__range", "1h").replace(
-        '"$job"', '".*"').replace('"$host"', '".*"')  # fmt: skip
+        '"$job"', '".*"').replace('"$host"', '".*"')
 
 
 def rule_exprs() -> list[str]:
@@ -425,17 +425,17 @@ def test_promtool_checks_the_rules_their_tests_and_the_dashboards_queries(tmp_pa
     import yaml
 
     check = subprocess.run([str(PROMTOOL), "check", "rules", str(RULES)], capture_output=True,
-                           text=True)  # fmt: skip
+                           text=True)
     assert check.returncode == 0 and "SUCCESS: 5 rules found" in check.stdout, check.stderr
     tests = subprocess.run([str(PROMTOOL), "test", "rules", RULE_TESTS.name], capture_output=True,
-                           text=True, cwd=RULE_TESTS.parent)  # fmt: skip
+                           text=True, cwd=RULE_TESTS.parent)
     assert tests.returncode == 0 and "SUCCESS" in tests.stdout, tests.stdout + tests.stderr
     # each dashboard query, as a recording rule: promtool parses it as Prometheus would
     rules = [{"record": f"dashboard:query{i}", "expr": grafana_free(e)}
-             for i, e in enumerate(dashboard_exprs())]  # fmt: skip
+             for i, e in enumerate(dashboard_exprs())]
     (tmp_path / "dash.yml").write_text(yaml.safe_dump({"groups": [{"name": "d", "rules": rules}]}))
     check = subprocess.run([str(PROMTOOL), "check", "rules", str(tmp_path / "dash.yml")],
-                           capture_output=True, text=True)  # fmt: skip
+                           capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -461,7 +461,7 @@ class JobEnded(AssertionError):
 
 
 def wait_for(what: str, get, timeout: float = 30.0, every: float = 0.25,
-             job: subprocess.Popen | None = None):  # fmt: skip
+             job: subprocess.Popen | None = None):
     end = time.monotonic() + timeout
     while True:
         with contextlib.suppress(OSError, ValueError, KeyError, AssertionError):
@@ -480,7 +480,7 @@ def start_watched(tmp_path: Path, *cmd: str, job: str) -> tuple[subprocess.Popen
     proc = subprocess.Popen([*GPUWISE, "watch", "--json", "--log", str(tmp_path / "w.jsonl"),
                              "--prometheus", "127.0.0.1:0", "--job-name", job, "--", *cmd],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=tmp_path)  # fmt: skip
+                            cwd=tmp_path)
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:  # the job's own lines (torchrun's warnings) may come first
@@ -510,7 +510,7 @@ scrape_configs:
     proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={config}",
                              f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                            stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for("Prometheus to be ready", lambda: scrape(f"{base}/-/ready"))
@@ -548,27 +548,27 @@ def test_prometheus_scrapes_the_verdict_and_step_time_of_a_watched_job(tmp_path,
     pytest.importorskip("prometheus_client")
     stop = tmp_path / "stop"
     watched, url = start_watched(tmp_path, sys.executable, JOB, "loop", str(stop), "60",
-                                 job="prom-test")  # fmt: skip
+                                 job="prom-test")
     stopped.append(watched)
     target = urllib.parse.urlsplit(url).netloc
     with prometheus(tmp_path, target) as base:
         query = 'gpuwise_watch_verdict{job="prom-test", verdict="input_bound"} == 1'
         verdicts = wait_for("the verdict in Prometheus",
-                            lambda: api(base, "query", query=query)["result"], job=watched)  # fmt: skip
+                            lambda: api(base, "query", query=query)["result"], job=watched)
         labels = verdicts[0]["metric"]
         assert labels["host"] == socket.gethostname() and labels["instance"] == target
         step = api(base, "query", query='gpuwise_watch_step_seconds{job="prom-test", quantile="0.5"}')
         assert [r["metric"]["rank"] for r in step["result"]] == ["0"]
         assert 0.035 < float(step["result"][0]["value"][1]) < 0.5  # 30 ms wait + 10 ms work
         # the step-time series over time, and the step-time counters' rate
-        wait_for("step-time samples", lambda: len(api(base, "query", query='gpuwise_watch_step_seconds_count{job="prom-test"}[10s]')["result"][0]["values"]) >= 3)  # fmt: skip
-        mean = api(base, "query", query='rate(gpuwise_watch_step_seconds_sum{job="prom-test"}[10s]) / rate(gpuwise_watch_step_seconds_count{job="prom-test"}[10s])')  # fmt: skip
+        wait_for("step-time samples", lambda: len(api(base, "query", query='gpuwise_watch_step_seconds_count{job="prom-test"}[10s]')["result"][0]["values"]) >= 3)
+        mean = api(base, "query", query='rate(gpuwise_watch_step_seconds_sum{job="prom-test"}[10s]) / rate(gpuwise_watch_step_seconds_count{job="prom-test"}[10s])')
         assert 0.035 < float(mean["result"][0]["value"][1]) < 0.5
-        share = api(base, "query", query='gpuwise_watch_evidence{job="prom-test", measure="input_share_ratio"}')  # fmt: skip
+        share = api(base, "query", query='gpuwise_watch_evidence{job="prom-test", measure="input_share_ratio"}')
         assert 0.5 < float(share["result"][0]["value"][1]) <= 1
         # the alert rules loaded and evaluate; every dashboard query runs
         groups = wait_for("the rules evaluated", lambda: [
-            g for g in api(base, "rules")["groups"] if all(r["health"] == "ok" for r in g["rules"])])  # fmt: skip
+            g for g in api(base, "rules")["groups"] if all(r["health"] == "ok" for r in g["rules"])])
         assert [len(g["rules"]) for g in groups] == [5]
         for expr in dashboard_exprs():
             api(base, "query", query=grafana_free(expr))
@@ -590,13 +590,13 @@ def test_prometheus_sees_each_rank_of_torchrun_and_the_straggler(tmp_path, stopp
         # 2-core machine, as in test_watch_runs: one retry, then fail
         watched, url = start_watched(tmp_path, str(BIN / "torchrun"), "--standalone",
                                      "--nproc_per_node", "2", JOB, "ddp", str(stop), "60",
-                                     job="ddp-test")  # fmt: skip
+                                     job="ddp-test")
         stopped.append(watched)
         with prometheus(tmp_path / f"p{attempt}", urllib.parse.urlsplit(url).netloc) as base:
             try:
                 found = wait_for("the straggler in Prometheus", lambda b=base: api(
                     b, "query", query='gpuwise_watch_straggler{job="ddp-test"} == 1')["result"],
-                                 timeout=60, job=watched)  # fmt: skip
+                                 timeout=60, job=watched)
             except JobEnded:
                 err = watched.communicate(timeout=30)[1]
                 if attempt == 0 and "SIGABRT" in err:

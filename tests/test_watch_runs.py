@@ -27,11 +27,11 @@ GPUWISE = [sys.executable, "-c", "from gpuwise.cli import main; main()"]
 
 
 def watch_cmd(tmp_path: Path, *cmd: str, extra: tuple[str, ...] = (), env: dict | None = None,
-              timeout: float = 120) -> tuple[subprocess.CompletedProcess, Path]:  # fmt: skip
+              timeout: float = 120) -> tuple[subprocess.CompletedProcess, Path]:
     log = tmp_path / "run.jsonl"
     proc = subprocess.run([*GPUWISE, "watch", "--log", str(log), *extra, "--", *cmd],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+                          env={**os.environ, **(env or {})})
     return proc, log
 
 
@@ -46,11 +46,11 @@ def test_exit_code_output_and_term_are_kept(tmp_path):
     child = ("import signal, sys, time\n"
              "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(7)))\n"
              "print('err line', file=sys.stderr, flush=True); print('ready', flush=True)\n"
-             "time.sleep(30)\n")  # fmt: skip
+             "time.sleep(30)\n")
     log = tmp_path / "t.jsonl"
     proc = subprocess.Popen([*GPUWISE, "watch", "--json", "--log", str(log), "--", sys.executable,
                              "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            text=True)
     # stderr first: once "ready" is read, the err line is written (a loaded host could
     # otherwise deliver the TERM between the two prints)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
@@ -77,16 +77,16 @@ def test_no_inject_leaves_pythonpath_and_sitecustomize_chains(tmp_path):
     chained, path = proc.stdout.split()[:2]
     assert chained == "yes" and path.endswith(str(site)) and "inject" in path
     proc, _ = watch_cmd(tmp_path, sys.executable, "-c", code, extra=("--no-inject",),
-                        env={"PYTHONPATH": str(site)})  # fmt: skip
+                        env={"PYTHONPATH": str(site)})
     assert proc.stdout.split()[:2] == ["yes", str(site)]
 
 
 def test_bad_use_is_one_line_error(tmp_path):
     proc = subprocess.run([*GPUWISE, "watch", "--report", str(tmp_path / "nope.jsonl")],
-                          capture_output=True, text=True)  # fmt: skip
+                          capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: cannot read watch log")
     proc = subprocess.run([*GPUWISE, "watch", "--interval", "0", "--", "true"],
-                          capture_output=True, text=True)  # fmt: skip
+                          capture_output=True, text=True)
     assert proc.returncode == 2 and "interval" in proc.stderr
 
 
@@ -106,7 +106,7 @@ def test_injected_sleepy_loader_is_input_bound_with_the_right_share(tmp_path):
     pytest.importorskip("torch")
     mine = tmp_path / "own.json"
     proc, log = watch_cmd(tmp_path, sys.executable, JOB, "loop", "0.08", str(mine),
-                          extra=("--json",))  # fmt: skip
+                          extra=("--json",))
     assert proc.returncode == 3, proc.stderr  # the job's exit code, its output untouched
     assert proc.stdout.startswith("final loss ") and "to stderr" in proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
@@ -120,10 +120,10 @@ def test_injected_sleepy_loader_is_input_bound_with_the_right_share(tmp_path):
     assert summarize(parsed).ops_per_step  # operators were counted
     # --report re-renders the same verdict from the log alone
     again = subprocess.run([*GPUWISE, "watch", "--report", "--json", str(log)],
-                           capture_output=True, text=True, check=True)  # fmt: skip
+                           capture_output=True, text=True, check=True)
     assert json.loads(again.stdout)["verdict"]["bound"] == "input-bound"
     text = subprocess.run([*GPUWISE, "watch", "--report", str(log)], capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
+                          text=True, check=True).stdout
     assert "input-bound" in text and "waiting for data" in text
 
 
@@ -132,11 +132,11 @@ def test_injected_sleepy_loader_is_input_bound_with_the_right_share(tmp_path):
 def test_injected_plain_loop_is_compute_bound(tmp_path):
     pytest.importorskip("torch")
     proc, log = watch_cmd(tmp_path, sys.executable, JOB, "loop", "0", str(tmp_path / "o.json"),
-                          extra=("--json", "--interval", "0.1"))  # fmt: skip
+                          extra=("--json", "--interval", "0.1"))
     report = json.loads(proc.stdout.splitlines()[-1])
     assert report["verdict"]["bound"] == "compute-bound", report["verdict"]
     plain = subprocess.run([sys.executable, JOB, "loop", "0", str(tmp_path / "p.json")],
-                           capture_output=True, text=True)  # fmt: skip
+                           capture_output=True, text=True)
     assert plain.stdout.splitlines()[0] == proc.stdout.splitlines()[0]  # same final loss
     assert report["summary"]["phase_share"]["data"] < 0.1
     assert "sample" in kinds(log)
@@ -149,7 +149,7 @@ def test_torchrun_ranks_are_aggregated_and_the_straggler_named(tmp_path):
     for _ in range(2):  # a rank can abort in gloo's own C++ ("terminate called without an
         # active exception", SIGABRT) on a loaded 2-core machine: one retry, then fail
         proc, log = watch_cmd(tmp_path, str(BIN / "torchrun"), "--standalone", "--nproc_per_node",
-                              "2", JOB, "ddp", "0.04", extra=("--json",))  # fmt: skip
+                              "2", JOB, "ddp", "0.04", extra=("--json",))
         if proc.returncode == 0 or "SIGABRT" not in proc.stderr:
             break
     assert proc.returncode == 0, proc.stderr
@@ -175,7 +175,7 @@ def test_api_phases_compute_bound_loop(tmp_path):
     import gpuwise
 
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(),
-                                torch.nn.Linear(1024, 1))  # fmt: skip
+                                torch.nn.Linear(1024, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with gpuwise.watch(tmp_path / "api.jsonl", interval_s=0.05) as w:
         for x, y in w.loader(_mlp_batches(16, 512, 256)):
@@ -278,7 +278,7 @@ def test_hf_trainer_callback_times_the_steps(tmp_path):
     data = [{"x": torch.randn(64), "labels": torch.randn(1)} for _ in range(96)]
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=10, report_to=[],
                              per_device_train_batch_size=8, use_cpu=True, save_strategy="no",
-                             disable_tqdm=True, logging_strategy="no")  # fmt: skip
+                             disable_tqdm=True, logging_strategy="no")
     callback = hf_callback(tmp_path / "hf.jsonl")
     Trainer(model=Regressor(), args=args, train_dataset=data, callbacks=[callback]).train()
     parsed = read_log([tmp_path / "hf.jsonl"])

@@ -57,7 +57,7 @@ def test_gpu_sensor_readings_and_reasons(monkeypatch):
     assert gpu.names == ["NVIDIA A100-SXM4-80GB"]
     assert gpu.read() == [{"index": 0, "util_percent": 87, "sm_percent": None,
                            "mem_used_bytes": 40 * 2**30, "mem_total_bytes": 80 * 2**30,
-                           "power_w": 312.0, "energy_j": 5000.0}]  # fmt: skip
+                           "power_w": 312.0, "energy_j": 5000.0}]
     assert "Hopper" in gpu.unavailable["sm_active"]
     no_energy = GpuSensor(fake_nvml(fail={"nvmlDeviceGetTotalEnergyConsumption": "Not Supported"}))
     assert no_energy.read()[0]["energy_j"] is None and no_energy.unavailable["energy"]
@@ -98,7 +98,7 @@ def test_live_line_fences_the_last_row(monkeypatch):
     line.start()
     step = {"kind": "step", "step_s": 0.05, "data_s": 0.03, "h2d_s": 0.0}
     line.update([step] * 3, {"per_core": [50.0, 100.0], "rss_bytes": 2**30,
-                             "gpus": [{"index": 0, "util_percent": 31, "power_w": 212.0}]})  # fmt: skip
+                             "gpus": [{"index": 0, "util_percent": 31, "power_w": 212.0}]})
     line.stop()
     text = out.getvalue()
     assert "\033[1;29r" in text and text.endswith("\033[1;30r\033[30;1H\033[2K\0338")

@@ -24,19 +24,19 @@ LIMITS = watch_thresholds()
 
 def steps(n: int, step_s: float = 0.1, data_s: float = 0.0, h2d_s: float = 0.0, rank: int = 0,
           ops: int | None = None, rss: list[int] | None = None, backward_s: float = 0.0,
-          samples: int = 32, dispatch_us: float | None = None) -> list[StepRecord]:  # fmt: skip
+          samples: int = 32, dispatch_us: float | None = None) -> list[StepRecord]:
     out = []
     for i in range(n):
         out.append(StepRecord(rank=rank, pid=100 + rank, index=i, t_start=1000.0 + i * step_s,
                               step_s=step_s, data_s=data_s, h2d_s=h2d_s, backward_s=backward_s,
                               samples=samples, ops=ops if i == 3 else None, counted=i == 3,
                               dispatch_us=dispatch_us if i == 3 else None,
-                              rss_bytes=rss[i] if rss else None))  # fmt: skip
+                              rss_bytes=rss[i] if rss else None))
     return out
 
 
 def judged(step_list: list[StepRecord], samples: tuple[SampleRecord, ...] = (),
-           unavailable: dict | None = None) -> wv.Verdict:  # fmt: skip
+           unavailable: dict | None = None) -> wv.Verdict:
     log = WatchLog({"unavailable": unavailable or {}}, tuple(step_list), samples)
     return verdict(summarize(log))
 
@@ -120,13 +120,13 @@ def test_straggler_named_by_work_before_sync():
     assert summary.ranks is not None and summary.ranks.wait_s_per_step == pytest.approx(0.075)
     even = steps(20, 0.1, data_s=0.01, backward_s=0.05, rank=1)
     assert "stragglers" not in [f.kind for f in judged(fast[:0] + steps(20, 0.1, data_s=0.01,
-                                backward_s=0.05) + even).findings]  # fmt: skip
+                                backward_s=0.05) + even).findings]
 
 
 def test_energy_from_counters_and_from_power():
     # 200 W for 10 s: the counter rises 2000 J; a GPU without a counter integrates power
     counted = [SampleRecord(t=1000.0 + i, gpu_energy_j=200.0 * i, cpu_energy_j=50.0 * i)
-               for i in range(11)]  # fmt: skip
+               for i in range(11)]
     series = cumulative_series(counted, "gpu")
     assert series is not None and energy_between(series, 1002.5, 1004.5) == pytest.approx(400)
     powered = [SampleRecord(t=1000.0 + i, gpu_power_w=200.0) for i in range(11)]
@@ -147,7 +147,7 @@ def test_energy_from_counters_and_from_power():
 def test_energy_missing_says_why():
     s = summarize(WatchLog({"unavailable": {"gpu": "no NVIDIA driver",
                                             "cpu_energy": "no permission"}},
-                           tuple(steps(5)), (SampleRecord(t=1000.0),)))  # fmt: skip
+                           tuple(steps(5)), (SampleRecord(t=1000.0),)))
     assert s.energy.job_j is None
     assert s.energy.missing == {"gpu": "no NVIDIA driver", "cpu": "no permission"}
 

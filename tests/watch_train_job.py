@@ -38,10 +38,10 @@ def model(width: int | None = None) -> torch.nn.Module:
     torch.manual_seed(0)
     if width is None:
         return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
-                                   torch.nn.Linear(512, 1))  # fmt: skip
+                                   torch.nn.Linear(512, 1))
     return torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(),
                                torch.nn.Linear(width, width), torch.nn.ReLU(),
-                               torch.nn.Linear(width, 1))  # fmt: skip
+                               torch.nn.Linear(width, 1))
 
 
 def loop(sleep_s: float, out: str) -> None:

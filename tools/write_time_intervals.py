@@ -61,14 +61,14 @@ def _cpu_time() -> list[Row]:
     phase = {"prefill_s": "prefill", "decode_s_per_token": "decode", "step_s": "step"}
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     return [("transformers", phase[r["quantity"]], r["source"], r["measured"] / r["estimated"])
-            for r in rows]  # fmt: skip
+            for r in rows]
 
 
 def _llama_cpp() -> list[Row]:
     path = RESULTS / "llama_cpp_time.json"
     rows = json.loads(path.read_text())["rows"] if path.exists() else []
     return [("llama.cpp", r["phase"], "measured", r["measured_s"] / r["estimated_s"])
-            for r in rows]  # fmt: skip
+            for r in rows]
 
 
 def _interval(ratios: list[float]) -> tuple[float, float]:
@@ -85,7 +85,7 @@ def _keys(runtime: str, phase: str, source: str) -> tuple[Key, ...]:
     """The groups an entry belongs to, narrowest first (each once: an entry of phase "any"
     is in its runtime's pooled group once, not twice)."""
     return tuple(dict.fromkeys(((runtime, phase, source), (runtime, "any", source),
-                                ("any", "any", source))))  # fmt: skip
+                                ("any", "any", source))))
 
 
 def _groups(rows: list[Row]) -> dict[Key, list[float]]:
@@ -131,14 +131,14 @@ def render(rows: list[Row]) -> str:
              "group's entries, widened to contain 1 (the estimate).",
              "# coverage: in-sample; held_out: each entry against the interval of the others.",
              "# held_out_coverage: each entry against the interval that would serve it, made "
-             "without it.", f"held_out_coverage = {held_out(rows):.3f}", ""]  # fmt: skip
+             "without it.", f"held_out_coverage = {held_out(rows):.3f}", ""]
     for (runtime, phase, source), ratios in sorted(_groups(rows).items()):
         low, high = _interval(ratios)
         inside = sum(low <= r <= high for r in ratios) / len(ratios)
         lines += ["[[interval]]", f'runtime = "{runtime}"', f'phase = "{phase}"',
                   f'source = "{source}"', f"low = {low:.{DIGITS}f}", f"high = {high:.{DIGITS}f}",
                   f"entries = {len(ratios)}", f"coverage = {inside:.3f}",
-                  f"held_out = {_group_held_out(ratios):.3f}", ""]  # fmt: skip
+                  f"held_out = {_group_held_out(ratios):.3f}", ""]
     return "\n".join(lines)
 
 
@@ -147,13 +147,13 @@ def coverage_table(rows: list[Row]) -> str:
     interval that serves it, and how often it held for an entry it was not made from."""
     groups, counts = _groups(rows), held_out_by_group(rows)
     lines = ["| runtime | phase | source | interval (measured / estimated) | entries | held out |",
-             "|---|---|---|---|---:|---:|"]  # fmt: skip
+             "|---|---|---|---|---:|---:|"]
     for (runtime, phase, source), (inside, n) in sorted(counts.items()):
         key = next(k for k in _keys(runtime, phase, source) if k in groups)
         low, high = _interval(groups[key])
         pooled = "" if key == (runtime, phase, source) else f" ({'/'.join(key)})"
         lines.append(f"| {runtime} | {phase} | {source} | {low:.2f}-{high:.2f}{pooled} | {n} "
-                     f"| {inside}/{n} = {inside / n:.0%} |")  # fmt: skip
+                     f"| {inside}/{n} = {inside / n:.0%} |")
     inside, n = sum(i for i, _ in counts.values()), sum(n for _, n in counts.values())
     lines.append(f"| all | | | | {n} | {inside}/{n} = {inside / n:.0%} |")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ TARGET = Path(__file__).resolve().parents[1] / "deploy" / "grafana" / "gpuwise-w
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SEL = 'job=~"$job", host=~"$host"'
 RED_AT_1 = {"mode": "absolute", "steps": [{"color": "green", "value": None},
-                                          {"color": "red", "value": 1}]}  # fmt: skip
+                                          {"color": "red", "value": 1}]}
 LAST = {"calcs": ["lastNotNull"], "fields": "", "values": False}
 
 
@@ -43,7 +43,7 @@ class Layout:
     def row(self, title: str) -> None:
         self.panels.append({"type": "row", "title": title, "id": len(self.panels) + 1,
                             "collapsed": False, "panels": [],
-                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}})  # fmt: skip
+                            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}})
         self.y += 1
 
     def line(self, height: int, *panels: dict[str, Any]) -> None:
@@ -60,18 +60,18 @@ class Layout:
 
 def panel(kind: str, title: str, w: int, queries: list[dict[str, Any]], unit: str | None = None,
           desc: str = "", options: dict[str, Any] | None = None,
-          defaults: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+          defaults: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     field: dict[str, Any] = {"defaults": dict(defaults or {}), "overrides": []}
     if unit:
         field["defaults"]["unit"] = unit
     return {"type": kind, "title": title, "w": w, "datasource": DS, "description": desc,
             "targets": [{"datasource": DS, "refId": chr(65 + i), **t} for i, t in enumerate(queries)],
-            "fieldConfig": field, "options": options or {}, **extra}  # fmt: skip
+            "fieldConfig": field, "options": options or {}, **extra}
 
 
 def stacked(max_one: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"custom": {"stacking": {"mode": "normal", "group": "A"},
-                                      "fillOpacity": 60}}  # fmt: skip
+                                      "fillOpacity": 60}}
     return out | {"max": 1} if max_one else out
 
 
@@ -100,12 +100,12 @@ def panels() -> list[dict[str, Any]]:
               transformations=[{"id": "merge", "options": {}}, {"id": "organize", "options": {
                   "excludeByName": {"Time": True, "__name__": True, "instance": True},
                   "renameByName": {"Value #A": "value", "Value #B": "threshold"}}}]),
-    )  # fmt: skip
+    )
     g.line(5, panel("state-timeline", "Verdict over time", 24,
                     [q(f"gpuwise_watch_verdict{{{SEL}}} == 1", "{{job}} {{host}}: {{verdict}}")],
                     desc="Input-bound for 10 minutes fires GpuwiseJobInputBound "
                          "(deploy/prometheus/gpuwise-alerts.yml).",
-                    options={"showValue": "never", "mergeValues": True}))  # fmt: skip
+                    options={"showValue": "never", "mergeValues": True}))
 
     g.row("Step time")
     g.line(8,
@@ -125,13 +125,13 @@ def panels() -> list[dict[str, Any]]:
                  "rank {{rank}} {{phase}}")], unit="s",
               desc="Under `gpuwise watch` with no code change, forward is not timed apart: it "
                    "is in 'other'."),
-    )  # fmt: skip
+    )
     g.line(6, panel("timeseries", "Phase time per second, since the start (counters)", 24,
                     [q(f"avg by (job, phase) (rate(gpuwise_watch_phase_seconds_total{{{SEL}}}"
                        "[$__rate_interval]))", "{{job}} {{phase}}")],
                     unit="percentunit", defaults=stacked(),
                     desc="From the phase counters over Grafana's interval, averaged over ranks: "
-                         "unlike the shares above, any time range."))  # fmt: skip
+                         "unlike the shares above, any time range."))
 
     g.row("Devices")
     g.line(8,
@@ -150,7 +150,7 @@ def panels() -> list[dict[str, Any]]:
               "{{job}} samples/s (recent window)"),
             q(f"sum by (job, rank) (rate(gpuwise_watch_steps_total{{{SEL}}}[$__rate_interval]))",
               "rank {{rank}} steps/s")], unit="short"),
-    )  # fmt: skip
+    )
 
     g.row("Memory")
     g.line(8,
@@ -168,7 +168,7 @@ def panels() -> list[dict[str, Any]]:
               [q(f"gpuwise_watch_memory_growth_bytes_per_second{{{SEL}}}", "{{host}} {{memory}}")],
               unit="Bps", desc="Least-squares growth after warm-up over the whole run; the "
                                "finding memory_creep says when it counts as creep."),
-    )  # fmt: skip
+    )
 
     g.row("Power and energy")
     g.line(8,
@@ -182,7 +182,7 @@ def panels() -> list[dict[str, Any]]:
               options={"graphMode": "none", "reduceOptions": LAST}),
         panel("timeseries", "Energy per step (estimated)", 8,
               [q(f"gpuwise_watch_step_energy_joules{{{SEL}}}", "{{host}}")], unit="joule"),
-    )  # fmt: skip
+    )
 
     g.row("Ranks")
     g.line(8,
@@ -198,7 +198,7 @@ def panels() -> list[dict[str, Any]]:
             q(f"gpuwise_watch_rank_spread_ratio{{{SEL}}}", "{{host}} step-time spread"),
             q(f"gpuwise_watch_straggler_wait_seconds{{{SEL}}}", "{{host}} others' wait per step")],
               unit="short"),
-    )  # fmt: skip
+    )
 
     g.row("The exporter")
     g.line(6,
@@ -215,15 +215,15 @@ def panels() -> list[dict[str, Any]]:
               transformations=[{"id": "merge", "options": {}}, {"id": "organize", "options": {
                   "excludeByName": {"Time": True, "__name__": True},
                   "renameByName": {"Value #A": "started", "Value #B": "window (s)"}}}]),
-    )  # fmt: skip
+    )
     g.panels[-1]["fieldConfig"]["overrides"] = [{
         "matcher": {"id": "byName", "options": "started"},
-        "properties": [{"id": "unit", "value": "dateTimeAsIso"}]}]  # fmt: skip
+        "properties": [{"id": "unit", "value": "dateTimeAsIso"}]}]
     g.line(5, panel("table", "GPUs", 24, [q(f"gpuwise_watch_gpu_info{{{SEL}}}", instant=True,
                                             table=True)],
                     desc="The GPUs each job was watched on (NVML's index and name).",
                     transformations=[{"id": "organize", "options": {"excludeByName": {
-                        "Time": True, "__name__": True, "Value": True}}}]))  # fmt: skip
+                        "Time": True, "__name__": True, "Value": True}}}]))
     return g.panels
 
 
@@ -231,7 +231,7 @@ def variable(name: str, query: str) -> dict[str, Any]:
     return {"name": name, "label": name, "type": "query", "datasource": DS,
             "query": {"query": query, "refId": name}, "definition": query, "multi": True,
             "includeAll": True, "allValue": ".*", "current": {}, "refresh": 2, "sort": 1,
-            "options": []}  # fmt: skip
+            "options": []}
 
 
 def dashboard() -> dict[str, Any]:
@@ -249,7 +249,7 @@ def dashboard() -> dict[str, Any]:
             variable("host", 'label_values(gpuwise_watch_job_info{job=~"$job"}, host)'),
         ]},
         "panels": panels(),
-    }  # fmt: skip
+    }
 
 
 def text() -> str:

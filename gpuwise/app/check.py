@@ -31,7 +31,7 @@ class CheckAnswer:
 
 
 def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
-          plan: InferencePlan) -> CheckAnswer:  # fmt: skip
+          plan: InferencePlan) -> CheckAnswer:
     """One row per weight precision; a checkpoint's exact stored bytes first."""
     check_tp_degree(arch, plan.tp)
     plans = [replace(plan, stored_weights=None, weights=p) for p in CHECK_PRECISIONS]
@@ -39,17 +39,17 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
     if plan.stored_weights:
         plans.insert(0, plan)
         rows.insert(0, {**precision_row(arch, plan, hw),
-                        "weights": f"{plan.stored_weights.label}, exact"})  # fmt: skip
+                        "weights": f"{plan.stored_weights.label}, exact"})
     rates, how = rates_for(hw)
     host = offload_host(plan, hw)
     for row, p in zip(rows, plans, strict=True):
         row["decode"] = _decode(arch, p, rates, host) if rates else {"unavailable": how}
     return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw),
-                       ignored_options(plan), how)  # fmt: skip
+                       ignored_options(plan), how)
 
 
 def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-            host: DeviceRates | None = None) -> dict[str, Any]:  # fmt: skip
+            host: DeviceRates | None = None) -> dict[str, Any]:
     """One decode step of the plan under its runtime (the layers past --gpu-layers on
     `host`, as infer runs them), with its 80% interval; or why the runtime cannot run this
     precision."""
@@ -61,4 +61,4 @@ def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
     low, high = iv.around(t.decode_s_per_token) if iv else (None, None)
     return {"s_per_token": t.decode_s_per_token, "low": low, "high": high,
             "tokens_per_s": t.tokens_per_s, "kernel": t.kernel, "source": t.source,
-            "missing_parts": list(t.missing)}  # fmt: skip
+            "missing_parts": list(t.missing)}

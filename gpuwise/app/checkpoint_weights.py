@@ -15,9 +15,9 @@ FORMAT_NAMES = {"gguf": "GGUF"}  # checkpoint formats as their users write them
 # Stored dtype or quantisation scheme -> the gpuwise format whose compute dtype it runs in.
 FORMAT_OF = {"BF16": "bf16", "F16": "fp16", "F32": "fp32", "F8_E4M3": "fp8", "F8_E5M2": "fp8",
              "gptq": "int4", "awq": "int4", "bnb-int8": "int8", "bnb-nf4": "nf4",
-             "bnb-fp4": "nf4"}  # fmt: skip
+             "bnb-fp4": "nf4"}
 EMBEDDING_SUFFIXES = ("token_embd.weight", "embed_tokens.weight", "wte.weight", "embed_in.weight",
-                      "word_embeddings.weight")  # fmt: skip
+                      "word_embeddings.weight")
 
 
 def gguf_tensors(ckpt: Any) -> tuple[tuple[str, str, int, int, int, int], ...]:
@@ -27,7 +27,7 @@ def gguf_tensors(ckpt: Any) -> tuple[tuple[str, str, int, int, int, int], ...]:
         return ()
     return tuple((t.name, t.dtype, t.shape[-2] if len(t.shape) > 1 else 1, t.shape[-1],
                   t.stored_bytes, t.shape[0] if len(t.shape) == 3 else 1)
-                 for t in ckpt.tensors)  # fmt: skip
+                 for t in ckpt.tensors)
 
 
 def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dict[str, Any]:
@@ -52,12 +52,12 @@ def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dic
     if ckpt.format not in unit.loads:
         runs = " and ".join(FORMAT_NAMES.get(f, f) for f in sorted(unit.loads))
         raise GpuwiseError(f"{runtime} runs {runs} files, not {ckpt.format}",
-                           unit.convert_hint or "pick another --runtime")  # fmt: skip
+                           unit.convert_hint or "pick another --runtime")
     main = ckpt.main_dtype
     embedding = sum(t.stored_bytes for t in ckpt.tensors if t.name.endswith(EMBEDDING_SUFFIXES))
     file_type = str(ckpt.metadata.get("general.file_type_name") or "").removeprefix("MOSTLY_")
     label = f"{file_type or main} ({ckpt.format})"  # llama.cpp's name (Q4_K_M) where it has one
     stored = StoredWeights(ckpt.total_bytes, embedding, label,
-                           main if ckpt.format == "gguf" else "", gguf_tensors(ckpt))  # fmt: skip
+                           main if ckpt.format == "gguf" else "", gguf_tensors(ckpt))
     return {"weights": FORMAT_OF.get(main, "fp16" if ckpt.format == "gguf" else "bf16"),
-            "stored_weights": stored, "source": f"checkpoint (exact bytes): {label}"}  # fmt: skip
+            "stored_weights": stored, "source": f"checkpoint (exact bytes): {label}"}

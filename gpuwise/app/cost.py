@@ -38,7 +38,7 @@ ASSUMPTION_FLAGS = {
     "grid_co2": "grid_gco2_per_kwh",
     "reserved_discount": "reserved_discount", "host_power_fraction": "host_power_fraction",
     "host_price_fraction": "host_price_fraction",
-}  # fmt: skip
+}
 
 
 # key -> (flag, the most it may be, whether 0 is allowed, the unit). A device lists at up to
@@ -58,7 +58,7 @@ LOAD_FLAGS = {
     "prompt_tokens": "prompt", "output_tokens": "output", "tpot_ms": "latency_ms",
     "ttft_ms": "ttft_ms", "hours_per_day": "hours_per_day", "tokens_per_month": "train_tokens",
     "hours_per_month": "hours_per_month", "deadline_hours": "deadline_hours",
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class CostAnswer:
 
 
 def candidate(hw: Hardware, price: float | None = None, rate: float | None = None,
-              power_w: float | None = None) -> Candidate:  # fmt: skip
+              power_w: float | None = None) -> Candidate:
     """A device with the rates the time model uses on it (probe for this machine, else spec)."""
     if power_w is not None:
         hw = replace(hw, tdp_w=power_w)
@@ -100,7 +100,7 @@ def candidate(hw: Hardware, price: float | None = None, rate: float | None = Non
 
 
 def candidates(local: Hardware | None, local_price: float | None,
-               local_power_w: float | None) -> list[Candidate]:  # fmt: skip
+               local_power_w: float | None) -> list[Candidate]:
     """Every catalogue device with a price, and this machine."""
     out = [candidate(hw) for hw in load_hardware() if hw.list_price_usd or hw.cloud_usd_per_hour]
     if local is not None:
@@ -123,7 +123,7 @@ def api_prices(text: str | None) -> tuple[float, float] | None:
         parts = []
     if len(parts) not in (1, 2):
         raise GpuwiseError(f"--api-price-per-mtok {shown(repr(text))} is not 'INPUT,OUTPUT' "
-                           "prices", hint)  # fmt: skip
+                           "prices", hint)
     for part in parts:
         check_number(part, "--api-price-per-mtok", MAX_API_USD_PER_MTOK, hint=hint)
     return (parts[0], parts[-1])
@@ -145,23 +145,23 @@ def workload(kw: dict[str, Any]) -> ServeLoad | TrainLoad:
     train = [k for k in ("train_tokens", "hours_per_month") if kw[k] is not None]
     if (serve and train) or len(serve) > 1 or len(train) > 1:
         given = ", ".join("--" + k.replace("_", "-").replace("request-rate", "rate")
-                          for k in serve + train)  # fmt: skip
+                          for k in serve + train)
         raise GpuwiseError(f"give one workload, not {given}",
                            "inference: --requests-per-day, --tokens-per-day or --rate; training: "
-                           "--train-tokens or --hours-per-month")  # fmt: skip
+                           "--train-tokens or --hours-per-month")
     if not serve and not train:
         raise GpuwiseError("no workload given", "inference: --requests-per-day N (or "
-                           "--tokens-per-day); training: --train-tokens N (or --hours-per-month)")  # fmt: skip
+                           "--tokens-per-day); training: --train-tokens N (or --hours-per-month)")
     measured = kw["measured_util"]
     mu = measured_utilisation(measured) if measured is not None else None
     if train:
         return TrainLoad(kw["train_tokens"], kw["hours_per_month"], kw["deadline_hours"], mu)
     common = {"tpot_ms": kw["latency_ms"], "ttft_ms": kw["ttft_ms"],
               "max_utilisation": parse_fraction(kw["utilisation"], "utilisation"),
-              "hours_per_day": kw["hours_per_day"], "measured_util": mu}  # fmt: skip
+              "hours_per_day": kw["hours_per_day"], "measured_util": mu}
     if kw["tokens_per_day"] is not None:
         return ServeLoad.from_tokens_per_day(kw["tokens_per_day"], kw["prompt"], kw["output"],
-                                             **common)  # fmt: skip
+                                             **common)
     per_day = kw["requests_per_day"]
     if kw.get("request_rate") is not None:  # requests a second while the service runs
         check_number(kw["request_rate"], "--rate", 1e9)
@@ -180,21 +180,21 @@ def measured_utilisation(text: str) -> float:
     busy = summarize(read_log([text])).gpu_util_percent
     if busy is None:
         raise GpuwiseError(f"the watch log {shown(text)} has no GPU utilisation readings",
-                           "a CPU-only job? pass the busy share itself, e.g. --measured-utilization 0.3")  # fmt: skip
+                           "a CPU-only job? pass the busy share itself, e.g. --measured-utilization 0.3")
     return parse_fraction(busy / 100, f"the GPU utilisation in {shown(text)}")
 
 
 def training_plan(kw: dict[str, Any]) -> TrainingPlan:
     return TrainingPlan(batch=kw["batch"], seq=kw["seq"], dtype=kw["dtype"],
                         optimizer=kw["optimizer"], finetune=kw["finetune"],
-                        lora_rank=kw["lora_rank"], checkpointing=kw["checkpointing"])  # fmt: skip
+                        lora_rank=kw["lora_rank"], checkpointing=kw["checkpointing"])
 
 
 def _target(load: ServeLoad | TrainLoad) -> str:
     if isinstance(load, TrainLoad):
         return f"the month's tokens trained within {load.limit_hours:,.0f} h"
     parts = ([f"<= {load.tpot_ms:g} ms per output token"] if load.tpot_ms else []) + (
-        [f"first token <= {load.ttft_ms:g} ms"] if load.ttft_ms else [])  # fmt: skip
+        [f"first token <= {load.ttft_ms:g} ms"] if load.ttft_ms else [])
     return ", ".join(parts) if parts else "the load (no latency target given)"
 
 
@@ -204,16 +204,16 @@ RUNTIME_AUTO = "vllm on GPUs, llama.cpp on CPUs and Macs"
 def _header(model: ResolvedModel, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> Header:
     if isinstance(load, TrainLoad):
         amount = (f"{format_count(load.tokens_per_month)} tokens/month" if load.tokens_per_month
-                  else f"{load.hours_per_month:g} h/month")  # fmt: skip
+                  else f"{load.hours_per_month:g} h/month")
         text = (f"training {model.name}: {amount}, batch {kw['batch']} x seq {kw['seq']}, "
-                f"{kw['dtype']}, {kw['optimizer']}, {kw['finetune']}")  # fmt: skip
+                f"{kw['dtype']}, {kw['optimizer']}, {kw['finetune']}")
     else:
         text = (f"serving {model.name}: {load.requests_per_day:,.0f} requests/day "
                 f"({format_count(load.tokens_per_month)} tokens/month) of {load.prompt_tokens} "
                 f"prompt + {load.output_tokens} generated tokens over {load.hours_per_day:g} "
                 f"h/day; each replica at {load.max_utilisation:.0%} of the highest rate it "
                 f"serves within the targets (simulated); runtime "
-                f"{RUNTIME_AUTO if kw['runtime'] == 'auto' else kw['runtime']}")  # fmt: skip
+                f"{RUNTIME_AUTO if kw['runtime'] == 'auto' else kw['runtime']}")
     if load.measured_util is not None:
         text += f"; measured utilisation {load.measured_util:.0%}"
     return Header(model.name, load, "training" if isinstance(load, TrainLoad) else "inference",
@@ -233,10 +233,10 @@ def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
         options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
-                                  limit, skipped, deployment(model, kw))  # fmt: skip
+                                  limit, skipped, deployment(model, kw))
     if not options:
         raise GpuwiseError(f"{model.name} fits on no priced hardware for this workload",
-                           "try --weights int4, a shorter --prompt/--seq, or LoRA")  # fmt: skip
+                           "try --weights int4, a shorter --prompt/--seq, or LoRA")
     result = advise(options, a, load.measured_util, _target(load), skipped)
     return AdviceAnswer(_header(model, load, kw), result, a, isinstance(load, TrainLoad))
 
@@ -250,7 +250,7 @@ def _considered(kw: dict[str, Any]) -> list[Candidate]:
     for name in (n.strip() for n in kw["on"].split(",") if n.strip()):
         local = name.lower() == "local"
         out.append(candidate(hardware_named(name), kw["local_price"] if local else None, None,
-                             kw["local_power_w"] if local else None))  # fmt: skip
+                             kw["local_power_w"] if local else None))
     return out
 
 
@@ -261,7 +261,7 @@ def deployment(model: ResolvedModel, kw: dict[str, Any]) -> InferencePlan:
                    attention=kw.get("attention") or "sdpa",
                    gpu_memory_utilization=kw.get("gpu_memory_utilization"),
                    threads=kw.get("threads"), quant_kernel=kw.get("quant_kernel") or "",
-                   gpu_layers=kw.get("gpu_layers"), weights=kw["weights"])  # fmt: skip
+                   gpu_layers=kw.get("gpu_layers"), weights=kw["weights"])
     return build_plan(model, d, Workload(1, kw["prompt"], kw["output"])).plan
 
 
@@ -270,7 +270,7 @@ def _mode(kw: dict[str, Any]) -> str | None:
     if len(chosen) > 1:
         raise GpuwiseError("choose one of --owned, --rent, --reserved", "")
     return {"owned": "owned", "rent": "on-demand", "reserved": "reserved"}.get(
-        chosen[0] if chosen else "")  # fmt: skip
+        chosen[0] if chosen else "")
 
 
 def cost_option(kw: dict[str, Any]) -> CostAnswer:
@@ -284,22 +284,22 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
     hw = hardware_named(kw["on"])
     local = hw.source == "detected"
     cand = candidate(hw, kw["local_price"] if local else kw["price"], kw["rate"],
-                     kw["local_power_w"] if local else None)  # fmt: skip
+                     kw["local_power_w"] if local else None)
     if isinstance(load, TrainLoad):
         sizing = size_training(arch, training_plan(kw), load, cand)
     else:
         sizing = size_serving_simulated(arch, load, cand, kw["weights"], kw["runtime"],
-                                        deployment(model, kw))  # fmt: skip
+                                        deployment(model, kw))
     if isinstance(sizing, str):
         raise GpuwiseError(f"no {model.name} option on {hw.name}: {sizing}",
-                           f"see `gpuwise check {kw['model']} --on {kw['on']}`")  # fmt: skip
+                           f"see `gpuwise check {kw['model']} --on {kw['on']}`")
     options = price_options(sizing, a, kw["max_kw"])
     mode = _mode(kw) or (options[0].cost.mode if options else "owned")
     picked = [o for o in options if o.cost.mode == mode]
     if not picked:
         what = "purchase price" if mode == "owned" else "cloud price"
         raise GpuwiseError(f"{hw.name} has no {what} in the catalogue",
-                           "pass --price USD (buy) or --rate USD/h (rent)")  # fmt: skip
+                           "pass --price USD (buy) or --rate USD/h (rent)")
     header = replace(header, title=f"{header.title} on {cand.name}, {mode}")
     return CostAnswer(header, picked[0], a, isinstance(load, TrainLoad))
 
@@ -308,6 +308,6 @@ def _api_option(load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> Option:
     prices = api_prices(kw["api_price_per_mtok"])
     if prices is None or isinstance(load, TrainLoad):
         raise GpuwiseError("--on api needs an inference load and --api-price-per-mtok",
-                           "gpuwise keeps no prices for named API vendors: give yours")  # fmt: skip
+                           "gpuwise keeps no prices for named API vendors: give yours")
     return Option(None, api_cost(load.input_tokens_per_month, load.output_tokens_per_month,
-                                 *prices, load.requests_per_month))  # fmt: skip
+                                 *prices, load.requests_per_month))

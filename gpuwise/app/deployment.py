@@ -58,7 +58,7 @@ def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload)
     gpus = d.tp if d.gpus is None else d.gpus
     if gpus < 1 or gpus % max(1, d.tp):
         raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {d.tp}",
-                           "each replica runs on --tp devices")  # fmt: skip
+                           "each replica runs on --tp devices")
     chosen = plan_weights(model, d.runtime, d.weights)
     plan = InferencePlan(batch=workload.batch, prompt_tokens=workload.prompt_tokens,
                          new_tokens=workload.new_tokens, weights=chosen["weights"],
@@ -67,5 +67,5 @@ def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload)
                          context_alloc=d.ctx, gpu_memory_utilization=d.gpu_memory_utilization,
                          threads=d.threads, quant_kernel=d.quant_kernel, gpu_layers=d.gpu_layers, tp=d.tp,
                          allocator=d.allocator, fuse_layers=d.fuse_layers,
-                         expandable_segments=d.expandable_segments)  # fmt: skip
+                         expandable_segments=d.expandable_segments)
     return Planned(plan, chosen["source"], gpus // d.tp)

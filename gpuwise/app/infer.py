@@ -58,7 +58,7 @@ class InferAnswer:
 
 
 def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
-          weights_source: str = "", replicas: int = 1) -> InferAnswer:  # fmt: skip
+          weights_source: str = "", replicas: int = 1) -> InferAnswer:
     """Memory, what fits, and (where the device has rates) prefill and decode time, the time
     over `tp` tensor-parallel devices. Options the runtime ignores are among the memory
     estimate's notes."""
@@ -66,7 +66,7 @@ def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     check_tp_degree(arch, tp)
     found = InferenceFits(fits.max_inference_batch(arch, plan, hw), fits.max_context(arch, plan, hw),
                           fits.precision_that_fits(arch, plan, hw),
-                          fits.devices_for_inference(arch, plan, hw))  # fmt: skip
+                          fits.devices_for_inference(arch, plan, hw))
     rates, how = rates_for(hw)
     host = offload_host(plan, hw)
     timing = estimate_inference_time(arch, plan, rates, tp=tp, host=host) if rates else None
@@ -74,20 +74,20 @@ def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing and tp == 1 else None
     memory = estimate_inference(arch, plan, hw)
     memory = replace(memory, notes=(*memory.notes, *ignored_options(plan), *tp_notes(plan),
-                                    *replica_notes(replicas)))  # fmt: skip
+                                    *replica_notes(replicas)))
     faults = page_faults_s(arch, plan, rates, timing, tp, host) if rates and timing else None
     return InferAnswer(model, arch, hw, plan, weights_source or f"estimated ({plan.weights})",
-                       memory, found, timing, how, curve, fp32, rates, tp, faults, replicas)  # fmt: skip
+                       memory, found, timing, how, curve, fp32, rates, tp, faults, replicas)
 
 
 def page_faults_s(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
                   timing: InferenceTime, tp: int = 1,
-                  host: DeviceRates | None = None) -> dict[str, float]:  # fmt: skip
+                  host: DeviceRates | None = None) -> dict[str, float]:
     """Seconds of prefill and of a decode step that are page faults at the probed first-touch
     rate: the estimate less the same estimate charging none (0 off a probed CPU)."""
     quiet = estimate_inference_time(arch, plan, without_faults(rates), tp=tp, host=host)
     return {"prefill": timing.prefill_s - quiet.prefill_s,
-            "decode": timing.decode_s_per_token - quiet.decode_s_per_token}  # fmt: skip
+            "decode": timing.decode_s_per_token - quiet.decode_s_per_token}
 
 
 def tp_notes(plan: InferencePlan) -> tuple[str, ...]:
@@ -97,7 +97,7 @@ def tp_notes(plan: InferencePlan) -> tuple[str, ...]:
         return ()
     if runtime_unit(plan.runtime).shards_memory:
         return (f"--tp {tp}: the time is of {tp} devices splitting each layer (their "
-                "all-reduces included); the memory is one device's share",)  # fmt: skip
+                "all-reduces included); the memory is one device's share",)
     return (f"--tp {tp}: the time is of {tp} devices splitting each layer (their all-reduces "
             "included); the memory is the whole model's on one device (see 'devices needed')",)
 
@@ -129,7 +129,7 @@ def offload_host(plan: InferencePlan, hw: Hardware) -> DeviceRates | None:
 
 
 def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
-                     rates: DeviceRates, tp: int = 1) -> list[ThroughputPoint]:  # fmt: skip
+                     rates: DeviceRates, tp: int = 1) -> list[ThroughputPoint]:
     """Decode tokens/s as the batch doubles, until memory runs out."""
     curve = []
     batch = 1
@@ -144,7 +144,7 @@ def throughput_curve(arch: Architecture, plan: InferencePlan, hw: Hardware,
 
 
 def _fp32(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
-          own: InferenceTime) -> Fp32Alternative[InferenceTime] | None:  # fmt: skip
+          own: InferenceTime) -> Fp32Alternative[InferenceTime] | None:
     fp32 = fp32_inference(arch, plan, rates, own)
     if fp32 is None:
         return None

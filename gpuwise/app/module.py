@@ -56,7 +56,7 @@ class ModuleEstimate:
 def from_module(model: Any, example_inputs: Any, *, training: bool = False,
                 dtype: str | None = None, optimizer: str = "adamw",
                 loss_fn: Callable[[Any], Any] | None = None, on: str | Hardware = "local",
-                name: str | None = None) -> ModuleEstimate:  # fmt: skip
+                name: str | None = None) -> ModuleEstimate:
     """Estimate any torch.nn.Module's memory and time without running it for real.
 
     The module is traced on the meta device (no memory allocated, its weights untouched and
@@ -69,7 +69,7 @@ def from_module(model: Any, example_inputs: Any, *, training: bool = False,
     hw = on if isinstance(on, Hardware) else hardware_named(on)
     traced = trace_module(model, example_inputs, training=training, dtype=dtype,
                           loss_fn=loss_fn, optimizer=optimizer, name=name,
-                          device_kind=hw.kind)  # fmt: skip
+                          device_kind=hw.kind)
     memory = estimate_module_memory(traced, hw, optimizer)
     rates, how = rates_for(hw)
     timing = estimate_module_time(traced, rates, optimizer) if rates is not None else None
@@ -78,7 +78,7 @@ def from_module(model: Any, example_inputs: Any, *, training: bool = False,
 
 def module_from_factory(factory: str, inputs: list[str], batch: int | None, *, training: bool,
                         dtype: str | None, optimizer: str,
-                        on: str) -> tuple[ModuleEstimate, list[str]]:  # fmt: skip
+                        on: str) -> tuple[ModuleEstimate, list[str]]:
     """`gpuwise module`: build the module from `package.module:function`, trace it on the
     inputs given (or its own), estimate; the estimate and the inputs' labels."""
     build = load_factory(factory)
@@ -86,8 +86,8 @@ def module_from_factory(factory: str, inputs: list[str], batch: int | None, *, t
         made = build()
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's factory failed: one line
         raise GpuwiseError(f"{factory}() failed: {type(exc).__name__}: {str(exc)[:200]}",
-                           "the factory must build the module without arguments") from None  # fmt: skip
+                           "the factory must build the module without arguments") from None
     model, example, labels = examples(made, inputs, batch)
     est = from_module(model, example, training=training, dtype=dtype, optimizer=optimizer, on=on,
-                      name=factory.partition(":")[2])  # fmt: skip
+                      name=factory.partition(":")[2])
     return est, labels

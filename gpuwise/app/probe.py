@@ -34,7 +34,7 @@ class ProbeAnswer:
 
 
 def probe(quick: bool, repeat: int = 1, progress: Progress | None = None,
-          runtime: str = "transformers") -> ProbeAnswer:  # fmt: skip
+          runtime: str = "transformers") -> ProbeAnswer:
     """`runtime` "llama.cpp" also times llama.cpp here (llama-cpp-python installed): the
     runtime's own part of the probe (estimate/runtimes/: `probe_part`)."""
     own_part = _probe_part(runtime)
@@ -76,12 +76,12 @@ def _probe_part(runtime: str) -> str:
     probed = {u.id: u.probe_part for u in runtime_units().values() if u.probe_part is not None}
     if runtime not in probed:
         raise GpuwiseError(f"the probe measures no {runtime!r} runtime",
-                           f"choose one of: {', '.join(probed)}")  # fmt: skip
+                           f"choose one of: {', '.join(probed)}")
     return probed[runtime]
 
 
 def _one_of(progress: Progress | None, i: int, repeat: int,
-            share: float = 1.0) -> Progress | None:  # fmt: skip
+            share: float = 1.0) -> Progress | None:
     """Progress of probe i of `repeat` on one bar, of which they take `share`."""
     if progress is None:
         return None

@@ -47,9 +47,9 @@ class ReproAnswer:
 def ray_cluster(address: str | None, cpus: float, gpus: float | None) -> RayCluster:
     """A Ray cluster to run replicas on (connect with `with`); each number is checked first."""
     check_number(cpus, "--ray-cpus", MAX_RAY_CPUS, zero_ok=True,
-                 hint="CPUs each replica asks Ray for, for example 1")  # fmt: skip
+                 hint="CPUs each replica asks Ray for, for example 1")
     check_number(gpus, "--ray-gpus", MAX_RAY_GPUS, zero_ok=True,
-                 hint="GPUs each replica asks Ray for, for example 1 (or 0.5 to share one)")  # fmt: skip
+                 hint="GPUs each replica asks Ray for, for example 1 (or 0.5 to share one)")
     return RayCluster(RaySettings(address or None, cpus, gpus))
 
 
@@ -67,16 +67,16 @@ def new_study(command: tuple[str, ...], conditions: str, **settings: Any) -> Stu
     checked before anything runs or any file is opened."""
     check_count(settings.get("runs", 1), "--runs", MAX_RUNS, hint="use --runs 5 or more")
     check_count(settings.get("parallel", 1), "--parallel", MAX_PARALLEL,
-                hint="runs at a time; more than one per core does not help")  # fmt: skip
+                hint="runs at a time; more than one per core does not help")
     check_number(settings.get("timeout_s"), "--timeout", MAX_TIMEOUT_S,
-                 hint="seconds before a run is killed; leave it out for no limit")  # fmt: skip
+                 hint="seconds before a run is killed; leave it out for no limit")
     return Study(command=command, conditions=parse_conditions(conditions),
-                 threads=tuple(thread_choices()), **settings)  # fmt: skip
+                 threads=tuple(thread_choices()), **settings)
 
 
 def repro(study: Study, fresh: bool, gpu: bool, detect: tuple[dict[str, float], bool],
           alpha: float, power: float, progress: RunProgress | None = None,
-          cluster: RayCluster | None = None) -> ReproAnswer:  # fmt: skip
+          cluster: RayCluster | None = None) -> ReproAnswer:
     """Run what the results file lacks (here, or as Ray tasks on `cluster`, connected), then
     analyse every run of the study."""
     if cluster is not None:
@@ -85,11 +85,11 @@ def repro(study: Study, fresh: bool, gpu: bool, detect: tuple[dict[str, float], 
         records = run_study(study, progress, fresh=fresh)
     grouped = condition_runs(records, study.conditions)
     analysis = analyze(grouped, deterministic_conditions(gpu, grouped), detect[0], detect[1],
-                       alpha, power)  # fmt: skip
+                       alpha, power)
     notes = sorted({str(r.get("energy_note")) for r in records if r.get("energy_note")})
     ray = None if cluster is None else {
         "address": cluster.address, "cpus_per_replica": cluster.cpus,
-        "gpus_per_replica": cluster.gpus, "nodes": len(cluster.nodes)}  # fmt: skip
+        "gpus_per_replica": cluster.gpus, "nodes": len(cluster.nodes)}
     return ReproAnswer(study, analysis, notes, tuple(grouped), placement(records), ray)
 
 

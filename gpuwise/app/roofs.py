@@ -26,7 +26,7 @@ def spec_roof(hw: Hardware) -> Roof | None:
     if not hw.memory_bandwidth_gbs or not hw.peak_tflops:
         return None
     return Roof("spec", f"{hw.name} datasheet", hw.memory_bandwidth_gbs * 1e9,
-                {k: v * 1e12 for k, v in hw.peak_tflops.items() if v})  # fmt: skip
+                {k: v * 1e12 for k, v in hw.peak_tflops.items() if v})
 
 
 def roofs_for(hw: Hardware) -> tuple[Roof, ...]:

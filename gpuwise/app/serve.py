@@ -69,15 +69,15 @@ def _check_load(load: Load, slo: Slo, gpus: int, tp: int, shared_prefix: int = 0
     if len(given) != 1 and not (len(given) == 2 and load.rate is None):
         raise GpuwiseError("give one of --rate, --concurrency or --trace (or --concurrency "
                            "with --trace: clients that send the trace's requests in turn)",
-                           "--rate for arrivals at random, --concurrency for clients that wait")  # fmt: skip
+                           "--rate for arrivals at random, --concurrency for clients that wait")
     if load.trace is None and "trace" in (load.lengths.prompt_dist, load.lengths.output_dist):
         raise GpuwiseError("a length distribution 'trace' needs --trace",
-                           "fixed, uniform or normal around --prompt and --new-tokens")  # fmt: skip
+                           "fixed, uniform or normal around --prompt and --new-tokens")
     if load.concurrency is not None:
         check_count(load.concurrency, "--concurrency", 1 << 16)
     if shared_prefix:
         check_count(shared_prefix, "--shared-prefix", load.lengths.prompt, low=0,
-                    hint="the shared part of a prompt is at most --prompt tokens")  # fmt: skip
+                    hint="the shared part of a prompt is at most --prompt tokens")
     if load.duration_s is not None:
         check_number(load.duration_s, "--duration", 1e7)
     for name, value in (("--ttft-ms", slo.ttft_s), ("--tpot-ms", slo.tpot_s)):
@@ -85,7 +85,7 @@ def _check_load(load: Load, slo: Slo, gpus: int, tp: int, shared_prefix: int = 0
             check_number(value * 1e3, name, 1e9)
     if gpus % tp:
         raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {tp}",
-                           "each replica runs on --tp devices")  # fmt: skip
+                           "each replica runs on --tp devices")
 
 
 def requests_for(load: Load, replicas: int) -> tuple[list[Request], int]:
@@ -102,7 +102,7 @@ def requests_for(load: Load, replicas: int) -> tuple[list[Request], int]:
     if load.concurrency is not None:
         clients = max(1, load.concurrency // replicas)
         return [Request(0.0, p, o) for p, o in closed_loop_lengths(load.requests, lengths,
-                                                                   load.seed)], clients  # fmt: skip
+                                                                   load.seed)], clients
     rate = (load.rate if load.rate is not None else 0.0) / replicas
     count = load.requests
     if load.duration_s is not None:
@@ -112,12 +112,12 @@ def requests_for(load: Load, replicas: int) -> tuple[list[Request], int]:
 
 def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: InferencePlan,
           opts: ReplicaOptions, load: Load, slo: Slo, gpus: int = 1, do_sweep: bool = False,
-          progress: Progress | None = None) -> ServeAnswer:  # fmt: skip
+          progress: Progress | None = None) -> ServeAnswer:
     _check_load(load, slo, gpus, opts.tp, opts.shared_prefix)
     rates, how = rates_for(hw)
     if rates is None:
         raise GpuwiseError(f"no speed figures for {hw.name}: {how}",
-                           "run `gpuwise probe` here, or pick catalogue hardware")  # fmt: skip
+                           "run `gpuwise probe` here, or pick catalogue hardware")
     engine = build_engine(arch, plan, hw, rates, opts)
     replicas = max(1, gpus // opts.tp)
     reqs, clients = requests_for(load, replicas)
@@ -128,7 +128,7 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     costs = load_costs()
     tdp = hw.tdp_w * opts.tp
     power = Power(tdp * costs.busy_power_fraction, tdp * costs.idle_power_fraction,
-                  tdp * costs.memory_power_fraction) if tdp > 0 else None  # fmt: skip
+                  tdp * costs.memory_power_fraction) if tdp > 0 else None
     if progress:
         progress("simulating", 0.0)
     result = scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)
@@ -137,15 +137,15 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
         one = sweep(engine, load.lengths, min(load.requests, 2000), slo, load.seed, progress)
         swept = for_replicas(one, replicas)
     return ServeAnswer(model, arch, hw, plan, opts, load, slo, replicas, how, alone, result,
-                       engine.kv_blocks * engine.block_tokens, swept)  # fmt: skip
+                       engine.kv_blocks * engine.block_tokens, swept)
 
 
 def _check_slo(slo: Slo, alone: NoLoad) -> None:
     """A target below what one request alone takes can never be met: say so, with the figure."""
     for name, target, seconds in (("--ttft-ms", slo.ttft_s, alone.ttft_s),
-                                  ("--tpot-ms", slo.tpot_s, alone.tpot_s)):  # fmt: skip
+                                  ("--tpot-ms", slo.tpot_s, alone.tpot_s)):
         if target is not None and target < seconds:
             raise GpuwiseError(f"{name} {target * 1e3:g} can never be met: one request alone "
                                f"takes {seconds * 1e3:.3g} ms", "raise the target, or serve on "
-                               "faster hardware or a faster runtime")  # fmt: skip
+                               "faster hardware or a faster runtime")
 

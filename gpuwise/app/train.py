@@ -58,25 +58,25 @@ class TrainAnswer:
 
 
 def train(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: TrainingPlan,
-          train_tokens: float = 0) -> TrainAnswer:  # fmt: skip
+          train_tokens: float = 0) -> TrainAnswer:
     """Memory, what fits, and (where the device has rates) the step's time and its faults."""
     check_tensor_parallel(arch, plan)
     check_number(train_tokens, "--train-tokens", MAX_TRAIN_TOKENS, zero_ok=True,
-                 hint="give the number of tokens to train on, e.g. 2e9 (0: none)")  # fmt: skip
+                 hint="give the number of tokens to train on, e.g. 2e9 (0: none)")
     found = TrainingFits(fits.max_training_batch(arch, plan, hw),
                          fits.devices_for_training(arch, plan, hw),
-                         estimate_training(arch, replace(plan, checkpointing=True), hw).total_bytes)  # fmt: skip
+                         estimate_training(arch, replace(plan, checkpointing=True), hw).total_bytes)
     rates, how = rates_for(hw)
     timing = estimate_training_time(arch, plan, rates) if rates else None
     faults = _faults(arch, plan, rates, timing)
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
     memory = estimate_training(arch, plan, hw)  # its notes say how compile's layers are saved
     return TrainAnswer(model, arch, hw, plan, memory, found, timing, how, faults, fp32,
-                       train_tokens)  # fmt: skip
+                       train_tokens)
 
 
 def _faults(arch: Architecture, plan: TrainingPlan, rates: DeviceRates | None,
-            timing: TrainingTime | None) -> PageFaults:  # fmt: skip
+            timing: TrainingTime | None) -> PageFaults:
     if rates is None or timing is None:
         return PageFaults(0.0, None, 0.0)
     fault_s = step_fault_s(arch, plan, rates, timing)
@@ -86,7 +86,7 @@ def _faults(arch: Architecture, plan: TrainingPlan, rates: DeviceRates | None,
 
 
 def _fp32(arch: Architecture, plan: TrainingPlan, hw: Hardware, rates: DeviceRates,
-          own: TrainingTime) -> Fp32Alternative[TrainingTime] | None:  # fmt: skip
+          own: TrainingTime) -> Fp32Alternative[TrainingTime] | None:
     fp32 = fp32_training(arch, plan, rates, own.step_s)
     if fp32 is None:
         return None

@@ -20,7 +20,7 @@ LIVE_ALLOCATOR = "glibc-mmap64k"  # the diagnostic reading: the resident set tra
 def validate(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
              quiet: bool = False, memory: bool = True, timing: bool = True,
              repeats: int = 5, memory_passes: int = MEMORY_PASSES,
-             live: bool = True) -> dict[str, Any]:  # fmt: skip
+             live: bool = True) -> dict[str, Any]:
     """Measure the plan in fresh processes (torch needed); both sides and the errors. On a
     CPU the memory is the median of `memory_passes` processes under the plan's allocator, and
     with `live` one more under glibc pinned (the live tensors: a diagnostic)."""
@@ -41,15 +41,15 @@ def plan_kwargs(plan: InferencePlan | TrainingPlan, device: str) -> dict[str, An
     if isinstance(plan, InferencePlan):
         return dict(batch=plan.batch, prompt_tokens=plan.prompt_tokens,
                     new_tokens=plan.new_tokens, dtype=plan.weights, attention=plan.attention,
-                    kv_dtype=plan.kv_dtype, device=device)  # fmt: skip
+                    kv_dtype=plan.kv_dtype, device=device)
     return dict(batch=plan.batch, seq=plan.seq, dtype=plan.dtype, optimizer=plan.optimizer,
                 checkpointing=plan.checkpointing, attention=plan.attention,
                 finetune=plan.finetune, lora_rank=plan.lora_rank,
-                lora_targets=plan.lora_targets, device=device)  # fmt: skip
+                lora_targets=plan.lora_targets, device=device)
 
 
 def _memory(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
-            hw: Any, device: str, passes: int, live: bool) -> dict[str, Any]:  # fmt: skip
+            hw: Any, device: str, passes: int, live: bool) -> dict[str, Any]:
     from gpuwise.estimate.memory.training import estimate_training
     from gpuwise.measure.runs import memory_run as realrun
 
@@ -61,17 +61,17 @@ def _memory(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
         est = estimate_training(arch, plan, hw)
         measure = realrun.measure_training
     runs = sorted((measure(config, allocator=plan.allocator, **kwargs) for _ in range(passes)),
-                  key=lambda m: m.model_bytes)  # fmt: skip
+                  key=lambda m: m.model_bytes)
     measured = runs[len(runs) // 2]  # the median process
     slack = est.breakdown.get("allocator", 0)
     extra: dict[str, Any] = {"allocator": plan.allocator, "estimated_allocator_bytes": slack,
                              "measured_passes_model_bytes": [m.model_bytes for m in runs],
-                             "measured_malloc": measured.malloc}  # fmt: skip
+                             "measured_malloc": measured.malloc}
     if live:
         tensors = measure(config, allocator=LIVE_ALLOCATOR, **kwargs).model_bytes
         extra["live"] = {"allocator": LIVE_ALLOCATOR, "estimated": est.model_bytes - slack,
                          "measured": tensors,
-                         "error": (est.model_bytes - slack - tensors) / tensors}  # fmt: skip
+                         "error": (est.model_bytes - slack - tensors) / tensors}
     return extra | {
         "device": measured.device, "runtime": est.runtime,
         "estimated_total_bytes": est.total_bytes, "estimated_model_bytes": est.model_bytes,
@@ -84,11 +84,11 @@ def _memory(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
         "error": (est.model_bytes - measured.model_bytes) / measured.model_bytes,
         "versions": {"torch": measured.torch_version,
                      "transformers": measured.transformers_version},
-    }  # fmt: skip
+    }
 
 
 def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | TrainingPlan,
-            hw: Any, device: str, repeats: int) -> dict[str, Any]:  # fmt: skip
+            hw: Any, device: str, repeats: int) -> dict[str, Any]:
     from gpuwise.measure.runs import time_run as timerun
 
     rates, how = rates_for(hw)
@@ -115,12 +115,12 @@ def _timing(config: dict[str, Any], arch: Architecture, plan: InferencePlan | Tr
         if why_not:
             rows[key]["unmeasured"] = why_not
     slow = (slow_faults_step_s(arch, plan, rates)
-            if rates is not None and isinstance(plan, TrainingPlan) else None)  # fmt: skip
+            if rates is not None and isinstance(plan, TrainingPlan) else None)
     if slow is not None:  # the top of the range on a VM whose first touch slows
         rows["step_s"]["estimated_slow_faults"] = slow
     return {"time": rows, "time_rates": how, "time_machine_vs_probe": drift,
             "time_source": rates.source if rates is not None else None,
-            "time_repeats": measured.repeats, "time_threads": measured.threads}  # fmt: skip
+            "time_repeats": measured.repeats, "time_threads": measured.threads}
 
 
 def _not_a_reading(seconds: float | None) -> str:

@@ -33,7 +33,7 @@ def judge_logs(paths: list[str]) -> WatchAnswer:
     summary = summarize(log)
     meta = {"log": ", ".join(paths), "cmd": log.header.get("cmd"), "gpus": log.header.get("gpus"),
             "exit_code": (log.end or {}).get("exit_code"), "unavailable": log.unavailable,
-            "notes": list(log.notes)}  # fmt: skip
+            "notes": list(log.notes)}
     return WatchAnswer(summary, verdict(summary), meta, log)
 
 
@@ -46,7 +46,7 @@ def open_exporter(spec: str) -> MetricsServer:
 def run_job(cmd: list[str], path: Path, options: dict[str, Any],
             on_records: OnRecords | None = None, exporter: MetricsServer | None = None,
             job_name: str | None = None,
-            on_serving: Callable[[str], None] | None = None) -> int:  # fmt: skip
+            on_serving: Callable[[str], None] | None = None) -> int:
     """Run the job to completion, logging to `path`; its exit code. With `exporter`, its
     metrics are served there from the log (labelled `job_name`) while it runs;
     `on_serving(url)` is told once the job has started and the metrics are served."""
@@ -65,4 +65,4 @@ def run_job(cmd: list[str], path: Path, options: dict[str, Any],
         return run_watched(cmd, path, **options, **extra).exit_code
     tail = LogTail(path)
     return run_watched(cmd, path, **options, **extra,
-                       tick=lambda s: on_records(tail.read_new(), s.latest)).exit_code  # fmt: skip
+                       tick=lambda s: on_records(tail.read_new(), s.latest)).exit_code

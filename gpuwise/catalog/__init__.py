@@ -7,4 +7,4 @@ from gpuwise.catalog.models import ModelEntry, ResolvedModel, load_models, resol
 __all__ = [
     "Hardware", "ModelEntry", "ResolvedModel", "WeightFormat", "dtype_bytes", "find_hardware",
     "load_hardware", "load_models", "resolve_model", "weight_format",
-]  # fmt: skip
+]

@@ -71,7 +71,7 @@ def allocator_choices() -> dict[str, AllocatorChoice]:
     """Every allocator a plan may name, by name; the first is the default (glibc's)."""
     names = [key.removeprefix(PREFIX) for key in data_file(FILE) if key.startswith(PREFIX)]
     return {name: sourced_record(AllocatorChoice, FILE, PREFIX + name, name=name)
-            for name in names}  # fmt: skip
+            for name in names}
 
 
 def allocator_choice(name: str) -> AllocatorChoice:

@@ -57,6 +57,6 @@ def thread_watts(vendor: str) -> ThreadWatts:
         idle, busy = values["intel"]
         return ThreadWatts(key or "unknown", float(idle), float(busy),
                            f"no coefficients for vendor {vendor!r}: Intel's, the higher; "
-                           + sources["intel"])  # fmt: skip
+                           + sources["intel"])
     idle, busy = values[key]
     return ThreadWatts(key, float(idle), float(busy), sources[key])

@@ -50,4 +50,4 @@ def config_ranges() -> dict[str, ConfigRange]:
     """Every range by name (hidden_size, num_layers, experts, ...)."""
     values, sources = sourced_section(FILE, "config")
     return {name: ConfigRange(name=name, source=sources[name], **spec)
-            for name, spec in values.items()}  # fmt: skip
+            for name, spec in values.items()}

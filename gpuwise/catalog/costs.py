@@ -16,7 +16,7 @@ from gpuwise.errors import GpuwiseError
 
 SCALARS = ("electricity_usd_per_kwh", "pue", "depreciation_years", "hosting_usd_per_kw_month",
            "ops_usd_per_device_year", "idle_power_fraction", "busy_power_fraction",
-           "memory_power_fraction", "grid_gco2_per_kwh", "reserved_discount")  # fmt: skip
+           "memory_power_fraction", "grid_gco2_per_kwh", "reserved_discount")
 # (low, high) accepted for each override; fractions are 0-1.
 LIMITS = {
     "electricity_usd_per_kwh": (0.0, 10.0), "pue": (1.0, 5.0), "depreciation_years": (0.1, 30.0),
@@ -25,7 +25,7 @@ LIMITS = {
     "memory_power_fraction": (0.0, 1.5),
     "grid_gco2_per_kwh": (0.0, 2000.0), "reserved_discount": (0.0, 0.99),
     "host_power_fraction": (0.0, 10.0), "host_price_fraction": (0.0, 10.0),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,10 @@ def load_costs() -> CostAssumptions:
     data = _data()
     values = {k: float(data[k]["value"]) for k in SCALARS}
     sources = {k: Assumption(k, values[k], data[k]["source"], data[k]["date"], data[k]["flag"])
-               for k in SCALARS}  # fmt: skip
+               for k in SCALARS}
     host = data["host"]
     for key, flag in (("power_fraction", "--host-power-fraction"),
-                      ("price_fraction", "--host-price-fraction")):  # fmt: skip
+                      ("price_fraction", "--host-price-fraction")):
         for kind, rec in host.items():
             name = f"host_{key}[{kind}]"
             sources[name] = Assumption(name, float(rec[key]), rec["source"], rec["date"], flag)
@@ -98,7 +98,7 @@ def _checked(name: str, value: float, flag: str) -> float:
     low, high = LIMITS[name]
     if not low <= value <= high:  # NaN too
         raise GpuwiseError(f"{name.replace('_', ' ')} must be between {low:g} and {high:g}, "
-                           f"got {value:g} ({flag})", f"check the value given to {flag}")  # fmt: skip
+                           f"got {value:g} ({flag})", f"check the value given to {flag}")
     return value
 
 

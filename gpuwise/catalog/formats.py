@@ -64,7 +64,7 @@ def _format_named(name: str) -> WeightFormat | None:
     """The format a name or alias stands for (None: none); cached, as estimates ask often."""
     key = normalise_name(name)
     return next((f for f in _formats().values()
-                 if key in (f.id, normalise_name(f.id)) or key in f.aliases), None)  # fmt: skip
+                 if key in (f.id, normalise_name(f.id)) or key in f.aliases), None)
 
 
 def dtype_bytes(name: str) -> float:

@@ -53,7 +53,7 @@ def _from_record(rec: dict) -> Hardware:
     rec["aliases"] = tuple(rec.get("aliases", ()))
     known = set(Hardware.__dataclass_fields__)
     return Hardware(memory_bytes=int(memory_gib * GIB),
-                    **{k: v for k, v in rec.items() if k in known})  # fmt: skip
+                    **{k: v for k, v in rec.items() if k in known})
 
 
 @cache
@@ -78,6 +78,6 @@ def find_hardware(name: str) -> Hardware:
         return partial[0]
     if partial:
         raise GpuwiseError(f"{name.strip()} is ambiguous: one of {', '.join(hw.id for hw in partial)}",
-                           "name one of them (`gpuwise hardware` lists ids and aliases)")  # fmt: skip
+                           "name one of them (`gpuwise hardware` lists ids and aliases)")
     choices = [hw.id for hw in devices] + [a for hw in devices for a in hw.aliases]
     raise unknown_name_error("hardware", name, choices, "gpuwise hardware")

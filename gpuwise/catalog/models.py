@@ -85,7 +85,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
         path = path / "config.json"
         if file_type(path, "model config", PATH_HINT) is None:
             raise GpuwiseError(f"no config.json in {shown(path.parent)}",
-                               "pass a model folder that has one")  # fmt: skip
+                               "pass a model folder that has one")
     return read_config_json(path)
 
 
@@ -103,7 +103,7 @@ def _from_hub(repo_id: str) -> ResolvedModel:
     except HFValidationError:
         raise GpuwiseError(f"{shown(repo_id)!r} is not a model gpuwise knows nor a valid Hugging "
                            "Face repo id", "`gpuwise models` lists the known names; a hub id is "
-                           "owner/name, each at most 96 characters") from None  # fmt: skip
+                           "owner/name, each at most 96 characters") from None
     offline, fetch_error = _hub_unreachable(repo_id), ""
     if offline is None:
         try:
@@ -119,7 +119,7 @@ def _from_hub(repo_id: str) -> ResolvedModel:
     if offline is not None:
         fix = "unset HF_HUB_OFFLINE" if "HF_HUB_OFFLINE" in offline else "connect to the network"
         raise GpuwiseError(f"offline: {offline} (using the local hub cache, nothing cached for "
-                           f"{shown(repo_id)!r})", f"{fix}, or pass a path to a config.json")  # fmt: skip
+                           f"{shown(repo_id)!r})", f"{fix}, or pass a path to a config.json")
     raise GpuwiseError(
         f"could not fetch config.json for {shown(repo_id)!r} from the Hugging Face hub ({fetch_error}) "
         "and it is not in the local hub cache",
@@ -160,7 +160,7 @@ def _from_checkpoint(path: Path, kind: str) -> ResolvedModel:
     if ckpt.config is None:
         raise GpuwiseError(f"{shown(path)} has no config.json beside it: gpuwise needs the "
                            "architecture (layers, heads, sizes) for the KV cache and activations",
-                           "put the model's config.json in the same folder")  # fmt: skip
+                           "put the model's config.json in the same folder")
     name = path.stem if kind == "file" else path.name
     return ResolvedModel(name, ckpt.config, "checkpoint", str(path), checkpoint=ckpt)
 
@@ -171,7 +171,7 @@ def resolve_model(name: str) -> ResolvedModel:
         raise GpuwiseError("no model given", "name a model: `gpuwise models` lists them")
     if len(name) > MAX_NAME_CHARS:
         raise GpuwiseError(f"model name {shown(name)} is too long for a model, a path or a hub id",
-                           "name a model: `gpuwise models` lists them")  # fmt: skip
+                           "name a model: `gpuwise models` lists them")
     entry = find_catalogue_model(name)
     if entry:
         return ResolvedModel(entry.id, entry.load_config(), "catalogue", entry.hf_id, entry)
@@ -181,7 +181,7 @@ def resolve_model(name: str) -> ResolvedModel:
         if _reads_checkpoint(path, kind):
             return _from_checkpoint(path, kind)
         return ResolvedModel(path.stem if kind == "file" else path.name,
-                             read_config_file(path), "file", str(path))  # fmt: skip
+                             read_config_file(path), "file", str(path))
     if kind is not None:
         raise GpuwiseError(f"{shown(path)} is a {kind}, not a model file or folder", PATH_HINT)
     if name.endswith(".json") or name.startswith((".", "/", "~")):

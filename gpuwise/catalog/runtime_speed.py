@@ -13,7 +13,7 @@ from gpuwise.errors import GpuwiseError, unknown_name_error
 FILE = "runtime_speed.toml"
 # The name `--runtime` takes for each section (TOML keys avoid the dot).
 RUNTIME_IDS = {"transformers": "transformers", "compiled": "compiled", "vllm": "vllm",
-               "sglang": "sglang", "llama.cpp": "llama-cpp"}  # fmt: skip
+               "sglang": "sglang", "llama.cpp": "llama-cpp"}
 # llama.cpp's backend for each kind of device (hardware.toml `kind`).
 GGML_BACKENDS = {"cpu": "cpu", "gpu": "cuda", "apple": "metal"}
 
@@ -41,7 +41,7 @@ class RuntimeSpeed:
             runs = [rid for rid in RUNTIME_IDS if kind in runtime_speed(rid).devices]
             raise GpuwiseError(f"{self.id} does not run on {device} ({kind}): it runs on "
                                f"{', '.join(self.devices)}",
-                               f"on a {kind}, --runtime {' or '.join(runs)}")  # fmt: skip
+                               f"on a {kind}, --runtime {' or '.join(runs)}")
 
 
 @dataclass(frozen=True)

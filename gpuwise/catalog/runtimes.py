@@ -44,11 +44,11 @@ PROFILE_FAMILY = {
     "gemma2": "gemma2", "phi": "phi", "phi3": "phi3", "gpt_neox": "gpt_neox", "gpt2": "gpt2",
     "gpt_bigcode": "gpt_bigcode", "falcon": "falcon", "mixtral": "mistral",
     "qwen2_moe": "qwen2", "deepseek_v2": "llama", "deepseek_v3": "llama",
-}  # fmt: skip
+}
 
 
 def activation_profile(model_type: str, mode: str, attention: str, checkpointing: bool,
-                       dropout: bool) -> tuple[dict[str, Any], str]:  # fmt: skip
+                       dropout: bool) -> tuple[dict[str, Any], str]:
     """The saved-tensor profile for a family, and the attention it actually uses."""
     family = PROFILE_FAMILY.get(model_type, "llama")
     mode = {"fp16": "bf16", "mixed-fp16": "mixed-bf16"}.get(mode, mode)
@@ -58,7 +58,7 @@ def activation_profile(model_type: str, mode: str, attention: str, checkpointing
 
     def key(att: str) -> str:
         return (f"{family}/{mode}/{att}/{'ckpt' if checkpointing else 'full'}/"
-                f"{'dropout' if dropout else 'nodropout'}")  # fmt: skip
+                f"{'dropout' if dropout else 'nodropout'}")
 
     prof = profiles[key(attention)]
     if "unsupported" in prof:
@@ -68,7 +68,7 @@ def activation_profile(model_type: str, mode: str, attention: str, checkpointing
 
 
 def compiled_layer_profile(model_type: str, mode: str, attention: str,
-                           dropout: bool) -> dict[str, float] | None:  # fmt: skip
+                           dropout: bool) -> dict[str, float] | None:
     """Bytes per unit of each term that one decoder layer saves under torch.compile
     (AOTAutograd's min-cut partitioner, data/stacks.toml [compiled_layer]), for the families
     and settings the rules cover; None elsewhere (the eager profile stands in). Weight copies

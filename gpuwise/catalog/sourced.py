@@ -35,7 +35,7 @@ def sourced_section(file: str, section: str) -> tuple[dict[str, Any], dict[str, 
     if missing or stray:
         raise ValueError(f"catalog/data/{file} [{section}]: "
                          + (f"no source for {', '.join(missing)}" if missing else
-                            f"sources for values it lacks: {', '.join(stray)}"))  # fmt: skip
+                            f"sources for values it lacks: {', '.join(stray)}"))
     return values, sources
 
 

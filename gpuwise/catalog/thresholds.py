@@ -99,4 +99,4 @@ def probe_bounds(kind: str) -> ProbeBounds:
     matmul, matmul_sources = sourced_section(FILE, f"probe_{kind}_matmul_tflops")
     values, sources = sourced_section(FILE, f"probe_{kind}")
     return ProbeBounds(kind=kind, **values, matmul_tflops=matmul,
-                       sources=sources | {f"matmul_tflops.{d}": s for d, s in matmul_sources.items()})  # fmt: skip
+                       sources=sources | {f"matmul_tflops.{d}": s for d, s in matmul_sources.items()})

@@ -30,7 +30,7 @@ class TimeInterval:
         if not 0 < self.low <= 1 <= self.high:
             raise ValueError(f"{FILE}: the interval of {self.runtime} {self.phase} "
                              f"({self.source}), {self.low}-{self.high}, does not contain its "
-                             "estimate (ratio 1): run tools/write_time_intervals.py")  # fmt: skip
+                             "estimate (ratio 1): run tools/write_time_intervals.py")
 
     def around(self, seconds: float) -> tuple[float, float]:
         return seconds * self.low, seconds * self.high
@@ -47,7 +47,7 @@ def _intervals() -> dict[tuple[str, str, str], TimeInterval]:
     out = {}
     for rec in data_file(FILE).get("interval", []):
         iv = TimeInterval(rec["low"], rec["high"], rec["entries"], rec["runtime"], rec["phase"],
-                          rec["source"])  # fmt: skip
+                          rec["source"])
         out[(iv.runtime, iv.phase, iv.source)] = iv
     return out
 

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     _ignore_tiny_columns()
     try:
         app(args=_json_after_command(sys.argv[1:] if argv is None else argv),
-            standalone_mode=False)  # fmt: skip
+            standalone_mode=False)
     except GpuwiseError as exc:
         _fail(exc.message, exc.hint)
     except click_errors.UsageError as exc:

@@ -23,7 +23,7 @@ def claims(
              "pipeline, reproducibility, energy (default: all)", show_default=False)] = None,
     as_json: Json = False,
     html: Html = None,
-) -> None:  # fmt: skip
+) -> None:
     """Test the explainer's claims on this machine: memory, bandwidth, data movement, CPUs,
     data pipelines, reproducibility, energy; a verdict for each."""
     from gpuwise.app.claims import parse_only, run_claims
@@ -34,13 +34,13 @@ def claims(
     html = html_output(html)  # refused before minutes of experiments, not after
     command = ("gpuwise claims" + (" --quick" if quick else "")
                + (f" --only {','.join(chosen)}" if only else "")
-               + (f" --html {html}" if html else ""))  # fmt: skip
+               + (f" --html {html}" if html else ""))
     try:
         with progress_bar(quiet=as_json) as progress:
             answer = run_claims(quick, chosen, progress, command)
     except KeyboardInterrupt:
         raise GpuwiseError("interrupted: no verdicts",
-                           "run it again; --quick takes about a minute") from None  # fmt: skip
+                           "run it again; --quick takes about a minute") from None
     emit(claims_view(answer), as_json)
     write_html(html, lambda _: _page(answer))
 

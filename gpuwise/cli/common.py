@@ -94,42 +94,42 @@ class App(typer.Typer):
     """typer.Typer whose commands are `Command`s."""
 
     def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
-                **kwargs: Any) -> Callable[[Any], Any]:  # fmt: skip
+                **kwargs: Any) -> Callable[[Any], Any]:
         return super().command(name, cls=cls or Command, **kwargs)
 
 
 app = App(cls=Group, no_args_is_help=False, rich_markup_mode=None,
           pretty_exceptions_enable=False, invoke_without_command=True,
           help="The truth about GPUs for machine learning: will it run, how fast, rent or buy, "
-               "am I using it well.")  # fmt: skip
+               "am I using it well.")
 
 Model = Annotated[str, typer.Argument(
     help="catalogue id or alias (`gpuwise models`), a config.json, a model folder, a .gguf or "
-         ".safetensors checkpoint, or a Hugging Face hub id", show_default=False)]  # fmt: skip
+         ".safetensors checkpoint, or a Hugging Face hub id", show_default=False)]
 On = Annotated[str, typer.Option("--on", help="catalogue device id or alias (`gpuwise "
-                                 "hardware`), or 'local': this machine")]  # fmt: skip
+                                 "hardware`), or 'local': this machine")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object")]
 Batch = Annotated[int, typer.Option("--batch", help="sequences per batch")]
 Prompt = Annotated[int, typer.Option("--prompt", help="prompt tokens per request")]
 NewTokens = Annotated[int, typer.Option("--new-tokens", help="tokens generated per request")]
 Attention = Annotated[str, typer.Option("--attention", help="attention kernel: eager, sdpa or "
-                                        "flash")]  # fmt: skip
+                                        "flash")]
 Ops = Annotated[bool, typer.Option("--ops", help="print the per-operation roofline table")]
 Seq = Annotated[int, typer.Option("--seq", help="tokens per training sequence")]
 Dtype = Annotated[str, typer.Option("--dtype", help="training precision: fp32, bf16, fp16, "
-                                    "mixed-bf16 or mixed-fp16")]  # fmt: skip
+                                    "mixed-bf16 or mixed-fp16")]
 Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw_fused (torch fused=True), "
                                         "sgd, adafactor, adamw8bit or paged_adamw8bit "
-                                        "(bitsandbytes)")]  # fmt: skip
+                                        "(bitsandbytes)")]
 Checkpointing = Annotated[bool, typer.Option(
     "--checkpointing", help="activation checkpointing: keep layer inputs only, recompute the "
-    "rest in backward")]  # fmt: skip
+    "rest in backward")]
 
 
 Html = Annotated[Path | None, typer.Option(
     "--html", metavar="FILE", show_default=False, dir_okay=False,
     help="also write a self-contained HTML report with plots to FILE (opens offline; needs "
-         "pip install 'gpuwise[html]'); replaces only gpuwise's own reports")]  # fmt: skip
+         "pip install 'gpuwise[html]'); replaces only gpuwise's own reports")]
 
 
 def html_output(path: Path | None) -> Path | None:
@@ -144,7 +144,7 @@ def html_output(path: Path | None) -> Path | None:
 
     if importlib.util.find_spec("plotly") is None:
         raise GpuwiseError("--html needs plotly, which is not installed",
-                           "pip install 'gpuwise[html]'")  # fmt: skip
+                           "pip install 'gpuwise[html]'")
     return check_output(path)
 
 

@@ -30,7 +30,7 @@ _KW = inspect.Parameter.KEYWORD_ONLY
 def _opt(name: str, kind: Any, default: Any, help_text: str, *flags: str) -> inspect.Parameter:
     names = flags or ("--" + name.replace("_", "-"),)
     return inspect.Parameter(name, _KW, default=default,
-                             annotation=Annotated[kind, typer.Option(*names, help=help_text)])  # fmt: skip
+                             annotation=Annotated[kind, typer.Option(*names, help=help_text)])
 
 
 WORKLOAD = [
@@ -122,7 +122,7 @@ MODEL = inspect.Parameter("model", _KW, annotation=Model)
 AS_JSON = _opt("as_json", bool, False, "print one JSON object", "--json")
 HTML = inspect.Parameter("html", _KW, default=None, annotation=Html)
 SHOW_ASSUMPTIONS = _opt("show_assumptions", bool, False, "list the cost assumptions with their "
-                        "values and sources (always in --json)", "--assumptions")  # fmt: skip
+                        "values and sources (always in --json)", "--assumptions")
 
 
 class CostCommand(Command):
@@ -172,7 +172,7 @@ advise.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
      *WORKLOAD, *DEPLOYMENT, *ASSUMPTIONS,
      _opt("show_all", bool, False, "show every option, not the first 15", "--all"),
      _opt("local", bool, True, "include this machine", "--local/--no-local"), SHOW_ASSUMPTIONS,
-     AS_JSON, HTML])  # fmt: skip
+     AS_JSON, HTML])
 cost.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [MODEL, _opt("on", str, "local", "catalogue device id or alias (`gpuwise hardware`), "
                  "'local': this machine, or 'api': a hosted API"),
@@ -184,6 +184,6 @@ cost.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
           "catalogue's list price)"),
      _opt("rate", float | None, None, "on-demand rental per device, USD/h (default: the "
           "catalogue's cloud price)"),
-     *WORKLOAD, *DEPLOYMENT, *ASSUMPTIONS, SHOW_ASSUMPTIONS, AS_JSON, HTML])  # fmt: skip
+     *WORKLOAD, *DEPLOYMENT, *ASSUMPTIONS, SHOW_ASSUMPTIONS, AS_JSON, HTML])
 app.command(cls=CostCommand)(advise)
 app.command(cls=CostCommand)(cost)

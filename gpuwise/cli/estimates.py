@@ -75,13 +75,13 @@ def _print_version(asked: bool) -> None:
 
 
 Version = Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
-                                       help="print gpuwise's version and exit")]  # fmt: skip
+                                       help="print gpuwise's version and exit")]
 Wide = Annotated[bool, typer.Option("--wide", help="every column (default: the columns that "
-                                    "fit 80 characters)")]  # fmt: skip
+                                    "fit 80 characters)")]
 Allocator = Annotated[str, typer.Option(
     "--allocator", help="a CPU process's host allocator: glibc (as a process starts, default), "
     "glibc-mmap64k (MALLOC_MMAP_THRESHOLD_=65536: live tensors only), jemalloc or tcmalloc "
-    "(LD_PRELOAD)")]  # fmt: skip
+    "(LD_PRELOAD)")]
 
 
 @app.callback()
@@ -101,7 +101,7 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
           kv_dtype: KvDtype = None, attention: Attention = "sdpa", ctx: Ctx = None,
           gpu_memory_utilization: GpuUtil = None, threads: Threads = None,
           quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None, tp: Tp = 1, gpus: Gpus = None,
-          as_json: Json = False, html: Html = None) -> None:  # fmt: skip
+          as_json: Json = False, html: Html = None) -> None:
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.app.check import check as check_model
     from gpuwise.app.deployment import Deployment, Workload, build_plan
@@ -112,7 +112,7 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
     deployment = Deployment(runtime=runtime, kv_dtype=kv_dtype, attention=attention, ctx=ctx,
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
                             quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
-                            gpus=gpus)  # fmt: skip
+                            gpus=gpus)
     plan = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens)).plan
     answer = check_model(resolved, arch, hardware_named(on), plan)
     emit(check_view(answer), as_json)
@@ -125,7 +125,7 @@ def infer(
     new_tokens: NewTokens = NEW_TOKENS, weights: Weights = None, kv_dtype: KvDtype = None,
     attention: Attention = "sdpa",
     logits: Annotated[str, typer.Option(help="logits kept: last (generate's default) or "
-                                        "all")] = "last",  # fmt: skip
+                                        "all")] = "last",
     runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     threads: Threads = None, quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None,
     tp: Tp = 1, gpus: Gpus = None,
@@ -134,7 +134,7 @@ def infer(
         "load, the KV cache allocated whole for --ctx positions (default: the model's)")] = False,
     ops: Ops = False, allocator: Allocator = "glibc",
     expandable_segments: ExpandableSegments = False, as_json: Json = False, html: Html = None,
-) -> None:  # fmt: skip
+) -> None:
     """Memory and time of generating text with a model, a .gguf or a .safetensors checkpoint,
     under transformers (default), torch.compile, vLLM, SGLang or llama.cpp."""
     from gpuwise.app.deployment import Deployment, Workload, build_plan
@@ -147,10 +147,10 @@ def infer(
                             attention=attention, gpu_memory_utilization=gpu_memory_utilization,
                             threads=threads, quant_kernel=quant_kernel, gpu_layers=gpu_layers,
                             logits=logits, allocator=allocator, fuse_layers=fuse_layers,
-                            expandable_segments=expandable_segments, tp=tp, gpus=gpus)  # fmt: skip
+                            expandable_segments=expandable_segments, tp=tp, gpus=gpus)
     planned = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens))
     answer = infer_model(resolved, arch, hardware_named(on), planned.plan, planned.weights_source,
-                         planned.replicas)  # fmt: skip
+                         planned.replicas)
     emit(infer_view(answer, ops), as_json)
     write_html(html, lambda pages: pages.infer_page(answer, roofs(answer.hardware)))
 
@@ -161,14 +161,14 @@ def train(
     dtype: Dtype = "mixed-bf16", optimizer: Optimizer = "adamw",
     finetune: Annotated[str, typer.Option(help="full, lora or qlora (LoRA on a 4-bit base)")] = "full",
     lora_rank: Annotated[int, typer.Option(help="LoRA rank r (with --finetune lora or "
-                                           "qlora)")] = 16,  # fmt: skip
+                                           "qlora)")] = 16,
     lora_targets: Annotated[str, typer.Option(
         help="comma list of the modules LoRA adapts, e.g. q_proj,v_proj (default: the "
-             "attention and MLP projections)", show_default=False)] = "",  # fmt: skip
+             "attention and MLP projections)", show_default=False)] = "",
     checkpointing: Checkpointing = False,
     gpus: Gpus = None,
     zero: Annotated[int, typer.Option(help="ZeRO stage over --gpus: 0 none, 1 optimizer "
-                                      "states, 2 + gradients, 3 + weights")] = 0,  # fmt: skip
+                                      "states, 2 + gradients, 3 + weights")] = 0,
     tp: Tp = 1,
     attention: Attention = "sdpa", ops: Ops = False,
     train_tokens: Annotated[float | None, typer.Option(
@@ -181,7 +181,7 @@ def train(
     quant_compute_dtype: QuantComputeDtype = None, kbit_prepare: KbitPrepare = True,
     adapter_dtype: AdapterDtype = "fp32", expandable_segments: ExpandableSegments = False,
     as_json: Json = False, html: Html = None,
-) -> None:  # fmt: skip
+) -> None:
     """Memory of one training step: weights, gradients, optimizer, activations, under the
     memory features of the stack named (torchtune, Liger, DeepSpeed, FSDP2, torchtitan)."""
     from gpuwise.app.train import train as train_model
@@ -190,14 +190,14 @@ def train(
     html = html_output(html)
     plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
                           checkpointing, tp if gpus is None else gpus, zero, tp, attention,
-                          runtime, allocator)  # fmt: skip
+                          runtime, allocator)
     plan = replace(plan, **stack_fields(
         expandable_segments, loss, loss_chunks, optimizer_in_backward, offload, sharding,
         reshard_after_forward, checkpointing_policy, double_quant, quant_compute_dtype,
-        kbit_prepare, adapter_dtype))  # fmt: skip
+        kbit_prepare, adapter_dtype))
     if train_tokens is not None and not (0 <= train_tokens < math.inf):
         raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
-                           "give the number of tokens to train on, e.g. 2e9")  # fmt: skip
+                           "give the number of tokens to train on, e.g. 2e9")
     answer = train_model(*model_named(model), hardware_named(on), plan, train_tokens or 0.0)
     emit(train_view(answer, ops), as_json)
     if html is not None:
@@ -210,14 +210,14 @@ def train(
 def _training_plan(batch: int, seq: int, dtype: str, optimizer: str, finetune: str,
                    lora_rank: int, lora_targets: str, checkpointing: bool, gpus: int, zero: int,
                    tp: int, attention: str, runtime: str = "transformers",
-                   allocator: str = "glibc") -> Any:  # fmt: skip
+                   allocator: str = "glibc") -> Any:
     from gpuwise.workload.plans import LORA_TARGETS, TrainingPlan
 
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) or LORA_TARGETS
     return TrainingPlan(batch=batch, seq=seq, dtype=dtype, optimizer=optimizer,
                         finetune=finetune, lora_rank=lora_rank, lora_targets=targets,
                         checkpointing=checkpointing, attention=attention, gpus=gpus, zero=zero,
-                        tp=tp, runtime=runtime, allocator=allocator)  # fmt: skip
+                        tp=tp, runtime=runtime, allocator=allocator)
 
 
 @app.command()
@@ -225,7 +225,7 @@ def probe(
     quick: Annotated[bool, typer.Option("--quick", help="fewer sizes: under 15 s on a 2-core "
                                         "CPU (with --runtime llama.cpp about 3 minutes)")] = False,
     repeat: Annotated[int, typer.Option(help="probes to take, 1 to 10; each reading is their "
-                                        "median (a machine whose speed moves: 3)")] = 1,  # fmt: skip
+                                        "median (a machine whose speed moves: 3)")] = 1,
     runtime: Annotated[str, typer.Option(
         "--runtime", help="transformers (its per-op costs, where installed) or llama.cpp "
         "(also times llama.cpp here through llama-cpp-python: 9-20 minutes on a 2-core CPU, "
@@ -241,7 +241,7 @@ def probe(
     html = html_output(html)
     if not 1 <= repeat <= 10:
         raise GpuwiseError(f"--repeat {repeat}: takes 1 to 10 probes", "3 is enough for a "
-                           "machine whose speed moves; 1 (the default) for a steady one")  # fmt: skip
+                           "machine whose speed moves; 1 (the default) for a steady one")
     with progress_bar(quiet=as_json) as progress:
         answer = probe_machine(quick, repeat, progress, runtime)
     emit(probe_view(answer), as_json)
@@ -273,7 +273,7 @@ def models(wide: Wide = False, as_json: Json = False) -> None:
 
 validate_app = App(cls=Group, help="Run a plan for real here (needs torch) and compare with "
                    "the estimate. Smaller defaults than infer/train: it really runs, on this "
-                   "machine's CPU or GPU.")  # fmt: skip
+                   "machine's CPU or GPU.")
 app.add_typer(validate_app, name="validate")
 
 Memory = Annotated[bool, typer.Option(help="compare peak memory")]
@@ -285,36 +285,36 @@ def validate_infer(
     model: Model, batch: Batch = 1, prompt: Prompt = PROMPT_TOKENS,
     new_tokens: Annotated[int, typer.Option(
         help="tokens generated per request (infer's default is 128; fewer here: each one "
-             "really runs)")] = 32,  # fmt: skip
+             "really runs)")] = 32,
     weights: Annotated[str, typer.Option(help="weight precision of the random weights: fp32, "
                                          "bf16 or fp16")] = "bf16",
     attention: Attention = "sdpa", memory: Memory = True, time: Time = True,
     allocator: Allocator = "glibc", as_json: Json = False,
-) -> None:  # fmt: skip
+) -> None:
     """Generate with random weights here; compare peak memory and times with the estimates."""
     from gpuwise.app.deployment import Deployment, Workload, build_plan
 
     deployment = Deployment(weights=weights, attention=attention, allocator=allocator)
     _validate(model, lambda resolved: build_plan(resolved, deployment,
                                                  Workload(batch, prompt, new_tokens)).plan,
-              as_json, memory, time)  # fmt: skip
+              as_json, memory, time)
 
 
 @validate_app.command("train")
 def validate_train(
     model: Model, batch: Batch = 1,
     seq: Annotated[int, typer.Option(help="tokens per training sequence (train's default is "
-                                     "2048; shorter here: the steps really run)")] = 256,  # fmt: skip
+                                     "2048; shorter here: the steps really run)")] = 256,
     dtype: Annotated[str, typer.Option(help="training precision: fp32, bf16, fp16, mixed-bf16 "
                                        "or mixed-fp16 (train's default is mixed-bf16; fp32 "
-                                       "here: what a CPU runs fast)")] = "fp32",  # fmt: skip
+                                       "here: what a CPU runs fast)")] = "fp32",
     optimizer: Optimizer = "adamw", checkpointing: Checkpointing = False,
     attention: Attention = "sdpa", memory: Memory = True, time: Time = True,
     allocator: Allocator = "glibc", as_json: Json = False,
-) -> None:  # fmt: skip
+) -> None:
     """Run training steps with random weights here; compare memory and step time."""
     plan = _training_plan(batch, seq, dtype, optimizer, "full", 16, "", checkpointing, 1, 0, 1,
-                          attention, allocator=allocator)  # fmt: skip
+                          attention, allocator=allocator)
     _validate(model, lambda _: plan, as_json, memory, time)
 
 

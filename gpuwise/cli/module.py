@@ -27,7 +27,7 @@ def module(
     ops: Ops = False,
     as_json: Json = False,
     html: Html = None,
-) -> None:  # fmt: skip
+) -> None:
     """Any PyTorch module: traced on the meta device (no memory, no weights), then memory and
     time estimated like the built-in models."""
     from gpuwise.app.module import module_from_factory
@@ -37,6 +37,6 @@ def module(
     if batch is not None and batch < 1:
         raise GpuwiseError(f"--batch must be a positive integer, got {batch}", "e.g. --batch 8")
     est, labels = module_from_factory(factory, input or [], batch, training=train, dtype=dtype,
-                                      optimizer=optimizer, on=on)  # fmt: skip
+                                      optimizer=optimizer, on=on)
     emit(module_view(est, labels, ops), as_json)
     write_html(html, lambda pages: pages.module_page(est, labels, roofs(est.hardware)))

@@ -74,7 +74,7 @@ def repro(
         help="GPUs each replica asks Ray for (default: 1 on a cluster with GPUs, else 0)",
         show_default=False)] = None,
     as_json: Json = False, html: Html = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run a training command many times per condition: spread, arithmetic share, costs."""
     from gpuwise.app import repro as repro_app
     from gpuwise.report.progress import runs_bar
@@ -85,26 +85,26 @@ def repro(
         raise GpuwiseError("no command to run", "gpuwise repro --runs 5 -- python train.py")
     if not (0 < alpha < 1 and 0 < power < 1):
         raise GpuwiseError(f"--alpha {alpha} and --power {power} must be between 0 and 1",
-                           "for example --alpha 0.05 --power 0.8")  # fmt: skip
+                           "for example --alpha 0.05 --power 0.8")
     detected = parse_detect(detect)
     settings: dict[str, Any] = {
         "runs": runs, "results": results, "base_seed": seed, "seed_flag": seed_flag,
-        "metric_specs": tuple(metric or ()), "timeout_s": timeout}  # fmt: skip
+        "metric_specs": tuple(metric or ()), "timeout_s": timeout}
     if ray is None:
         settings |= {"parallel": parallel,
-                     "devices": tuple(d for d in devices.split(",") if d.strip())}  # fmt: skip
+                     "devices": tuple(d for d in devices.split(",") if d.strip())}
     with _ray_cluster(repro_app, ray, ray_cpus, ray_gpus, parallel != 1 or bool(devices.strip()),
-                      (tuple(command), conditions, settings)) as cluster:  # fmt: skip
+                      (tuple(command), conditions, settings)) as cluster:
         gpu = cluster.gpus > 0 if cluster is not None else repro_app.has_gpu()
         study = repro_app.new_study(
             tuple(command), conditions or repro_app.default_conditions(gpu), **settings)
         try:
             with runs_bar(quiet=as_json) as progress:
                 answer = repro_app.repro(study, fresh, gpu, detected, alpha, power, progress,
-                                         cluster)  # fmt: skip
+                                         cluster)
         except KeyboardInterrupt:
             raise GpuwiseError(f"interrupted; finished runs are saved in {results}",
-                               "run the same command again to resume") from None  # fmt: skip
+                               "run the same command again to resume") from None
     view = repro_view(answer)
     emit(view, as_json)
     write_html(html, lambda pages: pages.repro_page(answer))
@@ -117,12 +117,12 @@ def _ray_cluster(repro_app: Any, ray: str | None, cpus: float | None, gpus: floa
     if ray is None:
         if cpus is not None or gpus is not None:
             raise GpuwiseError("--ray-cpus and --ray-gpus need --ray",
-                               "add --ray [ADDRESS], or leave them out to run here")  # fmt: skip
+                               "add --ray [ADDRESS], or leave them out to run here")
         return nullcontext(None)
     if local_slots:
         raise GpuwiseError("--parallel and --cuda-visible-devices do not apply with --ray",
                            "Ray places the replicas and gives each its GPUs: set what each "
-                           "asks for with --ray-cpus and --ray-gpus")  # fmt: skip
+                           "asks for with --ray-cpus and --ray-gpus")
     command, conditions, settings = study
     repro_app.new_study(command, conditions or "seeds", **settings)  # checks, connects nothing
     return repro_app.ray_cluster(ray, 1.0 if cpus is None else cpus, gpus)  # type: ignore[no-any-return]
@@ -139,8 +139,8 @@ def parse_detect(text: str | None) -> tuple[dict[str, float], bool]:
         number = float(value.rstrip("%")) / (100.0 if relative else 1.0)
     except ValueError:
         raise GpuwiseError(f"--detect {text[:40]!r} is not a number",
-                           "for example --detect 0.001, --detect 0.3% or --detect acc=0.002") from None  # fmt: skip
+                           "for example --detect 0.001, --detect 0.3% or --detect acc=0.002") from None
     if not 0 < number < float("inf"):  # NaN too
         raise GpuwiseError(f"--detect must be a positive number, got {text[:40]!r}",
-                           "for example --detect 0.3%")  # fmt: skip
+                           "for example --detect 0.3%")
     return {(name.strip() if sep else "*"): number}, relative

@@ -35,7 +35,7 @@ from gpuwise.cli.runtime_options import (
 
 Dist = Annotated[str | None, typer.Option(
     help="fixed, uniform (half to 1.5x the mean), normal (sd a quarter of the mean) or trace "
-         "(as recorded; the default with --trace, else fixed)", show_default=False)]  # fmt: skip
+         "(as recorded; the default with --trace, else fixed)", show_default=False)]
 
 
 @app.command()
@@ -43,36 +43,36 @@ def serve(
     model: Model, on: On = "local",
     runtime: Annotated[str, typer.Option("--runtime", help="vllm (the default: what serves "
                                          "under load), sglang, llama.cpp, transformers or "
-                                         "compiled")] = "vllm",  # fmt: skip
+                                         "compiled")] = "vllm",
     rate: Annotated[float | None, typer.Option(help="requests a second, arriving at random "
-                                               "(Poisson)")] = None,  # fmt: skip
+                                               "(Poisson)")] = None,
     concurrency: Annotated[int | None, typer.Option(help="clients that each send a request "
                                                     "when their last is answered (with --trace: "
-                                                    "its requests, in order)")] = None,  # fmt: skip
+                                                    "its requests, in order)")] = None,
     trace: Annotated[Path | None, typer.Option(help="JSON lines of arrival_s, prompt_tokens, "
-                                               "output_tokens (vLLM/Mooncake keys too)")] = None,  # fmt: skip
+                                               "output_tokens (vLLM/Mooncake keys too)")] = None,
     prompt: Annotated[int, typer.Option("--prompt", help="prompt tokens a request (the "
-                                        "mean)")] = PROMPT_TOKENS,  # fmt: skip
+                                        "mean)")] = PROMPT_TOKENS,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="tokens generated a request "
-                                            "(the mean)")] = NEW_TOKENS,  # fmt: skip
+                                            "(the mean)")] = NEW_TOKENS,
     prompt_dist: Dist = None,
     output_dist: Annotated[str | None, typer.Option("--new-tokens-dist",
-                           help="as --prompt-dist", show_default=False)] = None,  # fmt: skip
+                           help="as --prompt-dist", show_default=False)] = None,
     requests: Annotated[int, typer.Option(help="requests to simulate")] = 1000,
     duration: Annotated[float | None, typer.Option(help="seconds of arrivals to simulate "
-                                                   "(with --rate; instead of --requests)")] = None,  # fmt: skip
+                                                   "(with --rate; instead of --requests)")] = None,
     ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", "--slo-ttft-ms",
-                       help="target time to first token, ms")] = None,  # fmt: skip
+                       help="target time to first token, ms")] = None,
     tpot_ms: Annotated[float | None, typer.Option("--tpot-ms", "--slo-tpot-ms", "--latency-ms",
-                       help="target time per output token, ms")] = None,  # fmt: skip
+                       help="target time per output token, ms")] = None,
     gpus: Gpus = None,
     tp: Tp = 1,
     max_seqs: Annotated[int | None, typer.Option(help="sequences running at once: vLLM "
-                        "max_num_seqs, llama.cpp --parallel, a static batch")] = None,  # fmt: skip
+                        "max_num_seqs, llama.cpp --parallel, a static batch")] = None,
     max_batched_tokens: Annotated[int | None, typer.Option(
         help="tokens a step: vLLM max_num_batched_tokens, llama.cpp n_batch")] = None,
     shared_prefix: Annotated[int, typer.Option(help="tokens every request's prompt begins with "
-                                               "(a system prompt)")] = 0,  # fmt: skip
+                                               "(a system prompt)")] = 0,
     prefix_cache: Annotated[bool | None, typer.Option(
         "--prefix-cache/--no-prefix-cache", help="keep the shared prefix's KV cache and skip "
         "its prefill (default: the runtime's: on for vLLM and SGLang)",
@@ -86,10 +86,10 @@ def serve(
     ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     threads: Threads = None, quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
-                                        "targets, and print the latency-throughput curve")] = False,  # fmt: skip
+                                        "targets, and print the latency-throughput curve")] = False,
     seed: Annotated[int, typer.Option(help="random seed of the arrivals and lengths")] = 0,
     as_json: Json = False, html: Html = None,
-) -> None:  # fmt: skip
+) -> None:
     """Serving under load: continuous batching simulated step by step with the runtime's
     scheduler and time model; latency percentiles, throughput, goodput, energy."""
     from gpuwise.app.deployment import Deployment, Workload, build_plan
@@ -106,17 +106,17 @@ def serve(
                             attention=attention, ctx=ctx,
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
                             quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
-                            gpus=gpus)  # fmt: skip
+                            gpus=gpus)
     plan = build_plan(resolved, deployment, Workload(1, prompt, new_tokens)).plan
     recorded = "trace" if trace is not None else "fixed"
     lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
     load = Load(lengths, rate, concurrency, trace, requests, duration, seed)
     slo = Slo(None if ttft_ms is None else ttft_ms / 1e3, None if tpot_ms is None else tpot_ms / 1e3)
     opts = ReplicaOptions(tp, max_seqs, max_batched_tokens, shared_prefix, prefix_cache,
-                          overlap_schedule)  # fmt: skip
+                          overlap_schedule)
     with progress_bar(quiet=as_json) as progress:
         answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo,
                              tp if gpus is None else gpus,
-                             sweep, progress)  # fmt: skip
+                             sweep, progress)
     emit(serve_view(answer), as_json)
     write_html(html, lambda pages: pages.serve_page(answer))

@@ -24,15 +24,15 @@ def watch(
     command: Annotated[list[str] | None, typer.Argument(
         help="the command to run, after --; with --report: the log files", show_default=False)] = None,
     report: Annotated[bool, typer.Option("--report", help="re-render the report of logs "
-                                         "given as COMMAND")] = False,  # fmt: skip
+                                         "given as COMMAND")] = False,
     no_inject: Annotated[bool, typer.Option(
         "--no-inject", help="do not time the PyTorch loop from inside")] = False,
     no_sync: Annotated[bool, typer.Option(
         "--no-sync", help="no CUDA synchronisation at backward/optimizer ends")] = False,
     log: Annotated[str | None, typer.Option(help="the JSON lines log to write (default: "
-                                            "gpuwise-watch-DATE-TIME.jsonl here)")] = None,  # fmt: skip
+                                            "gpuwise-watch-DATE-TIME.jsonl here)")] = None,
     interval: Annotated[float, typer.Option(help="seconds between sensor samples, 0.05 to "
-                                            "10")] = 0.2,  # fmt: skip
+                                            "10")] = 0.2,
     prometheus: Annotated[str | None, typer.Option(
         "--prometheus", metavar="[HOST:]PORT", help="serve the job's metrics there for "
         "Prometheus while it runs (PORT alone: every interface; needs the [prometheus] "
@@ -41,14 +41,14 @@ def watch(
         "--job-name", help="the job label of the metrics --prometheus serves (default: "
         "$SLURM_JOB_NAME, else the script's name)", show_default=False)] = None,
     as_json: Json = False, html: Html = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run a command and measure it: data wait, compute, launch overhead, memory, energy."""
     from gpuwise.app.watch import judge_logs, open_exporter
     from gpuwise.report.watch_view import watch_view
 
     if report and prometheus is not None:
         raise GpuwiseError("--prometheus serves a running job's metrics, not a log's",
-                           "gpuwise watch --prometheus 9400 -- python train.py")  # fmt: skip
+                           "gpuwise watch --prometheus 9400 -- python train.py")
     if report:  # the logs are files, not a command: --json and --html may follow them
         logs, trailing_json, trailing_html = _report_args(command or [])
         if not logs:
@@ -63,7 +63,7 @@ def watch(
         raise GpuwiseError(f"--interval {interval} is out of range", "use 0.05 to 10 seconds")
     if job_name is not None and prometheus is None:
         raise GpuwiseError("--job-name labels the metrics of --prometheus, which is not given",
-                           "gpuwise watch --prometheus 9400 --job-name NAME -- ...")  # fmt: skip
+                           "gpuwise watch --prometheus 9400 --job-name NAME -- ...")
     path = Path(log or f"gpuwise-watch-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     live = not as_json and sys.stderr.isatty()
     options = {"interval_s": interval, "inject": not no_inject, "sync": not no_sync}
@@ -113,7 +113,7 @@ def _report_args(args: list[str]) -> tuple[list[str], bool, Path | None]:
 
 
 def _run(cmd: list[str], path: Path, options: dict[str, Any], live: bool, exporter: Any,
-         job_name: str | None) -> int:  # fmt: skip
+         job_name: str | None) -> int:
     from gpuwise.app.watch import run_job
 
     if not live:

@@ -10,4 +10,4 @@ from gpuwise.workload.plans import InferencePlan, TrainingPlan
 __all__ = [
     "InferencePlan", "MemoryEstimate", "TrainingPlan", "estimate_inference",
     "estimate_training", "kv_cache_bytes", "weight_bytes",
-]  # fmt: skip
+]

@@ -74,7 +74,7 @@ def _state_bytes(traced: TracedModule, optimizer: str) -> tuple[float, float]:
 
 
 def estimate_module_memory(traced: TracedModule, hw: Hardware,
-                           optimizer: str = "adamw") -> MemoryEstimate:  # fmt: skip
+                           optimizer: str = "adamw") -> MemoryEstimate:
     """Peak memory of the traced pass (a no-grad forward, or a training step) on `hw`."""
     rt = runtime(hw.kind)
     weights = float(traced.param_bytes + traced.buffer_bytes)
@@ -82,7 +82,7 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
     peak = traced.peak
     notes = [f"traced on meta: {len(traced.ops)} aten ops; saved for backward "
              f"{traced.saved_bytes:,} bytes" if traced.training else
-             f"traced on meta: {len(traced.ops)} aten ops (no-grad forward)"]  # fmt: skip
+             f"traced on meta: {len(traced.ops)} aten ops (no-grad forward)"]
     notes += list(traced.notes)
     if not traced.training:
         parts = {**at_rest, "activations": float(peak.total_bytes)}
@@ -95,23 +95,23 @@ def estimate_module_memory(traced: TracedModule, hw: Hardware,
         step_temp = step_temporary(_plan(traced, optimizer), pb, rt.optimizer_foreach, per_state)
         base = weights + traced.input_bytes + states
         phases = {"forward/backward": base + peak.total_bytes,
-                  "optimizer step": base + grads + step_temp}  # fmt: skip
+                  "optimizer step": base + grads + step_temp}
         phase = max(phases, key=lambda k: phases[k])
         if phase == "optimizer step":
             parts = {**at_rest, "gradients": grads, "optimizer": states, "activations": 0.0,
-                     "workspace": step_temp}  # fmt: skip
+                     "workspace": step_temp}
         else:
             parts = {**at_rest, "gradients": float(peak.gradient_bytes), "optimizer": states,
                      "activations": float(peak.saved_bytes),
-                     "workspace": float(peak.other_bytes)}  # fmt: skip
+                     "workspace": float(peak.other_bytes)}
     dynamic = sum(v for k, v in parts.items() if k not in ("weights", "optimizer", "inputs"))
     overhead = rt.baseline_bytes + rt.allocator_fraction * dynamic
     parts["overhead"] = overhead
     total_phases = {k: v + overhead for k, v in phases.items()}
     notes.append(f"runtime overhead: the {rt.id} baseline ({rt.baseline_source.split(':')[0]}); "
-                 "a process without transformers holds less")  # fmt: skip
+                 "a process without transformers holds less")
     return make_estimate(parts, hw.memory_bytes, f"{RUNTIME} on {hw.kind.upper()}", phase,
-                         total_phases, tuple(notes))  # fmt: skip
+                         total_phases, tuple(notes))
 
 
 # Traced aten elementwise ops the probe timed a kernel for, by aten name.
@@ -128,7 +128,7 @@ ELEMENTWISE_KERNELS = {"gelu": "gelu_erf", "gelu:tanh": "gelu",
                        "native_batch_norm": "batch_norm",
                        "native_batch_norm:train": "batch_norm_train",
                        "_native_batch_norm_legit_no_training": "batch_norm",
-                       "native_batch_norm_backward": "batch_norm_backward"}  # fmt: skip
+                       "native_batch_norm_backward": "batch_norm_backward"}
 
 
 def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
@@ -150,7 +150,7 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     if t.kind == "attention":
         dtype = "fp32" if cpu else t.dtype
         return Op(t.name, t.kind, t.flops, t.bytes, 1, t.m, t.n, t.k, t.weight_bytes, "sdpa",
-                  dtype, t.heads, causal=t.causal)  # fmt: skip
+                  dtype, t.heads, causal=t.causal)
     gemms = 1
     if t.name == "convolution_backward" and t.m and t.n and t.k:
         # One op, up to two GEMMs (input and weight gradients) of the forward's size.
@@ -164,11 +164,11 @@ def _op(t: TracedOp, cpu: bool, streamed: bool = False) -> Op:
     kernel = t.variant if kind == "conv" else kernel
     return Op(t.name, kind, t.flops / gemms, t.bytes / gemms, gemms, t.m, t.n, t.k,
               t.weight_bytes / gemms, kernel, t.dtype,
-              streamed=streamed and kind == "elementwise")  # fmt: skip
+              streamed=streamed and kind == "elementwise")
 
 
 def to_ops(traced_ops: tuple[TracedOp, ...], cpu: bool = True,
-           streamed: bool = False) -> list[Op]:  # fmt: skip
+           streamed: bool = False) -> list[Op]:
     """Ops of the non-view traced ops, identical ones merged into one with a count."""
     merged: Counter[Op] = Counter()
     for t in traced_ops:
@@ -198,7 +198,7 @@ def heap_faults(traced: TracedModule, optimizer: str = "adamw") -> dict[str, int
     pass, and a training step's optimizer states and temporaries, replayed through glibc's
     rules (`speed.page_faults.replay`)."""
     return replay([*traced.heap, *_step_events(traced, optimizer)],
-                  freed_before=(traced.cast_bytes,) if traced.cast_bytes else ())  # fmt: skip
+                  freed_before=(traced.cast_bytes,) if traced.cast_bytes else ())
 
 
 def _step_events(traced: TracedModule, optimizer: str) -> list[HeapEvent]:
@@ -208,25 +208,25 @@ def _step_events(traced: TracedModule, optimizer: str) -> list[HeapEvent]:
         return []
     per = traced.param_bytes / max(1, traced.param_count)
     order = traced.trainable_order or tuple(
-        n for n, count in traced.trainable_tensors for _ in range(count))  # fmt: skip
+        n for n, count in traced.trainable_tensors for _ in range(count))
     return step_events([int(n * per) for n in order], optimizer,
-                       itertools.count(-1 - 2**40, -1))  # below the trace's keys  # fmt: skip
+                       itertools.count(-1 - 2**40, -1))  # below the trace's keys
 
 
 def _phase(name: str, ops: tuple[TracedOp, ...], rates: DeviceRates, dtype: str,
-           cost_phase: str, streamed: bool = False) -> PhaseTime:  # fmt: skip
+           cost_phase: str, streamed: bool = False) -> PhaseTime:
     """The phase's ops on the roofline, plus the dispatch cost of every traced op: the
     probe's bare per-op time (a tiny add), not the transformers runtime's per-op cost, which
     is measured through generate() and a Llama's modules and which the traced ops (every aten
     op, counted one by one) would count twice."""
     views = sum(1 for t in ops if t.kind == "view")
     overhead = dispatch_cost(len(ops) - views, views, rates, cost_phase, per_step=False,
-                             runtime=False)  # fmt: skip
+                             runtime=False)
     return phase_time(name, to_ops(ops, rates.kind == "cpu", streamed), rates, dtype, overhead)
 
 
 def estimate_module_time(traced: TracedModule, rates: DeviceRates,
-                         optimizer: str = "adamw") -> ModuleTime:  # fmt: skip
+                         optimizer: str = "adamw") -> ModuleTime:
     """Forward latency (inference) or the training step from the traced ops."""
     dtype = traced.dtype
     cost_phase = "training" if traced.training else "inference"
@@ -243,8 +243,8 @@ def estimate_module_time(traced: TracedModule, rates: DeviceRates,
     # torch.optim dispatches its ops straight from Python: the bare per-op cost applies
     # (where the step was not probed; a probed step includes it).
     step_overhead = (counts.get("kernels", 0) * rates.op_overhead_s
-                     + counts.get("views", 0) * rates.view_overhead_s)  # fmt: skip
+                     + counts.get("views", 0) * rates.view_overhead_s)
     step = optimizer_phase(_plan(traced, optimizer), traced.trainable_count,
-                           traced.trainable_tensors, rates, step_overhead)  # fmt: skip
+                           traced.trainable_tensors, rates, step_overhead)
     step = with_faults(step, faults.get("optimizer", 0), fresh)
     return ModuleTime(forward, backward, step, rates.source)

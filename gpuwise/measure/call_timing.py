@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 
 def median_call_s(fn: Callable[[], object], repeats: int,
-                  after: Callable[[], object] | None = None) -> float:  # fmt: skip
+                  after: Callable[[], object] | None = None) -> float:
     """Median seconds of one call of `fn` over `repeats` calls, after one warm-up call;
     `after` runs inside each timing (a device synchronisation)."""
     fn()

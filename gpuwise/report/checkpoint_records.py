@@ -20,4 +20,4 @@ def checkpoint_record(ckpt: Checkpoint) -> dict[str, Any]:
         "quantised_layers": dict(schemes), "quantised_bytes": ckpt.quantised_bytes,
         "config_source": ckpt.config_source, "source": "checkpoint headers (exact bytes)",
         "file_type": ckpt.metadata.get("general.file_type_name"),
-    }  # fmt: skip
+    }

@@ -23,12 +23,12 @@ def claim_record(r: ClaimResult) -> dict[str, Any]:
             "summary": r.summary,
             "measurements": [dataclasses.asdict(m) for m in r.measurements],
             "table": [list(row) for row in r.table], "notes": list(r.notes),
-            "series": r.series, "seconds": round(r.seconds, 2)}  # fmt: skip
+            "series": r.series, "seconds": round(r.seconds, 2)}
 
 
 def claims_record(a: ClaimsAnswer) -> dict[str, Any]:
     return {"machine": a.machine, "quick": a.quick, "wall_s": round(a.wall_s, 2),
-            "command": a.command, "claims": [claim_record(r) for r in a.results]}  # fmt: skip
+            "command": a.command, "claims": [claim_record(r) for r in a.results]}
 
 
 def machine_line(a: ClaimsAnswer) -> str:
@@ -40,13 +40,13 @@ def machine_line(a: ClaimsAnswer) -> str:
 
 def claims_view(a: ClaimsAnswer) -> tuple[dict[str, Any], Any]:
     table = Table(title=f"The explainer's claims on this machine ({machine_line(a)})",
-                  title_justify="left", show_lines=True)  # fmt: skip
+                  title_justify="left", show_lines=True)
     table.add_column("claim", ratio=2)
     table.add_column("measured here", ratio=3)
     table.add_column("verdict", ratio=4)
     for r in a.results:
         table.add_row(r.title, r.summary,
-                      Text(r.verdict.text, style=VERDICT_STYLE[r.verdict.holds]))  # fmt: skip
+                      Text(r.verdict.text, style=VERDICT_STYLE[r.verdict.holds]))
     footer = Text("every number with its source: --json; the experiments, plots and each "
-                  "verdict's rule: --html FILE (docs/claims.md)", style="dim")  # fmt: skip
+                  "verdict's rule: --html FILE (docs/claims.md)", style="dim")
     return claims_record(a), Group(table, footer)

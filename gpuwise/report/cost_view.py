@@ -43,7 +43,7 @@ def option_record(o: Option) -> dict[str, Any]:
         "co2_kg_per_month": c.co2_kg_per_month, "break_even_utilisation": o.break_even,
         "misses": list(o.misses), "miss_ratio": o.miss_ratio,
         "notes": list(c.notes), "source": "estimated",
-    }  # fmt: skip
+    }
     if s is not None:
         hw = s.candidate.hw
         rec.update({
@@ -60,7 +60,7 @@ def option_record(o: Option) -> dict[str, Any]:
             "prices": {"list_price_usd": hw.list_price_usd,
                        "cloud_usd_per_hour": hw.cloud_usd_per_hour,
                        "price_source": hw.price_source, "price_date": hw.price_date},
-        })  # fmt: skip
+        })
     return rec
 
 
@@ -68,7 +68,7 @@ def header_record(h: Header) -> dict[str, Any]:
     """The header under its JSON keys (the workload's fields as the load has them)."""
     return {"model": h.model, "workload": dict(vars(h.workload)),
             "workload_kind": h.workload_kind, "target": h.target, "title": h.title,
-            "workload_text": h.workload_text}  # fmt: skip
+            "workload_text": h.workload_text}
 
 
 def assumptions_record(a: CostAssumptions) -> list[dict[str, Any]]:
@@ -105,7 +105,7 @@ def _options_table(options: tuple[Option, ...], training: bool, title: str) -> T
         table.add_row(Text(o.label), _meets(o), *_speed(o, training),
                       _pct(s.usage.utilisation) if s else "NA", _num(c.usd_per_month),
                       _num(c.usd_per_million_tokens, ",.3f"), _num(c.kwh_per_month),
-                      _num(c.wall_kw, ",.2f"))  # fmt: skip
+                      _num(c.wall_kw, ",.2f"))
     return table
 
 
@@ -116,23 +116,23 @@ def _detail(o: Option, training: bool) -> str:
     line = f"cost/month: {', '.join(out)} = ${c.usd_per_month:,.2f}"
     if not training and c.usd_per_1000_requests is not None:
         line += (f"; per 1000 requests ${c.usd_per_1000_requests:,.4f}, "
-                 f"{_num(c.kwh_per_1000_requests, ',.4f')} kWh")  # fmt: skip
+                 f"{_num(c.kwh_per_1000_requests, ',.4f')} kWh")
     line += f"\nCO2: {_num(c.co2_kg_per_month, ',.1f')} kg/month"
     if s is not None:
         rates = s.candidate.rates.source if s.candidate.rates else "NA"
         line += (f"; {s.replicas} replica(s) of {s.devices_per_replica} device(s), batch "
-                 f"{s.batch}; speed from {rates} rates ({s.candidate.rates_how})")  # fmt: skip
+                 f"{s.batch}; speed from {rates} rates ({s.candidate.rates_how})")
         line += f"\nbuy-vs-rent break-even: {_pct(o.break_even)} of the month's hours"
         hw = s.candidate.hw
         line += (f"\nprices ({hw.id}): list ${hw.list_price_usd:,.0f}, cloud "
                  f"${hw.cloud_usd_per_hour:g}/h; {hw.price_source or 'no source'} "
-                 f"({hw.price_date or 'undated'})")  # fmt: skip
+                 f"({hw.price_date or 'undated'})")
     return "\n".join([line, *c.notes])
 
 
 def _assumptions_table(a: CostAssumptions) -> Table:
     table = Table(title="assumptions (override with the flag)", title_justify="left",
-                  show_edge=False)  # fmt: skip
+                  show_edge=False)
     for col in ("assumption", "value", "flag", "source", "date"):
         table.add_column(col, justify="right" if col == "value" else "left")
     for x in a.listed():
@@ -147,7 +147,7 @@ def _assumptions(a: CostAssumptions, shown: bool) -> Any:
     changed = [f"{x.flag} {x.value:g}" for x in a.listed() if x.source.startswith("your ")]
     said = f"; set by you: {', '.join(dict.fromkeys(changed))}" if changed else ""
     return Text(f"assumptions: {len(a.listed())}, each with its source{said} (--assumptions "
-                "lists them)")  # fmt: skip
+                "lists them)")
 
 
 def advice_view(answer: AdviceAnswer, show_all: bool, show_assumptions: bool = False) -> View:
@@ -159,10 +159,10 @@ def advice_view(answer: AdviceAnswer, show_all: bool, show_assumptions: bool = F
            "reasons": list(advice.reasons),
            "closest": [option_record(o) for o in advice.closest],
            "not_considered": [{"hardware": n, "reason": r} for n, r in advice.skipped],
-           "assumptions": assumptions_record(a)}  # fmt: skip
+           "assumptions": assumptions_record(a)}
     shown = advice.options if show_all else advice.options[:SHOWN]
     title = (f"{header.title} - {len(shown)} of {len(advice.options)} options (estimated: "
-             "time model + catalogue prices; 'rates' says spec or measured)")  # fmt: skip
+             "time model + catalogue prices; 'rates' says spec or measured)")
     parts: list[Any] = [Text(header.workload_text), _options_table(shown, training, title)]
     if advice.closest:
         parts.append(_options_table(advice.closest, training, "closest options"))
@@ -171,7 +171,7 @@ def advice_view(answer: AdviceAnswer, show_all: bool, show_assumptions: bool = F
         lines.append(_detail(advice.choice, training))
     if advice.skipped:
         lines.append(f"not considered: {len(advice.skipped)} (hardware, precision) pairs that "
-                     "do not fit or have no speed figures (--json: not_considered)")  # fmt: skip
+                     "do not fit or have no speed figures (--json: not_considered)")
     parts += [Text("recommendation:\n" + "\n".join(lines)), _assumptions(a, show_assumptions)]
     return obj, Group(*parts)
 
@@ -185,4 +185,4 @@ def cost_view(answer: CostAnswer, show_assumptions: bool = False) -> View:
     lines = _detail(option, training)
     table = _options_table((option,), training, header.title)
     return obj, Group(Text(header.workload_text), table, Text(lines),
-                      _assumptions(a, show_assumptions))  # fmt: skip
+                      _assumptions(a, show_assumptions))

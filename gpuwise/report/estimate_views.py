@@ -37,13 +37,13 @@ from gpuwise.workload.plans import InferencePlan
 
 def _context_label(plan: InferencePlan) -> str:
     return (f"batch {plan.batch}, prompt {format_tokens(plan.prompt_tokens)} + "
-            f"{plan.new_tokens} new tokens")  # fmt: skip
+            f"{plan.new_tokens} new tokens")
 
 
 def local_view(a: LocalAnswer) -> View:
     m = a.machine
     gpus = ", ".join(f"{g.name} ({format_bytes(g.memory_total_bytes)}, via {g.via})"
-                     for g in m.gpus) or f"none ({m.gpu_unavailable_reason})"  # fmt: skip
+                     for g in m.gpus) or f"none ({m.gpu_unavailable_reason})"
     lines = [
         f"CPU:  {m.cpu_model}, {m.physical_cores or '?'} cores / "
         f"{m.logical_cores} threads ({platform.machine()})",
@@ -52,7 +52,7 @@ def local_view(a: LocalAnswer) -> View:
         f"Estimates for: {terminal.format_hardware_line(a.hardware)}",
     ]
     obj = {"machine": asdict(m), "hardware": hardware_record(a.hardware),
-           "plan": asdict(a.plan), "models": a.rows}  # fmt: skip
+           "plan": asdict(a.plan), "models": a.rows}
     return obj, terminal.format_local(lines, a.rows, _context_label(a.plan))
 
 
@@ -60,7 +60,7 @@ def check_view(a: CheckAnswer) -> View:
     obj = {"model": model_record(a.model, a.arch), "hardware": hardware_record(a.hardware),
            "plan": asdict(a.plan), "precisions": a.rows, "runtime": a.plan.runtime,
            "params": count_params(a.arch).total,
-           "precision_that_fits": a.precision_that_fits, "notes": list(a.notes)}  # fmt: skip
+           "precision_that_fits": a.precision_that_fits, "notes": list(a.notes)}
     if a.model.checkpoint is not None:
         obj["checkpoint"] = checkpoint_record(a.model.checkpoint)
     label = f"{_context_label(a.plan)}, runtime {a.plan.runtime}"
@@ -69,10 +69,10 @@ def check_view(a: CheckAnswer) -> View:
     notes = [f"decode: seconds a token, batch {a.plan.batch}, under {a.plan.runtime} "
              f"({a.rates_source}); `gpuwise infer` gives its interval and the prefill", *a.notes]
     missing = sorted({r["decode"]["unavailable"] for r in a.rows
-                      if "unavailable" in r.get("decode", {})})  # fmt: skip
+                      if "unavailable" in r.get("decode", {})})
     notes += [f"decode -: {why}" for why in missing]
     notes += sorted({f"decode without: {why}" for r in a.rows
-                     for why in r.get("decode", {}).get("missing_parts", ())})  # fmt: skip
+                     for why in r.get("decode", {}).get("missing_parts", ())})
     return obj, Group(table, Text("\n".join(f"note: {n}" for n in notes)))
 
 
@@ -95,7 +95,7 @@ def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
     obj = {"model": model_record(a.model, arch), "hardware": hardware_record(a.hardware),
            "plan": asdict(plan), "memory": memory_record(a.memory),
            "params": count_params(arch).total, "answers": asdict(found), "time": time_rec,
-           "runtime": plan.runtime, "weights_source": a.weights_source}  # fmt: skip
+           "runtime": plan.runtime, "weights_source": a.weights_source}
     if a.model.checkpoint is not None:
         obj["checkpoint"] = checkpoint_record(a.model.checkpoint)
     if show_ops and a.time is not None:
@@ -109,7 +109,7 @@ def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
                       if arch.max_position and ctx > arch.max_position else ""),
         "precision": f"highest weight precision that fits: {found.precision_that_fits or 'none'}"
                      f"; devices needed (tensor parallel): {found.devices_needed or 'too many'}",
-    }  # fmt: skip
+    }
     extra.update(time_lines(time_rec))
     if a.time is not None and a.fp32 is not None:
         extra.update(inference_fp32(plan, a.time, a.fp32.time, a.fp32.memory_bytes))
@@ -118,7 +118,7 @@ def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
     view = terminal.format_memory(title, a.memory, a.hardware, extra)
     if show_ops and a.time is not None:
         view = Group(view, terminal.format_ops("prefill operations", a.time.prefill),
-                     terminal.format_ops("decode operations (one step)", a.time.decode))  # fmt: skip
+                     terminal.format_ops("decode operations (one step)", a.time.decode))
     return obj, view
 
 
@@ -126,7 +126,7 @@ def _train_time_record(a: TrainAnswer) -> dict[str, Any]:
     if a.time is None:
         return {"unavailable": a.rates_source}
     rec = training_time_record(a.time, a.rates_source, a.train_tokens, a.faults.step_fault_s,
-                               a.faults.slow_step_s)  # fmt: skip
+                               a.faults.slow_step_s)
     rec["fp32_step_s"] = a.fp32.time.step_s if a.fp32 else None
     return rec
 
@@ -136,7 +136,7 @@ def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
     time_rec = _train_time_record(a)
     obj = {"model": model_record(a.model, a.arch), "hardware": hardware_record(a.hardware),
            "plan": asdict(plan), "memory": memory_record(a.memory),
-           "params": count_params(a.arch).total, "answers": asdict(found), "time": time_rec}  # fmt: skip
+           "params": count_params(a.arch).total, "answers": asdict(found), "time": time_rec}
     if show_ops and a.time is not None:
         obj["ops"] = {"forward": ops_record(a.time.forward)}
     extra = {
@@ -152,17 +152,17 @@ def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
     if tip:
         extra["page faults"] = tip
     title = (f"{a.model.name} training: batch {plan.batch} x seq {plan.seq}, {plan.dtype}, "
-             f"{plan.optimizer}, {plan.finetune}")  # fmt: skip
+             f"{plan.optimizer}, {plan.finetune}")
     view = terminal.format_memory(title, a.memory, a.hardware, extra)
     if show_ops and a.time is not None:
         view = Group(view, terminal.format_ops("forward operations (backward ~2x)",
-                                               a.time.forward))  # fmt: skip
+                                               a.time.forward))
     return obj, view
 
 
 def models_view(rows: list[ModelRow], wide: bool = False) -> View:
     obj = [{**asdict(r.entry), "params": r.params, "active_params": r.active_params,
-            "attention": r.attention} for r in rows]  # fmt: skip
+            "attention": r.attention} for r in rows]
     entries = [(r.entry, r.params, r.active_params, r.attention) for r in rows]
     return obj, terminal.format_models_table(entries, wide)
 

@@ -23,7 +23,7 @@ def _module_record(est: Any) -> dict[str, Any]:
         "flops": {p: t.flops(p) for p in phases},
         "aten_ops": {p: len(t.phase_ops(p)) for p in phases},
         "optimizer_aten_ops": t.optimizer_ops, "source": "measured on the meta device (trace)",
-    }  # fmt: skip
+    }
 
 
 def _time_record(est: Any) -> dict[str, Any]:
@@ -31,14 +31,14 @@ def _time_record(est: Any) -> dict[str, Any]:
     if t is None:
         return {"unavailable": est.time_rates}
     rec: dict[str, Any] = {"seconds": t.seconds, "forward_s": t.forward.seconds,
-                           "bound": {"forward": t.forward.bound}}  # fmt: skip
+                           "bound": {"forward": t.forward.bound}}
     for phase in (t.backward, t.optimizer):
         if phase is not None:
             rec[f"{phase.name}_s"] = phase.seconds
             rec["bound"][phase.name] = phase.bound
     rec["what"] = "training step" if t.backward else "forward (no-grad) latency"
     rec.update(source=t.source, rates=est.time_rates, runtime=t.runtime,
-               source_kind="estimated")  # fmt: skip
+               source_kind="estimated")
     return rec
 
 
@@ -46,9 +46,9 @@ def _time_line(rec: dict[str, Any]) -> str:
     if "unavailable" in rec:
         return f"not estimated: {rec['unavailable']}"
     parts = [f"{k.removesuffix('_s')} {terminal.format_seconds(v)}" for k, v in rec.items()
-             if k.endswith("_s")]  # fmt: skip
+             if k.endswith("_s")]
     return (f"{rec['what']} {terminal.format_seconds(rec['seconds'])} ({', '.join(parts)}; "
-            f"estimated from {rec['source']} rates: {rec['rates']})")  # fmt: skip
+            f"estimated from {rec['source']} rates: {rec['rates']})")
 
 
 def module_view(est: Any, inputs: list[str], show_ops: bool = False) -> View:
@@ -60,23 +60,23 @@ def module_view(est: Any, inputs: list[str], show_ops: bool = False) -> View:
         "plan": {"training": t.training, "dtype": t.dtype, "inputs": inputs,
                  "optimizer": est.optimizer if t.training else None},
         "memory": memory_record(est.memory), "time": time_rec,
-    }  # fmt: skip
+    }
     phases = [p for p in (est.time.forward, est.time.backward) if p] if est.time else []
     if show_ops:
         obj["ops"] = {p.name: ops_record(p) for p in phases}
     what = f"training ({est.optimizer})" if t.training else "inference (no-grad forward)"
     title = (f"{t.name}: {what}, {t.dtype}, inputs {' '.join(inputs)}; "
-             f"{format_count(t.param_count)} parameters")  # fmt: skip
+             f"{format_count(t.param_count)} parameters")
     extra = {
         "traced": f"{format_count(t.flops())}FLOP in {len(t.ops)} aten ops on meta"
                   + (f"; saved for backward {t.saved_bytes / 2**20:,.1f} MiB" if t.training
                      else ""),
         "time": _time_line(time_rec),
-    }  # fmt: skip
+    }
     view: Any = terminal.format_memory(title, est.memory, est.hardware, extra)
     if show_ops:
         view = Group(view, *(terminal.format_ops(f"{p.name} operations", _by_time(p))
-                             for p in phases))  # fmt: skip
+                             for p in phases))
     return obj, view
 
 

@@ -29,37 +29,37 @@ def _outcome(answer: ProbeAnswer) -> str:
         return f"saved to {path}: `--on local` time estimates now use these (source: measured)"
     count = len(answer.profile.warnings)
     kept = (f"keep the profile of {answer.in_use.created_at} ({answer.in_use_path})"
-            if answer.in_use else "use datasheet rates until a probe is trusted")  # fmt: skip
+            if answer.in_use else "use datasheet rates until a probe is trusted")
     return (f"not trusted ({count} warning{'s' if count > 1 else ''} above): saved aside to "
-            f"{path}; `--on local` time estimates {kept}")  # fmt: skip
+            f"{path}; `--on local` time estimates {kept}")
 
 
 def format_profile(profile: Any, outcome: str) -> Group:
     table = Table(title=f"Probe of {profile.device} ({profile.backend}, "
-                  f"{profile.threads or '?'} threads; measured)", title_justify="left")  # fmt: skip
+                  f"{profile.threads or '?'} threads; measured)", title_justify="left")
     for col in ("measurement", "value", "of spec"):
         table.add_column(col, justify="left" if col == "measurement" else "right")
     for r in profile.bandwidth + profile.links:
         table.add_row(f"{r.kind} bandwidth", "NA" if r.gbs is None else f"{r.gbs:,.1f} GB/s",
-                      _fraction(r.fraction_of_spec))  # fmt: skip
+                      _fraction(r.fraction_of_spec))
     for dtype, best in profile.matmul_best.items():
         value = "NA" if best is None else (f"{best.flops_per_s / 1e9:,.1f} GFLOP/s at "
-                                           f"{best.m}x{best.n}x{best.k}")  # fmt: skip
+                                           f"{best.m}x{best.n}x{best.k}")
         table.add_row(f"matmul {dtype} (best)", value,
-                      _fraction(profile.matmul_fraction_of_spec.get(dtype)))  # fmt: skip
+                      _fraction(profile.matmul_fraction_of_spec.get(dtype)))
     for name, seconds in profile.overhead_s.items():
         table.add_row(f"per-op overhead ({name})",
-                      "NA" if seconds is None else f"{seconds * 1e6:.1f} us", "")  # fmt: skip
+                      "NA" if seconds is None else f"{seconds * 1e6:.1f} us", "")
     rt = profile.runtime or {}
     for key in ("decode_op_s", "training_op_s"):
         if key in rt:
             table.add_row(f"transformers cost per op ({key.split('_')[0]})",
-                          f"{rt[key] * 1e6:.1f} us", "")  # fmt: skip
+                          f"{rt[key] * 1e6:.1f} us", "")
     if "cold_op_factor" in rt:
         table.add_row("  x with the caches cold (as in a model)", f"x{rt['cold_op_factor']:.2f}", "")
     if "decode_vocab_s" in rt:
         table.add_row("generate() logits step (per 1k vocab)",
-                      f"{rt['decode_vocab_s'] * 1e9:.1f} us", "")  # fmt: skip
+                      f"{rt['decode_vocab_s'] * 1e9:.1f} us", "")
     for dtype, points in (rt.get("gemv") or {}).items():
         gbs = ", ".join(f"{b / 2**20:.0f} MiB: {r / 1e9:.1f}" for b, r in points)
         table.add_row(f"cold GEMV {dtype} (GB/s)", gbs, "")
@@ -83,13 +83,13 @@ def _kernel_rows(table: Table, kernels: dict[str, Any]) -> None:
         rates = [2 * m * k * n / s for m, k, n, s in grid.get("forward", [])]
         if rates:
             table.add_row(f"linear {dtype} (model shapes)",
-                          f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")  # fmt: skip
+                          f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")
     for dtype, by_direction in kernels.get("conv", {}).items():
         rates = [2 * p[0] * p[1] * p[2] / p[-1] for key, points in by_direction.items()
-                 if key.startswith("forward") for p in points]  # fmt: skip
+                 if key.startswith("forward") for p in points]
         if rates:
             table.add_row(f"conv {dtype} (ResNet's windows and shapes)",
-                          f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")  # fmt: skip
+                          f"{min(rates) / 1e9:,.1f}-{max(rates) / 1e9:,.1f} GFLOP/s", "")
     for dtype, modes in kernels.get("sdpa", {}).items():
         prefill = modes.get("prefill") or []
         if prefill:
@@ -102,4 +102,4 @@ def _kernel_rows(table: Table, kernels: dict[str, Any]) -> None:
     fresh = kernels.get("fresh") or {}
     if fresh.get("bytes_per_s"):
         table.add_row("first touch of fresh tensors",
-                      f"{fresh['bytes_per_s'] / 1e9:.1f} GB/s", "")  # fmt: skip
+                      f"{fresh['bytes_per_s'] / 1e9:.1f} GB/s", "")

@@ -39,7 +39,7 @@ def runs_bar(quiet: bool) -> Iterator[Callable[[dict[str, Any], int, int], None]
         yield None
         return
     columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())  # fmt: skip
+               TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("runs", total=None)
 

@@ -22,7 +22,7 @@ def model_record(model: ResolvedModel, arch: Architecture) -> dict[str, Any]:
         "max_position": arch.max_position, "tied_embeddings": arch.tie_embeddings,
         "sliding_window": arch.sliding_window, "sliding_layers": arch.sliding_layers,
         "moe": asdict(arch.moe) if arch.moe else None,
-    }  # fmt: skip
+    }
 
 
 def hardware_record(hw: Hardware) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def memory_record(est: MemoryEstimate) -> dict[str, Any]:
         "headroom_bytes": est.headroom_bytes, "model_bytes": est.model_bytes,
         "peak_phase": est.peak_phase, "phases": est.phases, "runtime": est.runtime,
         "source": est.source, "notes": list(est.notes),
-    }  # fmt: skip
+    }
 
 
 def interval_record(interval: Any, seconds: float) -> dict[str, Any] | None:
@@ -62,11 +62,11 @@ def inference_time_record(t: Any, how: str, curve: list[dict[str, float]]) -> di
         "overhead_s": {"prefill": t.prefill.overhead_s, "decode": t.decode.overhead_s},
         "source": t.source, "rates": "; ".join((how, *t.missing)), "runtime": t.runtime,
         "source_kind": "estimated", "missing_parts": list(t.missing), "throughput_by_batch": curve,
-    }  # fmt: skip
+    }
 
 
 def training_time_record(t: Any, how: str, train_tokens: float = 0, fault_s: float = 0.0,
-                         slow_faults_step_s: float | None = None) -> dict[str, Any]:  # fmt: skip
+                         slow_faults_step_s: float | None = None) -> dict[str, Any]:
     extra = {"train_tokens": train_tokens, "time_to_train_s": t.seconds_for(train_tokens)}
     return ({} if not train_tokens else extra) | {
         "step_s": t.step_s, "tokens_per_s": t.tokens_per_s, "mfu": t.mfu,
@@ -77,7 +77,7 @@ def training_time_record(t: Any, how: str, train_tokens: float = 0, fault_s: flo
         "bound": {"forward": t.forward.bound, "backward": t.backward.bound,
                   "optimizer": t.optimizer.bound},
         "source": t.source, "rates": how, "runtime": t.runtime,
-    }  # fmt: skip
+    }
 
 
 # The square matmul the device records give the rate of: the size GEMM benchmarks publish.
@@ -92,7 +92,7 @@ def device_rates_record(rates: Any) -> dict[str, Any]:
             "interconnect_bytes_per_s": rates.interconnect_bytes_per_s,
             "matmul_size": n,
             "matmul_flops_per_s": {dtype: rates.matmul_rate(n, n, 2.0 * n**3, dtype)
-                                   for dtype, peak in rates.peak_flops.items() if peak}}  # fmt: skip
+                                   for dtype, peak in rates.peak_flops.items() if peak}}
 
 
 def ops_record(phase: Any) -> list[dict[str, Any]]:
@@ -101,4 +101,4 @@ def ops_record(phase: Any) -> list[dict[str, Any]]:
          "bytes": t.op.bytes * t.op.count, "intensity": t.op.intensity, "seconds": t.seconds,
          "bound": t.bound, "timed_by": "probed kernel" if t.measured else "roofline"}
         for t in phase.ops
-    ]  # fmt: skip
+    ]

@@ -20,7 +20,7 @@ def repro_view(answer: ReproAnswer) -> tuple[Any, Any]:
     record = {"study": study.header() | {"results": str(study.results)},
               "analysis": dataclasses.asdict(analysis), "energy": notes,
               "placement": [dataclasses.asdict(p) for p in answer.placement],
-              "ray": answer.ray}  # fmt: skip
+              "ray": answer.ray}
     return record, format_study(analysis, study, notes, answer.placement, answer.ray)
 
 
@@ -45,13 +45,13 @@ def _divergence(s: ConditionSummary) -> str:
 def _conditions_table(a: StudyAnalysis) -> Table:
     t = Table(title="Runs per condition (measured)", title_justify="left")
     for col in ("condition", "runs", "bit-identical", "first diverging step", "time/run s",
-                "energy/run J"):  # fmt: skip
+                "energy/run J"):
         t.add_column(col, justify="left" if col in ("condition", "bit-identical") else "right")
     for s in a.conditions.values():
         runs = f"{s.runs}" + (f" (+{s.failed} failed)" if s.failed else "")
         t.add_row(s.name, runs, _identity(s), _divergence(s),
                   _num(s.wall_s.mean if s.wall_s else None, 3),
-                  _num(s.energy_j.mean if s.energy_j else None, 3))  # fmt: skip
+                  _num(s.energy_j.mean if s.energy_j else None, 3))
     return t
 
 
@@ -63,7 +63,7 @@ def _metric_table(a: StudyAnalysis, metric: str) -> Table:
         m = s.metrics.get(metric)
         if m is not None:
             t.add_row(s.name, _num(m.mean, 8), _num(m.sd, 3), _num(m.min, 8), _num(m.max, 8),
-                      _num(m.range, 3))  # fmt: skip
+                      _num(m.range, 3))
     return t
 
 
@@ -79,7 +79,7 @@ def _share_text(share: Share) -> tuple[str, str]:
 def _shares_table(a: StudyAnalysis) -> Table:
     level = next((s.confidence for d in a.shares.values() for s in d.values()), 0.95)
     t = Table(title="Arithmetic share: variance with the seed fixed / with seeds varied "
-                    "(measured; interval: F distribution)", title_justify="left")  # fmt: skip
+                    "(measured; interval: F distribution)", title_justify="left")
     for col in ("metric", "seed fixed in", "share", f"{level:.0%} interval"):
         t.add_column(col)
     for metric, shares in a.shares.items():
@@ -91,49 +91,49 @@ def _shares_table(a: StudyAnalysis) -> Table:
 def _detect_table(a: StudyAnalysis) -> Table:
     first = a.detect[0]
     t = Table(title=f"Telling two settings apart (estimated: normal approximation, "
-                    f"α={first.alpha:g}, power {first.power:g})", title_justify="left")  # fmt: skip
+                    f"α={first.alpha:g}, power {first.power:g})", title_justify="left")
     for col in ("metric", "sd", "sd from", f"detectable with {first.detectable_at_runs} runs",
-                "difference asked", "runs needed per setting"):  # fmt: skip
+                "difference asked", "runs needed per setting"):
         t.add_column(col, justify="left" if col in ("metric", "sd from") else "right")
     for d in a.detect:
         t.add_row(d.metric, _num(d.sd, 3), d.sd_from, _num(d.detectable_diff, 3),
-                  _num(d.diff, 3), "NA" if d.runs_needed is None else str(d.runs_needed))  # fmt: skip
+                  _num(d.diff, 3), "NA" if d.runs_needed is None else str(d.runs_needed))
     return t
 
 
 def _placement_text(placement: list[Placement], ray: dict[str, Any] | None) -> Text:
     where = "; ".join(f"{p.hardware}: {p.runs} run(s) on {len(p.nodes)} node(s) "
                       f"({', '.join(p.nodes[:4])}{', ...' if len(p.nodes) > 4 else ''})"
-                      for p in placement)  # fmt: skip
+                      for p in placement)
     text = f"Ran on: {where or 'NA (no finished run recorded where it ran)'}"
     if ray is not None:
         text += (f"\nRay: {ray['nodes']} node(s) at {ray['address'] or 'ray.init()'}, "
                  f"{ray['cpus_per_replica']:g} CPU(s) and {ray['gpus_per_replica']:g} GPU(s) "
-                 "per replica")  # fmt: skip
+                 "per replica")
     return Text(text)
 
 
 def _hardware_table(a: StudyAnalysis) -> Table:
     t = Table(title="Hardware as a source of variance: runs grouped by the hardware they ran "
-                    "on (measured; one-way ANOVA, F test)", title_justify="left")  # fmt: skip
+                    "on (measured; one-way ANOVA, F test)", title_justify="left")
     for col in ("metric", "condition", "runs per hardware", "between-hardware share", "F", "p",
-                "note"):  # fmt: skip
+                "note"):
         t.add_column(col, justify="right" if col in ("F", "p", "between-hardware share") else "left")
     for h in a.hardware:
         g = h.groups
         runs = ", ".join(f"{name}: {n}" for name, n in g.runs.items())
         t.add_row(h.metric, h.condition, runs, _num(g.share, 3), _num(g.f, 3), _num(g.p, 2),
-                  g.note)  # fmt: skip
+                  g.note)
     return t
 
 
 def format_study(a: StudyAnalysis, study: Any, energy_notes: list[str],
                  placement: list[Placement] | None = None,
-                 ray: dict[str, Any] | None = None) -> Group:  # fmt: skip
+                 ray: dict[str, Any] | None = None) -> Group:
     """The verdict as rich renderables."""
     command = " ".join(study.command)
     parts: list[Any] = [Text(f"gpuwise repro: {study.runs} run(s) x {len(study.conditions)} "
-                             f"condition(s) of `{command}`  (results: {study.results})")]  # fmt: skip
+                             f"condition(s) of `{command}`  (results: {study.results})")]
     if placement or ray is not None:
         parts.append(_placement_text(placement or [], ray))
     parts.append(_conditions_table(a))
@@ -147,7 +147,7 @@ def format_study(a: StudyAnalysis, study: Any, energy_notes: list[str],
         energy = a.deterministic_energy_ratio
         parts.append(Text("Deterministic mode over same-seed (measured, wall time per run with "
                           f"start-up): time x{_num(a.deterministic_time_ratio, 3)}, energy "
-                          + (f"x{energy:.3g}" if energy is not None else "NA")))  # fmt: skip
+                          + (f"x{energy:.3g}" if energy is not None else "NA")))
     parts.append(Text("Energy: " + "; ".join(energy_notes)))
     if a.detect:
         parts.append(_detect_table(a))

@@ -20,13 +20,13 @@ from gpuwise.report.terminal import View, format_seconds
 SUMMARY_KEYS = ("requests", "duration_s", "ttft_s", "tpot_s", "itl_s", "e2e_s",
                 "output_tokens_per_s", "requests_per_s", "goodput_requests_per_s",
                 "slo_met_fraction", "preemptions", "kv_peak_fraction", "busy_fraction", "steps",
-                "saturated", "kv_timeline", "energy", "steady_state")  # fmt: skip
+                "saturated", "kv_timeline", "energy", "steady_state")
 SWEEP_KEYS = ("curve", "max_rate_meeting_slo", "attainment", "rate_ceiling")
 
 
 def latencies(s: ServeSummary) -> tuple[tuple[str, Percentiles], ...]:
     return (("time to first token", s.ttft_s), ("time per output token", s.tpot_s),
-            ("inter-token latency", s.itl_s), ("end to end", s.e2e_s))  # fmt: skip
+            ("inter-token latency", s.itl_s), ("end to end", s.e2e_s))
 
 
 def summary_record(s: ServeSummary, timeline: bool = True) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def summary_record(s: ServeSummary, timeline: bool = True) -> dict[str, Any]:
     left_out |= set() if timeline else {"kv_timeline"}
     rec = {k: v for k, v in asdict(s).items() if k not in left_out}
     rec["steady_state"] = {k: v for k, v in rec["steady_state"].items()
-                           if k != "per_output_token_j" or v is not None}  # fmt: skip
+                           if k != "per_output_token_j" or v is not None}
     return rec
 
 
@@ -44,7 +44,7 @@ def sweep_record(sw: Sweep) -> dict[str, Any]:
     return {"curve": [{"rate": p.rate, **summary_record(p.summary, timeline=False)}
                       for p in sw.curve],
             "max_rate_meeting_slo": sw.max_rate_meeting_slo, "attainment": sw.attainment,
-            "rate_ceiling": sw.rate_ceiling}  # fmt: skip
+            "rate_ceiling": sw.rate_ceiling}
 
 
 def serve_record(a: ServeAnswer) -> dict[str, Any]:
@@ -63,7 +63,7 @@ def serve_record(a: ServeAnswer) -> dict[str, Any]:
            "no_load": {"ttft_s": a.no_load.ttft_s, "tpot_s": a.no_load.tpot_s,
                        "decode_step_s": a.no_load.decode_step_s,
                        "token_host_s": a.no_load.token_host_s},
-           **summary_record(a.result), "kv_cache_tokens": a.kv_cache_tokens}  # fmt: skip
+           **summary_record(a.result), "kv_cache_tokens": a.kv_cache_tokens}
     return rec if a.sweep is None else {**rec, **sweep_record(a.sweep)}
 
 
@@ -81,7 +81,7 @@ def _energy_line(e: Energy) -> str:
             f"{e.per_output_token_j:.3g} J an output token, {e.average_w:,.0f} W "
             f"on average (compute-bound {e.busy_w:,.0f} W, memory-bound "
             f"{e.memory_w:,.0f} W, idle {e.idle_w:,.0f} W; "
-            f"{e.compute_bound_share:.0%} of the busy time compute-bound)")  # fmt: skip
+            f"{e.compute_bound_share:.0%} of the busy time compute-bound)")
 
 
 def _lines(a: ServeAnswer) -> list[str]:
@@ -89,21 +89,21 @@ def _lines(a: ServeAnswer) -> list[str]:
     lines = [f"throughput: {s.output_tokens_per_s:,.0f} output tokens/s, "
              f"{s.requests_per_s:,.2f} requests/s over {s.duration_s:,.1f} s "
              f"({s.requests:,} requests; busy {s.busy_fraction:.0%})",
-             _no_load_line(a)]  # fmt: skip
+             _no_load_line(a)]
     if a.slo.ttft_s is not None or a.slo.tpot_s is not None:
         lines.append(f"goodput: {s.goodput_requests_per_s:,.2f} requests/s meet the "
-                     f"targets ({s.slo_met_fraction:.0%} of requests)")  # fmt: skip
+                     f"targets ({s.slo_met_fraction:.0%} of requests)")
     lines.append(f"KV cache: peak {s.kv_peak_fraction:.0%} in use; "
-                 f"{s.preemptions:,} preemptions")  # fmt: skip
+                 f"{s.preemptions:,} preemptions")
     if s.energy is not None:
         lines.append(_energy_line(s.energy))
     else:
         lines.append(f"energy: not estimated: {a.hardware.name}'s power is not known (a "
-                     "catalogue device has its TDP)")  # fmt: skip
+                     "catalogue device has its TDP)")
     if s.saturated:
         lines.append("saturated: requests arrive faster than the replica answers them; the "
                      "queue grows without bound and so do the latencies (lower --rate, or "
-                     "more --gpus)")  # fmt: skip
+                     "more --gpus)")
     return lines
 
 
@@ -112,7 +112,7 @@ def _no_load_line(a: ServeAnswer) -> str:
     work a token, said where the runtime has any."""
     n = a.no_load
     line = (f"no load: time to first token {format_seconds(n.ttft_s)}, "
-            f"{format_seconds(n.tpot_s)} a token")  # fmt: skip
+            f"{format_seconds(n.tpot_s)} a token")
     if n.token_host_s and n.tpot_s:
         line += (f" (the decode step {format_seconds(n.decode_step_s)}, as `gpuwise infer` "
                  f"gives it, + {format_seconds(n.token_host_s)} of the server's host work)")
@@ -133,7 +133,7 @@ def _curve_table(sweep: Sweep) -> Table:
         s = p.summary
         table.add_row(f"{p.rate:.3g}", format_seconds(s.ttft_s.p90),
                       format_seconds(s.tpot_s.p90), f"{s.output_tokens_per_s:,.0f}",
-                      f"{s.slo_met_fraction:.0%}", "yes" if s.saturated else "")  # fmt: skip
+                      f"{s.slo_met_fraction:.0%}", "yes" if s.saturated else "")
     return table
 
 
@@ -146,14 +146,14 @@ def knee_text(sweep: Sweep) -> str:
 def load_text(a: ServeAnswer) -> str:
     load = a.load
     return (f"{load.rate:g} requests/s" if load.rate else
-            f"{load.concurrency} clients" if load.concurrency else f"trace {load.trace}")  # fmt: skip
+            f"{load.concurrency} clients" if load.concurrency else f"trace {load.trace}")
 
 
 def serve_view(a: ServeAnswer) -> View:
     load = a.load.lengths
     title = (f"{a.model.name} served by {a.plan.runtime} on "
              f"{devices_text(a.replicas, a.opts.tp, a.hardware.name)}: {load_text(a)}, prompt {load.prompt} + {load.output} new "
-             f"tokens ({a.rates_source})")  # fmt: skip
+             f"tokens ({a.rates_source})")
     parts: list[Any] = [Text(title), _latency_table(a.result), Text("\n".join(_lines(a)))]
     if a.sweep is not None:
         parts += [_curve_table(a.sweep), Text(knee_text(a.sweep))]

@@ -15,7 +15,7 @@ from gpuwise.units import format_bytes, format_count, format_tokens
 
 ORDER = ("weights", "gradients", "optimizer", "kv_cache", "activations", "logits", "workspace",
          "fsdp_unsharded", "cublas_workspace", "allocator_slack", "nccl_buffers",
-         "overhead")  # fmt: skip
+         "overhead")
 
 # What a command hands the CLI to print: (its JSON-able record, a rich renderable)
 View = tuple[Any, Any]
@@ -40,7 +40,7 @@ def format_memory(title: str, est: MemoryEstimate, hw: Hardware, extra: dict[str
             value = est.breakdown[key]
             table.add_row(key, format_bytes(value), f"{100 * value / est.total_bytes:.1f}%")
     table.add_row(Text("total (estimated)", style="bold"),
-                  Text(format_bytes(est.total_bytes), style="bold"), "")  # fmt: skip
+                  Text(format_bytes(est.total_bytes), style="bold"), "")
     lines = [
         f"on:        {format_hardware_line(hw)}",
         f"runtime:   {est.runtime}; peak during {est.peak_phase}",
@@ -48,7 +48,7 @@ def format_memory(title: str, est: MemoryEstimate, hw: Hardware, extra: dict[str
     head = "headroom" if est.fits else "short by"
     verdict = {"yes": "yes", "tight": "tight", "no": "NO"}[est.verdict]
     lines.append(f"fits:      {verdict} ({head} "
-                 f"{format_bytes(abs(est.headroom_bytes))} of {format_bytes(est.capacity_bytes)})")  # fmt: skip
+                 f"{format_bytes(abs(est.headroom_bytes))} of {format_bytes(est.capacity_bytes)})")
     lines += [f"{k + ':':<10} {v}" for k, v in extra.items()]
     lines += [f"note:      {n}" for n in est.notes]
     return Group(table, Text("\n".join(lines)))
@@ -63,7 +63,7 @@ def format_check(name: str, hw: Hardware, rows: list[dict[str, Any]], context: s
         table.add_row(r["weights"], format_bytes(r["weight_bytes"]), format_bytes(r["total_bytes"]),
                       fits_text(r["fits"]), format_bytes(r["headroom_bytes"]),
                       _context_cell(r["max_context"], r["model_max_context"]),
-                      _decode_cell(r.get("decode") or {}))  # fmt: skip
+                      _decode_cell(r.get("decode") or {}))
     return table
 
 
@@ -83,13 +83,13 @@ def _context_cell(ctx: int, model_max: int) -> str:
 
 def format_local(machine_lines: list[str], rows: list[dict[str, Any]], context: str) -> Group:
     table = Table(title=f"What runs here ({context}; estimated, transformers runtime)",
-                  title_justify="left")  # fmt: skip
+                  title_justify="left")
     for col in ("model", "params", "weights", "memory", "fits", "max context (batch 1)"):
         table.add_column(col, justify="left" if col in ("model", "weights") else "right")
     for r in rows:
         table.add_row(r["model"], format_count(r["params"]), r["weights"],
                       format_bytes(r["total_bytes"]), fits_text(r["fits"]),
-                      _context_cell(r["max_context"], r["model_max_context"]))  # fmt: skip
+                      _context_cell(r["max_context"], r["model_max_context"]))
     return Group(Text("\n".join(machine_lines)), table)
 
 
@@ -97,7 +97,7 @@ def format_hardware_table(devices: tuple[Hardware, ...], wide: bool = False) -> 
     """The catalogue's devices. Ids and aliases are never cut (they are what `--on` takes);
     the narrow table fits 80 columns, `wide` adds the name, fp8, TDP, link and list price."""
     table = Table(title="Hardware catalogue (spec values; dense peaks)", title_justify="left",
-                  show_edge=False)  # fmt: skip
+                  show_edge=False)
     table.add_column("id", no_wrap=True)
     if wide:
         table.add_column("name", overflow="fold")
@@ -111,7 +111,7 @@ def format_hardware_table(devices: tuple[Hardware, ...], wide: bool = False) -> 
     for hw in devices:
         pk = hw.peak_tflops
         cells = [hw.id, *((hw.name,) if wide else ()), f"{hw.memory_gib:,.1f}",
-                 f"{hw.memory_bandwidth_gbs:,.0f}", _num(pk.get("bf16"))]  # fmt: skip
+                 f"{hw.memory_bandwidth_gbs:,.0f}", _num(pk.get("bf16"))]
         if wide:
             cells += [_num(pk.get("fp8")), _num(hw.tdp_w)]
         cells.append(_num(hw.cloud_usd_per_hour, 2))
@@ -126,11 +126,11 @@ def _num(value: float | None, digits: int = 0) -> str:
 
 
 def format_models_table(entries: list[tuple[ModelEntry, int, int, str]],
-                        wide: bool = False) -> Table:  # fmt: skip
+                        wide: bool = False) -> Table:
     """The catalogue's models. Ids and aliases are never cut (they are what MODEL takes); the
     narrow table fits 80 columns, `wide` adds the hub id, family and attention."""
     table = Table(title="Model catalogue (Hugging Face config.json facts)", title_justify="left",
-                  show_edge=False)  # fmt: skip
+                  show_edge=False)
     table.add_column("id", no_wrap=True)
     if wide:
         table.add_column("hub id", overflow="fold")
@@ -143,7 +143,7 @@ def format_models_table(entries: list[tuple[ModelEntry, int, int, str]],
                      min_width=max((len(a) for e, *_ in entries for a in e.aliases), default=0))
     for entry, total, active, attention in entries:
         cells = [entry.id, *((entry.hf_id, entry.family) if wide else ()), format_count(total),
-                 format_count(active) if active != total else ""]  # fmt: skip
+                 format_count(active) if active != total else ""]
         if wide:
             cells.append(attention)
         table.add_row(*cells, ", ".join(entry.aliases))
@@ -153,14 +153,14 @@ def format_models_table(entries: list[tuple[ModelEntry, int, int, str]],
 def format_validation(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="Estimate vs measured on this machine (model memory = total minus "
                   "the runtime baseline; times are medians after a warm-up)",
-                  title_justify="left")  # fmt: skip
+                  title_justify="left")
     for col in ("quantity", "estimated", "measured", "error"):
         table.add_column(col, justify="left" if col == "quantity" else "right")
     for r in rows:
         err = r.get("error")
         fmt = format_seconds if r.get("unit") == "seconds" else format_bytes
         table.add_row(r["quantity"], fmt(r["estimated"]), fmt(r["measured"]),
-                      "" if err is None else f"{100 * err:+.1f}%")  # fmt: skip
+                      "" if err is None else f"{100 * err:+.1f}%")
     return table
 
 
@@ -184,11 +184,11 @@ def format_ops(title: str, phase: Any) -> Table:
         op = t.op
         table.add_row(op.name, op.kind, str(op.count), f"{op.flops * op.count / 1e9:,.2f}",
                       f"{op.bytes * op.count / 1e6:,.1f}", f"{op.intensity:,.1f}",
-                      format_seconds(t.seconds), f"{100 * t.seconds / total:.0f}%", t.bound)  # fmt: skip
+                      format_seconds(t.seconds), f"{100 * t.seconds / total:.0f}%", t.bound)
     latency = phase.ops_s - sum(t.seconds for t in phase.ops)
     if latency > 0:
         table.add_row("kernel latency", "fixed", "", "", "", "", format_seconds(latency),
-                      f"{100 * latency / total:.0f}%", "")  # fmt: skip
+                      f"{100 * latency / total:.0f}%", "")
     table.add_row("dispatch overhead", "fixed", "", "", "", "", format_seconds(phase.overhead_s),
-                  f"{100 * phase.overhead_s / total:.0f}%", "")  # fmt: skip
+                  f"{100 * phase.overhead_s / total:.0f}%", "")
     return table

@@ -19,14 +19,14 @@ def time_lines(rec: dict[str, Any]) -> dict[str, str]:
                         f"{rec['tokens_per_s']:,.0f} tokens/s, MFU {100 * rec['mfu']:.0f}% "
                         f"(backward {rec['bound']['backward']}-bound; {rec['source']}: "
                         f"{rec['rates']}); runtime {rec['runtime']}"
-                        + _time_to_train(rec)}  # fmt: skip
+                        + _time_to_train(rec)}
     kernel = f", {rec['kernel']} kernels" if rec.get("kernel") else ""
     return {"time": f"prefill {format_seconds(rec['prefill_s'])} "
                     f"({_range(rec, 'prefill_s', '; ')}{rec['bound']['prefill']}-bound), decode "
                     f"{format_seconds(rec['decode_s_per_token'])}/token "
                     f"({_range(rec, 'decode_s_per_token', '; ')}{rec['bound']['decode']}-bound), "
                     f"{rec['tokens_per_s']:,.1f} tokens/s ({rec['source']}: {rec['rates']}); "
-                    f"runtime {rec['runtime']}{kernel}"}  # fmt: skip
+                    f"runtime {rec['runtime']}{kernel}"}
 
 
 def _range(rec: dict[str, Any], key: str, then: str = "") -> str:
@@ -64,7 +64,7 @@ def faults_tip(faults: PageFaults, step_s: float) -> str | None:
     slow = ""
     if faults.slow_step_s and faults.slow_bytes_per_s:
         slow = (f"; at the {faults.slow_bytes_per_s / 1e9:.2f} GB/s the probe also "
-                f"saw with memory in use, the step takes up to {faults.slow_step_s:.2f} s")  # fmt: skip
+                f"saw with memory in use, the step takes up to {faults.slow_step_s:.2f} s")
     return (f"{fault_s:.2f} s of the step ({fault_s / step_s:.0%}) at the probed first-touch "
             f"rate, for memory glibc gives back and maps again every step{slow}; `{env}` "
-            "keeps it mapped, for a peak about 10% higher")  # fmt: skip
+            "keeps it mapped, for a peak about 10% higher")

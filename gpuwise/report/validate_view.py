@@ -31,12 +31,12 @@ def _memory_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
          "measured": result["measured_baseline_bytes"], "error": None, "unit": "bytes"},
         {"quantity": "peak total", "estimated": result["estimated_total_bytes"],
          "measured": result["measured_peak_bytes"], "error": None, "unit": "bytes"},
-    ]  # fmt: skip
+    ]
     live = result.get("live")
     if live:  # what the allocator keeps is the difference between the two readings
         rows.insert(1, {"quantity": f"live tensors only (diagnostic: {live['allocator']})",
                         "estimated": live["estimated"], "measured": live["measured"],
-                        "error": live["error"], "unit": "bytes"})  # fmt: skip
+                        "error": live["error"], "unit": "bytes"})
     return rows
 
 
@@ -49,19 +49,19 @@ def _time_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                          "first touch", "unit": "seconds", "measured": row["measured"],
                          "estimated": row["estimated_slow_faults"],
                          "error": row["estimated_slow_faults"] / row["measured"] - 1
-                         if row["measured"] else None})  # fmt: skip
+                         if row["measured"] else None})
     return rows
 
 
 def validate_view(model: ResolvedModel, arch: Architecture, plan: InferencePlan | TrainingPlan,
-                  result: dict[str, Any], memory: bool, timing: bool) -> tuple[Any, Any]:  # fmt: skip
+                  result: dict[str, Any], memory: bool, timing: bool) -> tuple[Any, Any]:
     rows = (_memory_rows(result) if memory else []) + _time_rows(result)
     obj = {"model": model_record(model, arch), "plan": asdict(plan), **result}
     note = (f"time estimates: {result['time_source'] or 'none'} ({result['time_rates']})"
-            if timing else "")  # fmt: skip
+            if timing else "")
     note += _drift_note(result.get("time_machine_vs_probe") or {})
     note += "".join(f"\n{key.replace('_', ' ')}: not measured: {row['unmeasured']}"
-                    for key, row in result.get("time", {}).items() if row.get("unmeasured"))  # fmt: skip
+                    for key, row in result.get("time", {}).items() if row.get("unmeasured"))
     return obj, Group(terminal.format_validation(rows), Text(note))
 
 
@@ -73,5 +73,5 @@ def _drift_note(drift: dict[str, float]) -> str:
     if largest_move(drift) > STEADY:
         line += (f"\nit had moved by more than {STEADY:.0%} since it was probed: the "
                  "estimates follow the probe; run `gpuwise probe` again just before a time "
-                 "check")  # fmt: skip
+                 "check")
     return line

@@ -15,7 +15,7 @@ from gpuwise.estimate.watch.verdict import Verdict
 from gpuwise.units import format_bytes
 
 PHASE_LABELS = {"data": "waiting for data", "h2d": "host-to-device copy", "forward": "forward",
-                "backward": "backward", "optimizer": "optimizer", "other": "other"}  # fmt: skip
+                "backward": "backward", "optimizer": "optimizer", "other": "other"}
 
 
 def watch_record(summary: WatchSummary, verdict: Verdict, meta: dict[str, Any]) -> dict[str, Any]:
@@ -47,11 +47,11 @@ def format_watch(summary: WatchSummary, verdict: Verdict, meta: dict[str, Any]) 
             missing[f"{source}_energy"] = why
     if missing:
         parts.append(Text("unavailable: " + "; ".join(f"{k}: {v}" for k, v in missing.items()),
-                          style="dim"))  # fmt: skip
+                          style="dim"))
     for note in meta.get("notes", ()):
         parts.append(Text(f"note: {note}", style="dim"))
     parts.append(Text(f"log: {meta.get('log')}  (re-render: gpuwise watch --report LOG)",
-                      style="dim"))  # fmt: skip
+                      style="dim"))
     return Group(*parts)
 
 
@@ -71,7 +71,7 @@ def _headline(s: WatchSummary, meta: dict[str, Any]) -> str:
 def _phase_table(s: WatchSummary) -> Table:
     n = max(s.steps_timed, 1)
     table = Table(title=f"Where each step's time went ({s.steps_timed} steps timed; measured)",
-                  title_justify="left")  # fmt: skip
+                  title_justify="left")
     energy = bool(s.energy.per_phase_j)
     for col in ("phase", "per step", "share", "energy (estimated)")[: 4 if energy else 3]:
         table.add_column(col, justify="left" if col == "phase" else "right")
@@ -107,11 +107,11 @@ def _resources_table(s: WatchSummary) -> Table:
             ("energy waiting for data", _num(e.idle_j, "{:,.1f} J"), "estimated (time share)"),
             ("energy per step", _num(e.per_step_j, "{:,.2f} J"), "measured"),
             ("energy per 1000 samples", _num(e.per_1000_samples_j, "{:,.1f} J"), "measured"),
-            ("mean power", _num(e.mean_power_w, "{:,.0f} W"), "measured")]  # fmt: skip
+            ("mean power", _num(e.mean_power_w, "{:,.0f} W"), "measured")]
     for trend in s.memory:
         rows.append((f"{trend.what} memory first -> last {trend.per}",
                      f"{format_bytes(trend.first_bytes)} -> {format_bytes(trend.last_bytes)}",
-                     "measured"))  # fmt: skip
+                     "measured"))
     for name, value, source in rows:
         if value != "NA":  # what is missing is listed, with the reason, under the report
             table.add_row(name, value, source)
@@ -121,14 +121,14 @@ def _resources_table(s: WatchSummary) -> Table:
 def _ranks_table(s: WatchSummary) -> Table:
     assert s.ranks is not None
     table = Table(title=f"Ranks (spread of step times {s.ranks.step_spread:.0%}; measured)",
-                  title_justify="left")  # fmt: skip
+                  title_justify="left")
     for col in ("rank", "steps", "step", "before sync", "data", "backward (incl. wait)"):
         table.add_column(col, justify="right")
     for r in s.ranks.ranks:
         mark = " straggler" if r.rank in s.ranks.stragglers else ""
         table.add_row(f"{r.rank}{mark}", str(r.steps), _ms(r.step_s_median),
                       _ms(r.before_sync_s_median), _ms(r.data_s_median),
-                      _ms(r.backward_s_median))  # fmt: skip
+                      _ms(r.backward_s_median))
     return table
 
 
@@ -155,4 +155,4 @@ def _sources(sources: tuple[str, ...]) -> str:
 def watch_view(answer: WatchAnswer) -> tuple[dict[str, Any], Group]:
     """(JSON record, terminal rendering) of a judged job."""
     return (watch_record(answer.summary, answer.verdict, answer.meta),
-            format_watch(answer.summary, answer.verdict, answer.meta))  # fmt: skip
+            format_watch(answer.summary, answer.verdict, answer.meta))

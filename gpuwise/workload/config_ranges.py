@@ -29,14 +29,14 @@ COMMON_KEYS = {
     "rope_theta": "rope_theta",
     "attention_dropout": "dropout", "hidden_dropout": "dropout", "attn_pdrop": "dropout",
     "resid_pdrop": "dropout",
-}  # fmt: skip
+}
 _DEEPSEEK = {
     "n_routed_experts": "experts", "num_experts_per_tok": "experts",
     "moe_intermediate_size": "intermediate_size", "n_shared_experts": "shared_experts",
     "moe_layer_freq": "layer_step", "first_k_dense_replace": "layer_count",
     "q_lora_rank": "latent_rank", "kv_lora_rank": "latent_rank",
     "qk_nope_head_dim": "head_dim", "qk_rope_head_dim": "head_dim", "v_head_dim": "head_dim",
-}  # fmt: skip
+}
 # The keys only some families read (MoE and MLA), checked only there.
 FAMILY_KEYS = {
     "mixtral": {"num_local_experts": "experts", "num_experts_per_tok": "experts"},
@@ -45,7 +45,7 @@ FAMILY_KEYS = {
                   "shared_expert_intermediate_size": "intermediate_size",
                   "decoder_sparse_step": "layer_step"},
     "deepseek_v2": _DEEPSEEK, "deepseek_v3": _DEEPSEEK,
-}  # fmt: skip
+}
 # Keys whose 0 means "none" in real configs (Qwen2-MoE test configs write sliding_window 0).
 ZERO_IS_NONE = ("sliding_window", "shared_expert_intermediate_size")
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
@@ -78,15 +78,15 @@ def check_config(cfg: dict[str, Any], model_type: str) -> None:
         if not ranges[range_name].holds(value):
             raise _refuse(key, value, ranges[range_name])
     for names, kind, what in ((LIST_KEYS, list, "a list"), (STRING_KEYS, str, "a string"),
-                              (("rope_parameters",), dict, "an object")):  # fmt: skip
+                              (("rope_parameters",), dict, "an object")):
         for key in names:
             if cfg.get(key) is not None and not isinstance(cfg[key], kind):
                 raise GpuwiseError(f"config.json: {key} must be {what}, got {_shown(cfg[key])}",
-                                   HINT)  # fmt: skip
+                                   HINT)
     rope = cfg.get("rope_parameters")
     if rope:
         for key, range_name in (("partial_rotary_factor", "rotary_fraction"),
-                                ("rope_theta", "rope_theta")):  # fmt: skip
+                                ("rope_theta", "rope_theta")):
             value = rope.get(key)
             if value is not None and not ranges[range_name].holds(value):
                 raise _refuse(f"rope_parameters.{key}", value, ranges[range_name])
@@ -100,19 +100,19 @@ def check_read(fields: dict[str, Any], cfg: dict[str, Any]) -> None:
         raise GpuwiseError(
             f"config.json: hidden_size {_shown(fields['hidden_size'])} over "
             f"{fields['num_heads']} attention heads leaves head_dim {_shown(fields['head_dim'])}, "
-            f"outside {ranges['head_dim'].text()} ({ranges['head_dim'].real})", HINT)  # fmt: skip
+            f"outside {ranges['head_dim'].text()} ({ranges['head_dim'].real})", HINT)
     for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                 "vocab_size"):  # fmt: skip
+                 "vocab_size"):
         rng = ranges["num_heads" if name == "num_kv_heads" else name]
         if not rng.holds(fields[name]):
             raise _refuse(name, fields[name], rng)
     heads, kv = fields["num_heads"], fields["num_kv_heads"]
     if heads % kv:
         raise GpuwiseError(f"num_attention_heads ({heads}) is not a multiple of "
-                           f"num_key_value_heads ({kv})", "fix the config file")  # fmt: skip
+                           f"num_key_value_heads ({kv})", "fix the config file")
     if fields["sliding_layers"] > fields["num_layers"]:
         raise GpuwiseError(f"config.json: layer_types names {fields['sliding_layers']} sliding "
-                           f"layers of {fields['num_layers']}", HINT)  # fmt: skip
+                           f"layers of {fields['num_layers']}", HINT)
     moe = fields.get("moe")
     if moe is not None:
         key = next((k for k in EXPERT_KEYS if cfg.get(k) is not None), "num_experts")
@@ -122,4 +122,4 @@ def check_read(fields: dict[str, Any], cfg: dict[str, Any]) -> None:
             raise GpuwiseError(
                 f"config.json: num_experts_per_tok {moe.experts_per_token} is more than the "
                 f"{moe.num_experts} experts ({key}): a token cannot use more experts than "
-                "there are", HINT)  # fmt: skip
+                "there are", HINT)

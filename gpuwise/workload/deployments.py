@@ -60,11 +60,11 @@ class ServeLoad:
 
     @classmethod
     def from_tokens_per_day(cls, tokens_per_day: float, prompt_tokens: int, output_tokens: int,
-                            **kw: object) -> ServeLoad:  # fmt: skip
+                            **kw: object) -> ServeLoad:
         """Tokens a day count prompt and generated tokens: requests = tokens / (prompt + output)."""
         check_load_options(tokens_per_day=tokens_per_day)
         return cls(tokens_per_day / (prompt_tokens + output_tokens), prompt_tokens, output_tokens,
-                   **kw)  # type: ignore[arg-type]  # fmt: skip
+                   **kw)  # type: ignore[arg-type]
 
     @property
     def requests_per_month(self) -> float:
@@ -105,7 +105,7 @@ class TrainLoad:
     def __post_init__(self) -> None:
         if (self.tokens_per_month is None) == (self.hours_per_month is None):
             raise GpuwiseError("give the training load as --train-tokens or --hours-per-month "
-                               "(one of them)", "e.g. --train-tokens 2e9")  # fmt: skip
+                               "(one of them)", "e.g. --train-tokens 2e9")
         check_load_options(**vars(self))
 
     @property

@@ -18,7 +18,7 @@ Fields = dict[str, Any]
 SUPPORTED_TYPES = (
     "gpt2", "gpt_neox", "gpt_bigcode", "llama", "mistral", "qwen2", "gemma", "gemma2",
     "phi", "phi3", "falcon", "mixtral", "qwen2_moe", "deepseek_v2", "deepseek_v3",
-)  # fmt: skip
+)
 
 
 def _get(cfg: dict[str, Any], *keys: str, default: Any = None, required: bool = True) -> Any:
@@ -37,7 +37,7 @@ def _get(cfg: dict[str, Any], *keys: str, default: Any = None, required: bool = 
 def _rope_fraction(cfg: dict[str, Any], default: float = 1.0) -> float:
     rope = cfg.get("rope_parameters") or {}
     for value in (cfg.get("partial_rotary_factor"), rope.get("partial_rotary_factor"),
-                  cfg.get("rotary_pct")):  # fmt: skip
+                  cfg.get("rotary_pct")):
         if value is not None:
             return float(value)
     return default
@@ -89,7 +89,7 @@ def _decoder(cfg: dict[str, Any], **overrides: Any) -> Fields:
         sliding_window=window, sliding_layers=sliding_layers,
         attention_dropout=float(cfg.get("attention_dropout") or 0.0),
         hidden_dropout=float(cfg.get("hidden_dropout") or cfg.get("resid_pdrop") or 0.0),
-    )  # fmt: skip
+    )
     fields.update(overrides)
     if "rotary_dim" not in overrides:
         rope = fields["position"] == "rope"
@@ -112,7 +112,7 @@ def _gpt2(cfg: dict[str, Any]) -> Fields:
         attention_dropout=float(cfg.get("attn_pdrop") or 0.0),
         hidden_dropout=float(cfg.get("resid_pdrop") or 0.0),
         conv1d=cfg.get("model_type", "gpt2") == "gpt2",
-    )  # fmt: skip
+    )
 
 
 def _gpt_neox(cfg: dict[str, Any]) -> Fields:
@@ -121,7 +121,7 @@ def _gpt_neox(cfg: dict[str, Any]) -> Fields:
         norm_bias=True, qkv_bias=bool(cfg.get("attention_bias", True)),
         o_bias=bool(cfg.get("attention_bias", True)), mlp_bias=True,
         parallel_residual=bool(cfg.get("use_parallel_residual", True)),
-    )  # fmt: skip
+    )
 
 
 def _qwen2(cfg: dict[str, Any]) -> Fields:
@@ -133,7 +133,7 @@ def _gemma2(cfg: dict[str, Any]) -> Fields:
         cfg, tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         activation=cfg.get("hidden_activation") or cfg.get("hidden_act") or "gelu_pytorch_tanh",
         norms_per_layer=4 if cfg.get("model_type") == "gemma2" else 2,
-    )  # fmt: skip
+    )
 
 
 def _phi(cfg: dict[str, Any]) -> Fields:
@@ -142,7 +142,7 @@ def _phi(cfg: dict[str, Any]) -> Fields:
         norm_bias=True, qkv_bias=True, o_bias=True, mlp_bias=True, lm_head_bias=True,
         parallel_residual=True, norms_per_layer=1,
         qk_norm=bool(cfg.get("qk_layernorm", False)),
-    )  # fmt: skip
+    )
 
 
 def _falcon(cfg: dict[str, Any]) -> Fields:
@@ -163,14 +163,14 @@ def _falcon(cfg: dict[str, Any]) -> Fields:
         norms_per_layer=2 if new_arch or not parallel else 1,
         position="learned" if cfg.get("alibi") else "rope",
         hidden_dropout=float(cfg.get("hidden_dropout") or 0.0),
-    )  # fmt: skip
+    )
 
 
 def _mixtral(cfg: dict[str, Any]) -> Fields:
     layers = _get(cfg, "num_hidden_layers")
     moe = MoE(num_experts=_get(cfg, "num_local_experts"),
               experts_per_token=_get(cfg, "num_experts_per_tok"),
-              expert_intermediate=_get(cfg, "intermediate_size"), layers=layers)  # fmt: skip
+              expert_intermediate=_get(cfg, "intermediate_size"), layers=layers)
     return _decoder(cfg, moe=moe)
 
 
@@ -184,7 +184,7 @@ def _qwen2_moe(cfg: dict[str, Any]) -> Fields:
               expert_intermediate=_get(cfg, "moe_intermediate_size"), layers=sparse,
               shared_experts=1 if cfg.get("shared_expert_intermediate_size") else 0,
               shared_intermediate=cfg.get("shared_expert_intermediate_size") or 0,
-              shared_gate=bool(cfg.get("shared_expert_intermediate_size")))  # fmt: skip
+              shared_gate=bool(cfg.get("shared_expert_intermediate_size")))
     return _decoder(cfg, qkv_bias=bool(cfg.get("qkv_bias", True)), o_bias=False, moe=moe)
 
 
@@ -201,14 +201,14 @@ def _deepseek(cfg: dict[str, Any]) -> Fields:
     moe = MoE(num_experts=experts or 0, experts_per_token=_get(cfg, "num_experts_per_tok"),
               expert_intermediate=moe_i, layers=sparse, shared_experts=shared,
               shared_intermediate=moe_i * shared,
-              ) if experts else None  # fmt: skip
+              ) if experts else None
     mla = MLA(q_lora_rank=cfg.get("q_lora_rank"), kv_lora_rank=_get(cfg, "kv_lora_rank"),
               qk_nope_head_dim=_get(cfg, "qk_nope_head_dim"),
               qk_rope_head_dim=_get(cfg, "qk_rope_head_dim"),
-              v_head_dim=_get(cfg, "v_head_dim"))  # fmt: skip
+              v_head_dim=_get(cfg, "v_head_dim"))
     heads = _get(cfg, "num_attention_heads")
     return _decoder(cfg, num_kv_heads=heads, head_dim=mla.v_head_dim, moe=moe, mla=mla,
-                    rotary_dim=mla.qk_rope_head_dim)  # fmt: skip
+                    rotary_dim=mla.qk_rope_head_dim)
 
 
 READERS: dict[str, Callable[[dict[str, Any]], Fields]] = {
@@ -217,7 +217,7 @@ READERS: dict[str, Callable[[dict[str, Any]], Fields]] = {
     "gemma": _gemma2, "gemma2": _gemma2, "phi": _phi, "phi3": _decoder,
     "falcon": _falcon, "mixtral": _mixtral, "qwen2_moe": _qwen2_moe,
     "deepseek_v2": _deepseek, "deepseek_v3": _deepseek,
-}  # fmt: skip
+}
 
 
 def from_config(cfg: dict[str, Any], name: str = "") -> Architecture:
@@ -227,7 +227,7 @@ def from_config(cfg: dict[str, Any], name: str = "") -> Architecture:
     if "text_config" in cfg and "hidden_size" not in cfg:
         if not isinstance(cfg["text_config"], dict):
             raise GpuwiseError("config.json: text_config is not a JSON object",
-                               "pass a Hugging Face config.json")  # fmt: skip
+                               "pass a Hugging Face config.json")
         cfg = {**cfg["text_config"], "architectures": cfg.get("architectures")}
     model_type = _get(cfg, "model_type")
     if model_type not in SUPPORTED_TYPES:
@@ -239,4 +239,4 @@ def from_config(cfg: dict[str, Any], name: str = "") -> Architecture:
     fields = READERS[model_type](cfg)
     check_read(fields, cfg)
     return Architecture(name=name or cfg.get("_name_or_path", "") or model_type,
-                        model_type=model_type, config=cfg, **fields)  # fmt: skip
+                        model_type=model_type, config=cfg, **fields)

@@ -15,14 +15,14 @@ MAX_TRAIN_TOKENS = 1e15
 def number_text(value: float) -> str:
     """1,048,576 for whole numbers below 1e9, else %g (1e+12, 0.05, nan)."""
     if isinstance(value, int | float) and math.isfinite(value) and value == int(value) and (
-            abs(value) < 1e9):  # fmt: skip
+            abs(value) < 1e9):
         return f"{int(value):,}"
     text = f"{value:g}" if isinstance(value, int | float) else str(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_number(value: float | None, option: str, high: float, low: float = 0.0,
-                 zero_ok: bool = False, what: str = "", hint: str = "") -> None:  # fmt: skip
+                 zero_ok: bool = False, what: str = "", hint: str = "") -> None:
     """`value` (None: not given) must be finite and in (low, high], or [low, high] where
     `zero_ok` (low 0 then means 0 is allowed). `what` puts the quantity in words before the
     option: 'requests per day must be above 0 ..., got -5 (--requests-per-day)'."""
@@ -38,7 +38,7 @@ def check_number(value: float | None, option: str, high: float, low: float = 0.0
         bounds = f"between {number_text(low)} and {number_text(high)}"
     got = f"got {number_text(value)}"
     message = (f"{what} must be {bounds}, {got} ({option})" if what
-               else f"{option} must be {bounds}, {got}")  # fmt: skip
+               else f"{option} must be {bounds}, {got}")
     raise GpuwiseError(message, hint or f"pass a sensible {option.split(' ')[0]}")
 
 
@@ -46,4 +46,4 @@ def check_count(value: int, option: str, high: int, low: int = 1, hint: str = ""
     """`value` must be an integer from `low` to `high`."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise GpuwiseError(f"{option} must be an integer from {low:,} to {high:,}, got "
-                           f"{number_text(value)}", hint or f"pass a sensible {option}")  # fmt: skip
+                           f"{number_text(value)}", hint or f"pass a sensible {option}")

@@ -20,7 +20,7 @@ COPY = "binary"  # the probed kernel a cast, a scaling or a sum runs at (bytes/s
 
 
 def lora_ops(dims: dict[str, tuple[int, int]], rank: int, rows: int, layers: int,
-             compute_bytes: float, adapter_bytes: float) -> tuple[list[Op], list[Op]]:  # fmt: skip
+             compute_bytes: float, adapter_bytes: float) -> tuple[list[Op], list[Op]]:
     """(forward ops, backward ops) of the LoRA branches on the targeted matrices `dims`
     ({name: (in, out)}) of every layer, `rows` tokens each; `adapter_bytes` 4 where the
     adapters are fp32 on a 16-bit base (`compute_bytes` 2), then the casts run too."""
@@ -34,18 +34,18 @@ def lora_ops(dims: dict[str, tuple[int, int]], rank: int, rows: int, layers: int
 
 
 def _branch(name: str, k: int, n: int, r: int, m: int, layers: int, c: float,
-            a: float) -> tuple[list[Op], list[Op]]:  # fmt: skip
+            a: float) -> tuple[list[Op], list[Op]]:
     dtype = "fp32" if a == 4 else ""
     cast = a != c
 
     def gemm(what: str, rows: int, inner: int, out: int, weight: float) -> Op:
         moved = (rows * inner + inner * out + rows * out) * a
         return Op(f"{name}.{what}", "matmul", 2.0 * rows * inner * out, moved, layers,
-                  m=rows, n=out, k=inner, weight_bytes=weight, dtype=dtype)  # fmt: skip
+                  m=rows, n=out, k=inner, weight_bytes=weight, dtype=dtype)
 
     def stream(what: str, elements: float, bytes_each: float, flops: float = 0.0) -> Op:
         return Op(f"{name}.{what}", "elementwise", flops, elements * bytes_each, layers,
-                  kernel=COPY, streamed=True)  # fmt: skip
+                  kernel=COPY, streamed=True)
 
     x, y = float(m * k), float(m * n)
     forward = [
@@ -59,7 +59,7 @@ def _branch(name: str, k: int, n: int, r: int, m: int, layers: int, c: float,
     backward = [
         # the cast back's gradient up to fp32, and the sum's gradient down to the base's dtype
         *([stream("lora_cast_out_grad", y, c + a), stream("lora_base_grad_cast", y, a + c)]
-          if cast else []),  # fmt: skip
+          if cast else []),
         stream("lora_scale_grad", y, 2 * a, y),
         gemm("lora_b_input_grad", m, n, r, r * n * a),
         gemm("lora_b_weight_grad", n, m, r, 0.0),

@@ -78,12 +78,12 @@ FUSED_GATE_UP = frozenset({"phi3"})
 
 
 def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = None,
-            layout: str = "", splits: tuple[int, ...] = ()) -> Op:  # fmt: skip
+            layout: str = "", splits: tuple[int, ...] = ()) -> Op:
     m = s.rows if rows is None else rows
     c = s.compute_bytes
     weights = n * k * s.weight_bytes
     return Op(name, "matmul", 2.0 * m * n * k, weights + m * k * c + m * n * c, count, m, n, k,
-              weights, layout=layout, splits=splits)  # fmt: skip
+              weights, layout=layout, splits=splits)
 
 
 def _qkv_splits(arch: Architecture) -> tuple[int, ...]:
@@ -93,10 +93,10 @@ def _qkv_splits(arch: Architecture) -> tuple[int, ...]:
 
 
 def _elementwise(name: str, elements: float, passes: float, c: float, count: int,
-                 kind: str = "elementwise", kernel: str = "binary") -> Op:  # fmt: skip
+                 kind: str = "elementwise", kernel: str = "binary") -> Op:
     """`passes` full read-or-write sweeps over `elements` values of `c` bytes."""
     return Op(name, kind, elements * passes / 2, elements * passes * c, count, kernel=kernel,
-              dtype="fp32" if c == 4 else "")  # fmt: skip
+              dtype="fp32" if c == 4 else "")
 
 
 def _norm(arch: Architecture, s: Shape, count: int) -> Op:
@@ -122,16 +122,16 @@ def _attention(arch: Architecture, s: Shape) -> list[Op]:
         groups = arch.num_heads // arch.num_kv_heads
         if groups > 1:  # repeat_kv materialises keys and values for every query head
             ops.append(Op("repeat_kv", "elementwise", 0.0, kv_read * (1 + groups), L,
-                          kernel="binary"))  # fmt: skip
+                          kernel="binary"))
             kv_read *= groups
         scores = s.batch * h * s.tokens * s.context
         # scores matmul write, scale, mask add, fp32 softmax, downcast, read for P @ V
         ops.append(Op("attention", "attention", flops, kv_read + q_out + scores * (6 * c + 8), L,
-                      s.batch * h * s.tokens, s.context, hd))  # fmt: skip
+                      s.batch * h * s.tokens, s.context, hd))
     else:
         ops.append(Op("attention", "attention", flops, kv_read + q_out, L,
                       s.batch * h * s.tokens, s.context, hd, kernel="sdpa",
-                      heads=s.batch * h))  # fmt: skip
+                      heads=s.batch * h))
     rope = s.rows * (arch.q_dim + arch.kv_dim) * (arch.rotary_dim / max(1, hd))
     if rope:
         ops.append(_elementwise("rotary", rope, 10, c, L))
@@ -160,7 +160,7 @@ def _mlp(arch: Architecture, s: Shape) -> list[Op]:
         layout = "nn" if arch.conv1d else ""
         apart = gated and not i and arch.model_type not in FUSED_GATE_UP  # dense: gate, up
         ops.append(_matmul("mlp_in", s, n_in, d, layers, rows, layout,
-                           (inner, inner) if apart else ()))  # fmt: skip
+                           (inner, inner) if apart else ()))
         ops.append(_matmul("mlp_out", s, d, inner, layers, rows, layout))
         ops += _activation(arch, rows * inner, gated, c, layers)
     return ops
@@ -173,7 +173,7 @@ PYTHON_GELU_PASSES = 16
 
 
 def _activation(arch: Architecture, elements: float, gated: bool, c: float,
-                layers: int) -> list[Op]:  # fmt: skip
+                layers: int) -> list[Op]:
     """The MLP's activation, and for a gated MLP the product of the gate with the up branch."""
     act = arch.activation.lower()
     ops = [_elementwise("gate_mul", elements, 3, c, layers)] if gated else []
@@ -183,7 +183,7 @@ def _activation(arch: Architecture, elements: float, gated: bool, c: float,
     # transformers' "gelu" is the exact (erf) GELU, a kernel four times faster than the tanh
     # approximation ("gelu_pytorch_tanh" and the rest) on a CPU.
     kernel = ("silu" if act in ("silu", "swish") else "gelu_erf" if act == "gelu"
-              else "gelu" if "gelu" in act else "binary")  # fmt: skip
+              else "gelu" if "gelu" in act else "binary")
     return [_elementwise("activation", elements, 2, c, layers, kernel=kernel), *ops]
 
 
@@ -195,7 +195,7 @@ def forward_ops(arch: Architecture, s: Shape) -> list[Op]:
     ops.append(_norm(arch, s, L * norms))
     layout = "nn" if arch.conv1d else ""
     ops.append(_matmul("qkv", s, arch.q_dim + 2 * arch.kv_dim, d, L, layout=layout,
-                       splits=_qkv_splits(arch)))  # fmt: skip
+                       splits=_qkv_splits(arch)))
     ops += _attention(arch, s)
     ops.append(_matmul("attn_out", s, d, arch.q_dim, L, layout=layout))
     ops += _mlp(arch, s)
@@ -205,7 +205,7 @@ def forward_ops(arch: Architecture, s: Shape) -> list[Op]:
     head = _matmul("lm_head", s, arch.vocab_size, d, 1, head_rows)
     # The logits are a fresh tensor; in backward so is the head's weight gradient.
     ops.append(replace(head, fresh=((head_rows * arch.vocab_size * c, 1),),
-                       fresh_backward=((arch.vocab_size * d * s.weight_bytes, 1),)))  # fmt: skip
+                       fresh_backward=((arch.vocab_size * d * s.weight_bytes, 1),)))
     return ops
 
 
@@ -215,7 +215,7 @@ def kv_append_ops(arch: Architecture, s: Shape) -> list[Op]:
     per_token = arch.kv_cache_elements_per_token() * s.kv_bytes * s.batch
     moved = per_token * 2 * s.context
     return [Op("kv_append", "elementwise", 0.0, moved, arch.num_layers, kernel="cat",
-               streamed=True)]  # fmt: skip
+               streamed=True)]
 
 
 def loss_ops(arch: Architecture, s: Shape) -> list[Op]:
@@ -236,9 +236,9 @@ def tensor_parallel_share(op: Op, tp: int) -> Op:
         return op
     if op.kind == "attention":  # heads are split; each still attends to the whole context
         return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, m=max(1, op.m // tp),
-                       heads=op.heads // tp)  # fmt: skip
+                       heads=op.heads // tp)
     return replace(op, flops=op.flops / tp, bytes=op.bytes / tp, n=max(1, op.n // tp),
-                   weight_bytes=op.weight_bytes / tp)  # fmt: skip
+                   weight_bytes=op.weight_bytes / tp)
 
 
 def embedding_grad_ops(arch: Architecture, s: Shape) -> list[Op]:
@@ -250,4 +250,4 @@ def embedding_grad_ops(arch: Architecture, s: Shape) -> list[Op]:
     moved = table * passes + 3 * s.rows * arch.hidden_size * s.compute_bytes
     fresh = ((table, 2 if arch.tie_embeddings else 1),)
     return [Op("embedding_grad", "elementwise", 0.0, moved, 1, kernel="binary", streamed=True,
-               fresh=fresh)]  # fmt: skip
+               fresh=fresh)]

@@ -80,7 +80,7 @@ def count_params(arch: Architecture) -> ParamCounts:
     if moe:
         one_expert, _ = _mlp(arch, moe.expert_intermediate, gated=True)
         shared, _ = _mlp(arch, moe.shared_intermediate, gated=True) if moe.shared_experts else (
-            0, 0)  # fmt: skip
+            0, 0)
         router = d * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
         per_layer = moe.num_experts * one_expert + shared + router + (d if moe.shared_gate else 0)
         mlp += sparse_layers * per_layer
@@ -91,7 +91,7 @@ def count_params(arch: Architecture) -> ParamCounts:
     return ParamCounts(
         embedding=embedding, lm_head=lm_head, attention=layers * attn, mlp=mlp, norms=norms,
         linear=linear, active=total - expert_unused, expert=expert_total,
-    )  # fmt: skip
+    )
 
 
 @cache

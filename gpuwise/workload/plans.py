@@ -98,7 +98,7 @@ class InferencePlan:
         util = self.gpu_memory_utilization
         if util is not None and not 0.0 < util <= 1.0:
             raise GpuwiseError(f"--gpu-memory-utilization must be in (0, 1], got "
-                               f"{util}", "vLLM's default is 0.9")  # fmt: skip
+                               f"{util}", "vLLM's default is 0.9")
 
     @property
     def context_tokens(self) -> int:
@@ -158,7 +158,7 @@ class TrainingPlan:
     def __post_init__(self) -> None:
         if self.runtime in SERVING_RUNTIMES and self.runtime not in TRAINING_RUNTIMES:
             raise GpuwiseError(f"{self.runtime} does not train: it serves models",
-                               f"train with --runtime {' or '.join(TRAINING_RUNTIMES)}")  # fmt: skip
+                               f"train with --runtime {' or '.join(TRAINING_RUNTIMES)}")
         _check_choice("runtime", self.runtime, TRAINING_RUNTIMES)
         _check_choice("allocator", self.allocator, ALLOCATORS)
         _check_size("batch", self.batch, high=1 << 16)
@@ -173,10 +173,10 @@ class TrainingPlan:
         if self.zero not in (0, 1, 2, 3):
             raise GpuwiseError(f"--zero must be 0, 1, 2 or 3, got {self.zero}",
                                "ZeRO stages: 1 shards optimizer states, 2 also gradients, "
-                               "3 also weights (FSDP full shard)")  # fmt: skip
+                               "3 also weights (FSDP full shard)")
         if self.gpus % self.tp:
             raise GpuwiseError(f"--gpus {self.gpus} is not a multiple of --tp {self.tp}",
-                               "tensor parallel groups must divide the GPU count")  # fmt: skip
+                               "tensor parallel groups must divide the GPU count")
         for target in self.lora_targets:
             _check_choice("LoRA target", target, LORA_TARGETS)
         _check_stack_options(self)
@@ -205,14 +205,14 @@ def _check_stack_options(plan: TrainingPlan) -> None:
     if policy not in ("full", "op") and not (policy.isdigit() and int(policy) >= 1):
         raise GpuwiseError(f"unknown checkpointing policy {policy!r}",
                            "choose full (every layer), op (torchtitan's selective op policy) "
-                           "or a number N (every Nth layer, torchtune/torchtitan selective)")  # fmt: skip
+                           "or a number N (every Nth layer, torchtune/torchtitan selective)")
     _check_choice("adapter dtype", plan.adapter_dtype, ("fp32", "bf16", "fp16"))
     if plan.quant_compute_dtype is not None:
         _check_choice("QLoRA compute dtype", plan.quant_compute_dtype, ("fp32", "bf16", "fp16"))
     if plan.optimizer_in_backward and plan.zero and plan.sharding == "zero":
         raise GpuwiseError("--optimizer-in-backward does not combine with --zero",
                            "torchtune steps each parameter in its gradient hook on one device "
-                           "or under FSDP (--sharding fsdp2)")  # fmt: skip
+                           "or under FSDP (--sharding fsdp2)")
 
 
 def check_runnable(plan: InferencePlan | TrainingPlan) -> None:
@@ -220,7 +220,7 @@ def check_runnable(plan: InferencePlan | TrainingPlan) -> None:
     least one token (an estimate of the prompt alone takes --new-tokens 0)."""
     if isinstance(plan, InferencePlan):
         check_count(plan.new_tokens, "--new-tokens", MAX_TOKENS,
-                    hint="a real run generates at least 1 token")  # fmt: skip
+                    hint="a real run generates at least 1 token")
 
 
 def check_tensor_parallel(arch: Architecture, plan: TrainingPlan) -> None:
@@ -240,7 +240,7 @@ def check_tp_degree(arch: Architecture, degree: int) -> None:
         f"--tp {degree} does not split {shown(arch.name)}'s {arch.num_heads} attention heads "
         f"({arch.num_kv_heads} key/value heads) evenly",
         f"tensor parallel sizes that work: {', '.join(map(str, works))} "
-        "(with --gpus a multiple of it)")  # fmt: skip
+        "(with --gpus a multiple of it)")
 
 
 def _splits_heads(arch: Architecture, tp: int) -> bool:

@@ -166,7 +166,7 @@ def _rotary(h: HeapTrace, name: str, elements: float, share: float, c: float) ->
 
 
 def dropout_tensors(h: HeapTrace, name: str, nbytes: float, p: float,
-                    saved: bool = False) -> None:  # fmt: skip
+                    saved: bool = False) -> None:
     """A training step's dropout on `name`, which it replaces. On a CPU `at::dropout` takes
     a noise tensor (`empty_like(input).bernoulli_(1 - p).div_(1 - p)`, saved for the
     backward) and the product `input * noise` (aten/src/ATen/native/Dropout.cpp: the fused
@@ -272,7 +272,7 @@ def _cache_update(h: HeapTrace, k_name: str, v_name: str, nbytes: float) -> None
 
 
 def _eager_scores(h: HeapTrace, arch: Architecture, s: Shape, fused: bool,
-                  kv_views: bool) -> None:  # fmt: skip
+                  kv_views: bool) -> None:
     """matmul(q, k^T) * scale + mask, softmax in fp32, downcast, @ v: each a fresh tensor;
     grouped KV heads are repeated first (repeat_kv), views of a fused projection copied (k
     and v only when still views: `kv_views`, no cache copy stands in for them)."""

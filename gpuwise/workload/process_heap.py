@@ -101,7 +101,7 @@ def _layer_names(layers: int) -> tuple[tuple[str, str, str], ...]:
 
 
 def generate_events(arch: Architecture, s: Shape, new_tokens: int,
-                    stride: int = 1) -> list[HeapEvent]:  # fmt: skip
+                    stride: int = 1) -> list[HeapEvent]:
     """One generate() call of `new_tokens` after a prompt of `s.tokens` (`s.context` equal);
     with `stride` > 1 each decode step stands for that many, its cache grown by as many
     positions (a long generation replayed in fewer steps). Every event is of the forward."""
@@ -109,7 +109,7 @@ def generate_events(arch: Architecture, s: Shape, new_tokens: int,
 
 
 def generate_pairs(arch: Architecture, s: Shape, new_tokens: int,
-                   stride: int = 1) -> list[tuple[int, int]]:  # fmt: skip
+                   stride: int = 1) -> list[tuple[int, int]]:
     """`generate_events` as (key, bytes) pairs, as the host replay reads them."""
     h = PairTrace()
     h.cache = True  # the prefill fills a fresh DynamicCache: copies of k and v
@@ -145,11 +145,11 @@ def tied_sum(keys: Iterator[int], head: int, embedding: int, nbytes: int) -> lis
     "On a CPU")."""
     total = next(keys)
     return [HeapEvent(total, nbytes, "backward"), HeapEvent(head, 0, "backward"),
-            HeapEvent(embedding, 0, "backward")]  # fmt: skip
+            HeapEvent(embedding, 0, "backward")]
 
 
 def _loss(keys: Iterator[int], arch: Architecture, s: Shape,
-          param_bytes: float) -> tuple[list[HeapEvent], list[HeapEvent], int]:  # fmt: skip
+          param_bytes: float) -> tuple[list[HeapEvent], list[HeapEvent], int]:
     """The loss's vocabulary-sized tensors: (end of the forward, start of the backward, the
     head's weight gradient's key). transformers' ForCausalLMLoss upcasts the logits,
     `cross_entropy` saves log_softmax's fp32 output; its backward holds two fp32 gradients,
@@ -166,26 +166,26 @@ def _loss(keys: Iterator[int], arch: Architecture, s: Shape,
     fwd.append(HeapEvent(k["logits"], 0))
     back = [HeapEvent(k["g1"], int(logits * 4), "backward"),
             HeapEvent(k["g2"], int(logits * 4), "backward"),
-            HeapEvent(k["g1"], 0, "backward"), HeapEvent(k["logsm"], 0, "backward")]  # fmt: skip
+            HeapEvent(k["g1"], 0, "backward"), HeapEvent(k["logsm"], 0, "backward")]
     if c != 4:
         back += [HeapEvent(k["gc"], int(logits * c), "backward"), HeapEvent(k["g2"], 0, "backward")]
         k["g2"] = k["gc"]
     if param_bytes:
         back.append(HeapEvent(k["head"], int(arch.vocab_size * arch.hidden_size * param_bytes),
-                              "backward"))  # fmt: skip
+                              "backward"))
     back.append(HeapEvent(k["g2"], 0, "backward"))
     return fwd, back, k["head"]
 
 
 def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optimizer: str,
                          checkpointing: bool, trains_weights: bool = True,
-                         lora_rank: int = 0) -> list[HeapEvent]:  # fmt: skip
+                         lora_rank: int = 0) -> list[HeapEvent]:
     """One training step's tensors of 64 KiB and more, vocabulary-sized ones included; with
     `trains_weights` False (LoRA of `lora_rank`) the base takes no weight gradients and the
     optimizer steps the adapters only (`training_heap.adapter_step_events`)."""
     events = training_heap_events(arch, s, param_bytes, optimizer, checkpointing,
                                   adapted=not trains_weights, detailed=True,
-                                  lora_rank=lora_rank)  # fmt: skip
+                                  lora_rank=lora_rank)
     keys = itertools.count(max((e.key for e in events), default=0) + 1)
     parts = _phases(events)
     fwd, back, head = _loss(keys, arch, s, param_bytes if trains_weights else 0.0)
@@ -202,4 +202,4 @@ def training_step_events(arch: Architecture, s: Shape, param_bytes: float, optim
     both = step + parts["optimizer"]  # torch.optim creates every state before it steps any
     states = [e for e in both if e.kept] + [e for e in step if not e.kept]
     return (parts["forward"] + fwd + back + parts["backward"] + grads + states
-            + [e for e in parts["optimizer"] if not e.kept])  # fmt: skip
+            + [e for e in parts["optimizer"] if not e.kept])

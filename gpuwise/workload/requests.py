@@ -43,7 +43,7 @@ class Lengths:
                            ("--new-tokens-dist", self.output_dist)):
             if dist not in LENGTH_DISTS:
                 raise GpuwiseError(f"{name} {dist!r} is not a length distribution",
-                                   f"choose one of: {', '.join(LENGTH_DISTS)}")  # fmt: skip
+                                   f"choose one of: {', '.join(LENGTH_DISTS)}")
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
         return _draw(rng, self.prompt_dist, self.prompt), _draw(rng, self.output_dist, self.output)
@@ -63,7 +63,7 @@ def poisson_requests(rate: float, count: int, lengths: Lengths, seed: int = 0) -
     """`count` requests arriving as a Poisson process of `rate` a second."""
     if not (rate > 0 and math.isfinite(rate)):
         raise GpuwiseError(f"--rate must be a positive number of requests a second, got {rate:g}",
-                           "e.g. --rate 2.5, or --concurrency C for a fixed number in flight")  # fmt: skip
+                           "e.g. --rate 2.5, or --concurrency C for a fixed number in flight")
     check_count(count, "--requests", MAX_REQUESTS)
     rng = random.Random(seed)
     t, out = 0.0, []
@@ -89,7 +89,7 @@ def _field(rec: dict, keys: tuple[str, ...], line: int, what: str) -> float:
             return float(value)
     raise GpuwiseError(f"trace line {line}: no {what} (one of {', '.join(keys)}) as a number",
                        'each line is a JSON object, e.g. {"arrival_s": 0.5, "prompt_tokens": '
-                       '512, "output_tokens": 128}')  # fmt: skip
+                       '512, "output_tokens": 128}')
 
 
 def parse_trace(text: str, lengths: Lengths | None = None, seed: int = 0) -> list[Request]:
@@ -103,7 +103,7 @@ def parse_trace(text: str, lengths: Lengths | None = None, seed: int = 0) -> lis
             rec = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise GpuwiseError(f"trace line {i} is not JSON: {exc.msg}",
-                               "a trace is JSON lines: one request a line") from None  # fmt: skip
+                               "a trace is JSON lines: one request a line") from None
         if not isinstance(rec, dict):
             raise GpuwiseError(f"trace line {i} is not a JSON object", "one request a line")
         arrival = _field(rec, ARRIVAL_KEYS, i, "arrival time")
@@ -111,7 +111,7 @@ def parse_trace(text: str, lengths: Lengths | None = None, seed: int = 0) -> lis
         output = int(_field(rec, OUTPUT_KEYS, i, "output length"))
         if not (math.isfinite(arrival) and arrival >= 0) or prompt < 1 or output < 1:
             raise GpuwiseError(f"trace line {i}: arrival {arrival:g}, prompt {prompt}, output "
-                               f"{output}", "arrivals at 0 or later, lengths of 1 token or more")  # fmt: skip
+                               f"{output}", "arrivals at 0 or later, lengths of 1 token or more")
         out.append(Request(arrival, prompt, output))
     if not out:
         raise GpuwiseError("the trace has no requests", "one JSON object a line")
@@ -134,5 +134,5 @@ def _resampled(reqs: list[Request], lengths: Lengths | None, seed: int) -> list[
     for r in reqs:
         prompt, output = lengths.draw(rng)
         out.append(Request(r.arrival_s, r.prompt if lengths.prompt_dist == "trace" else prompt,
-                           r.output if lengths.output_dist == "trace" else output))  # fmt: skip
+                           r.output if lengths.output_dist == "trace" else output))
     return out

@@ -72,7 +72,7 @@ class _StepHeap(HeapTrace):
     """A training step's tensors: drops in a saving forward are deferred to the backward."""
 
     def __init__(self, param_bytes: float, compute_bytes: float, adapted: bool = False,
-                 rows: int = 0, rank: int = 0) -> None:  # fmt: skip
+                 rows: int = 0, rank: int = 0) -> None:
         super().__init__()
         self.param_bytes, self.compute_bytes = param_bytes, compute_bytes
         self.adapted = adapted  # LoRA adapters on every projection (peft)
@@ -266,7 +266,7 @@ class _StepHeap(HeapTrace):
 def training_heap_events(arch: Architecture, s: Shape, param_bytes: float,
                          optimizer: str = "adamw", checkpointing: bool = False,
                          adapted: bool = False, detailed: bool = False,
-                         lora_rank: int = 0) -> list[HeapEvent]:  # fmt: skip
+                         lora_rank: int = 0) -> list[HeapEvent]:
     """One training step's tensors of 64 KiB and more below 32 MiB, in order, by phase
     (forward, backward, optimizer); what the step leaves (gradients) is given back by the
     replay at its end. `adapted`: LoRA adapters of `lora_rank` on every projection (their
@@ -336,7 +336,7 @@ def layer_weights(arch: Architecture) -> list[int]:
 
 
 def adapter_step_events(arch: Architecture, optimizer: str, rank: int,
-                        first_key: int) -> list[HeapEvent]:  # fmt: skip
+                        first_key: int) -> list[HeapEvent]:
     """The optimizer step over the LoRA adapters (the only parameters that train): each
     projection's lora_A (rank x in) then lora_B (out x rank), fp32, in the order peft
     registers them (model.parameters()); those of 64 KiB and more."""
@@ -347,7 +347,7 @@ def adapter_step_events(arch: Architecture, optimizer: str, rank: int,
 
 
 def optimizer_events(arch: Architecture, optimizer: str, state_bytes: float,
-                     first_key: int) -> list[HeapEvent]:  # fmt: skip
+                     first_key: int) -> list[HeapEvent]:
     """The optimizer step's states (created on the first step, kept) and temporaries."""
     sizes = [int(n * state_bytes) for n in layer_weights(arch) * arch.num_layers]
     if arch.position == "learned":
@@ -368,7 +368,7 @@ STEP_TEMPORARIES: dict[str, tuple[tuple[str, str], ...]] = {
     "adafactor": (("take", "square"), ("take", "grad_sqr"), ("give", "square"),
                   ("give", "last grad_sqr"), ("take", "update"), ("give", "last update"),
                   ("take", "negated"), ("give", "negated")),
-}  # fmt: skip
+}
 
 
 def step_events(sizes: list[int], optimizer: str, keys: Iterator[int]) -> list[HeapEvent]:

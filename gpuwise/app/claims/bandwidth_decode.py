@@ -26,13 +26,13 @@ from gpuwise.catalog.claims import claim_thresholds
 ID = "bandwidth"
 TITLE = "Bandwidth decides decode speed"
 CLAIM = ("Generating a token reads every weight once, so a token takes about the bytes it "
-         "reads divided by the memory bandwidth, whatever the arithmetic.")  # fmt: skip
+         "reads divided by the memory bandwidth, whatever the arithmetic.")
 
 # transformers' models on a GPU: large enough that launching kernels does not hide the reads
 GPU_SIZES = {"0.4B": (1024, 24, 16, 8, 4096), "1.1B": (2048, 22, 32, 4, 5632),
-             "2.7B": (2560, 32, 32, 8, 9728)}  # fmt: skip
+             "2.7B": (2560, 32, 32, 8, 9728)}
 CPU_TORCH_SIZES = {"0.06B": (512, 8, 8, 4, 1408), "0.11B": (768, 10, 12, 4, 2048),
-                   "0.2B": (1024, 12, 16, 4, 2816)}  # fmt: skip
+                   "0.2B": (1024, 12, 16, 4, 2816)}
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,9 @@ def judge(points: list[DecodePoint], read_gbs: float) -> Verdict:
     worst = max(outside, key=lambda lr: max(lr[1], 1 / lr[1]))
     why = ("something besides reading the weights (dispatching operators, the runtime's own "
            "work) takes most of the time" if worst[1] > f else
-           "the weights are served faster than the measured bandwidth (from cache)")  # fmt: skip
+           "the weights are served faster than the measured bandwidth (from cache)")
     return Verdict(False, f"the {worst[0]} model took {worst[1]:.2f}x bytes / bandwidth "
-                   f"(allowed {1 / f:.2f}-{f:g}x): {why}", rule())  # fmt: skip
+                   f"(allowed {1 / f:.2f}-{f:g}x): {why}", rule())
 
 
 def run(ctx: Context) -> ClaimResult:
@@ -85,7 +85,7 @@ def run(ctx: Context) -> ClaimResult:
         runtime, points = f"llama.cpp (f16, {ctx.cores} threads)", _llama_points(ctx, bandwidth_now)
     else:
         notes.append(f"llama.cpp is not available ({missing}): transformers' generate() timed "
-                     "instead, whose per-operator dispatch adds to every token")  # fmt: skip
+                     "instead, whose per-operator dispatch adds to every token")
         runtime = "transformers (fp32, CPU)"
         points = _torch_points(ctx, CPU_TORCH_SIZES, "fp32", bandwidth_now)
     bandwidth_now()
@@ -97,7 +97,7 @@ def run(ctx: Context) -> ClaimResult:
     for p in points:
         pred = p.predicted_s(bw.read_gbs)
         table.append((p.label, f"{p.bytes_per_token / 1e6:.0f} MB", f"{p.measured_s * 1e3:.2f} ms",
-                      f"{pred * 1e3:.2f} ms", f"{p.measured_s / pred:.2f}x"))  # fmt: skip
+                      f"{pred * 1e3:.2f} ms", f"{p.measured_s / pred:.2f}x"))
     ratios = [p.measured_s / p.predicted_s(bw.read_gbs) for p in points]
     return ClaimResult(
         ID, TITLE, CLAIM,
@@ -119,7 +119,7 @@ def run(ctx: Context) -> ClaimResult:
          "predicted_s": [p.predicted_s(bw.read_gbs) for p in points],
          "factor": claim_thresholds().decode_bandwidth_factor},
         tuple(table), tuple(notes),
-    )  # fmt: skip
+    )
 
 
 def _median(readings: list[Bandwidth]) -> Bandwidth:
@@ -141,13 +141,13 @@ def _llama_points(ctx: Context, bandwidth_now: Callable[[], None]) -> list[Decod
 
 
 def _torch_points(ctx: Context, sizes: Mapping[str, tuple[int, ...]], dtype: str,
-                  bandwidth_now: Callable[[], None]) -> list[DecodePoint]:  # fmt: skip
+                  bandwidth_now: Callable[[], None]) -> list[DecodePoint]:
     chosen = list(sizes.items())[: 2 if ctx.quick else None]
     points = []
     for i, (label, shape) in enumerate(chosen):
         ctx.step(f"transformers decode of the {label} model", (i + 0.5) / len(chosen))
         bandwidth_now()
         t = decode_timing(llama_config(*shape), ctx.device, dtype, prompt=16,
-                          new_tokens=ctx.pick(17, 65), repeats=ctx.pick(3, 5))  # fmt: skip
+                          new_tokens=ctx.pick(17, 65), repeats=ctx.pick(3, 5))
         points.append(DecodePoint(f"{label} {dtype}", t.weight_bytes, t.seconds))
     return points

@@ -20,7 +20,7 @@ ID = "energy"
 TITLE = "Training and inference spend energy differently"
 CLAIM = ("A training step turns its energy into arithmetic on many tokens at once; generating "
          "a token spends it moving every weight for one token's arithmetic, so per unit of "
-         "work inference costs more energy.")  # fmt: skip
+         "work inference costs more energy.")
 
 # (hidden, layers, heads, kv heads, ffn, vocab): a small vocabulary keeps the logits (and a
 # CPU's page faults on them) from dominating a step
@@ -45,7 +45,7 @@ class EnergyPoint:
 def rule() -> str:
     ratio = claim_thresholds().energy_per_flop_ratio
     return (f"holds when a generated token costs at least {ratio:g}x the joules per FLOP of a "
-            "training step (catalog/data/claims.toml)")  # fmt: skip
+            "training step (catalog/data/claims.toml)")
 
 
 def judge(train: EnergyPoint, token: EnergyPoint) -> Verdict:
@@ -55,19 +55,19 @@ def judge(train: EnergyPoint, token: EnergyPoint) -> Verdict:
     ratio = a / b
     limit = claim_thresholds().energy_per_flop_ratio
     words = (f"a generated token cost {a:.3g} J per GFLOP, a training step {b:.3g} "
-             f"({ratio:.1f}x; {token.source})")  # fmt: skip
+             f"({ratio:.1f}x; {token.source})")
     if ratio >= limit:
         return Verdict(True, words, rule())
     return Verdict(False, f"{words}: under {limit:g}x", rule())
 
 
 def flops(config: dict[str, object], batch: int, tokens: int, context: int, training: bool,
-          nbytes: float) -> float:  # fmt: skip
+          nbytes: float) -> float:
     """FLOPs of a forward over `tokens` per sequence (x3 for a training step: the backward
     does twice the forward's), every position's logits in training, the last one's otherwise."""
     arch = from_config(dict(config), "claims")
     shape = Shape(batch, tokens, context, nbytes, nbytes, nbytes, "sdpa",
-                  tokens if training else 1)  # fmt: skip
+                  tokens if training else 1)
     forward = sum(op.flops * op.count for op in forward_ops(arch, shape))
     return 3.0 * forward if training else forward
 
@@ -83,9 +83,9 @@ def run(ctx: Context) -> ClaimResult:
     ctx.step("generating tokens", 0.5)
     decode = decode_timing(config, ctx.device, dtype, prompt, new, repeats=ctx.pick(3, 5))
     train = _point(ctx, "training step", step,
-                   flops(config, batch, seq, seq, True, nbytes))  # fmt: skip
+                   flops(config, batch, seq, seq, True, nbytes))
     token = _point(ctx, "generated token", decode,
-                   flops(config, 1, 1, prompt + new // 2, False, nbytes))  # fmt: skip
+                   flops(config, 1, 1, prompt + new // 2, False, nbytes))
     points = (train, token)
     notes = [f"energy counters: {step.energy_note}" if train.source == "measured" else
              f"no energy counter could be read here ({step.energy_note.removeprefix('NA: ')})"]
@@ -93,11 +93,11 @@ def run(ctx: Context) -> ClaimResult:
         vendor = thread_watts(_vendor(ctx))
         notes.append(f"estimated: {vendor.idle_w:g}-{vendor.busy_w:g} W a thread by its measured "
                      f"busy share ({vendor.source}); both runs kept the threads about equally "
-                     "busy, so the ratio rests on the measured times")  # fmt: skip
+                     "busy, so the ratio rests on the measured times")
     table = [("", "time", "GFLOP", "joules", "watts", "J per GFLOP", "source")]
     for p in points:
         table.append((p.label, f"{p.seconds * 1e3:.1f} ms", f"{p.flops / 1e9:.3g}",
-                      _num(p.joules), _num(p.watts), _num(p.joules_per_gflop), p.source))  # fmt: skip
+                      _num(p.joules), _num(p.watts), _num(p.joules_per_gflop), p.source))
     hidden, layers = shape[0], shape[1]
     return ClaimResult(
         ID, TITLE, CLAIM,
@@ -119,7 +119,7 @@ def run(ctx: Context) -> ClaimResult:
          "watts": [p.watts for p in points], "source": train.source,
          "threshold": claim_thresholds().energy_per_flop_ratio},
         tuple(table), tuple(notes),
-    )  # fmt: skip
+    )
 
 
 def _vendor(ctx: Context) -> str:
@@ -133,7 +133,7 @@ def _vendor(ctx: Context) -> str:
 def _point(ctx: Context, label: str, t: TorchTiming, work: float) -> EnergyPoint:
     if t.joules is not None:
         return EnergyPoint(label, t.seconds, work, t.joules, t.joules / t.seconds if t.seconds
-                           else None, "measured")  # fmt: skip
+                           else None, "measured")
     if ctx.on_gpu or t.busy_share is None:
         return EnergyPoint(label, t.seconds, work, None, None, "estimated")
     watts = thread_watts(_vendor(ctx)).watts(t.threads, t.busy_share)

@@ -81,8 +81,8 @@ def time_decode(ctx: Context, size: str, qtype: str, n_gen: int, reps: int) -> D
     # the quietest of up to 3 runs, as the llama.cpp probe times: on a few cores one busy
     # neighbour stalls llama.cpp's thread barriers
     run = quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=0, n_gen=n_gen,
-                                          reps=reps))  # fmt: skip
+                                          reps=reps))
     per_token = statistics.median(run["tg_samples_s"]) / n_gen
     read = tensor_bytes(path)
     return DecodeTiming(size, qtype, SIZES[size].params, os.path.getsize(path),
-                        int(read["per_token"]), per_token, threads)  # fmt: skip
+                        int(read["per_token"]), per_token, threads)

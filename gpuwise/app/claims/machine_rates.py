@@ -42,7 +42,7 @@ def measure_bandwidth() -> Bandwidth:
     if read is None or not read.gbs:
         raise GpuwiseError("the memory bandwidth could not be measured: "
                            + (missing.get("bandwidth.read") or "no reading"),
-                           "gpuwise probe says more")  # fmt: skip
+                           "gpuwise probe says more")
     triad = readings.get("triad")
     return Bandwidth(read.gbs, triad.gbs if triad else None, device, read.array_bytes)
 

@@ -21,7 +21,7 @@ from gpuwise.workload.plans import InferencePlan, TrainingPlan
 ID = "data-movement"
 TITLE = "The usual bottleneck is moving data"
 CLAIM = ("Most of the time a model spends goes into moving data between memory and the "
-         "compute units, not into arithmetic.")  # fmt: skip
+         "compute units, not into arithmetic.")
 MODELS = ("smollm2-135m", "qwen2.5-0.5b", "llama-3.2-1b")
 PHASES = ("prefill", "decode", "training step")
 # op kinds whose time is the runtime's own work rather than arithmetic or memory traffic
@@ -63,7 +63,7 @@ def rule() -> str:
     share = claim_thresholds().memory_bound_share
     return (f"holds when more than half of the phases measured (a prefill, a decode step and a "
             f"training step of each model) spend over {share:.0%} of their time in memory-bound "
-            "operations (catalog/data/claims.toml)")  # fmt: skip
+            "operations (catalog/data/claims.toml)")
 
 
 def by_phase(splits: list[PhaseSplit]) -> str:
@@ -88,7 +88,7 @@ def judge(splits: list[PhaseSplit]) -> Verdict:
         return Verdict(True, words, rule())
     free = sorted({s.phase for s in splits if s.memory_share <= limit}, key=PHASES.index)
     return Verdict(False, f"only {words}: {' and '.join(free)} spend most of their time in "
-                   "arithmetic or fixed costs here", rule())  # fmt: skip
+                   "arithmetic or fixed costs here", rule())
 
 def run(ctx: Context) -> ClaimResult:
     ctx.step("this machine's rates", 0.0)
@@ -109,11 +109,11 @@ def run(ctx: Context) -> ClaimResult:
         n = infer_plan.new_tokens
         request[name] = ((pre.memory_s + n * dec.memory_s) / (pre.seconds + n * dec.seconds))
     source = ("estimated from this machine's probe" if rates.source == "measured" else
-              "estimated from datasheet rates")  # fmt: skip
+              "estimated from datasheet rates")
     table = [("model", "phase", "time", "memory-bound", "compute-bound", "fixed cost")]
     for s in splits:
         table.append((s.model, s.phase, f"{s.seconds * 1e3:.1f} ms", f"{s.memory_share:.0%}",
-                      f"{s.compute_s / s.seconds:.0%}", f"{s.overhead_s / s.seconds:.0%}"))  # fmt: skip
+                      f"{s.compute_s / s.seconds:.0%}", f"{s.overhead_s / s.seconds:.0%}"))
     first = models[0]
     return ClaimResult(
         ID, TITLE, CLAIM,
@@ -136,4 +136,4 @@ def run(ctx: Context) -> ClaimResult:
          "a generation request of the plan (prefill, then one decode step a new token) spends "
          + ", ".join(f"{share:.0%} ({m})" for m, share in request.items())
          + " of its time memory-bound"),
-    )  # fmt: skip
+    )

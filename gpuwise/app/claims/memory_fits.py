@@ -15,9 +15,9 @@ from gpuwise.units import format_bytes
 ID = "memory"
 TITLE = "Memory decides what runs"
 CLAIM = ("A model runs on a device only if its weights, KV cache, activations and the "
-         "runtime's own buffers fit in that device's memory; precision moves the line.")  # fmt: skip
+         "runtime's own buffers fit in that device's memory; precision moves the line.")
 RULE = ("holds when the memory estimate rules out at least one catalogue model at the widest "
-        "precision (bf16): what runs here is then decided by memory")  # fmt: skip
+        "precision (bf16): what runs here is then decided by memory")
 
 
 def judge(fits_by_precision: dict[str, dict[str, bool]]) -> Verdict:
@@ -30,10 +30,10 @@ def judge(fits_by_precision: dict[str, dict[str, bool]]) -> Verdict:
     rescued = sum(not p.get(widest) and any(p.values()) for p in fits_by_precision.values())
     never = sum(not any(p.values()) for p in fits_by_precision.values())
     counts = (f"{at_widest} of {total} catalogue models fit at {widest}, {rescued} more only at "
-              f"a narrower precision, {never} at none")  # fmt: skip
+              f"a narrower precision, {never} at none")
     return Verdict(at_widest < total, counts if at_widest < total else
                    f"all {total} catalogue models fit at {widest}: memory rules nothing out "
-                   "on this machine", RULE)  # fmt: skip
+                   "on this machine", RULE)
 
 
 def run(ctx: Context) -> ClaimResult:
@@ -53,13 +53,13 @@ def run(ctx: Context) -> ClaimResult:
     table: list[tuple[str, ...]] = [("model", "params", *LOCAL_PRECISIONS)]
     for m in order:
         table.append((m, f"{params[m] / 1e9:.2f}B",
-                      *(_cell(needed[m][p], fits[m][p]) for p in LOCAL_PRECISIONS)))  # fmt: skip
+                      *(_cell(needed[m][p], fits[m][p]) for p in LOCAL_PRECISIONS)))
     series: dict[str, Any] = {
         "memory_bytes": hw.memory_bytes, "models": order, "params": [params[m] for m in order],
         "precisions": list(LOCAL_PRECISIONS),
         "needed_bytes": {p: [needed[m][p] for m in order] for p in LOCAL_PRECISIONS},
         "fits": {p: [fits[m][p] for m in order] for p in LOCAL_PRECISIONS},
-    }  # fmt: skip
+    }
     plan = local.plan
     return ClaimResult(
         ID, TITLE, CLAIM,
@@ -78,7 +78,7 @@ def run(ctx: Context) -> ClaimResult:
         ("memory of each model: weights, KV cache, activations and the runtime's buffers as "
          "`gpuwise check MODEL` gives them (estimated); checked against real runs by "
          "`gpuwise validate`",),
-    )  # fmt: skip
+    )
 
 
 def _cell(nbytes: int, fits: bool) -> str:

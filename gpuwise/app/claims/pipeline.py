@@ -22,7 +22,7 @@ from gpuwise.estimate.watch.verdict import input_share
 ID = "pipeline"
 TITLE = "A GPU at 30% has a data-pipeline problem"
 CLAIM = ("A device that is busy only about 30% of the time is usually waiting for its input: "
-         "feeding it faster, not a faster device, is the fix.")  # fmt: skip
+         "feeding it faster, not a faster device, is the fix.")
 JOB = Path(__file__).parent / "jobs" / "loader_job.py"
 
 
@@ -45,17 +45,17 @@ def rule() -> str:
     limit = watch_thresholds().input_bound_share
     return (f"holds when `gpuwise watch` finds the slow-loader job input-bound (waiting for "
             f"data {limit:.0%} of the step or more, its own threshold) and, with loader workers "
-            "and nothing else changed, no longer input-bound")  # fmt: skip
+            "and nothing else changed, no longer input-bound")
 
 
 def judge(slow: WatchedRun, fed: WatchedRun) -> Verdict:
     if "no-steps" in (slow.bound, fed.bound):
         return Verdict(None, "watch saw no training steps", rule())
     words = (f"busy {slow.busy_share:.0%} of each step with a slow loader ({slow.bound}), "
-             f"{fed.busy_share:.0%} with {fed.label} ({fed.bound})")  # fmt: skip
+             f"{fed.busy_share:.0%} with {fed.label} ({fed.bound})")
     if slow.bound != "input-bound":
         return Verdict(False, f"{words}: the slow loader did not make the job input-bound",
-                       rule())  # fmt: skip
+                       rule())
     if fed.bound == "input-bound":
         return Verdict(False, f"{words}: workers did not remove the wait", rule())
     return Verdict(True, words, rule())
@@ -66,32 +66,32 @@ def run(ctx: Context) -> ClaimResult:
     workers = math.ceil((1 - busy) / busy) + 1  # enough to load ahead of the compute
     steps = ctx.pick(30, 120)
     shape = (["--width", "4096", "--layers", "8", "--batch", "2048"] if ctx.on_gpu else
-             ["--width", "2048", "--layers", "2", "--batch", "32"])  # fmt: skip
+             ["--width", "2048", "--layers", "2", "--batch", "32"])
     base = [sys.executable, str(JOB), "--device", ctx.device, "--steps", str(steps),
-            "--busy", str(busy), *shape]  # fmt: skip
+            "--busy", str(busy), *shape]
     sleep_file = ctx.workdir / "loader-sleep.txt"
     ctx.step("watch: the job with a slow loader", 0.0)
     slow = _watched(ctx, "slow loader", [*base, "--sleep-out", str(sleep_file)], "slow")
     sleep = sleep_file.read_text().strip()
     ctx.step(f"watch: the job with {workers} loader workers", 0.5)
     fed = _watched(ctx, f"{workers} workers",
-                   [*base, "--workers", str(workers), "--sleep-per-batch", sleep], "workers")  # fmt: skip
+                   [*base, "--workers", str(workers), "--sleep-per-batch", sleep], "workers")
     runs = (slow, fed)
     table = [("job", "watch's verdict", "waiting for data", "busy", "median step",
-              "GPU busy (NVML)")]  # fmt: skip
+              "GPU busy (NVML)")]
     for r in runs:
         table.append((r.label, r.bound, f"{r.input_share:.0%}", f"{r.busy_share:.0%}",
                       f"{r.step_s * 1e3:.1f} ms" if r.step_s else "-",
-                      f"{r.gpu_util_percent:.0f}%" if r.gpu_util_percent is not None else "-"))  # fmt: skip
+                      f"{r.gpu_util_percent:.0f}%" if r.gpu_util_percent is not None else "-"))
     device = "GPU" if ctx.on_gpu else "CPU"
     notes = [] if ctx.on_gpu else [
         "no GPU here: the job computes on the CPU, which stands in for the GPU; 'busy' is the "
         "share of each step spent computing rather than waiting for data (watch's measurement), "
-        "not a utilisation counter"]  # fmt: skip
+        "not a utilisation counter"]
     notes.append("this shows that a job at about 30% because of its loader is found input-bound "
                  "and fixed by loading ahead; not that every job at 30% has that cause (a loop "
                  "of operators too small for the device is also idle most of the time: watch "
-                 "calls it host-bound)")  # fmt: skip
+                 "calls it host-bound)")
     return ClaimResult(
         ID, TITLE, CLAIM,
         f"`gpuwise watch` on a {steps}-step training loop on the {device} whose DataLoader "
@@ -112,7 +112,7 @@ def run(ctx: Context) -> ClaimResult:
          "gpu_util_percent": [r.gpu_util_percent for r in runs],
          "threshold": watch_thresholds().input_bound_share},
         tuple(table), tuple(notes),
-    )  # fmt: skip
+    )
 
 
 def _watched(ctx: Context, label: str, cmd: list[str], name: str) -> WatchedRun:
@@ -120,11 +120,11 @@ def _watched(ctx: Context, label: str, cmd: list[str], name: str) -> WatchedRun:
     code = run_job(cmd, log, {"interval_s": 0.2, "inject": True, "sync": True})
     if code != 0:
         raise GpuwiseError(f"the watched job ({label}) failed with exit code {code}",
-                           f"run it by hand: {' '.join(cmd)}")  # fmt: skip
+                           f"run it by hand: {' '.join(cmd)}")
     return watched_run(label, judge_logs([str(log)]))
 
 
 def watched_run(label: str, answer: WatchAnswer) -> WatchedRun:
     s = answer.summary
     return WatchedRun(label, answer.verdict.bound, input_share(s), s.step_s_median,
-                      s.gpu_util_percent, s.cpu_percent)  # fmt: skip
+                      s.gpu_util_percent, s.cpu_percent)

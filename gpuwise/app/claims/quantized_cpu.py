@@ -22,7 +22,7 @@ from gpuwise.workload.plans import InferencePlan
 ID = "quantized-cpu"
 TITLE = "Small quantized models run fine on CPUs"
 CLAIM = ("A small language model quantized to 8 or 4 bits generates text on an ordinary CPU "
-         "at least as fast as people read it.")  # fmt: skip
+         "at least as fast as people read it.")
 QTYPES = {"q8_0": "int8", "q4_0": "int4"}
 CATALOGUE = ("llama-3.2-1b", "qwen2.5-1.5b", "llama-3.1-8b")
 
@@ -40,7 +40,7 @@ def rule() -> str:
     return (f"holds when the small model, measured at int8 or int4, generates at least "
             f"{t.reading_tokens_per_s:.1f} tokens/s: {t.reading_words_per_minute:.0f} words a "
             f"minute (adults reading silently; Brysbaert 2019) x {t.tokens_per_word:.2f} tokens "
-            "a word (OpenAI's rule of thumb for English)")  # fmt: skip
+            "a word (OpenAI's rule of thumb for English)")
 
 
 def judge(speeds: list[Speed]) -> Verdict:
@@ -52,7 +52,7 @@ def judge(speeds: list[Speed]) -> Verdict:
     words = ", ".join(f"{s.label} {s.tokens_per_s:.1f} tokens/s" for s in measured)
     if best.tokens_per_s >= reading:
         return Verdict(True, f"{words}: {best.tokens_per_s / reading:.1f}x reading speed "
-                       f"({reading:.1f} tokens/s)", rule())  # fmt: skip
+                       f"({reading:.1f} tokens/s)", rule())
     return Verdict(False, f"{words}: below reading speed ({reading:.1f} tokens/s)", rule())
 
 
@@ -68,7 +68,7 @@ def run(ctx: Context) -> ClaimResult:
         size = "0.11B"
         notes.append(f"llama.cpp is not available ({missing}): transformers was timed in fp32 "
                      "and with torch's dynamic int8 quantization; 4 bits appears only in the "
-                     "llama.cpp time model's estimates for catalogue models")  # fmt: skip
+                     "llama.cpp time model's estimates for catalogue models")
         speeds, runtime = _torch_speeds(ctx, size), "transformers (PyTorch eager) on the CPU"
         what = f"a random-weight {size}-parameter llama model ({_shape(size)})"
     if ctx.quick:
@@ -81,7 +81,7 @@ def run(ctx: Context) -> ClaimResult:
     table = [("model", "weights", "tokens/s", "x reading speed", "source")]
     for s in speeds:
         table.append((s.label, s.bits, f"{s.tokens_per_s:.1f}", f"{s.tokens_per_s / reading:.1f}x",
-                      s.source))  # fmt: skip
+                      s.source))
     best = {s.bits: s.tokens_per_s for s in speeds if s.source == "measured"}
     return ClaimResult(
         ID, TITLE, CLAIM,
@@ -96,7 +96,7 @@ def run(ctx: Context) -> ClaimResult:
          "tokens_per_s": [s.tokens_per_s for s in speeds],
          "sources": [s.source for s in speeds], "reading_tokens_per_s": reading},
         tuple(table), tuple(notes),
-    )  # fmt: skip
+    )
 
 
 def _shape(size: str) -> str:
@@ -121,9 +121,9 @@ def _torch_speeds(ctx: Context, size: str) -> list[Speed]:
     for i, int8 in enumerate((False, True)):
         ctx.step(f"transformers {'int8' if int8 else 'fp32'} decode", i / 2)
         t = decode_timing(config, "cpu", "fp32", prompt=16, new_tokens=ctx.pick(17, 65),
-                          repeats=ctx.pick(3, 5), int8=int8)  # fmt: skip
+                          repeats=ctx.pick(3, 5), int8=int8)
         speeds.append(Speed(f"{size} {'int8 (torch dynamic)' if int8 else 'fp32'}",
-                            "int8" if int8 else "fp32", 1.0 / t.seconds, "measured"))  # fmt: skip
+                            "int8" if int8 else "fp32", 1.0 / t.seconds, "measured"))
     return speeds
 
 

@@ -18,7 +18,7 @@ from gpuwise.estimate.repro.analysis import StudyAnalysis
 ID = "reproducibility"
 TITLE = "A fixed seed does not make training reproducible"
 CLAIM = ("Fixing the random seed does not make GPU training reproducible: the order in which "
-         "parallel hardware adds numbers changes the result.")  # fmt: skip
+         "parallel hardware adds numbers changes the result.")
 JOB = Path(__file__).parent / "jobs" / "repro_job.py"
 METRIC = "train_loss"
 
@@ -45,10 +45,10 @@ def conditions(on_gpu: bool) -> str:
 
 def rule(on_gpu: bool) -> str:
     what = ("the GPU's default kernels" if on_gpu else
-            "the CPU thread count (standing in for a GPU's parallel order)")  # fmt: skip
+            "the CPU thread count (standing in for a GPU's parallel order)")
     return (f"holds when runs with the seed fixed are not bit-identical (parameter hashes) when "
             f"only {what} changes: the '{arithmetic_condition(on_gpu)}' condition of "
-            "`gpuwise repro`")  # fmt: skip
+            "`gpuwise repro`")
 
 
 def outcomes(analysis: StudyAnalysis) -> dict[str, ConditionOutcome]:
@@ -61,7 +61,7 @@ def outcomes(analysis: StudyAnalysis) -> dict[str, ConditionOutcome]:
                                      spread.sd if spread else None,
                                      share.ratio if share else None,
                                      share.low if share else None,
-                                     share.high if share else None)  # fmt: skip
+                                     share.high if share else None)
     return out
 
 
@@ -72,7 +72,7 @@ def judge(found: dict[str, ConditionOutcome], on_gpu: bool) -> Verdict:
         return Verdict(None, f"the '{name}' runs could not be compared", rule(on_gpu))
     if c.bit_identical:
         return Verdict(False, f"the {c.runs} '{name}' runs were bit-identical: the seed fixed "
-                       "the result", rule(on_gpu))  # fmt: skip
+                       "the result", rule(on_gpu))
     words = f"the {c.runs} '{name}' runs differ"
     if c.share is not None:
         words += (f"; the arithmetic's share of the seed-to-seed variance: {_pct(c.share)} "
@@ -93,7 +93,7 @@ def run(ctx: Context) -> ClaimResult:
     command = (sys.executable, str(JOB), "--device", ctx.device, "--steps", str(ctx.pick(30, 60)))
     parallel = 1 if on_gpu else max(1, min(ctx.cores, 4))
     study = repro_app.new_study(command, conditions(on_gpu), runs=runs,
-                                results=ctx.workdir / "repro.jsonl", parallel=parallel)  # fmt: skip
+                                results=ctx.workdir / "repro.jsonl", parallel=parallel)
     total = runs * len(study.conditions)
 
     def progress(record: dict[str, object], done: int, all_runs: int) -> None:
@@ -106,7 +106,7 @@ def run(ctx: Context) -> ClaimResult:
     for c in found.values():
         table.append((c.name, str(c.runs), _yes(c.bit_identical), _num(c.sd),
                       "-" if c.share is None else
-                      f"{_pct(c.share)} ({_pct(c.share_low)} to {_pct(c.share_high)})"))  # fmt: skip
+                      f"{_pct(c.share)} ({_pct(c.share_low)} to {_pct(c.share_high)})"))
     arithmetic = found.get(arithmetic_condition(on_gpu))
     notes = [f.message for f in answer.analysis.findings]
     same = found.get("same-seed")
@@ -116,11 +116,11 @@ def run(ctx: Context) -> ClaimResult:
     if not on_gpu:
         notes.append("no GPU here: the thread count stands in for the GPU's parallel order; "
                      "where a GPU is present the study compares its default kernels with "
-                     "deterministic ones instead")  # fmt: skip
+                     "deterministic ones instead")
     summary = ("not compared" if arithmetic is None or arithmetic.bit_identical is None else
                f"'{arithmetic.name}' runs {'identical' if arithmetic.bit_identical else 'differ'}"
                + (f", the arithmetic's share of the variance {_pct(arithmetic.share)}"
-                  if arithmetic.share is not None else ""))  # fmt: skip
+                  if arithmetic.share is not None else ""))
     return ClaimResult(
         ID, TITLE, CLAIM,
         f"`gpuwise repro` of a small training run ({study.runs} runs per condition: "
@@ -139,7 +139,7 @@ def run(ctx: Context) -> ClaimResult:
          "share_high": [c.share_high for c in found.values()],
          "arithmetic_condition": arithmetic_condition(on_gpu)},
         tuple(table), tuple(notes),
-    )  # fmt: skip
+    )
 
 
 def _yes(x: bool | None) -> str:

@@ -59,10 +59,10 @@ class ClaimResult:
 
 
 def not_measured(claim_id: str, title: str, claim: str, reason: str, rule: str = "",
-                 seconds: float = 0.0) -> ClaimResult:  # fmt: skip
+                 seconds: float = 0.0) -> ClaimResult:
     """The result of an experiment that could not run here, saying why."""
     return ClaimResult(claim_id, title, claim, "the experiment did not run",
-                       Verdict(None, reason, rule), f"not measured: {reason}", seconds=seconds)  # fmt: skip
+                       Verdict(None, reason, rule), f"not measured: {reason}", seconds=seconds)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def parse_only(text: str | None) -> tuple[str, ...]:
 
 
 def run_claims(quick: bool, only: tuple[str, ...] = CLAIM_IDS,
-               progress: Progress | None = None, command: str = "") -> ClaimsAnswer:  # fmt: skip
+               progress: Progress | None = None, command: str = "") -> ClaimsAnswer:
     """Run the experiments of the claims in `only`, in the explainer's order."""
     chosen = [e for e in EXPERIMENTS if e.module.ID in only]
     weights = [e.quick_s if quick else e.full_s for e in chosen]
@@ -83,7 +83,7 @@ def run_claims(quick: bool, only: tuple[str, ...] = CLAIM_IDS,
 
 
 def _stepper(progress: Progress, title: str, start: float,
-             share: float) -> Callable[[str, float], None]:  # fmt: skip
+             share: float) -> Callable[[str, float], None]:
     def step(what: str, done: float) -> None:
         progress(what or title, start + share * done)
 
@@ -100,12 +100,12 @@ def _run_one(module: ModuleType, ctx: Context) -> ClaimResult:
     except GpuwiseError as exc:
         return not_measured(module.ID, module.TITLE, module.CLAIM,
                             exc.message + (f" ({exc.hint})" if exc.hint else ""),
-                            seconds=time.perf_counter() - started)  # fmt: skip
+                            seconds=time.perf_counter() - started)
     except Exception as exc:  # a run that failed (a child process, a missing library)
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return not_measured(module.ID, module.TITLE, module.CLAIM,
                             f"the experiment failed: {text}",
-                            seconds=time.perf_counter() - started)  # fmt: skip
+                            seconds=time.perf_counter() - started)
     wall = time.perf_counter() - started
     busy = others_share(others_before, wall)
     notes = result.notes
@@ -125,4 +125,4 @@ def _machine(ctx: Context) -> dict[str, object]:
     return {"cpu": m.cpu_model, "cores": m.logical_cores, "arch": platform.machine(),
             "ram_bytes": m.ram_total_bytes, "ram": format_bytes(m.ram_total_bytes),
             "gpus": [g.name for g in m.gpus],
-            "gpu_note": m.gpu_unavailable_reason or ""}  # fmt: skip
+            "gpu_note": m.gpu_unavailable_reason or ""}

@@ -18,12 +18,12 @@ from gpuwise.measure.runs.plans import inference_plan, training_plan
 
 
 def llama_config(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int,
-                 vocab: int = 32000) -> dict[str, Any]:  # fmt: skip
+                 vocab: int = 32000) -> dict[str, Any]:
     """config.json facts of a llama model of these sizes (untied head, as the GGUFs)."""
     return {"model_type": "llama", "hidden_size": hidden, "num_hidden_layers": layers,
             "num_attention_heads": heads, "num_key_value_heads": kv_heads,
             "intermediate_size": ffn, "vocab_size": vocab, "max_position_embeddings": 4096,
-            "tie_word_embeddings": False}  # fmt: skip
+            "tie_word_embeddings": False}
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class _Window:
         self.cpu = time.process_time() - self.cpu0
         after = self.meter.read() if self.energy0 is not None else None
         self.joules = (self.meter.delta(self.energy0, after)
-                       if self.energy0 is not None and after is not None else None)  # fmt: skip
+                       if self.energy0 is not None and after is not None else None)
 
 
 def _int8_linears(model: Any) -> Any:
@@ -86,7 +86,7 @@ def _weights(model: Any) -> tuple[int, int]:
     embedding = model.get_input_embeddings().weight
     params = [p for p in model.parameters() if p is not embedding]
     nbytes, count = (sum(p.numel() * p.element_size() for p in params),
-                     sum(p.numel() for p in params))  # fmt: skip
+                     sum(p.numel() for p in params))
     for module in model.modules():  # dynamically quantized linears keep packed int8 weights
         packed = getattr(module, "_packed_params", None)
         if packed is not None and hasattr(module, "weight"):
@@ -103,12 +103,12 @@ def _threads(device: str) -> int:
 
 
 def decode_timing(config: dict[str, Any], device: str, dtype: str, prompt: int,
-                  new_tokens: int, repeats: int, int8: bool = False) -> TorchTiming:  # fmt: skip
+                  new_tokens: int, repeats: int, int8: bool = False) -> TorchTiming:
     """A generated token: (generate N tokens - generate 1) / (N - 1), as the real runs time
     decode, over `repeats` runs of each (medians; energy over all of them). `int8`: the
     linear layers' weights quantized to int8 first (torch's dynamic quantization, a CPU)."""
     job = inference_job(config, batch=1, prompt_tokens=prompt, new_tokens=new_tokens,
-                        dtype=dtype, device=device)  # fmt: skip
+                        dtype=dtype, device=device)
     model = build_model(job)
     if int8:
         model = _int8_linears(model)
@@ -134,11 +134,11 @@ def decode_timing(config: dict[str, Any], device: str, dtype: str, prompt: int,
     nbytes, count = _weights(model)
     threads = _threads(device)
     return TorchTiming(max(seconds, 0.0), per_token_j, meter.note(), _busy(cpu, wall, threads),
-                       threads, device, nbytes, count)  # fmt: skip
+                       threads, device, nbytes, count)
 
 
 def training_timing(config: dict[str, Any], device: str, dtype: str, batch: int, seq: int,
-                    steps: int) -> TorchTiming:  # fmt: skip
+                    steps: int) -> TorchTiming:
     """A training step (forward with labels, backward, AdamW step, zero_grad): the median of
     `steps` after a warm-up step; energy over all of them."""
     job = training_job(config, batch=batch, seq=seq, dtype=dtype, device=device, steps=1)
@@ -157,7 +157,7 @@ def training_timing(config: dict[str, Any], device: str, dtype: str, batch: int,
     nbytes, count = _weights(model)
     threads = _threads(device)
     return TorchTiming(statistics.median(times), joules / steps if counted else None,
-                       meter.note(), _busy(cpu, wall, threads), threads, device, nbytes, count)  # fmt: skip
+                       meter.note(), _busy(cpu, wall, threads), threads, device, nbytes, count)
 
 
 def _busy(cpu_s: float, wall_s: float, threads: int) -> float | None:

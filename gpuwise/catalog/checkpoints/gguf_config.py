@@ -12,7 +12,7 @@ from gpuwise.errors import GpuwiseError
 
 # GGUF general.architecture -> Hugging Face model_type (llama.cpp writes Mistral as "llama").
 ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma": "gemma",
-                 "gemma2": "gemma2", "phi3": "phi3"}  # fmt: skip
+                 "gemma2": "gemma2", "phi3": "phi3"}
 MAX_SCALAR_ARRAY = 4096  # per-layer arrays (head counts) are kept; vocabularies are only counted
 
 
@@ -44,19 +44,19 @@ def _int(meta: dict[str, Any], key: str, path: Path, default: int | None = None)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         if value is None:
             raise GpuwiseError(f"{path} has no {key!r} in its metadata",
-                               "the GGUF file lacks the model's hyperparameters")  # fmt: skip
+                               "the GGUF file lacks the model's hyperparameters")
         raise GpuwiseError(f"{path}: metadata {key!r} must be a positive integer, got {value!r}",
-                           "the GGUF file is corrupt")  # fmt: skip
+                           "the GGUF file is corrupt")
     return value
 
 
 def config_from_gguf(meta: dict[str, Any], tensors: dict[str, StoredTensor],
-                     path: Path) -> dict[str, Any]:  # fmt: skip
+                     path: Path) -> dict[str, Any]:
     """The config.json facts of the model in a GGUF file."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise GpuwiseError(f"{path}: GGUF architecture {arch!r} is not a family gpuwise knows",
-                           f"supported GGUF architectures: {', '.join(ARCHITECTURES)}")  # fmt: skip
+                           f"supported GGUF architectures: {', '.join(ARCHITECTURES)}")
     heads = _int(meta, f"{arch}.attention.head_count", path)
     embd = tensors.get("token_embd.weight")
     vocab = meta.get(f"{arch}.vocab_size") or meta.get("tokenizer.ggml.tokens.length")
@@ -65,7 +65,7 @@ def config_from_gguf(meta: dict[str, Any], tensors: dict[str, StoredTensor],
     if not isinstance(vocab, int) or vocab <= 0:
         raise GpuwiseError(f"{path} gives no vocabulary size (no token_embd.weight, "
                            f"{arch}.vocab_size or tokenizer.ggml.tokens)",
-                           "the GGUF file lacks the model's vocabulary")  # fmt: skip
+                           "the GGUF file lacks the model's vocabulary")
     cfg: dict[str, Any] = {
         "model_type": ARCHITECTURES[arch],
         "_name_or_path": str(meta.get("general.name") or path.stem),
@@ -88,5 +88,5 @@ def config_from_gguf(meta: dict[str, Any], tensors: dict[str, StoredTensor],
     experts = meta.get(f"{arch}.expert_count")
     if arch == "llama" and isinstance(experts, int) and experts > 1:
         cfg.update(model_type="mixtral", num_local_experts=experts,
-                   num_experts_per_tok=_int(meta, f"{arch}.expert_used_count", path))  # fmt: skip
+                   num_experts_per_tok=_int(meta, f"{arch}.expert_used_count", path))
     return cfg

@@ -57,7 +57,7 @@ def _bounded_reader_class(gguf: Any) -> Any:
             end = offset + np.dtype(dtype).itemsize * count
             if offset < 0 or count < 0 or end > self.data.size:
                 raise _Malformed(f"the header points past the end of the file (byte {end:,} of "
-                                 f"{self.data.size:,}): truncated")  # fmt: skip
+                                 f"{self.data.size:,}): truncated")
             return super()._get(offset, dtype, count, override_order)
 
         def _get_field_parts(self, orig_offs: int, raw_type: int) -> Any:
@@ -123,7 +123,7 @@ def _check_array(length: int, least: int, room: int, depth: int) -> None:
     fit in the `room` bytes left, or one nested `depth` arrays deep past MAX_NESTING."""
     if length > MAX_ARRAY or length * least > room:
         raise _Malformed(f"a metadata array claims {length:,} elements, more than the file "
-                         "can hold")  # fmt: skip
+                         "can hold")
     if depth >= MAX_NESTING:
         raise _Malformed("metadata arrays nested too deep")
 
@@ -154,7 +154,7 @@ def _check_tensor_info(gguf: Any, field: Any) -> None:
     block, _size = gguf.GGML_QUANT_SIZES[qtype]
     if dims.size and int(dims[0]) % block:
         raise _Malformed(f"tensor {name!r} row of {int(dims[0])} is not a whole number of "
-                         f"{qtype.name} blocks of {block}")  # fmt: skip
+                         f"{qtype.name} blocks of {block}")
 
 
 def _open(path: Path) -> Any:
@@ -167,7 +167,7 @@ def _open(path: Path) -> Any:
         raise GpuwiseError(f"{shown(path)} is not a valid GGUF file: {exc}", CORRUPT_HINT) from None
     except OSError as exc:
         raise GpuwiseError(f"cannot read {shown(path)}: {exc.strerror or exc}",
-                           "check the path") from None  # fmt: skip
+                           "check the path") from None
     except Exception as exc:  # anything the reader trips on is a malformed file
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
         raise GpuwiseError(f"{shown(path)} is not a valid GGUF file ({text})", CORRUPT_HINT) from None
@@ -192,8 +192,8 @@ def read_gguf(path: Path) -> Checkpoint:
         if type_name not in PLAIN_TYPES:
             bits = _nominal_bits(type_name, block, size)
             quantised.append(QuantisedWeight(t.name, type_name, bits, shape, elements, block,
-                                             stored, (t.name,)))  # fmt: skip
+                                             stored, (t.name,)))
     meta = metadata_values(gguf, reader)
     config = config_from_gguf(meta, {t.name: t for t in tensors}, path)
     return Checkpoint(str(path), "gguf", tuple(tensors), tuple(quantised), config,
-                      "GGUF metadata", meta, (path.name,))  # fmt: skip
+                      "GGUF metadata", meta, (path.name,))

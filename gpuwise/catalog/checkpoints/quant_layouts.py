@@ -20,7 +20,7 @@ PACKED_BITS = (2, 3, 4, 8)
 
 
 def recognise_quantised(tensors: dict[str, StoredTensor],
-                        quant_cfg: dict[str, Any]) -> list[QuantisedWeight]:  # fmt: skip
+                        quant_cfg: dict[str, Any]) -> list[QuantisedWeight]:
     """Every GPTQ/AWQ/bitsandbytes matrix found; tensors that match no layout stay plain."""
     found = []
     for name in tensors:
@@ -43,7 +43,7 @@ def _cfg_bits(quant_cfg: dict[str, Any]) -> int | None:
 
 
 def _packed_int32(tensors: dict[str, StoredTensor], base: str,
-                  quant_cfg: dict[str, Any]) -> QuantisedWeight | None:  # fmt: skip
+                  quant_cfg: dict[str, Any]) -> QuantisedWeight | None:
     qweight = tensors[base + ".qweight"]
     scales = tensors.get(base + ".scales")
     qzeros = tensors.get(base + ".qzeros")
@@ -72,7 +72,7 @@ def _packed_int32(tensors: dict[str, StoredTensor], base: str,
     return QuantisedWeight(
         base, scheme, bits, (out, in_features), out * in_features, in_features // groups,
         sum(p.stored_bytes for p in parts), tuple(p.name for p in parts),
-    )  # fmt: skip
+    )
 
 
 def _bnb_int8(tensors: dict[str, StoredTensor], base: str) -> QuantisedWeight | None:
@@ -84,7 +84,7 @@ def _bnb_int8(tensors: dict[str, StoredTensor], base: str) -> QuantisedWeight | 
         parts.append(tensors[base + ".weight_format"])
     return QuantisedWeight(base, "bnb-int8", 8, weight.shape, weight.elements, 0,
                            sum(p.stored_bytes for p in parts),
-                           tuple(p.name for p in parts))  # fmt: skip
+                           tuple(p.name for p in parts))
 
 
 def _bnb_4bit(tensors: dict[str, StoredTensor], state_name: str) -> QuantisedWeight | None:
@@ -99,4 +99,4 @@ def _bnb_4bit(tensors: dict[str, StoredTensor], state_name: str) -> QuantisedWei
     block = elements // absmax.elements if absmax and absmax.elements else 0
     return QuantisedWeight(weight_name.removesuffix(".weight"), f"bnb-{kind}", 4, (elements,),
                            elements, block, sum(p.stored_bytes for p in parts),
-                           tuple(p.name for p in parts))  # fmt: skip
+                           tuple(p.name for p in parts))

@@ -30,7 +30,7 @@ DTYPE_BITS = {
     "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
     "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
     "I64": 64, "U64": 64, "F64": 64, "C64": 64,
-}  # fmt: skip
+}
 
 
 def _safe_open() -> Any:
@@ -38,7 +38,7 @@ def _safe_open() -> Any:
         from safetensors import safe_open
     except ImportError:
         raise GpuwiseError("reading a .safetensors file needs the safetensors package",
-                           INSTALL_HINT) from None  # fmt: skip
+                           INSTALL_HINT) from None
     return safe_open
 
 
@@ -47,7 +47,7 @@ def tensor_bytes(dtype: str, shape: tuple[int, ...]) -> int:
     bits = DTYPE_BITS.get(dtype)
     if bits is None:
         raise GpuwiseError(f"unknown safetensors dtype {dtype!r}",
-                           f"known: {', '.join(DTYPE_BITS)}")  # fmt: skip
+                           f"known: {', '.join(DTYPE_BITS)}")
     n = 1
     for d in shape:
         n *= d
@@ -65,7 +65,7 @@ def safetensors_files(folder: Path) -> list[Path]:
         names = sorted(e.name for e in os.scandir(folder) if e.name.endswith(".safetensors"))
     except OSError as exc:
         raise GpuwiseError(f"cannot read model folder {shown(folder)}: {exc.strerror}",
-                           "check the folder's permissions") from None  # fmt: skip
+                           "check the folder's permissions") from None
     return [folder / name for name in names]
 
 
@@ -82,15 +82,15 @@ def read_safetensors_file(path: Path) -> tuple[list[StoredTensor], dict[str, str
                 shape = tuple(int(d) for d in piece.get_shape())
                 dtype = str(piece.get_dtype())
                 tensors.append(StoredTensor(name, dtype, shape, tensor_bytes(dtype, shape),
-                                            path.name))  # fmt: skip
+                                            path.name))
     except GpuwiseError:
         raise
     except OSError as exc:
         raise GpuwiseError(f"cannot read {shown(path)}: {exc.strerror or exc}",
-                           "check the path") from None  # fmt: skip
+                           "check the path") from None
     except Exception as exc:  # SafetensorError and friends: a malformed or hostile header
         raise GpuwiseError(f"{shown(path)} is not a valid safetensors file ({_first_line(exc)})",
-                           CORRUPT_HINT) from None  # fmt: skip
+                           CORRUPT_HINT) from None
     return tensors, metadata
 
 
@@ -106,27 +106,27 @@ def _shards(folder: Path) -> list[Path]:
         files = safetensors_files(folder)
         if not files:
             raise GpuwiseError(f"no .safetensors files in {shown(folder)}",
-                               "pass a model folder, a .safetensors or a .gguf file")  # fmt: skip
+                               "pass a model folder, a .safetensors or a .gguf file")
         return files
     weight_map = read_json(index, "safetensors index", MAX_INDEX_BYTES,
-                           "the index file is corrupt; download it again").get("weight_map")  # fmt: skip
+                           "the index file is corrupt; download it again").get("weight_map")
     names = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else []
     if not names or len(names) > MAX_SHARDS or not all(isinstance(n, str) for n in names):
         raise GpuwiseError(f"{shown(index)} lists no usable shard files (no weight_map)",
-                           "check the index file")  # fmt: skip
+                           "check the index file")
     try:
         root = folder.resolve()
         shards = [(folder / name).resolve() for name in names]
     except (OSError, RuntimeError, ValueError):  # a link loop, a NUL byte in a name
         raise GpuwiseError(f"{shown(index)} names a shard that cannot be a file",
-                           "check the index file") from None  # fmt: skip
+                           "check the index file") from None
     for name, shard in zip(names, shards, strict=True):
         if root not in shard.parents:  # an index must not point outside its own folder
             raise GpuwiseError(f"{shown(index)} names a file outside the model folder: "
-                               f"{shown(name)!r}", "check the index file")  # fmt: skip
+                               f"{shown(name)!r}", "check the index file")
         if file_type(shard, "safetensors file") is None:
             raise GpuwiseError(f"shard {shown(name)} listed in {index.name} is missing",
-                               "download every shard of the model")  # fmt: skip
+                               "download every shard of the model")
     return shards
 
 
@@ -150,14 +150,14 @@ def read_safetensors(path: Path) -> Checkpoint:
         for t in found:
             if t.name in seen:
                 raise GpuwiseError(f"tensor {t.name!r} is stored twice (again in {file.name})",
-                                   "the shards do not belong together")  # fmt: skip
+                                   "the shards do not belong together")
             seen.add(t.name)
         tensors += found
         metadata.update(meta)
     config = _sibling_config(folder)
     quant_cfg = (config or {}).get("quantization_config")
     quantised = recognise_quantised({t.name: t for t in tensors},
-                                    quant_cfg if isinstance(quant_cfg, dict) else {})  # fmt: skip
+                                    quant_cfg if isinstance(quant_cfg, dict) else {})
     return Checkpoint(str(path), "safetensors", tuple(tensors), tuple(quantised), config,
                       "config.json" if config else "", metadata,
-                      tuple(f.name for f in files))  # fmt: skip
+                      tuple(f.name for f in files))

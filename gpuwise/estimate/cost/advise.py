@@ -69,7 +69,7 @@ class Advice:
 
 
 def price_options(sizing: Sizing, a: CostAssumptions,
-                  max_wall_kw: float | None = None) -> list[Option]:  # fmt: skip
+                  max_wall_kw: float | None = None) -> list[Option]:
     """Owned (when it has a price or is this machine), on demand and reserved (when rented).
     `max_wall_kw`, the power the user's site can deliver, limits owned hardware only."""
     cand, hw, usage = sizing.candidate, sizing.candidate.hw, sizing.usage
@@ -97,7 +97,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
                     a: CostAssumptions, weights: str = "bf16", runtime: str = "auto",
                     api_usd_per_mtok: tuple[float, float] | None = None,
                     max_wall_kw: float | None = None, skipped: Skipped | None = None,
-                    deployment: InferencePlan | None = None) -> list[Option]:  # fmt: skip
+                    deployment: InferencePlan | None = None) -> list[Option]:
     """Every candidate that fits, at `weights` (CPUs: fp32, int8 and int4), priced; the
     others go to `skipped` with the reason."""
     options: list[Option] = []
@@ -111,7 +111,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
                 options += price_options(sizing, a, max_wall_kw)
     if api_usd_per_mtok is not None:
         cost = api_cost(load.input_tokens_per_month, load.output_tokens_per_month,
-                        *api_usd_per_mtok, load.requests_per_month)  # fmt: skip
+                        *api_usd_per_mtok, load.requests_per_month)
         options.append(Option(None, cost))
     return options
 
@@ -119,7 +119,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
 def training_options(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
                      candidates: list[Candidate], a: CostAssumptions,
                      max_wall_kw: float | None = None,
-                     skipped: Skipped | None = None) -> list[Option]:  # fmt: skip
+                     skipped: Skipped | None = None) -> list[Option]:
     """Every candidate the plan fits on, priced; the others go to `skipped` with the reason."""
     options: list[Option] = []
     for cand in candidates:
@@ -136,7 +136,7 @@ def _order(options: list[Option]) -> tuple[Option, ...]:
 
 
 def advise(options: list[Option], a: CostAssumptions, measured_util: float | None = None,
-           target: str = "the load", skipped: Skipped | None = None) -> Advice:  # fmt: skip
+           target: str = "the load", skipped: Skipped | None = None) -> Advice:
     """The cheapest option that meets the target, and why; the closest ones when none does."""
     ordered = _order(options)
     meeting = [o for o in ordered if o.meets]
@@ -148,11 +148,11 @@ def advise(options: list[Option], a: CostAssumptions, measured_util: float | Non
         hardware = [o for o in ordered if o.sizing is not None]
         closest = sorted(hardware, key=lambda o: (o.miss_ratio, o.cost.usd_per_month))[:3]
         reasons.insert(0, f"no option meets the target ({target}); the three closest (smallest "
-                          "estimate / target) are listed")  # fmt: skip
+                          "estimate / target) are listed")
         return Advice(ordered, None, tuple(reasons), tuple(closest), tuple(skipped or ()))
     best = meeting[0]
     reasons.insert(0, f"cheapest option that meets the target ({target}): {best.label}, "
-                      f"${best.cost.usd_per_month:,.0f}/month")  # fmt: skip
+                      f"${best.cost.usd_per_month:,.0f}/month")
     reasons += _smallest_reason(meeting, best) + _cpu_reason(meeting, best)
     reasons += _rent_or_buy_reasons(best, a) + _api_reason(ordered, best)
     return Advice(ordered, best, tuple(reasons), (), tuple(skipped or ()))
@@ -164,7 +164,7 @@ def _pipeline_reason(mu: float) -> str:
             f"its input {1 - mu:.0%} of the time, so the data pipeline is the problem, not the "
             f"chip; fed at {target:.0%} the same work needs {target / mu:.1f}x fewer "
             "device-hours. Fix the input pipeline (loader workers, prefetching, pinned memory, "
-            "faster storage) before buying more compute")  # fmt: skip
+            "faster storage) before buying more compute")
 
 
 def _smallest_reason(meeting: list[Option], best: Option) -> list[str]:
@@ -178,7 +178,7 @@ def _smallest_reason(meeting: list[Option], best: Option) -> list[str]:
     if best.sizing is None or size(smallest)[0] < size(best)[0]:
         kw = f", {smallest.cost.wall_kw:.2f} kW at the wall" if smallest.cost.wall_kw else ""
         return [f"smallest deployment that meets it: {smallest.label}{kw}, "
-                f"${smallest.cost.usd_per_month:,.0f}/month"]  # fmt: skip
+                f"${smallest.cost.usd_per_month:,.0f}/month"]
     return []
 
 
@@ -190,7 +190,7 @@ def _cpu_reason(meeting: list[Option], best: Option) -> list[str]:
         return [f"a CPU suffices ({best.label}): no GPU is needed at this load"]
     cpu = cpus[0]
     return [f"a CPU also meets it ({cpu.label}, ${cpu.cost.usd_per_month:,.0f}/month) but "
-            f"costs more than {best.label}"]  # fmt: skip
+            f"costs more than {best.label}"]
 
 
 def _rent_or_buy_reasons(best: Option, a: CostAssumptions) -> list[str]:
@@ -203,12 +203,12 @@ def _rent_or_buy_reasons(best: Option, a: CostAssumptions) -> list[str]:
         rule = f"renting {name} costs less than owning it even if busy every hour"
     elif used < even:
         rule = (f"rent: the workload holds each {name} {_share(used)} of the month's hours, below "
-                f"the buy-vs-rent break-even of {even:.0%}")  # fmt: skip
+                f"the buy-vs-rent break-even of {even:.0%}")
     else:
         rule = (f"buy: the workload uses each {name} {_share(used)} of the month's hours, above "
-                f"the buy-vs-rent break-even of {even:.0%}")  # fmt: skip
+                f"the buy-vs-rent break-even of {even:.0%}")
     reserved = (f"a reservation beats on-demand above {1 - a.reserved_discount:.0%} of the "
-                f"hours (discount {a.reserved_discount:.0%})")  # fmt: skip
+                f"hours (discount {a.reserved_discount:.0%})")
     return [rule, reserved]
 
 
@@ -223,5 +223,5 @@ def _api_reason(ordered: tuple[Option, ...], best: Option) -> list[str]:
     cost = api[0].cost.usd_per_month
     if cost < best.cost.usd_per_month:
         return [f"the hosted API at your price costs ${cost:,.0f}/month, less than "
-                f"{best.label}; its latency is the vendor's and is not checked here"]  # fmt: skip
+                f"{best.label}; its latency is the vendor's and is not checked here"]
     return [f"the hosted API at your price costs ${cost:,.0f}/month, more than {best.label}"]

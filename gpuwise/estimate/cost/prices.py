@@ -86,7 +86,7 @@ def wall_kw(hw: Hardware, devices: int, a: CostAssumptions) -> float | None:
 
 
 def energy_kwh(hw: Hardware, usage: Usage, powered_hours: float,
-               a: CostAssumptions) -> float | None:  # fmt: skip
+               a: CostAssumptions) -> float | None:
     """Energy at the wall in a month: busy hours at busy power, the rest of the powered hours
     at idle power."""
     if not hw.tdp_w:
@@ -98,17 +98,17 @@ def energy_kwh(hw: Hardware, usage: Usage, powered_hours: float,
 
 
 def owned_fixed_usd_per_month(hw: Hardware, a: CostAssumptions, price_usd: float | None = None
-                              ) -> dict[str, float]:  # fmt: skip
+                              ) -> dict[str, float]:
     """What one owned device costs per month whether it works or not."""
     price = hw.list_price_usd if price_usd is None else price_usd
     capex = price * (1 + a.host_price(hw.kind)) / (a.depreciation_years * 12)
     it_kw = hw.tdp_w * (1 + a.host_power(hw.kind)) * a.busy_power_fraction / 1000
     return {"depreciation": capex, "hosting": a.hosting_usd_per_kw_month * it_kw,
-            "ops": a.ops_usd_per_device_year / 12}  # fmt: skip
+            "ops": a.ops_usd_per_device_year / 12}
 
 
 def owned_cost(hw: Hardware, usage: Usage, a: CostAssumptions,
-               price_usd: float | None = None) -> OptionCost:  # fmt: skip
+               price_usd: float | None = None) -> OptionCost:
     """Owned: fixed costs per device plus electricity, powered all month."""
     parts = {k: v * usage.devices for k, v in owned_fixed_usd_per_month(hw, a, price_usd).items()}
     kwh = energy_kwh(hw, usage, HOURS_PER_MONTH, a)
@@ -118,7 +118,7 @@ def owned_cost(hw: Hardware, usage: Usage, a: CostAssumptions,
 
 
 def rent_cost(hw: Hardware, usage: Usage, a: CostAssumptions, reserved: bool = False,
-              rate_usd_per_hour: float | None = None) -> OptionCost:  # fmt: skip
+              rate_usd_per_hour: float | None = None) -> OptionCost:
     """Cloud rental: on demand for the held hours, or reserved for every hour at a discount.
     The provider's electricity is in the price; the energy figure is still reported."""
     rate = hw.cloud_usd_per_hour if rate_usd_per_hour is None else rate_usd_per_hour
@@ -132,24 +132,24 @@ def rent_cost(hw: Hardware, usage: Usage, a: CostAssumptions, reserved: bool = F
 
 
 def api_cost(input_tokens: float, output_tokens: float, usd_per_mtok_in: float,
-             usd_per_mtok_out: float, requests: float) -> OptionCost:  # fmt: skip
+             usd_per_mtok_out: float, requests: float) -> OptionCost:
     """A hosted API billed per million input and output tokens (prices given by the user)."""
     parts = {"api input": input_tokens / 1e6 * usd_per_mtok_in,
-             "api output": output_tokens / 1e6 * usd_per_mtok_out}  # fmt: skip
+             "api output": output_tokens / 1e6 * usd_per_mtok_out}
     return OptionCost("api", sum(parts.values()), parts, None, None, None,
                       input_tokens + output_tokens, requests,
-                      ("the vendor's latency, power and energy are not known",))  # fmt: skip
+                      ("the vendor's latency, power and energy are not known",))
 
 
 def _option(mode: str, parts: dict[str, float], hw: Hardware, usage: Usage, kwh: float | None,
-            a: CostAssumptions, notes: tuple[str, ...]) -> OptionCost:  # fmt: skip
+            a: CostAssumptions, notes: tuple[str, ...]) -> OptionCost:
     co2 = kwh * a.grid_gco2_per_kwh / 1000 if kwh is not None else None
     return OptionCost(mode, sum(parts.values()), parts, wall_kw(hw, usage.devices, a), kwh, co2,
-                      usage.tokens, usage.requests, notes)  # fmt: skip
+                      usage.tokens, usage.requests, notes)
 
 
 def break_even_utilisation(hw: Hardware, a: CostAssumptions, price_usd: float | None = None,
-                           rate_usd_per_hour: float | None = None) -> float | None:  # fmt: skip
+                           rate_usd_per_hour: float | None = None) -> float | None:
     """The share h of a month's hours above which owning one device costs less than renting it
     on demand for those hours:
 

@@ -33,7 +33,7 @@ def runtime_for(kind: str, asked: str) -> str:
 
 def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
                            runtime: str = "auto",
-                           deployment: InferencePlan | None = None) -> Sizing | str:  # fmt: skip
+                           deployment: InferencePlan | None = None) -> Sizing | str:
     """Replicas of `tp` devices at the highest rate a replica meets the targets at (for 90%
     of requests; without targets, short of saturation), times the busy share asked for. A
     string says why there is no sizing. `deployment`: the plan's other settings (KV dtype,
@@ -46,7 +46,7 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
     try:  # a setting this runtime or device cannot take rules the option out, said why
         plan = replace(deployment or InferencePlan(), prompt_tokens=load.prompt_tokens,
                        new_tokens=load.output_tokens, weights=weights, runtime=rt,
-                       stored_weights=None, batch=1, tp=1)  # fmt: skip
+                       stored_weights=None, batch=1, tp=1)
         tp = devices_for_inference(arch, plan, hw)
         most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
         if tp is None or tp > most:
@@ -71,17 +71,17 @@ def _knee(engine: Engine, key: tuple[object, ...], lengths: Lengths, slo: Slo) -
 
 
 def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: InferencePlan,
-           engine: Engine) -> Sizing:  # fmt: skip
+           engine: Engine) -> Sizing:
     weights, rt, tp = plan.weights, plan.runtime, plan.tp
     lengths = Lengths(load.prompt_tokens, load.output_tokens)
     slo = Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
-              None if load.tpot_ms is None else load.tpot_ms / 1e3)  # fmt: skip
+              None if load.tpot_ms is None else load.tpot_ms / 1e3)
     ttft0, tpot0 = no_load_latency(engine, load.prompt_tokens, load.output_tokens)
     rates = cand.rates
     assert rates is not None
     # What the knee depends on, by value (an object's id may be reused once it is freed).
     key = (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
-           tuple(sorted(rates.peak_flops.items())), plan, lengths, slo)  # fmt: skip
+           tuple(sorted(rates.peak_flops.items())), plan, lengths, slo)
     knee = _knee(engine, key, lengths, slo)
     per_replica = (knee.max_rate_meeting_slo or knee.rate_ceiling / 5) * load.max_utilisation
     replicas = max(1, math.ceil(load.arrivals_per_s / per_replica))
@@ -92,16 +92,16 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
     rate = load.arrivals_per_s / replicas
     rec = summary(simulate(engine, poisson_requests(rate, SIZING_REQUESTS, lengths)), slo)
     usage = Usage(tp * replicas, rec.busy_fraction * load.service_hours_per_month,
-                  load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)  # fmt: skip
+                  load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)
     tpot = rec.tpot_s.p50 or 0.0
     batch = max(1, round(rec.output_tokens_per_s * tpot))  # sequences decoding at once
     return Sizing(cand, f"{weights} ({rt})", tp, replicas, batch, usage, not misses,
                   tuple(misses), ratio, rec.ttft_s.p90, rec.tpot_s.p90,
-                  rec.output_tokens_per_s)  # fmt: skip
+                  rec.output_tokens_per_s)
 
 
 def _misses(load: ServeLoad, ttft0: float, tpot0: float,
-            knee: float | None) -> tuple[list[str], float]:  # fmt: skip
+            knee: float | None) -> tuple[list[str], float]:
     """What no rate meets: a target below one request's own latency."""
     misses, ratios = [], [0.0]
     if load.tpot_ms is not None:

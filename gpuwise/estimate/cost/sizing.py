@@ -60,7 +60,7 @@ class Sizing:
 
 
 def size_training(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
-                  cand: Candidate) -> Sizing | str:  # fmt: skip
+                  cand: Candidate) -> Sizing | str:
     """Devices that fit the model (ZeRO-3 beyond one), doubled until a month's tokens train
     within the deadline. A string says why there is no sizing (no speed figures, no fit)."""
     hw = cand.hw
@@ -89,4 +89,4 @@ def size_training(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
     misses = ("deadline",) if ratio > 1 else ()
     usage = Usage(n, hours * mu, hours, tokens)
     return Sizing(cand, plan.dtype, n, 1, plan.batch, usage, not misses, misses, ratio,
-                  tokens_per_s=tokens_per_s, job_hours=hours)  # fmt: skip
+                  tokens_per_s=tokens_per_s, job_hours=hours)

@@ -31,11 +31,11 @@ def term_units(arch: Architecture, batch: int, seq: int, tp: int = 1) -> dict[st
         "bsv": b * s * arch.vocab_size / tp, "bsh": b * s * hd,
         "bshr": b * s * h * arch.rotary_dim, "bskr": b * s * kv * arch.rotary_dim,
         "bsr": b * s * arch.rotary_dim,
-    }  # fmt: skip
+    }
 
 
 def _apply(coefs: dict[str, float], units: dict[str, float], cast_params: float,
-           only: str | None = None) -> float:  # fmt: skip
+           only: str | None = None) -> float:
     total = 0.0
     for term, coef in coefs.items():
         if term == "weight_cast":
@@ -46,7 +46,7 @@ def _apply(coefs: dict[str, float], units: dict[str, float], cast_params: float,
 
 
 def _compiled_layer(arch: Architecture, mode: str, attention: str,
-                    dropout: bool) -> dict[str, float] | None:  # fmt: skip
+                    dropout: bool) -> dict[str, float] | None:
     """A dense layer's saved bytes per term under torch.compile, or None where the
     partitioner's rules are not derived (MoE routing: the layer is not one graph)."""
     if arch.moe:
@@ -56,7 +56,7 @@ def _compiled_layer(arch: Architecture, mode: str, attention: str,
 
 def saved_for_backward(arch: Architecture, batch: int, seq: int, mode: str, attention: str,
                        checkpointing: bool, tp: int = 1,
-                       compiled: bool = False) -> dict[str, Any]:  # fmt: skip
+                       compiled: bool = False) -> dict[str, Any]:
     """Bytes autograd holds at the end of the forward pass, by part.
 
     Returns layers (all decoder layers), recompute (one layer rebuilt during backward under
@@ -83,13 +83,13 @@ def saved_for_backward(arch: Architecture, batch: int, seq: int, mode: str, atte
     if checkpointing:
         full, _ = activation_profile(arch.model_type, mode, attention, False, dropout)
         recompute = _apply(layer if layer is not None else full["per_layer"], units,
-                           layer_linear)  # fmt: skip
+                           layer_linear)
     return {"layers": per_layer * arch.num_layers, "recompute": recompute, "logits": logits,
-            "other": other, "attention": used, "compiled_layer": layer is not None}  # fmt: skip
+            "other": other, "attention": used, "compiled_layer": layer is not None}
 
 
 def prefill_transient(arch: Architecture, batch: int, tokens: int, compute_bytes: float,
-                      attention: str) -> float:  # fmt: skip
+                      attention: str) -> float:
     """Peak bytes of temporaries inside one decoder layer during a no-grad forward pass.
 
     Alive together: the residual stream and its normalised copy, plus the larger of the
@@ -114,7 +114,7 @@ def prefill_transient(arch: Architecture, batch: int, tokens: int, compute_bytes
 
 def saved_with_policy(arch: Architecture, batch: int, seq: int, mode: str, attention: str,
                       checkpointing: bool, policy: str, tp: int = 1,
-                      compiled: bool = False) -> dict[str, Any]:  # fmt: skip
+                      compiled: bool = False) -> dict[str, Any]:
     """`saved_for_backward` under a checkpointing policy: "full" (every layer keeps only its
     input), a number N (every Nth layer checkpointed, the rest save everything: torchtune's
     and torchtitan's selective layer policy), or "op" (torchtitan's selective op policy,

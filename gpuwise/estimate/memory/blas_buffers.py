@@ -62,7 +62,7 @@ def _forward(arch: Architecture, s: Shape, batched_attention: bool) -> list[Gemm
             out += [(op.m, n, op.k, False) for n in (op.splits or (op.n,))]
         elif op.kind == "attention" and batched_attention:
             out += [(s.tokens, s.context, arch.head_dim, True),
-                    (s.tokens, arch.head_dim, s.context, True)]  # fmt: skip
+                    (s.tokens, arch.head_dim, s.context, True)]
     return out
 
 
@@ -97,7 +97,7 @@ def held_bytes(gemms: list[Gemm], threads: int, rule: BlasPacking | None = None)
 
 
 def blas_buffer_bytes(arch: Architecture, shapes: list[Shape], threads: int,
-                      training: bool = False, trains_weights: bool = True) -> int:  # fmt: skip
+                      training: bool = False, trains_weights: bool = True) -> int:
     """The packing buffers the plan's forwards over `shapes`, in order (a prefill, then a
     decode step; or a training step's, `logits_tokens` the positions the head runs on), and
     a training step's backward leave on `threads` threads."""

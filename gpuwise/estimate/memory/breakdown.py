@@ -55,7 +55,7 @@ class MemoryEstimate:
 
 def make_estimate(parts: dict[str, float], capacity: int, runtime: str, phase: str,
                   phases: dict[str, float] | None = None,
-                  notes: tuple[str, ...] = (), host: bool = False) -> MemoryEstimate:  # fmt: skip
+                  notes: tuple[str, ...] = (), host: bool = False) -> MemoryEstimate:
     """Round the parts to whole bytes and total them, so the parts always add up. `host`: a
     process on a CPU, less repeatable than a GPU's pool, keeps a wider margin."""
     breakdown = {k: int(round(v)) for k, v in parts.items()}
@@ -67,4 +67,4 @@ def make_estimate(parts: dict[str, float], capacity: int, runtime: str, phase: s
         runtime=runtime, peak_phase=phase,
         phases={k: int(round(v)) for k, v in (phases or {}).items()}, notes=notes,
         margin_bytes=int(margin),
-    )  # fmt: skip
+    )

@@ -23,16 +23,16 @@ def precision_row(arch: Architecture, plan: InferencePlan, hw: Hardware) -> dict
         "headroom_bytes": est.headroom_bytes,
         "max_context": max_context(arch, plan, hw), "model_max_context": arch.max_position,
         "breakdown": est.breakdown,
-    }  # fmt: skip
+    }
 
 
 def check_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
-               precisions: tuple[str, ...] = CHECK_PRECISIONS) -> list[dict[str, Any]]:  # fmt: skip
+               precisions: tuple[str, ...] = CHECK_PRECISIONS) -> list[dict[str, Any]]:
     return [precision_row(arch, replace(plan, weights=p), hw) for p in precisions]
 
 
 def catalogue_rows(models: list[tuple[str, Architecture]], plan: InferencePlan, hw: Hardware,
-                   precisions: tuple[str, ...]) -> list[dict[str, Any]]:  # fmt: skip
+                   precisions: tuple[str, ...]) -> list[dict[str, Any]]:
     rows = []
     for name, arch in models:
         fitted = _within_model_limit(arch, plan)

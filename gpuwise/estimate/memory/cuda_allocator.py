@@ -36,7 +36,7 @@ class _Block:
     __slots__ = ("segment", "offset", "size", "free", "prev", "next")
 
     def __init__(self, segment: int, offset: int, size: int, prev: _Block | None = None,
-                 next: _Block | None = None) -> None:  # fmt: skip
+                 next: _Block | None = None) -> None:
         self.segment = segment
         self.offset = offset
         self.size = size
@@ -103,7 +103,7 @@ class CachingAllocator:
     @property
     def peak(self) -> ReplayPeak:
         return ReplayPeak(self.peak_reserved, self.peak_requested, self.peak_allocated,
-                          self.peak_pinned)  # fmt: skip
+                          self.peak_pinned)
 
     def rounded(self, nbytes: int) -> int:
         unit = self.rules.min_block_bytes
@@ -282,7 +282,7 @@ class _Piece:
     __slots__ = ("record", "offset", "size", "free", "prev", "next")
 
     def __init__(self, record: list[int], offset: int, size: int, prev: _Piece | None = None,
-                 next: _Piece | None = None) -> None:  # fmt: skip
+                 next: _Piece | None = None) -> None:
         self.record = record
         self.offset = offset
         self.size = size

@@ -46,11 +46,11 @@ def device_rows(hw: Hardware, slack: float, communicators: int = 0) -> dict[str,
     rules = cuda_allocator()
     return {"allocator_slack": slack, "cublas_workspace": float(cublas_workspace_bytes(hw.id)),
             "nccl_buffers": float(communicators * rules.nccl_communicator_bytes),
-            "overhead": float(rules.cuda_context_bytes)}  # fmt: skip
+            "overhead": float(rules.cuda_context_bytes)}
 
 
 def generate_events(arch: Architecture, batch: int, prompt: int, new_tokens: int, c: float,
-                    attention: str, all_logits: bool) -> Events:  # fmt: skip
+                    attention: str, all_logits: bool) -> Events:
     """transformers' generate(): the prefill layer by layer (the cache keeps each layer's keys
     and values), the logits, then decode steps that concatenate one token onto every layer's
     cache (DynamicCache.update: torch.cat into a new tensor, the old one given back)."""
@@ -72,7 +72,7 @@ def generate_events(arch: Architecture, batch: int, prompt: int, new_tokens: int
 
 
 def _decode_events(events: Events, h: PairTrace, kv: float, prompt: int, new_tokens: int,
-                   layers: int) -> None:  # fmt: skip
+                   layers: int) -> None:
     """The decode steps of `generate_events`, appended to `events`: each takes a cache one
     token longer under a new key and gives the old one back (HeapTrace's take, drop and
     rename, written out: a search replays thousands of them), then everything is given
@@ -101,14 +101,14 @@ def _decode_events(events: Events, h: PairTrace, kv: float, prompt: int, new_tok
 
 @lru_cache(maxsize=1024)  # a search asks for the same plan on the same model many times
 def inference_peak(arch: Architecture, batch: int, prompt: int, new_tokens: int, c: float,
-                   attention: str, all_logits: bool, expandable: bool) -> ReplayPeak:  # fmt: skip
+                   attention: str, all_logits: bool, expandable: bool) -> ReplayPeak:
     return replay(generate_events(arch, batch, prompt, new_tokens, c, attention, all_logits),
-                  expandable)  # fmt: skip
+                  expandable)
 
 
 def step_events(arch: Architecture, batch: int, seq: int, c: float, param_bytes: float,
                 attention: str, checkpointing: bool, vocab_rows: float,
-                weight_grads: bool) -> Events:  # fmt: skip
+                weight_grads: bool) -> Events:
     """A training step's forward and backward (workload/training_heap.py, transformers'
     order), with the vocabulary-sized tensors the heap leaves out put in at the turn: the
     logits and the fp32 log-probabilities the loss saves, then the two fp32 gradients of
@@ -119,13 +119,13 @@ def step_events(arch: Architecture, batch: int, seq: int, c: float, param_bytes:
     if batch * seq * arch.hidden_size * c < host_allocator().untracked_below_bytes:
         return []  # the heap tracks no tensor this small: a toy pass, no slack to speak of
     heap = [e for e in training_heap_events(arch, shape, param_bytes, "sgd", checkpointing)
-            if e.phase != "optimizer"]  # fmt: skip
+            if e.phase != "optimizer"]
     freed = {e.key for e in heap if e.nbytes == 0}
     # A forward tensor never given back is an autocast weight copy of a checkpointed
     # layer's first forward, which the heap does not give back (the first forward saves
     # nothing under checkpointing): it lives only through its matmul.
     heap = [x for e in heap for x in ([e, HeapEvent(e.key, 0, e.phase)]
-            if e.phase == "forward" and e.nbytes and e.key not in freed else [e])]  # fmt: skip
+            if e.phase == "forward" and e.nbytes and e.key not in freed else [e])]
     if not weight_grads:
         heap = [e for e in heap if e.phase == "forward" or e.nbytes == 0 or e.key in freed]
     turn = next((i for i, e in enumerate(heap) if e.phase == "backward"), len(heap))
@@ -133,7 +133,7 @@ def step_events(arch: Architecture, batch: int, seq: int, c: float, param_bytes:
     v = vocab_rows * arch.vocab_size
     logits, logp, g1, g2, g3 = range(top + 1, top + 6)
     vocab = [(logits, int(v * c)), (logp, int(v * 4)), (g1, int(v * 4)), (g2, int(v * 4)),
-             (g1, 0), (logp, 0), (g3, int(v * c)), (g2, 0), (logits, 0), (g3, 0)]  # fmt: skip
+             (g1, 0), (logp, 0), (g3, int(v * c)), (g2, 0), (logits, 0), (g3, 0)]
     events = [(e.key, e.nbytes) for e in heap]
     return events[:turn] + vocab + events[turn:]
 
@@ -141,9 +141,9 @@ def step_events(arch: Architecture, batch: int, seq: int, c: float, param_bytes:
 @lru_cache(maxsize=1024)
 def training_peak(arch: Architecture, batch: int, seq: int, c: float, param_bytes: float,
                   attention: str, checkpointing: bool, vocab_rows: float, weight_grads: bool,
-                  expandable: bool) -> ReplayPeak:  # fmt: skip
+                  expandable: bool) -> ReplayPeak:
     return replay(step_events(arch, batch, seq, c, param_bytes, attention, checkpointing,
-                              vocab_rows, weight_grads), expandable)  # fmt: skip
+                              vocab_rows, weight_grads), expandable)
 
 
 def device_slack(peak: ReplayPeak, capacity: float, others: float) -> float:
@@ -156,7 +156,7 @@ def device_slack(peak: ReplayPeak, capacity: float, others: float) -> float:
 
 def inference_gpu_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
                        parts: dict[str, float], notes: list[str],
-                       in_forward: bool = True, replayed: bool = True) -> float:  # fmt: skip
+                       in_forward: bool = True, replayed: bool = True) -> float:
     """On a GPU: the quantisation kernel's workspace (a forward pass's: not at a peak
     outside it, `in_forward` False) and the CUDA rows replace the runtime's fixed overhead in
     `parts`. Returns what the rows add to the total (0 elsewhere). `replayed` False: no

@@ -35,7 +35,7 @@ SETTLING_ROUNDS = 4  # replays a held-slack search may take before it checks its
 
 
 def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Plan],
-                     low: int, high: int) -> int:  # fmt: skip
+                     low: int, high: int) -> int:
     """The largest n in [low, high] whose plan `sized(n)` fits, the host allocator's slack
     included. The slack is a heap replay (docs/memory.md, the CPU process), too slow to run at
     every step of a search, so the search holds one replay's slack while it narrows: held at
@@ -73,7 +73,7 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
 
 
 def _over_without_slack(arch: Architecture, plan: InferencePlan, hw: Hardware,
-                        held: float | None) -> bool:  # fmt: skip
+                        held: float | None) -> bool:
     """The plan does not fit even with no allocator slack, so it does not fit with any (the
     slack is never negative and no other part depends on it): ruled out without the replay
     its estimate would run. False where no replay would run (a held host slack, a serving
@@ -129,7 +129,7 @@ def devices_for_training(arch: Architecture, plan: TrainingPlan, hw: Hardware) -
     for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
         zero = plan.zero if n == 1 else 3
         sized = replace(plan, gpus=n * plan.tp, zero=zero, sharding=sharding if n > 1 else
-                        plan.sharding)  # fmt: skip
+                        plan.sharding)
         if estimate_training(arch, sized, hw).fits:
             return n * plan.tp
     return None

@@ -173,7 +173,7 @@ class ResidentHeap(GlibcHeap):
 
 
 def replay_resident(passes: list[list[HeapEvent]], choice: AllocatorChoice,
-                    training: bool = False) -> ResidentHeap:  # fmt: skip
+                    training: bool = False) -> ResidentHeap:
     """Run each pass in order; what a pass leaves is given back at its end, except tensors
     `kept` (an optimizer's states), which later passes do not take again. Small allocations
     carve the chunks freed tensors leave (`ResidentHeap.enter`)."""
@@ -233,7 +233,7 @@ def _replay_glibc(heap: ResidentHeap, pairs: list[tuple[int, int]]) -> None:
     request, the lowest of equal ones); the heap's lists are rebuilt from them at the end."""
     rules = heap.rules
     align, header, minsize, tensor_align, page = (heap._align, heap._header, heap._minsize,
-                                                  heap._tensor_align, heap._page)  # fmt: skip
+                                                  heap._tensor_align, heap._page)
     top_pad, consolidates = rules.top_pad, rules.fastbin_consolidation_threshold
     lead0, most = heap._leader(0), rules.mmap_threshold_max
     chunks, sizes = heap.chunks, heap.sizes
@@ -241,7 +241,7 @@ def _replay_glibc(heap: ResidentHeap, pairs: list[tuple[int, int]]) -> None:
     top, end, touched, faulted = heap.top, heap.end, heap.touched, heap.faulted
     threshold, trim = heap.mmap_threshold, heap.trim_threshold
     live, mapped, peak_live, peak_resident = (heap.live, heap.mapped, heap.peak_live,
-                                              heap.peak_resident)  # fmt: skip
+                                              heap.peak_resident)
     at_start = dict(heap.free_chunks)  # start: size
     at_end = {start + size: start for start, size in heap.free_chunks}  # end: start
     fits = sorted(size * SPAN + start for start, size in heap.free_chunks)
@@ -408,7 +408,7 @@ def _replay_glibc(heap: ResidentHeap, pairs: list[tuple[int, int]]) -> None:
     heap.top, heap.end, heap.touched, heap.faulted = top, end, touched, faulted
     heap.mmap_threshold, heap.trim_threshold = threshold, trim
     heap.live, heap.mapped, heap.peak_live, heap.peak_resident = (live, mapped, peak_live,
-                                                                  peak_resident)  # fmt: skip
+                                                                  peak_resident)
     heap.free_chunks[:] = sorted(at_start.items())
     heap.by_size[:] = [divmod(fit, SPAN) for fit in fits]
 
@@ -426,7 +426,7 @@ class AllocatorSlack:
 
 @lru_cache(maxsize=256)
 def _generate_slack(arch: Architecture, allocator: str, shape: Shape, steps: int,
-                    stride: int) -> AllocatorSlack:  # fmt: skip
+                    stride: int) -> AllocatorSlack:
     return _slack_of(replay_pairs(generate_pairs(arch, shape, steps, stride),
                                   allocator_choice(allocator)))
 
@@ -434,9 +434,9 @@ def _generate_slack(arch: Architecture, allocator: str, shape: Shape, steps: int
 @lru_cache(maxsize=128)
 def _training_slack(arch: Architecture, allocator: str, shape: Shape, param: float,
                     optimizer: str, checkpointing: bool, full: bool,
-                    lora_rank: int = 0) -> AllocatorSlack:  # fmt: skip
+                    lora_rank: int = 0) -> AllocatorSlack:
     step = training_step_events(arch, shape, param, optimizer, checkpointing, trains_weights=full,
-                                lora_rank=lora_rank)  # fmt: skip
+                                lora_rank=lora_rank)
     return _slack(allocator, [step] * TRAINING_STEPS, training=True)
 
 
@@ -447,7 +447,7 @@ def _slack(allocator: str, passes: list[list[HeapEvent]], training: bool = False
 def _slack_of(heap: ResidentHeap) -> AllocatorSlack:
     assert heap.choice is not None
     return AllocatorSlack(heap.choice.name, max(0, heap.peak_resident - heap.peak_live),
-                          heap.peak_live, heap.peak_resident, heap.mmap_threshold)  # fmt: skip
+                          heap.peak_live, heap.peak_resident, heap.mmap_threshold)
 
 
 def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> AllocatorSlack:
@@ -461,7 +461,7 @@ def allocator_slack(arch: Architecture, plan: InferencePlan | TrainingPlan) -> A
         return _generate_slack(arch, plan.allocator, s, steps + 1, stride)
     full = plan.finetune == "full"
     return _training_slack(arch, plan.allocator, s, s.weight_bytes, plan.optimizer,
-                           plan.checkpointing, full, 0 if full else plan.lora_rank)  # fmt: skip
+                           plan.checkpointing, full, 0 if full else plan.lora_rank)
 
 
 def _plan_shape(plan: InferencePlan | TrainingPlan) -> Shape:
@@ -477,7 +477,7 @@ def _plan_shape(plan: InferencePlan | TrainingPlan) -> Shape:
 
 
 def host_allocator_rows(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
-                        held: float | None = None) -> dict[str, float]:  # fmt: skip
+                        held: float | None = None) -> dict[str, float]:
     """The "allocator" row of a CPU estimate (what the plan's host allocator keeps beyond the
     live tensors) and the "blas_buffers" row (the matrix products' packing buffers,
     blas_buffers.py); no rows elsewhere. `held` stands in for the replay: a search holds one
@@ -501,12 +501,12 @@ def _blas_buffers(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Ha
         decode = replace(s, tokens=1, context=plan.context_tokens)
         return blas_buffer_bytes(arch, [s, decode], threads)
     return blas_buffer_bytes(arch, [replace(s, logits_tokens=plan.seq)], threads,
-                             training=True, trains_weights=plan.finetune == "full")  # fmt: skip
+                             training=True, trains_weights=plan.finetune == "full")
 
 
 def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, hw: Hardware,
                        parts: dict[str, float], notes: list[str],
-                       held: float | None = None) -> float:  # fmt: skip
+                       held: float | None = None) -> float:
     """`host_allocator_rows` put into `parts` before the overhead, with a note naming the
     allocator; the bytes it adds (0 off a CPU)."""
     rows = host_allocator_rows(arch, plan, hw, held)
@@ -516,7 +516,7 @@ def host_allocator_row(arch: Architecture, plan: InferencePlan | TrainingPlan, h
     parts.update(rows, overhead=overhead)
     notes.append(f"allocator: {allocator_choice(plan.allocator).label}; it keeps "
                  f"{rows['allocator'] / 2**20:,.0f} MiB beyond the live tensors at the peak "
-                 "(docs/memory.md, the CPU process)")  # fmt: skip
+                 "(docs/memory.md, the CPU process)")
     notes.append(f"blas_buffers: the matrix products' packing buffers, kept by each of "
                  f"{blas_threads(plan, hw)} threads (docs/memory.md, the CPU process)")
     return sum(rows.values())

@@ -31,7 +31,7 @@ def _logits_bytes(arch: Architecture, plan: InferencePlan, compute: float) -> fl
 
 def transformers_memory(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                         held_slack: float | None = None,
-                        without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+                        without_slack: bool = False) -> MemoryEstimate:
     """Peak memory of `generate()` under Hugging Face transformers on `hw` (the serving
     runtimes' own rules: estimate/runtimes/). `held_slack`: the host allocator's slack from an
     earlier replay, held while a search narrows (fits.py). `without_slack`: the allocators'
@@ -54,7 +54,7 @@ def transformers_memory(arch: Architecture, plan: InferencePlan, hw: Hardware, *
     # Each decode step concatenates one layer's cache into a new tensor: briefly two copies.
     decode = kv_end / arch.num_layers if plan.new_tokens > 1 else 0.0
     phases = {"prefill": weights + kv_prompt + prefill + logits,
-              "decode": weights + kv_end + decode + logits}  # fmt: skip
+              "decode": weights + kv_end + decode + logits}
     load_copy = fused_qkv_copy_bytes(arch, plan) if plan.fuse_layers else 0.0
     if load_copy:
         phases["load"] = weights + kv_end + load_copy
@@ -65,30 +65,30 @@ def transformers_memory(arch: Architecture, plan: InferencePlan, hw: Hardware, *
     dynamic = kv + acts + logits
     overhead = rt.baseline_bytes + rt.allocator_fraction * dynamic
     parts = {"weights": weights, "kv_cache": kv, "activations": acts, "logits": logits,
-             "overhead": overhead}  # fmt: skip
+             "overhead": overhead}
     notes = [f"{arch.attention_kind} attention, KV cache in {kv_fmt.id}"]
     if plan.fuse_layers:
         notes.append(f"AutoAWQ fused layers: a KV cache of {window:,} positions allocated at "
                      f"load; fusing holds a second copy of q, k and v "
-                     f"({load_copy / 2**30:.2f} GiB) until the last layer is fused")  # fmt: skip
+                     f"({load_copy / 2**30:.2f} GiB) until the last layer is fused")
     if phase == "load":
         parts["workspace"] = load_copy
     if fmt.quantised:
         notes.append(f"{fmt.id} applies to the attention and MLP matrices; embeddings, norms "
-                     f"and the LM head stay in {fmt.compute_dtype}")  # fmt: skip
+                     f"and the LM head stay in {fmt.compute_dtype}")
     if arch.sliding_layers and plan.context_tokens > (arch.sliding_window or 0):
         notes.append(f"{arch.sliding_layers} sliding-window layers keep {arch.sliding_window} "
-                     "positions")  # fmt: skip
+                     "positions")
     if arch.max_position and plan.context_tokens > arch.max_position:
         notes.append(f"prompt + new tokens ({plan.context_tokens:,}) pass the model's "
                      f"{arch.max_position:,} positions: transformers fails or degrades past "
                      "them (GPT-2's learned positions stop a CUDA run on a device-side "
-                     "assert); shorten the prompt or generate fewer tokens")  # fmt: skip
+                     "assert); shorten the prompt or generate fewer tokens")
     held = 0.0 if without_slack else held_slack
     kept = host_allocator_row(arch, plan, hw, parts, notes, held)
     # CUDA allocator, context, ...
     kept += inference_gpu_rows(arch, plan, hw, parts, notes, in_forward=phase != "load",
-                               replayed=not without_slack)  # fmt: skip
+                               replayed=not without_slack)
     total_phases = {k: v + overhead + kept for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, rt.name, phase, total_phases, tuple(notes),
-                         host=hw.kind == "cpu")  # fmt: skip
+                         host=hw.kind == "cpu")

@@ -143,7 +143,7 @@ def allocate(graph: Graph, alignment: int = 32) -> tuple[int, dict[int, int]]:
         if t.op in INPLACE_OPS:
             for parent in t.src:
                 if not own(parent) or parent.output or (
-                        parent.view_src is not None and parent.view_src.output):  # fmt: skip
+                        parent.view_src is not None and parent.view_src.output):
                     continue
                 if not _same_layout(t, parent):
                     continue
@@ -196,7 +196,7 @@ def allocate(graph: Graph, alignment: int = 32) -> tuple[int, dict[int, int]]:
                 elif ph.allocated:
                     release(s)
     offsets = {i: info[id(t)].offset for i, t in enumerate(graph.leafs + graph.nodes)
-               if id(t) in info and info[id(t)].offset >= 0}  # fmt: skip
+               if id(t) in info and info[id(t)].offset >= 0}
     return alloc.max_size, offsets
 
 
@@ -208,7 +208,7 @@ def _free_extra(alloc: _DynAlloc, offset: int, parent_size: int, size: int) -> N
 
 
 def touched_pages(reserved: Graph, offsets: dict[int, int],
-                  run: Graph) -> list[tuple[int, int]]:  # fmt: skip
+                  run: Graph) -> list[tuple[int, int]]:
     """The pages (first, last) each tensor of a run of `run` writes in a buffer laid out
     for `reserved`."""
     tensors = run.leafs + run.nodes

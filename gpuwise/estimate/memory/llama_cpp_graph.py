@@ -59,11 +59,11 @@ def _op(name: str, op: str, ne: tuple[int, ...], *src: Tensor, size: int = F32) 
 
 
 def _view(name: str, parent: Tensor, ne: tuple[int, ...], op: str = "view", offs: int = 0,
-          contiguous: bool = True, src: tuple[Tensor, ...] = ()) -> Tensor:  # fmt: skip
+          contiguous: bool = True, src: tuple[Tensor, ...] = ()) -> Tensor:
     base = parent.view_src or parent
     size = parent.nbytes // max(1, _n(parent.ne))
     return Tensor(name, op, _n(ne) * size, ne, src or (parent,), base,
-                   parent.view_offs + offs, contiguous)  # fmt: skip
+                   parent.view_offs + offs, contiguous)
 
 
 def _leaf(name: str, ne: tuple[int, ...], size: int, *, input: bool = False) -> Tensor:
@@ -71,7 +71,7 @@ def _leaf(name: str, ne: tuple[int, ...], size: int, *, input: bool = False) -> 
 
 
 def build_graph(dims: GraphDims, n_tokens: int, n_kv: int, n_outputs: int, flash: bool,
-                n_kv_swa: int = 0, legacy: bool = False) -> Graph:  # fmt: skip
+                n_kv_swa: int = 0, legacy: bool = False) -> Graph:
     """The graph llama.cpp builds for one micro-batch of `n_tokens` over `n_kv` cache cells,
     `n_outputs` of whose rows reach the output head.
 
@@ -101,11 +101,11 @@ def build_graph(dims: GraphDims, n_tokens: int, n_kv: int, n_outputs: int, flash
         layer_mask = mask_swa if il < dims.swa_layers else mask
         layer_kv = (n_kv_swa or n_kv) if il < dims.swa_layers else n_kv
         inp = _layer(g, dims, il, inp, pos, k_idxs, v_idxs, layer_mask, out_ids,
-                     (t, layer_kv, n_outputs, flash))  # fmt: skip
+                     (t, layer_kv, n_outputs, flash))
     norm = _norm(dims, inp, "result_norm", (d, n_outputs))
     norm.output = True
     logits = _op("result_output", "mul_mat", (dims.vocab, n_outputs),
-                 _leaf("output", (d, dims.vocab), F16), norm)  # fmt: skip
+                 _leaf("output", (d, dims.vocab), F16), norm)
     logits.output = True
     g.expand(logits)
     return g
@@ -129,7 +129,7 @@ def _proj(name: str, x: Tensor, rows: int, t: int, bias: bool) -> Tensor:
 
 def _layer(g: Graph, dims: GraphDims, il: int, inp: Tensor, pos: Tensor,
            k_idxs: Tensor | None, v_idxs: Tensor | None, mask: Tensor, out_ids: Tensor,
-           sizes: tuple[int, int, int, bool]) -> Tensor:  # fmt: skip
+           sizes: tuple[int, int, int, bool]) -> Tensor:
     t, n_kv, n_out, flash = sizes
     d, hd, h, hkv, f = dims.hidden, dims.head_dim, dims.heads, dims.kv_heads, dims.ffn
     dkv = hkv * hd
@@ -150,7 +150,7 @@ def _layer(g: Graph, dims: GraphDims, il: int, inp: Tensor, pos: Tensor,
     kv_k = _view(p + "k_view", cache_k, (hd, hkv, n_kv))
     kv_v = _view(p + "v_view", cache_v, (n_kv, hkv, hd) if not flash else (hd, hkv, n_kv))
     qv = _view(p + "q_perm", _view(p + "q4", q, (hd, h, t)), (hd, t, h), "permute",
-               contiguous=False)  # fmt: skip
+               contiguous=False)
     kp = _view(p + "k_perm", kv_k, (hd, n_kv, hkv), "permute", contiguous=False)
     vp = _view(p + "v_perm", kv_v, kv_v.ne, "permute", contiguous=False)
     if flash:
@@ -161,7 +161,7 @@ def _layer(g: Graph, dims: GraphDims, il: int, inp: Tensor, pos: Tensor,
         kq = _op(p + "kq_soft_max", "soft_max", (n_kv, t, h), kq, mask)
         kqv = _op(p + "kqv", "mul_mat", (hd, t, h), vp, kq)
         cur = _op(p + "kqv_out", "cont", (h * hd, t),
-                  _view(p + "kqv_perm", kqv, (hd, h, t), "permute", contiguous=False))  # fmt: skip
+                  _view(p + "kqv_perm", kqv, (hd, h, t), "permute", contiguous=False))
     g.expand(cur)
     cur = _proj(p + "attn_out", cur, d, t, False)
     res = inp
@@ -212,7 +212,7 @@ SIMULATED_LAYERS = 4
 @lru_cache(maxsize=256)
 def compute_buffer(dims: GraphDims, n_ctx: int, n_ubatch: int, flash: bool,
                    runs: tuple[tuple[int, int, int], ...] = (), n_ctx_swa: int = 0,
-                   legacy: bool = False, alignment: int = 32) -> tuple[int, int]:  # fmt: skip
+                   legacy: bool = False, alignment: int = 32) -> tuple[int, int]:
     """(the reserved compute buffer, the bytes of it that `runs` write), in whole pages.
 
     The reserve is llama.cpp's worst case (`llama_context::sched_reserve`): min(n_ctx,
@@ -220,7 +220,7 @@ def compute_buffer(dims: GraphDims, n_ctx: int, n_ubatch: int, flash: bool,
     in view, outputs)."""
     if dims.layers > SIMULATED_LAYERS:
         dims = replace(dims, layers=SIMULATED_LAYERS,
-                       swa_layers=min(dims.swa_layers, SIMULATED_LAYERS // 2))  # fmt: skip
+                       swa_layers=min(dims.swa_layers, SIMULATED_LAYERS // 2))
     n_tok = min(n_ctx, n_ubatch)
     reserved = build_graph(dims, n_tok, n_ctx, n_tok, flash, n_ctx_swa, legacy)
     size, offsets = allocate(reserved, alignment)

@@ -69,7 +69,7 @@ def _kv_bytes_per_element(name: str | None) -> tuple[float, str]:
     key = {"fp16": "f16", "fp32": "f32", "float16": "f16", "float32": "f32"}.get(key, key)
     if key not in rt.kv_type_bytes:
         raise GpuwiseError(f"llama.cpp has no KV cache type {name!r}",
-                           f"choose one of: {', '.join(rt.kv_type_bytes)}")  # fmt: skip
+                           f"choose one of: {', '.join(rt.kv_type_bytes)}")
     return rt.kv_type_bytes[key], key
 
 
@@ -96,7 +96,7 @@ def graph_dims(arch: Architecture) -> GraphDims:
     return GraphDims(arch.hidden_size, arch.num_layers, arch.num_heads, arch.num_kv_heads,
                      arch.head_dim, ffn, arch.vocab_size, arch.gated_mlp, arch.qkv_bias,
                      arch.norm == "layer", arch.model_type.startswith("gemma"),
-                     arch.sliding_layers)  # fmt: skip
+                     arch.sliding_layers)
 
 
 def micro_batches(plan: InferencePlan, n_ctx: int) -> tuple[tuple[int, int, int], ...]:
@@ -123,14 +123,14 @@ def micro_batches(plan: InferencePlan, n_ctx: int) -> tuple[tuple[int, int, int]
 
 
 def work_bytes(arch: Architecture, plan: InferencePlan, runs: tuple[tuple[int, int, int], ...],
-               flash: bool, kv_el: float) -> float:  # fmt: skip
+               flash: bool, kv_el: float) -> float:
     """The CPU backend's work buffer as written (ggml_graph_plan / ggml_compute_forward_mul_mat):
     each matmul converts its activations to the weights' dot-product type before it runs, so
     what is written is the largest conversion: the prompt's MLP input (ffn wide), or without
     flash attention the softmaxed scores the f16 V cache multiplies (n_kv x tokens x heads)."""
     rt = llama_cpp_runtime()
     main = (plan.stored_weights.ggml_type if plan.stored_weights and
-            plan.stored_weights.ggml_type else "")  # fmt: skip
+            plan.stored_weights.ggml_type else "")
     mix = rt.ftype_mix.get(plan.weight_format.id)
     key = (main or (mix[0] if mix else "f16")).lower()
     per = rt.vec_dot_bytes.get(key, 2.0)
@@ -163,7 +163,7 @@ def runtime_state(arch: Architecture, n_ctx: int, rt: LlamaCppRuntime) -> dict[s
         "llama-cpp-python": batch * min(4 * n_ctx, rt.page_bytes)
         + arch.vocab_size * rt.python_bytes_per_token,
         "code and fixed state": float(rt.cpu_fixed_bytes),
-    }  # fmt: skip
+    }
 
 
 # --- The estimate ---------------------------------------------------------------------------
@@ -191,28 +191,28 @@ def estimate_llama_cpp(arch: Architecture, plan: InferencePlan, hw: Hardware) ->
     runs = () if on_gpu else micro_batches(plan, n_ctx)
     reserved, touched = compute_buffer(graph_dims(arch), n_ctx, rt.n_ubatch, flash, runs,
                                        swa_cells, rt.legacy_graph,
-                                       rt.gpu_alignment if on_gpu else rt.cpu_alignment)  # fmt: skip
+                                       rt.gpu_alignment if on_gpu else rt.cpu_alignment)
     notes = [f"weights {source}",
              f"KV cache {kv_name} for n_ctx {n_ctx:,} (allocated up front, padded to "
-             f"{rt.ctx_pad}; --ctx sets it)"]  # fmt: skip
+             f"{rt.ctx_pad}; --ctx sets it)"]
     if on_gpu:
         parts, more = _gpu_parts(arch, plan, hw, weights, embedding, kv, reserved)
         notes += [f"compute buffer reserved for a {min(n_ctx, rt.n_ubatch)}-token micro-batch "
-                  f"over the whole cache, flash attention {'on' if flash else 'off'}", *more]  # fmt: skip
+                  f"over the whole cache, flash attention {'on' if flash else 'off'}", *more]
         phases = {"load": sum(parts.values())}
     else:
         parts, phases, more = _cpu_parts(arch, plan, hw, weights, kv,
-                                         (reserved, touched, runs, flash, kv_el, n_ctx))  # fmt: skip
+                                         (reserved, touched, runs, flash, kv_el, n_ctx))
         notes += more
     if plan.batch > 1:
         notes.append(f"{plan.batch} sequences share the one cache (llama-server -np "
-                     f"{plan.batch} -c {n_ctx})")  # fmt: skip
+                     f"{plan.batch} -c {n_ctx})")
     peak = max(phases, key=lambda k: phases[k])
     return make_estimate(parts, hw.memory_bytes, rt.name, peak, phases, tuple(notes))
 
 
 def _gpu_parts(arch: Architecture, plan: InferencePlan, hw: Hardware, weights: float,
-               embedding: float, kv: float, reserved: int) -> tuple[dict[str, float], list[str]]:  # fmt: skip
+               embedding: float, kv: float, reserved: int) -> tuple[dict[str, float], list[str]]:
     rt = llama_cpp_runtime()
     notes: list[str] = []
     if not arch.tie_embeddings:
@@ -225,16 +225,16 @@ def _gpu_parts(arch: Architecture, plan: InferencePlan, hw: Hardware, weights: f
     if share < 1:
         notes.append(f"--gpu-layers {plan.gpu_layers}: {arch.num_layers - (plan.gpu_layers or 0)} "
                      f"of {arch.num_layers} layers, {on_host / 2**30:,.2f} GiB of weights and "
-                     "their KV cache, stay in host memory")  # fmt: skip
+                     "their KV cache, stay in host memory")
     # The output buffer is pinned host memory when offloaded: not on the device.
     parts = {"weights": weights, "kv_cache": kv, "compute_buffer": float(reserved),
-             "overhead": float(rt.baseline_bytes_cuda)}  # fmt: skip
+             "overhead": float(rt.baseline_bytes_cuda)}
     return parts, notes
 
 
 def _cpu_parts(arch: Architecture, plan: InferencePlan, hw: Hardware, weights: float, kv: float,
                run: tuple[int, int, tuple[tuple[int, int, int], ...], bool, float, int]
-               ) -> tuple[dict[str, float], dict[str, float], list[str]]:  # fmt: skip
+               ) -> tuple[dict[str, float], dict[str, float], list[str]]:
     """The resident set at its peak: the end of loading (every mapped page and every copy),
     or the run (the file outside the mapped tensors unmapped, the context's buffers in)."""
     rt = llama_cpp_runtime()
@@ -250,21 +250,21 @@ def _cpu_parts(arch: Architecture, plan: InferencePlan, hw: Hardware, weights: f
     parts = {"weights": weights - unmapped, "repacked_weights": sum(extra.values()),
              "kv_cache": kv, "compute_buffer": touched + work,
              "logits": arch.vocab_size * 4.0 * plan.batch,  # the output buffer, cleared
-             "runtime_state": sum(state.values()), "overhead": overhead}  # fmt: skip
+             "runtime_state": sum(state.values()), "overhead": overhead}
     phases = {"load": at_load + overhead, "generate": sum(parts.values())}
     if phases["load"] > phases["generate"]:
         parts = {"weights": weights, "repacked_weights": sum(extra.values()),
-                 "runtime_state": at_load - weights - sum(extra.values()), "overhead": overhead}  # fmt: skip
+                 "runtime_state": at_load - weights - sum(extra.values()), "overhead": overhead}
     notes = ["weights memory-mapped and all resident (mmap with MAP_POPULATE)"]
     if extra:
         what = ", ".join(f"{k} {v / MIB:,.1f} MiB" for k, v in extra.items())
         notes.append(f"repacked for {'/'.join(sorted(features)).upper()} into extra buffers "
                      f"({what}): their mapped pages stay resident too"
                      + (f", but for {unmapped / MIB:,.1f} MiB at the file's ends, unmapped "
-                        "after loading" if unmapped else ""))  # fmt: skip
+                        "after loading" if unmapped else ""))
     notes.append(f"compute buffer: {reserved / MIB:,.1f} MiB reserved, {touched / MIB:,.1f} MiB "
                  f"of it written by the run's micro-batches, {work / MIB:,.1f} MiB of "
-                 f"converted activations; flash attention {'on' if flash else 'off'}")  # fmt: skip
+                 f"converted activations; flash attention {'on' if flash else 'off'}")
     notes.append("runtime state: " + ", ".join(f"{k} {v / MIB:,.1f} MiB"
-                                                for k, v in state.items()))  # fmt: skip
+                                                for k, v in state.items()))
     return parts, phases, notes

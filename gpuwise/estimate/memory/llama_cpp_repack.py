@@ -69,16 +69,16 @@ def _layer_shapes(arch: Architecture) -> list[tuple[str, int, int, int]]:
     d = arch.hidden_size
     out = [("attn_k", arch.kv_dim, d, 1), ("attn_norm", 1, d, 1),
            ("attn_output", d, arch.q_dim, 1), ("attn_q", arch.q_dim, d, 1),
-           ("attn_v", arch.kv_dim, d, 1)]  # fmt: skip
+           ("attn_v", arch.kv_dim, d, 1)]
     if arch.moe:
         m, f = arch.moe, arch.moe.expert_intermediate
         out += [("ffn_down_exps", d, f, m.num_experts), ("ffn_gate_exps", f, d, m.num_experts),
                 ("ffn_gate_inp", m.num_experts, d, 1), ("ffn_norm", 1, d, 1),
-                ("ffn_up_exps", f, d, m.num_experts)]  # fmt: skip
+                ("ffn_up_exps", f, d, m.num_experts)]
         if m.shared_experts:
             sf = m.shared_intermediate
             out += [("ffn_down_shexp", d, sf, 1), ("ffn_gate_shexp", sf, d, 1),
-                    ("ffn_up_shexp", sf, d, 1)]  # fmt: skip
+                    ("ffn_up_shexp", sf, d, 1)]
         return sorted(out)
     f = arch.intermediate_size
     out += [("ffn_down", d, f, 1), ("ffn_norm", 1, d, 1), ("ffn_up", f, d, 1)]
@@ -112,7 +112,7 @@ def estimated_tensors(arch: Architecture, plan: InferencePlan) -> tuple[GgufTens
                 t = more_bits
             t = _fallback(t, cols)
             out.append(GgufTensor(f"blk.{il}.{role}.weight", t, rows, cols,
-                                  ggml_bytes(t, rows * cols * experts), experts))  # fmt: skip
+                                  ggml_bytes(t, rows * cols * experts), experts))
     return tuple(out)
 
 
@@ -121,7 +121,7 @@ def gguf_tensors(arch: Architecture, plan: InferencePlan) -> tuple[GgufTensor, .
     sw = plan.stored_weights
     if sw is not None and sw.gguf_tensors:
         return tuple(GgufTensor(name, t.lower(), rows, cols, nbytes, experts)
-                     for name, t, rows, cols, nbytes, experts in sw.gguf_tensors)  # fmt: skip
+                     for name, t, rows, cols, nbytes, experts in sw.gguf_tensors)
     return estimated_tensors(arch, plan)
 
 

@@ -36,7 +36,7 @@ def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
 
 
 def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1,
-              cudagraphs_in_budget: bool = True) -> tuple[int, float, float, float]:  # fmt: skip
+              cudagraphs_in_budget: bool = True) -> tuple[int, float, float, float]:
     """vLLM's (budget, weights, profiled activation peak, KV pool) in bytes on one GPU of
     `tp` that split the weights (tensor parallel).
 
@@ -49,7 +49,7 @@ def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1
     (1 - gpu_memory_utilization) left over."""
     if hw.kind == "cpu":
         raise GpuwiseError("the vLLM memory model is for GPUs",
-                           "on a CPU use --runtime llama.cpp or transformers")  # fmt: skip
+                           "on a CPU use --runtime llama.cpp or transformers")
     rt = vllm_runtime()
     util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
     budget = math.ceil(hw.memory_bytes * util)
@@ -87,7 +87,7 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     kv = max(pool, needed * block_bytes)
     parts = {"weights": weights, "kv_cache": kv, "activations": acts,
              "cuda_graphs": float(rt.cuda_graph_bytes),
-             "overhead": float(rt.non_torch_bytes + rt.cuda_context_bytes)}  # fmt: skip
+             "overhead": float(rt.non_torch_bytes + rt.cuda_context_bytes)}
     capacity = budget + rt.cuda_context_bytes
     notes = [f"weights {source}",
              f"gpu_memory_utilization {util:g}: budget {budget / 2**30:.2f} GiB of "
@@ -96,10 +96,10 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
              f"{format_tokens(blocks * rt.block_size)} tokens: room for "
              f"{blocks // per_seq if per_seq else 0:,} sequences of "
              f"{format_tokens(plan.context_tokens)} tokens (vLLM runs at most "
-             f"{rt.max_num_seqs} at once)"]  # fmt: skip
+             f"{rt.max_num_seqs} at once)"]
     if blocks * rt.block_size < max_len:
         notes.append(f"vLLM refuses to start: max_model_len {format_tokens(max_len)} needs more "
-                     f"KV than the pool holds (pass --ctx to lower it)")  # fmt: skip
+                     f"KV than the pool holds (pass --ctx to lower it)")
     if plan.batch > rt.max_num_seqs:
         notes.append(f"at most {rt.max_num_seqs} sequences run at once; the rest wait")
     total = sum(parts.values())

@@ -28,7 +28,7 @@ from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import TrainingPlan
 
 LOSS_STACKS = {"full": "transformers cross-entropy", "chunked": "torchtune chunked cross-entropy",
-               "fused": "Liger/Unsloth fused linear cross-entropy"}  # fmt: skip
+               "fused": "Liger/Unsloth fused linear cross-entropy"}
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def fused_chunk_rows(tokens: int, arch: Architecture) -> int:
 
 
 def loss_memory(arch: Architecture, plan: TrainingPlan, profile_logits: float,
-                compute: float, head_weight_bytes: float) -> LossMemory:  # fmt: skip
+                compute: float, head_weight_bytes: float) -> LossMemory:
     """The loss's memory under the plan's --loss (see the module docstring)."""
     tokens = plan.batch * plan.seq
     vocab = arch.vocab_size / plan.tp
@@ -69,12 +69,12 @@ def loss_memory(arch: Architecture, plan: TrainingPlan, profile_logits: float,
         head = arch.vocab_size * arch.hidden_size / plan.tp * head_weight_bytes
         grads = tokens * arch.hidden_size * compute + (head if plan.finetune == "full" else 0)
         return LossMemory(grads + tokens * 4, chunk * vocab * compute, chunk,
-                          plan.finetune == "full")  # fmt: skip
+                          plan.finetune == "full")
     return LossMemory(profile_logits, tokens * vocab * 8, tokens, False)
 
 
 def fsdp2_working_set(arch: Architecture, plan: TrainingPlan, param_bytes: float,
-                      grad_bytes: float) -> float:  # fmt: skip
+                      grad_bytes: float) -> float:
     """FSDP2's unsharded parameters in flight plus one unit's unsharded gradient."""
     counts = count_params(arch)
     head = max(counts.embedding, counts.lm_head)

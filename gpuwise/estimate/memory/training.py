@@ -63,7 +63,7 @@ def lora_dims(arch: Architecture, plan: TrainingPlan) -> dict[str, tuple[int, in
     if arch.moe:
         i = arch.moe.expert_intermediate
     dims = {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d),
-            "gate_proj": (d, i), "up_proj": (d, i), "down_proj": (i, d)}  # fmt: skip
+            "gate_proj": (d, i), "up_proj": (d, i), "down_proj": (i, d)}
     if not arch.gated_mlp:
         dims.pop("gate_proj")
     return {t: dim for t, dim in dims.items() if t in plan.lora_targets}
@@ -72,7 +72,7 @@ def lora_dims(arch: Architecture, plan: TrainingPlan) -> dict[str, tuple[int, in
 # The matrices of a layer that read the same input tensor (a full fine-tune saves it once
 # for their weight gradients).
 SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("o_proj",), ("gate_proj", "up_proj"),
-                 ("down_proj",))  # fmt: skip
+                 ("down_proj",))
 
 
 def lora_cast_bytes(arch: Architecture, plan: TrainingPlan) -> float:
@@ -98,7 +98,7 @@ def lora_params(arch: Architecture, plan: TrainingPlan) -> float:
 
 
 def _optimizer_bytes(plan: TrainingPlan, trainable: float, state_bytes: float,
-                     arch: Architecture) -> float:  # fmt: skip
+                     arch: Architecture) -> float:
     """The optimizer's states (catalog/data/optimizers.toml): full states in the state dtype,
     8-bit states with an fp32 (4-byte) absmax per block, or a factored second moment."""
     spec = optimizer_spec(plan.optimizer)
@@ -136,7 +136,7 @@ def param_bytes(arch: Architecture, plan: TrainingPlan) -> ParamBytes:
         trainable = lora_params(arch, plan)
         largest = trainable / max(1, arch.num_layers * len(plan.lora_targets))
         base = (qlora_weights(arch, plan) if plan.finetune == "qlora"
-                else weight_bytes(arch, plan.compute_dtype))  # fmt: skip
+                else weight_bytes(arch, plan.compute_dtype))
         adapter = weight_format(plan.adapter_dtype).bytes_per_element  # peft: fp32
         weights = base + trainable * adapter
         gradients = trainable * adapter
@@ -182,7 +182,7 @@ def _placed(arch: Architecture, plan: TrainingPlan, pb: ParamBytes) -> _Placed:
     if optimizer_spec(plan.optimizer).paged:
         notes.append(f"paged 8-bit states (bitsandbytes): {opt / GIB:,.2f} GiB in unified "
                      "memory outside PyTorch's pool, moved to host memory when the GPU runs "
-                     "short; not counted here")  # fmt: skip
+                     "short; not counted here")
         opt = 0.0
     if "params" in plan.offload:  # FSDP2 CPUOffloadPolicy / ZeRO-3 offload_param
         host, weights, grads, opt = weights + grads + opt, 0.0, 0.0, 0.0
@@ -194,11 +194,11 @@ def _placed(arch: Architecture, plan: TrainingPlan, pb: ParamBytes) -> _Placed:
             host, grads = host + grads - kept, kept
     if host:
         notes.append(f"offloaded to host memory ({', '.join(plan.offload)}): {host / GIB:,.2f} "
-                     "GiB")  # fmt: skip
+                     "GiB")
     if plan.optimizer_in_backward:  # torchtune optimizer_in_bwd: step and free each gradient
         grads = pb.largest_trainable * pb.gradients / max(1.0, pb.trainable)
         notes.append("optimizer step fused into backward (torchtune optimizer_in_bwd): one "
-                     "parameter's gradient at a time")  # fmt: skip
+                     "parameter's gradient at a time")
     placed = ParamBytes(weights, grads, opt, pb.trainable, pb.largest_trainable)
     return _Placed(placed, host, tuple(notes))
 
@@ -207,7 +207,7 @@ def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str,
     """Saved activations under the checkpointing policy and activation offload."""
     saved = saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
                               plan.checkpointing, plan.checkpointing_policy, plan.tp,
-                              runtime_unit(plan.runtime).torch_compile)  # fmt: skip
+                              runtime_unit(plan.runtime).torch_compile)
     layers = saved["layers"]
     if "activations" in plan.offload:
         layers = offloaded_activations(layers, arch)
@@ -215,7 +215,7 @@ def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str,
 
 
 def _gpu_rows(arch: Architecture, plan: TrainingPlan, hw: Hardware, tensors: float,
-              vocab_rows: float, attention: str) -> dict[str, float]:  # fmt: skip
+              vocab_rows: float, attention: str) -> dict[str, float]:
     """The CUDA rows (cuda_rows.py): slack from a replay of the step, workspace, context,
     and one NCCL communicator per parallel dimension."""
     compute = weight_format(plan.compute_dtype).bytes_per_element
@@ -223,14 +223,14 @@ def _gpu_rows(arch: Architecture, plan: TrainingPlan, hw: Hardware, tensors: flo
     peak = training_peak(arch, plan.batch, plan.seq, compute, 4.0 if plan.mixed else compute,
                          attention, plan.checkpointing, vocab_rows,
                          full and not plan.optimizer_in_backward and "params" not in plan.offload,
-                         plan.expandable_segments)  # fmt: skip
+                         plan.expandable_segments)
     rows = device_rows(hw, 0.0, int(plan.data_parallel > 1) + int(plan.tp > 1))
     rows["allocator_slack"] = device_slack(peak, hw.memory_bytes, tensors + sum(rows.values()))
     return rows
 
 
 def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
-                      held_slack: float | None = None) -> MemoryEstimate:  # fmt: skip
+                      held_slack: float | None = None) -> MemoryEstimate:
     """Peak memory of one training step on each device under the plan's stack. `held_slack`:
     the host allocator's slack from an earlier replay, held while a search narrows (fits.py)."""
     rt = runtime(hw.kind)
@@ -241,7 +241,7 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     saved = _activations(arch, plan, mode)
     full = plan.finetune == "full"
     loss = loss_memory(arch, plan, float(saved["logits"]), compute,
-                       4.0 if plan.mixed and full else compute)  # fmt: skip
+                       4.0 if plan.mixed and full else compute)
     counts = count_params(arch)
     head = (counts.lm_head or counts.embedding) / max(1, counts.total)
     head_grad = pb.gradients * head if full and not loss.head_grad_in_forward else 0.0
@@ -252,7 +252,7 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     state = 4.0 if plan.mixed and full else (compute if full else adapter)
     step_temp = step_temporary(plan, pb, rt.optimizer_foreach, state)
     logits_in_bwd, extra = _backward_extra(plan, loss, head_grad,
-                                           float(saved["recompute"]) + dequant)  # fmt: skip
+                                           float(saved["recompute"]) + dequant)
     if plan.optimizer_in_backward:
         extra += step_temp
     on_host = "params" in plan.offload  # the step runs on the host (FSDP2 CPUOffloadPolicy)
@@ -276,12 +276,12 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     parts = {"weights": pb.weights, "gradients": 0.0, "optimizer": pb.optimizer,
              "activations": acts,
              "logits": logits_in_bwd if phase == "backward" else loss.saved,
-             "workspace": extra if phase == "backward" else 0.0}  # fmt: skip
+             "workspace": extra if phase == "backward" else 0.0}
     if phase == "optimizer step":
         parts.update(gradients=pb.gradients, activations=0.0, logits=0.0, workspace=step_temp)
     elif phase == "backward" and ends:
         parts.update(gradients=pb.gradients, activations=0.0, logits=0.0,
-                     workspace=at_end - pb.gradients)  # fmt: skip
+                     workspace=at_end - pb.gradients)
     if working and phase != "optimizer step":
         parts["fsdp_unsharded"] = working
     tensors = sum(parts.values())
@@ -296,11 +296,11 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     notes += placed.notes
     total_phases = {k: v + sum(rows.values()) for k, v in phases.items()}
     return make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
-                         total_phases, notes, host=hw.kind == "cpu")  # fmt: skip
+                         total_phases, notes, host=hw.kind == "cpu")
 
 
 def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,
-                  grad_bytes: float) -> float:  # fmt: skip
+                  grad_bytes: float) -> float:
     """What the backward holds at its end beyond the weights and the optimizer's states:
     every gradient, and a tied weight's two addends: the head's gradient waits for the
     embedding's dense vocabulary x hidden one, taken last, and their sum is a new tensor
@@ -310,11 +310,11 @@ def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,
     checkpointing the saved activations outweigh it; with it, this is the backward's peak."""
     tied = arch.tie_embeddings and plan.finetune == "full"
     return gradients + (2 * arch.vocab_size * arch.hidden_size * grad_bytes / plan.tp if tied
-                        else 0.0)  # fmt: skip
+                        else 0.0)
 
 
 def _backward_extra(plan: TrainingPlan, loss: LossMemory, head_grad: float,
-                    layer_work: float) -> tuple[float, float]:  # fmt: skip
+                    layer_work: float) -> tuple[float, float]:
     """The logits still held and the workspace at the backward's peak. The loss's saved
     logits go as its backward finishes, before the layers' (recomputed) backward starts, so
     the peak is the larger of the two: transformers' Trainer holds only the loss
@@ -341,35 +341,35 @@ def _runtime_name(base: str, plan: TrainingPlan) -> str:
         named.append("FSDP2" + ("" if plan.reshard_after_forward else " (no reshard)"))
     if plan.checkpointing and plan.checkpointing_policy != "full":
         named.append("torchtitan selective op checkpointing" if plan.checkpointing_policy == "op"
-                     else f"selective checkpointing every {plan.checkpointing_policy} layers")  # fmt: skip
+                     else f"selective checkpointing every {plan.checkpointing_policy} layers")
     return base + (f" + {', '.join(named)}" if named else "")
 
 
 def _notes(arch: Architecture, plan: TrainingPlan, attention: str,
-           compiled_layer: bool) -> tuple[str, ...]:  # fmt: skip
+           compiled_layer: bool) -> tuple[str, ...]:
     notes = [f"{attention} attention; saved activations from the measured "
-             f"{arch.model_type} profile of the transformers runtime"]  # fmt: skip
+             f"{arch.model_type} profile of the transformers runtime"]
     if compiled_layer:
         notes[0] = (f"{attention} attention; each decoder layer saves what torch.compile's "
                     "min-cut partitioner keeps, the rest the measured "
-                    f"{arch.model_type} profile")  # fmt: skip
+                    f"{arch.model_type} profile")
     elif runtime_unit(plan.runtime).torch_compile:
         notes.append(f"torch.compile's saved tensors are not derived for {arch.model_type} "
-                     "with this attention/dropout: the eager profile stands in")  # fmt: skip
+                     "with this attention/dropout: the eager profile stands in")
     if attention != plan.attention:
         notes.append(f"{arch.model_type} has no {plan.attention} path in transformers: "
-                     f"{attention} assumed")  # fmt: skip
+                     f"{attention} assumed")
     if plan.gpus > 1:
         notes.append(f"{plan.gpus} devices: tensor parallel {plan.tp}, data parallel "
                      f"{plan.data_parallel}, "
                      + ("FSDP2 fully_shard" if plan.sharding == "fsdp2" else
-                        f"ZeRO stage {plan.zero}"))  # fmt: skip
+                        f"ZeRO stage {plan.zero}"))
     if plan.loss == "chunked":
         notes.append(f"loss in {min(plan.loss_chunks, plan.batch * plan.seq)} chunks "
-                     "(torchtune LinearCrossEntropyLoss)")  # fmt: skip
+                     "(torchtune LinearCrossEntropyLoss)")
     if plan.finetune == "qlora":
         notes.append(f"QLoRA: nf4 base{' double-quantised' if plan.double_quant else ''}, "
                      f"compute in {plan.quant_compute_dtype or plan.compute_dtype}"
                      + (", other parameters fp32 (peft prepare_model_for_kbit_training)"
-                        if plan.kbit_prepare else ""))  # fmt: skip
+                        if plan.kbit_prepare else ""))
     return tuple(notes)

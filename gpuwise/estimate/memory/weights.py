@@ -41,7 +41,7 @@ def _linear_rows(arch: Architecture) -> int:
     if arch.mla:
         m = arch.mla
         attn = arch.q_dim + m.kv_lora_rank + m.qk_rope_head_dim + arch.num_heads * (
-            m.qk_nope_head_dim + m.v_head_dim) + d  # fmt: skip
+            m.qk_nope_head_dim + m.v_head_dim) + d
     mlp = (2 if arch.gated_mlp else 1) * arch.intermediate_size + d
     moe = arch.moe
     if not moe:
@@ -50,4 +50,4 @@ def _linear_rows(arch: Architecture) -> int:
     shared = 2 * moe.shared_intermediate + d if moe.shared_experts else 0
     dense_layers = arch.num_layers - moe.layers
     return arch.num_layers * attn + dense_layers * mlp + moe.layers * (
-        moe.num_experts * expert + shared)  # fmt: skip
+        moe.num_experts * expert + shared)

@@ -112,7 +112,7 @@ def summarize(runs: ConditionRuns) -> ConditionSummary:
     """Spread and identity of one condition's runs."""
     metrics = {name: spread(vals) for name, vals in runs.metrics.items() if vals}
     per_run = [tuple(sorted((k, v[i]) for k, v in runs.metrics.items() if i < len(v)))
-               for i in range(len(runs.wall_s))]  # fmt: skip
+               for i in range(len(runs.wall_s))]
     with_steps = [s for s in runs.step_hashes if s]
     position = first_divergence(with_steps) if len(with_steps) == len(runs.step_hashes) else None
     step = None
@@ -128,7 +128,7 @@ def summarize(runs: ConditionRuns) -> ConditionSummary:
         step_hashes_compared=len(with_steps) >= 2 and len(with_steps) == len(runs.step_hashes),
         wall_s=spread(runs.wall_s) if runs.wall_s else None,
         energy_j=spread(energies) if energies and len(energies) == len(runs.energy_j) else None,
-    )  # fmt: skip
+    )
 
 
 def identical(summary: ConditionSummary) -> bool | None:
@@ -139,7 +139,7 @@ def identical(summary: ConditionSummary) -> bool | None:
 def analyze(conditions: Sequence[ConditionRuns], expected_deterministic: Sequence[str] = (),
             detect_diff: dict[str, float] | None = None, detect_relative: bool = False,
             alpha: float = 0.05, power: float = 0.8,
-            confidence: float = 0.95) -> StudyAnalysis:  # fmt: skip
+            confidence: float = 0.95) -> StudyAnalysis:
     """The study's verdict.
 
     expected_deterministic: conditions whose arithmetic is deterministic on this machine (for
@@ -155,7 +155,7 @@ def analyze(conditions: Sequence[ConditionRuns], expected_deterministic: Sequenc
         for metric, varied in by_name["seeds"].metrics.items():
             shares[metric] = {name: arithmetic_share(by_name[name].metrics.get(metric, []),
                                                      varied, confidence)
-                              for name in FIXED_SEED if name in by_name}  # fmt: skip
+                              for name in FIXED_SEED if name in by_name}
     detect = _detect_power(summaries, detect_diff or {}, detect_relative, alpha, power)
     time_ratio = _ratio(summaries, "wall_s")
     energy_ratio = _ratio(summaries, "energy_j")
@@ -163,7 +163,7 @@ def analyze(conditions: Sequence[ConditionRuns], expected_deterministic: Sequenc
     findings = _findings(by_name, summaries, expected_deterministic)
     findings += _hardware_findings(hardware, alpha)
     return StudyAnalysis(summaries, shares, detect, time_ratio, energy_ratio, findings,
-                         hardware=hardware)  # fmt: skip
+                         hardware=hardware)
 
 
 def hardware_shares(conditions: Sequence[ConditionRuns]) -> list[HardwareShare]:
@@ -177,7 +177,7 @@ def hardware_shares(conditions: Sequence[ConditionRuns]) -> list[HardwareShare]:
     for c in conditions:
         for metric, values in sorted(c.metrics.items()):
             pairs = [(v, h) for v, h in zip(values, c.hardware.get(metric, []), strict=False)
-                     if h is not None]  # fmt: skip
+                     if h is not None]
             if len({h for _, h in pairs}) >= 2:
                 share = group_share([v for v, _ in pairs], [h for _, h in pairs])
                 out.append(HardwareShare(metric, c.name, share))
@@ -194,7 +194,7 @@ def _hardware_findings(shares: Sequence[HardwareShare], alpha: float) -> list[Fi
                 f"in '{s.condition}', {s.metric} differs between the hardware its runs ran on "
                 f"(p = {g.p:.2g}; {g.share:.0%} of its variance lies between hardware)",
                 "compare settings on one kind of hardware, or run each setting on every kind "
-                "alike"))  # fmt: skip
+                "alike"))
     return found
 
 
@@ -209,14 +209,14 @@ def _ratio(summaries: dict[str, ConditionSummary], what: str) -> float | None:
 
 
 def _detect_power(summaries: dict[str, ConditionSummary], diffs: dict[str, float],
-                  relative: bool, alpha: float, power: float) -> list[DetectPower]:  # fmt: skip
+                  relative: bool, alpha: float, power: float) -> list[DetectPower]:
     """Runs needed, from the seeds-varied sd (two settings compared on different seeds)."""
     out = []
     metrics = sorted({m for s in summaries.values() for m in s.metrics})
     for metric in metrics:
         source = "seeds" if metric in summaries.get("seeds", _EMPTY).metrics else None
         candidates: list[tuple[float, str]] = [(s.metrics[metric].sd or 0.0, s.name) for s in summaries.values()
-                      if metric in s.metrics and s.metrics[metric].sd is not None]  # fmt: skip
+                      if metric in s.metrics and s.metrics[metric].sd is not None]
         if source and summaries[source].metrics[metric].sd is not None:
             sd, sd_from = summaries[source].metrics[metric].sd or 0.0, source
         elif candidates:
@@ -229,7 +229,7 @@ def _detect_power(summaries: dict[str, ConditionSummary], diffs: dict[str, float
             diff *= abs(summaries[sd_from].metrics[metric].mean)
         needed = runs_needed(sd, diff, alpha, power) if diff else None
         out.append(DetectPower(metric, sd, sd_from, diff, needed, runs,
-                               detectable_difference(sd, runs, alpha, power), alpha, power))  # fmt: skip
+                               detectable_difference(sd, runs, alpha, power), alpha, power))
     return out
 
 
@@ -237,7 +237,7 @@ _EMPTY = ConditionSummary("", 0, 0, {}, None, None, None, False, None, None)
 
 
 def _findings(by_name: dict[str, ConditionRuns], summaries: dict[str, ConditionSummary],
-              expected_deterministic: Sequence[str]) -> list[Finding]:  # fmt: skip
+              expected_deterministic: Sequence[str]) -> list[Finding]:
     found: list[Finding] = []
     seeds = summaries.get("seeds")
     if seeds is not None and seeds.runs >= 2 and identical(seeds):
@@ -246,7 +246,7 @@ def _findings(by_name: dict[str, ConditionRuns], summaries: dict[str, ConditionS
             f"the {seeds.runs} runs with different seeds gave identical results: the program "
             "does not use the seed it is given",
             "call gpuwise.seed_everything() at the start, or name the program's own seed "
-            "option with --seed-flag"))  # fmt: skip
+            "option with --seed-flag"))
     for name in expected_deterministic:
         s = summaries.get(name)
         if s is not None and s.runs >= 2 and identical(s) is False:
@@ -255,7 +255,7 @@ def _findings(by_name: dict[str, ConditionRuns], summaries: dict[str, ConditionS
                 f"runs of '{name}' differ although its arithmetic is deterministic here: "
                 "something random is not controlled by the seed (the program ignores the seed, "
                 "or draws from an unseeded source such as the clock or os.urandom)",
-                "seed every generator from GPUWISE_SEED (gpuwise.seed_everything() does it)"))  # fmt: skip
+                "seed every generator from GPUWISE_SEED (gpuwise.seed_everything() does it)"))
     det = by_name.get("deterministic")
     if det is not None and det.deterministic_applied and not all(det.deterministic_applied):
         found.append(Finding(
@@ -263,12 +263,12 @@ def _findings(by_name: dict[str, ConditionRuns], summaries: dict[str, ConditionS
             "in the 'deterministic' runs the program did not report turning deterministic "
             "algorithms on, so that condition may measure the default kernels",
             "call gpuwise.seed_everything(), which applies GPUWISE_DETERMINISTIC=1, or call "
-            "torch.use_deterministic_algorithms(True) when that variable is set"))  # fmt: skip
+            "torch.use_deterministic_algorithms(True) when that variable is set"))
     for s in summaries.values():
         if s.failed:
             found.append(Finding("failed-runs", f"{s.failed} run(s) of '{s.name}' failed",
-                                 "see the stderr tails in the results file"))  # fmt: skip
+                                 "see the stderr tails in the results file"))
         if s.runs < 2:
             found.append(Finding("too-few-runs", f"'{s.name}' has {s.runs} successful run(s): "
-                                 "no spread", "use --runs 2 or more"))  # fmt: skip
+                                 "no spread", "use --runs 2 or more"))
     return found

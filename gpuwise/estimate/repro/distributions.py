@@ -24,7 +24,7 @@ def beta_cdf(x: float, a: float, b: float) -> float:
     if x >= 1.0:
         return 1.0
     log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-                 + a * math.log(x) + b * math.log1p(-x))  # fmt: skip
+                 + a * math.log(x) + b * math.log1p(-x))
     # The continued fraction converges fast for x < (a + 1) / (a + b + 2); use the symmetry
     # I_x(a, b) = 1 - I_{1-x}(b, a) on the other side.
     if x < (a + 1.0) / (a + b + 2.0):
@@ -41,7 +41,7 @@ def _beta_fraction(x: float, a: float, b: float) -> float:
     for m in range(1, 1000):
         m2 = 2 * m
         for coeff in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                      -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):  # fmt: skip
+                      -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
             d = 1.0 + coeff * d
             d = 1.0 / (d if abs(d) > _TINY else _TINY)
             c = 1.0 + coeff / c

@@ -75,7 +75,7 @@ class Share:
 
 
 def variance_ratio_interval(ratio: float, n_num: int, n_den: int,
-                            confidence: float = 0.95) -> tuple[float, float]:  # fmt: skip
+                            confidence: float = 0.95) -> tuple[float, float]:
     """Confidence interval for σ_num^2 / σ_den^2 given the sample ratio s_num^2 / s_den^2."""
     if n_num < 2 or n_den < 2:
         raise ValueError("a variance ratio needs at least two runs on each side")
@@ -86,7 +86,7 @@ def variance_ratio_interval(ratio: float, n_num: int, n_den: int,
 
 
 def arithmetic_share(fixed: Sequence[float], varied: Sequence[float],
-                     confidence: float = 0.95) -> Share:  # fmt: skip
+                     confidence: float = 0.95) -> Share:
     """The share of the seed-varied variance that remains with the seed fixed."""
     n1, n2 = len(fixed), len(varied)
     if n1 < 2 or n2 < 2:
@@ -180,13 +180,13 @@ def group_share(values: Sequence[float], groups: Sequence[str]) -> GroupShare:
     msb = ssb / (k - 1)
     if n == k:
         return GroupShare(runs, means, None, None, None, None, None,
-                          "one run per group: no spread within a group")  # fmt: skip
+                          "one run per group: no spread within a group")
     msw = ssw / (n - k)
     n0 = (n - sum(c * c for c in runs.values()) / n) / (k - 1)
     between = max(0.0, (msb - msw) / n0)
     if msw == 0.0:
         return GroupShare(runs, means, between, 0.0, 1.0, math.inf, 0.0,
-                          "runs within each group are identical; the groups differ")  # fmt: skip
+                          "runs within each group are identical; the groups differ")
     f = msb / msw
     p = 1.0 - f_cdf(f, k - 1, n - k)
     return GroupShare(runs, means, between, msw, between / (between + msw), f, p)

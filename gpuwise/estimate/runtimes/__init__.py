@@ -16,7 +16,7 @@ from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
 __all__ = ["RuntimeUnit", "StepModel", "estimate_inference", "ignored_options", "runtime_unit",
-           "runtime_units", "step_model"]  # fmt: skip
+           "runtime_units", "step_model"]
 
 
 @cache
@@ -39,17 +39,17 @@ def runtime_unit(name: str) -> RuntimeUnit:
 
 def estimate_inference(arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                        held_slack: float | None = None,
-                       without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+                       without_slack: bool = False) -> MemoryEstimate:
     """Peak memory of running `plan` on `hw` under its runtime's own rules (docs/memory.md).
     `held_slack`: the host allocator's slack from an earlier replay, held while a search
     narrows; `without_slack`: the allocators' slack taken as none, a lower bound a search
     uses to rule a plan out before it replays it (estimate/memory/fits.py)."""
     return runtime_unit(plan.runtime).memory(arch, plan, hw, held_slack=held_slack,
-                                             without_slack=without_slack)  # fmt: skip
+                                             without_slack=without_slack)
 
 
 def step_model(arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
-               host: DeviceRates | None = None, runtime: str = "") -> StepModel:  # fmt: skip
+               host: DeviceRates | None = None, runtime: str = "") -> StepModel:
     """The one step model of `plan` (docs/speed.md, "One step"), under `runtime` or its own,
     on one replica of `tp` devices with `rates`; llama.cpp's layers past `plan.gpu_layers`
     on `host`. infer, check, serve and advise all time their steps with it."""

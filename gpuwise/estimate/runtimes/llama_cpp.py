@@ -19,15 +19,15 @@ from gpuwise.workload.plans import InferencePlan
 @dataclass(frozen=True)
 class LlamaCpp(RuntimeUnit):
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
-               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:
         return estimate_llama_cpp(arch, plan, hw)
 
     def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
-             host: DeviceRates | None = None) -> GgmlStep:  # fmt: skip
+             host: DeviceRates | None = None) -> GgmlStep:
         return GgmlStep(arch, plan, rates, tp, host)
 
     def kv_positions(self, arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
-                     slots: int) -> int:  # fmt: skip
+                     slots: int) -> int:
         """One context of n_ctx cells, shared by the slots (llama-server's -c)."""
         return plan.context_alloc or max(4096, slots * plan.context_tokens)
 
@@ -35,4 +35,4 @@ class LlamaCpp(RuntimeUnit):
 UNITS = (LlamaCpp("llama.cpp", reads=frozenset({"ctx", "gpu_layers", "threads"}),
                   loads=frozenset({"gguf"}), own_memory_rules=True, probe_part="llama_cpp",
                   convert_hint="convert with llama.cpp's convert_hf_to_gguf.py, or pick "
-                               "--runtime transformers or vllm"),)  # fmt: skip
+                               "--runtime transformers or vllm"),)

@@ -20,16 +20,16 @@ from gpuwise.workload.plans import InferencePlan
 @dataclass(frozen=True)
 class Transformers(RuntimeUnit):
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
-               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:
         return transformers_memory(arch, plan, hw, held_slack=held_slack,
-                                   without_slack=without_slack)  # fmt: skip
+                                   without_slack=without_slack)
 
     def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
-             host: DeviceRates | None = None) -> RooflineStep:  # fmt: skip
+             host: DeviceRates | None = None) -> RooflineStep:
         return RooflineStep(arch, plan, rates, tp, self.id)
 
     def kv_positions(self, arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
-                     slots: int) -> int:  # fmt: skip
+                     slots: int) -> int:
         """What the weights and the runtime's baseline leave of the devices' memory."""
         fmt = plan.weight_format
         weights = plan.stored_weights.total_bytes if plan.stored_weights else weight_bytes(arch, fmt)
@@ -44,5 +44,5 @@ UNITS = (
     Transformers("compiled", torch_compile=True, dequantises=frozenset({"gguf"}),
                  serves_as="transformers",
                  memory_note="memory as transformers': torch.compile keeps the same tensors "
-                             "(its static KV cache of the whole context is not modelled)"),  # fmt: skip
+                             "(its static KV cache of the whole context is not modelled)"),
 )

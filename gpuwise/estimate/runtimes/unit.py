@@ -23,7 +23,7 @@ from gpuwise.workload.plans import InferencePlan
 # those it reads in `reads`; the others are said to be ignored, never dropped silently.
 StepModel = GgmlStep | RooflineStep
 RUNTIME_OPTIONS = {"ctx": "--ctx", "gpu_memory_utilization": "--gpu-memory-utilization",
-                   "gpu_layers": "--gpu-layers", "threads": "--threads"}  # fmt: skip
+                   "gpu_layers": "--gpu-layers", "threads": "--threads"}
 
 
 @dataclass(frozen=True)
@@ -53,15 +53,15 @@ class RuntimeUnit:
         return scheduler_defaults(self.serves_as or self.id)
 
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
-               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:
         raise NotImplementedError
 
     def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
-             host: DeviceRates | None = None) -> StepModel:  # fmt: skip
+             host: DeviceRates | None = None) -> StepModel:
         raise NotImplementedError
 
     def kv_positions(self, arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
-                     slots: int) -> int:  # fmt: skip
+                     slots: int) -> int:
         """Positions of keys and values a serving replica of `tp` devices holds."""
         raise NotImplementedError
 

@@ -18,15 +18,15 @@ from gpuwise.workload.plans import InferencePlan
 @dataclass(frozen=True)
 class PagedPool(RuntimeUnit):
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
-               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:  # fmt: skip
+               held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:
         return estimate_vllm(arch, plan, hw)
 
     def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
-             host: DeviceRates | None = None) -> RooflineStep:  # fmt: skip
+             host: DeviceRates | None = None) -> RooflineStep:
         return RooflineStep(arch, plan, rates, tp, self.id)
 
     def kv_positions(self, arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
-                     slots: int) -> int:  # fmt: skip
+                     slots: int) -> int:
         """The pool: what the utilisation share leaves after weights and activations."""
         pool = vllm_pool(arch, plan, hw, tp)[3]
         return int(pool * tp // plan.kv_bytes_per_position(arch))
@@ -39,5 +39,5 @@ UNITS = (
     PagedPool("sglang", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True,
               memory_note="memory as vLLM's: SGLang also takes a fixed share of the device up "
                           "front (mem_fraction_static, set here by --gpu-memory-utilization) "
-                          "for its KV pool"),  # fmt: skip
+                          "for its KV pool"),
 )

@@ -20,7 +20,7 @@ class Slo:
 
     def met(self, ttft: float, tpot: float) -> bool:
         return ((self.ttft_s is None or ttft <= self.ttft_s)
-                and (self.tpot_s is None or tpot <= self.tpot_s))  # fmt: skip
+                and (self.tpot_s is None or tpot <= self.tpot_s))
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def summary(trace: Trace, slo: Slo, power: Power | None = None) -> ServeSummary:
     window = max(trace.end_s - start, 1e-12)
     out_tokens = sum(s.req.output for s in seqs)
     good = sum(slo.met(t, (s.done_s - s.first_token_s) / max(1, s.req.output - 1))
-               for t, s in zip(ttft, seqs, strict=True))  # fmt: skip
+               for t, s in zip(ttft, seqs, strict=True))
     p50, p90, p99 = (trace.itl.percentile(p) for p in PERCENTILES)
     steady, spent = steady_state(trace), None
     if power is not None:
@@ -145,7 +145,7 @@ def summary(trace: Trace, slo: Slo, power: Power | None = None) -> ServeSummary:
         busy_fraction=min(1.0, trace.busy_s / window),
         steps=trace.steps, saturated=saturated(trace),
         kv_timeline=tuple((round(t, 4), round(f, 4)) for t, f in trace.kv_timeline),
-        energy=spent, steady_state=steady)  # fmt: skip
+        energy=spent, steady_state=steady)
 
 
 def scaled(rec: ServeSummary, replicas: int) -> ServeSummary:
@@ -157,13 +157,13 @@ def scaled(rec: ServeSummary, replicas: int) -> ServeSummary:
     return replace(rec, output_tokens_per_s=rec.output_tokens_per_s * replicas,
                    requests_per_s=rec.requests_per_s * replicas,
                    goodput_requests_per_s=rec.goodput_requests_per_s * replicas,
-                   energy=spent)  # fmt: skip
+                   energy=spent)
 
 
 def most_running(trace: Trace) -> int:
     """The most sequences that were generating at once (first token to last)."""
     events = sorted([(s.first_token_s, 1) for s in trace.seqs]
-                    + [(s.done_s, -1) for s in trace.seqs])  # fmt: skip
+                    + [(s.done_s, -1) for s in trace.seqs])
     running = peak = 0
     for _, change in events:
         running += change
@@ -219,4 +219,4 @@ def energy(trace: Trace, window_s: float, requests: int, tokens: int, power: Pow
                   per_million_tokens_j=1e6 * joules / tokens, per_output_token_j=joules / tokens,
                   average_w=joules / window_s, busy_w=power.busy_w, memory_w=memory_w,
                   idle_w=power.idle_w,
-                  compute_bound_share=trace.compute_s / max(trace.busy_s, 1e-12))  # fmt: skip
+                  compute_bound_share=trace.compute_s / max(trace.busy_s, 1e-12))

@@ -33,7 +33,7 @@ class ReplicaOptions:
 
 
 def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
-                 opts: ReplicaOptions, host: DeviceRates | None = None) -> Engine:  # fmt: skip
+                 opts: ReplicaOptions, host: DeviceRates | None = None) -> Engine:
     """The replica's engine; its steps timed by the plan's one step model (infer's), the
     layers llama.cpp keeps off the GPU (`plan.gpu_layers`) on `host`."""
     plan = replace(plan, tp=opts.tp)  # the replica's devices: its memory and steps are theirs
@@ -41,11 +41,11 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
     sched = unit.scheduler
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
                     opts.max_seqs or sched.max_seqs, sched.reserve_output,
-                    sched.overlap if opts.overlap is None else opts.overlap)  # fmt: skip
+                    sched.overlap if opts.overlap is None else opts.overlap)
     positions = unit.kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
     if positions <= 0:
         raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
-                           "more devices (--tp), lower-precision weights or a smaller model")  # fmt: skip
+                           "more devices (--tp), lower-precision weights or a smaller model")
     block = sched.block_tokens
     step = unit.step(arch, plan, rates, opts.tp, host)
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
@@ -55,7 +55,7 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                   opts.shared_prefix,
                   sched.prefix_cache if opts.prefix_cache is None else opts.prefix_cache,
                   sched.shared_cells,
-                  sched.shared_cells and tiled_attention(rates.kind, plan))  # fmt: skip
+                  sched.shared_cells and tiled_attention(rates.kind, plan))
 
 
 def no_load_latency(engine: Engine, prompt: int, output: int) -> tuple[float, float]:
@@ -99,5 +99,5 @@ def rate_ceiling(engine: Engine, prompt: int, output: int) -> float:
     mid = prompt + output / 2
     decode = engine.step_seconds(seqs, 0, seqs * mid, 0.0) / seqs
     prefill = engine.step_seconds(prompt, prompt, prompt, prompt * prompt / 2 *
-                                  engine.attention_flops_per_pair)  # fmt: skip
+                                  engine.attention_flops_per_pair)
     return 1.0 / max(1e-12, prefill + output * decode) if math.isfinite(decode) else 0.0

@@ -89,7 +89,7 @@ def _all_decode(running: list[Seq], kv: KvPool, budget: int, step: Step) -> bool
 
 
 def _admit(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits, step: Step,
-           budget: int) -> None:  # fmt: skip
+           budget: int) -> None:
     """Waiting requests in order, while the budget, the running limit and the KV cache allow:
     with `reserve_output`, the cache must also keep that share of every admitted request's
     remaining output free (SGLang), so few are ever preempted."""

@@ -39,7 +39,7 @@ class Engine:
     tiled_attention: bool = False  # ggml-cpu's flash attention in 64x64 tiles (cells.py)
 
     def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float,
-                     masked: float = 0.0) -> float:  # fmt: skip
+                     masked: float = 0.0) -> float:
         return sum(self.step_parts(tokens, prompt, kv_read, flops, masked))
 
 
@@ -61,7 +61,7 @@ class Trace:
 
 
 def simulate(engine: Engine, requests: list[Request], clients: int = 0,
-             max_steps: int = 10_000_000) -> Trace:  # fmt: skip
+             max_steps: int = 10_000_000) -> Trace:
     """Run `requests` (arrival times used when `clients` is 0; else `clients` send them one
     after another, each as soon as its previous answer is done)."""
     seqs = [Seq(i, r, r.prompt) for i, r in enumerate(requests)]
@@ -77,7 +77,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
     waiting: deque[Seq] = deque(s for s in seqs if s.id in arrivals)
     running: list[Seq] = []
     cells = (SharedCells(engine.kv_blocks * engine.block_tokens,
-                         tiled=engine.tiled_attention) if engine.shared_cells else None)  # fmt: skip
+                         tiled=engine.tiled_attention) if engine.shared_cells else None)
     now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
@@ -103,7 +103,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             if not step.work:
                 continue
             c, m, h = (_shared_step(engine, step, cells) if cells
-                       else engine.step_parts(*_step_work(engine, step)))  # fmt: skip
+                       else engine.step_parts(*_step_work(engine, step)))
             parts, k = (c, m, h + _server_s(engine, step)), 1
             finished = _apply(step, now + sum(parts), engine.policy, trace.itl)
         now += sum(parts)
@@ -121,7 +121,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
         kv.note(now, note_every)
     else:
         raise GpuwiseError(f"the simulation did not finish in {max_steps:,} steps",
-                           "fewer --requests, or a lower --rate")  # fmt: skip
+                           "fewer --requests, or a lower --rate")
     trace.end_s, trace.kv_timeline = now, kv.timeline
     trace.kv_peak_fraction = kv.peak / kv.blocks if kv.blocks else 0.0
     for seq in seqs:  # arrival times as the clients sent them (closed loop)
@@ -130,7 +130,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
 
 
 def _prefix(engine: Engine, waiting: deque[Seq], running: list[Seq], kv: KvPool,
-            cached: bool) -> bool:  # fmt: skip
+            cached: bool) -> bool:
     """The prefix cache: once a request has computed the shared prefix, its blocks stay in
     the pool (counted once), and every request that starts after it skips those tokens."""
     if not engine.prefix_cache or engine.shared_prefix <= 0:
@@ -158,7 +158,7 @@ def _skip_prefix(engine: Engine, seq: Seq) -> None:
 
 
 def _arrive(pending: deque[Seq], waiting: deque[Seq], arrivals: dict[int, float], now: float,
-            trace: Trace) -> None:  # fmt: skip
+            trace: Trace) -> None:
     """Requests that have arrived by `now` join the queue (open loop)."""
     while pending and pending[0].req.arrival_s <= now:
         seq = pending.popleft()
@@ -182,7 +182,7 @@ def _check_fits(engine: Engine, seqs: list[Seq], max_steps: int) -> None:
     if least > max_steps:
         raise GpuwiseError(f"{len(seqs):,} requests of these lengths take at least "
                            f"{least:,.0f} engine steps, more than the {max_steps:,} simulated",
-                           "fewer --requests, or fewer --new-tokens")  # fmt: skip
+                           "fewer --requests, or fewer --new-tokens")
     longest = max(seqs, key=lambda s: s.req.prompt + s.req.output)
     positions = longest.req.prompt + longest.req.output
     per_seq = engine.kv_blocks * engine.block_tokens
@@ -191,12 +191,12 @@ def _check_fits(engine: Engine, seqs: list[Seq], max_steps: int) -> None:
     if engine.max_len and positions > engine.max_len:
         raise GpuwiseError(f"a request of {longest.req.prompt:,} + {longest.req.output:,} tokens "
                            f"is longer than the {engine.max_len:,} positions the model takes",
-                           "shorter requests (the runtime refuses longer ones)")  # fmt: skip
+                           "shorter requests (the runtime refuses longer ones)")
     if positions > per_seq:
         raise GpuwiseError(f"the KV cache holds {per_seq:,} positions a sequence; a request of "
                            f"{longest.req.prompt:,} + {longest.req.output:,} tokens needs "
                            f"{positions:,}", "shorter requests, a larger --ctx, more memory "
-                           "(--gpus, --tp) or lower-precision weights")  # fmt: skip
+                           "(--gpus, --tp) or lower-precision weights")
 
 
 def _server_s(engine: Engine, step: Step) -> float:
@@ -224,7 +224,7 @@ def _shared_step(engine: Engine, step: Step, cells: SharedCells) -> tuple[float,
 
 
 def _ubatch_work(engine: Engine, ub: Ubatch, seqs: dict[int, Seq],
-                 done: dict[int, int]) -> tuple[int, int, float, float, float]:  # fmt: skip
+                 done: dict[int, int]) -> tuple[int, int, float, float, float]:
     """A ubatch's tokens, prompt tokens, cached positions read, prompt attention FLOPs and
     (prompt token, masked cell) pairs. On the tiled path (cells.py) attention is its tiles:
     computed ones at the attention rate, skipped ones as masked pairs; otherwise each
@@ -293,7 +293,7 @@ STEADY_MIN_STEPS = 4
 
 
 def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPool, now: float,
-                next_arrival: float) -> tuple[tuple[float, float, float], int] | None:  # fmt: skip
+                next_arrival: float) -> tuple[tuple[float, float, float], int] | None:
     """(seconds, steps) of the decode steps that run unchanged from here: every running
     sequence past its prompt, nobody admitted (none waiting, or no free slot or batch), the
     first of them to finish or the next arrival ends the run. Simulated as one: its steps'
@@ -301,7 +301,7 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
     if not running or any(s.computed < s.target for s in running):
         return None
     closed = engine.policy in ("slots", "static") and (
-        engine.policy == "static" or len(running) >= engine.limits.max_seqs)  # fmt: skip
+        engine.policy == "static" or len(running) >= engine.limits.max_seqs)
     if waiting and not closed:
         return None
     k = min(s.req.output - s.generated for s in running if s.generated < s.req.output)
@@ -321,7 +321,7 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
 
 
 def _apply_run(running: list[Seq], k: int, start: float, end: float, policy: str,
-               itl: Histogram) -> list[Seq]:  # fmt: skip
+               itl: Histogram) -> list[Seq]:
     """`k` decode steps of every running sequence from `start` to `end`, evenly spaced."""
     gap = (end - start) / k
     since: dict[float, int] = {}

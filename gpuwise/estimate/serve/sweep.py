@@ -42,7 +42,7 @@ def meets(rec: ServeSummary, slo: Slo) -> bool:
 
 def sweep(engine: Engine, lengths: Lengths, count: int, slo: Slo, seed: int = 0,
           progress: Callable[[str, float], None] | None = None, points: int = CURVE_POINTS,
-          bisections: int = BISECTIONS) -> Sweep:  # fmt: skip
+          bisections: int = BISECTIONS) -> Sweep:
     """The curve over rates up to 1.5x the replica's ceiling, and the knee found between the
     last rate that met the targets and the first that did not."""
     top = 1.5 * rate_ceiling(engine, lengths.prompt, lengths.output)

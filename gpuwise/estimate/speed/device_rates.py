@@ -16,7 +16,7 @@ from gpuwise.estimate.speed.probed_kernels import KernelRates
 
 PHASES = ("inference", "decode", "training")
 DTYPE_PEAK_KEY = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "bf16",
-                  "int4": "bf16", "nf4": "bf16"}  # fmt: skip
+                  "int4": "bf16", "nf4": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class DeviceRates:
     def runtime_kernels(self) -> bool:
         """Whether a runtime's kernels replace the plain ones the probe timed."""
         return (self.matmul_share, self.weight_stream_share, self.attention_memory_share,
-                self.weight_dtype) != (1.0, 1.0, 1.0, "")  # fmt: skip
+                self.weight_dtype) != (1.0, 1.0, 1.0, "")
 
     def gemv_rate(self, matrix_bytes: float, dtype: str) -> float | None:
         """Bytes/s a one-row matmul streams a weight of this size at, where measured."""
@@ -99,10 +99,10 @@ class DeviceRates:
     def peak(self, dtype: str) -> float:
         key = DTYPE_PEAK_KEY.get(dtype, dtype)
         value = self.peak_flops.get(key) or self.peak_flops.get("fp16") or self.peak_flops.get(
-            "fp32") or max(self.peak_flops.values(), default=0.0)  # fmt: skip
+            "fp32") or max(self.peak_flops.values(), default=0.0)
         if not value:
             raise GpuwiseError(f"no {dtype} compute rate known for {self.name}",
-                               "run `gpuwise probe` on it, or pick catalogue hardware")  # fmt: skip
+                               "run `gpuwise probe` on it, or pick catalogue hardware")
         return value
 
     def matmul_rate(self, m: int, n: int, flops: float, dtype: str) -> float:
@@ -111,7 +111,7 @@ class DeviceRates:
         rows below `min_rows` idle the matrix units, and the last wave of output tiles
         leaves compute units idle."""
         curve = self.matmul_curves.get(dtype) or self.matmul_curves.get(
-            DTYPE_PEAK_KEY.get(dtype, dtype))  # fmt: skip
+            DTYPE_PEAK_KEY.get(dtype, dtype))
         if curve:
             rate = _interpolate(curve, flops)
             rows = self.row_curves.get(dtype) or self.row_curves.get(
@@ -134,7 +134,7 @@ class DeviceRates:
 
 
 def _interpolate(curve: tuple[tuple[float, float], ...], x_value: float,
-                 below: str = "proportional") -> float:  # fmt: skip
+                 below: str = "proportional") -> float:
     """Piecewise-linear in log(x); flat above the measured range. Below it the rate falls in
     proportion (a fixed cost dominates small matmuls), or stays flat (`below="flat"`)."""
     xs = [math.log(f) for f, _ in curve]
@@ -155,7 +155,7 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
     d = device_efficiency(hw.kind)
     if not hw.memory_bandwidth_gbs or not hw.peak_tflops:
         raise GpuwiseError(f"no speed figures for {hw.name}",
-                           "run `gpuwise probe` here first, or estimate --on a catalogue device")  # fmt: skip
+                           "run `gpuwise probe` here first, or estimate --on a catalogue device")
     units = max(1, hw.compute_units)
     return DeviceRates(
         name=hw.name, kind=hw.kind,
@@ -170,7 +170,7 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         runtime_op_s=dict(d.runtime_op_s), runtime_step_s=dict(d.runtime_step_s),
         unit_cycles_per_s=units * hw.boost_clock_mhz * 1e6, split_k_min=d.split_k_min,
         host_link_bytes_per_s=hw.host_link_gbs * 1e9,
-    )  # fmt: skip
+    )
 
 
 def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
@@ -180,7 +180,7 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
                             runtime: dict[str, Any] | None = None,
                             kernels: dict[str, Any] | None = None,
                             llama_cpp: dict[str, dict[str, float]] | None = None,
-                            ) -> DeviceRates:  # fmt: skip
+                            ) -> DeviceRates:
     """Rates measured on this machine by `gpuwise probe` (efficiency already included)."""
     peaks = {k: max(r for _, r in v) for k, v in matmul_curves.items() if v}
     rt = runtime or {}
@@ -197,10 +197,10 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         gemv_curves={k: tuple((b, r) for b, r in v) for k, v in rt.get("gemv", {}).items()},
         # Measured with the caches hot; a real model's ops find them cold (runtime_probe).
         runtime_op_s={p: rt[f"{p}_op_s"] * rt.get("cold_op_factor", 1.0)
-                      for p in PHASES if f"{p}_op_s" in rt},  # fmt: skip
+                      for p in PHASES if f"{p}_op_s" in rt},
         runtime_step_s={p: rt[f"{p}_step_s"] for p in PHASES if f"{p}_step_s" in rt},
         runtime_vocab_s=float(rt.get("decode_vocab_s", 0.0)),
         kernels=KernelRates.from_record(kernels) if kernels else None,
         ggml_measured=dict(llama_cpp or {}),
         unit_cycles_per_s=max(1, hw.compute_units) * hw.boost_clock_mhz * 1e6,
-    )  # fmt: skip
+    )

@@ -76,7 +76,7 @@ class GgmlStep:
 
     def parts(self, tokens: int, prompt_tokens: int, kv_read: float,
               prompt_attention_flops: float = 0.0, masked: float = 0.0,
-              prompts: int = 1) -> tuple[float, float, float]:  # fmt: skip
+              prompts: int = 1) -> tuple[float, float, float]:
         """(compute-bound, memory-bound, host) seconds of a step of `tokens` tokens,
         `prompt_tokens` of them a prompt's, whose attention reads `kv_read` cached positions
         and costs `prompt_attention_flops` for the prompt's, and, in llama.cpp's shared cache,
@@ -118,7 +118,7 @@ class GgmlStep:
         return _phase("prefill", tuple(_merge(ts) for ts in merged.values()), c, m, host)
 
     def _rows(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
-              masked: float) -> tuple[list[OpTime], float]:  # fmt: skip
+              masked: float) -> tuple[list[OpTime], float]:
         share = self.offloaded_share
         rows, host = _device_rows(self, self.g, tokens, prompt_tokens, kv_read, pf, masked)
         if share >= 1.0 or self.host_g is None:
@@ -148,7 +148,7 @@ def _weights(step: GgmlStep) -> tuple[float, float, float, float]:
 
 
 def _device_rows(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int, kv_read: float,
-                 pf: float, masked: float) -> tuple[list[OpTime], float]:  # fmt: skip
+                 pf: float, masked: float) -> tuple[list[OpTime], float]:
     """The weights' row and attention's row of a step on one device, and its fixed costs."""
     arch, plan = step.arch, step.plan
     read, per_token, per_logit, kv_position = _weights(step)
@@ -158,7 +158,7 @@ def _device_rows(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int, 
     flops = tokens * per_token + logits * per_logit
     streamed = stream_seconds(g, read, read + kv, g.weight_bytes_per_s)
     weights = OpTime(Op(f"weights ({step.gtype})", "matmul", flops, read, m=tokens),
-                     matmul_seconds(g, tokens, flops, streamed), streamed)  # fmt: skip
+                     matmul_seconds(g, tokens, flops, streamed), streamed)
     decoding = tokens - prompt_tokens
     attention = pf / g.attention_flops if pf else 0.0
     attention += masked * arch.num_layers * arch.num_heads * g.masked_head_s
@@ -173,14 +173,14 @@ def _device_rows(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int, 
         kv += 2.0 * arch.num_heads * pf / arch.q_dim
         memory = kv / g.kv_bytes_per_s
     att = OpTime(Op("attention (KV cache)", "attention", pf + decode_flops * (decoding > 0), kv),
-                 attention, memory)  # fmt: skip
+                 attention, memory)
     per = prompt_tokens * layer_token_s(g, prompt_tokens) if prompt_tokens else 0.0
     return [weights, att], arch.num_layers * (g.layer_s + per) + g.token_s
 
 
 def _scaled(t: OpTime, share: float, where: str) -> OpTime:
     return OpTime(replace(t.op, name=f"{t.op.name} [{where}]"), t.compute_s * share,
-                  t.memory_s * share)  # fmt: skip
+                  t.memory_s * share)
 
 
 def _merge(times: list[OpTime]) -> OpTime:
@@ -188,7 +188,7 @@ def _merge(times: list[OpTime]) -> OpTime:
     if len(times) == 1:
         return times[0]
     op = replace(times[0].op, flops=sum(t.op.flops for t in times),
-                 bytes=sum(t.op.bytes for t in times))  # fmt: skip
+                 bytes=sum(t.op.bytes for t in times))
     c = sum(t.compute_s for t in times)
     m = sum(t.memory_s for t in times)
     return OpTime(op, c, m, extra_s=max(0.0, sum(t.seconds for t in times) - max(c, m)))
@@ -196,4 +196,4 @@ def _merge(times: list[OpTime]) -> OpTime:
 
 def _phase(name: str, rows: tuple[OpTime, ...], c: float, m: float, host: float) -> PhaseTime:
     return PhaseTime(name, c + m + host, c + m, host, 0.0,
-                     sum(t.op.flops for t in rows), sum(t.op.bytes for t in rows), rows)  # fmt: skip
+                     sum(t.op.flops for t in rows), sum(t.op.bytes for t in rows), rows)

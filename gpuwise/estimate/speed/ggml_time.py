@@ -21,10 +21,10 @@ from gpuwise.workload.plans import InferencePlan
 # gpuwise's weight formats as llama.cpp stores them (int4: Q4_K_M, llama.cpp's usual 4-bit).
 GGML_TYPE_OF = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "q8_0", "int4": "q4_k",
                 "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q4_k", "q5_k_m": "q5_k",
-                "q6_k": "q6_k"}  # fmt: skip
+                "q6_k": "q6_k"}
 # GGUF types the catalogue has no constants for, timed as the nearest one it has.
 NEAREST_TYPE = {"q4_1": "q4_0", "q5_0": "q5_k", "q5_1": "q5_k", "q3_k": "q4_k", "q2_k": "q4_k",
-                "iq4_xs": "q4_k", "iq4_nl": "q4_0", "q8_1": "q8_0"}  # fmt: skip
+                "iq4_xs": "q4_k", "iq4_nl": "q4_0", "q8_1": "q8_0"}
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def matmul_seconds(g: GgmlRates, tokens: int, flops: float, single_s: float) -> 
     fours = tokens - tokens % BATCH_SEQS
     half = ((float(HALF_UBATCH_TOKENS), g.half_matmul_flops),) if g.half_matmul_flops else ()
     points = ((float(BATCH_SEQS), g.batch_matmul_flops), *half,
-              (float(UBATCH_TOKENS), g.matmul_flops))  # fmt: skip
+              (float(UBATCH_TOKENS), g.matmul_flops))
     gemm = fours * per_token / _log_between(float(fours), points) if fours else 0.0
     return gemm + tokens % BATCH_SEQS * single_s
 
@@ -136,17 +136,17 @@ def ggml_type(plan: InferencePlan) -> str:
     name = stored.lower() or GGML_TYPE_OF.get(plan.weight_format.id, "")
     if not name:
         raise GpuwiseError(f"llama.cpp has no {plan.weights} weights",
-                           "give --weights q4_k_m, q4_0, q8_0, int4, int8, fp16 or bf16")  # fmt: skip
+                           "give --weights q4_k_m, q4_0, q8_0, int4, int8, fp16 or bf16")
     return NEAREST_TYPE.get(name, name)
 
 
 def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
-                    threads: int) -> GgmlRates:  # fmt: skip
+                    threads: int) -> GgmlRates:
     """The datasheet with the backend's shares; a CPU's `threads` share its bandwidth (each
     core streams `core_bandwidth_gbs`) and run its fp32 peak in proportion."""
     if gtype not in backend.memory:
         raise GpuwiseError(f"no llama.cpp constants for ggml type {gtype}",
-                           f"known: {', '.join(backend.memory)}")  # fmt: skip
+                           f"known: {', '.join(backend.memory)}")
     bandwidth = rates.bandwidth_bytes_per_s
     if rates.kind == "cpu":
         cores = max(1, rates.compute_units)
@@ -167,7 +167,7 @@ def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
                      matmul, f16 * d.get("prompt_attention", 1.0),
                      backend.nodes_per_layer * backend.kernel_s, backend.token_s, 0.0,
                      "spec", f16 * d.get("decode_attention", 0.0),
-                     f16 * d.get("batch_attention", 0.0), matmul * d.get("batch_matmul", 0.0))  # fmt: skip
+                     f16 * d.get("batch_attention", 0.0), matmul * d.get("batch_matmul", 0.0))
 
 
 def weights_read(arch: Architecture, plan: InferencePlan) -> float:
@@ -219,7 +219,7 @@ def chunk_pairs(tokens: int, depth: int) -> float:
     if tokens < FA_TILE:
         return tokens * (depth + tokens / 2)
     tiles = sum((depth + min(FA_TILE * (i + 1), tokens) - 1) // FA_TILE + 1
-                for i in range(-(-tokens // FA_TILE)))  # fmt: skip
+                for i in range(-(-tokens // FA_TILE)))
     return float(FA_TILE * FA_TILE * tiles)
 
 

@@ -60,7 +60,7 @@ class InferenceTime:
 
 def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
                             runtime: str | None = None, tp: int | None = None,
-                            host: DeviceRates | None = None) -> InferenceTime:  # fmt: skip
+                            host: DeviceRates | None = None) -> InferenceTime:
     """Time to first token (prefill) and per output token (decode) under the plan's runtime
     (or `runtime`): transformers' generate(), torch.compile, vLLM, SGLang or llama.cpp
     (whose layers past `plan.gpu_layers` run on `host`)."""
@@ -76,16 +76,16 @@ def estimate_inference_time(arch: Architecture, plan: InferencePlan, rates: Devi
         if rates.source == "measured" and g.source != "measured":
             missing = (f"llama.cpp was not probed here for {step.gtype} on "
                        f"{plan.threads or rates.compute_units} thread(s): its rates are the "
-                       "datasheet's shares (`gpuwise probe --runtime llama.cpp` measures them)",)  # fmt: skip
+                       "datasheet's shares (`gpuwise probe --runtime llama.cpp` measures them)",)
         return InferenceTime(prefill, decode, plan.batch, plan.new_tokens, g.source, rt.name,
-                             rt.id, step.gtype, missing)  # fmt: skip
+                             rt.id, step.gtype, missing)
     prompts = plan.batch * plan.prompt_tokens
     prefill = step.phase("prefill", prompts, prompts, prompts, prompts=plan.batch)
     decode = step.phase("decode", plan.batch, 0, decode_read)
     kernel = step.kernel
     return InferenceTime(prefill, decode, plan.batch, plan.new_tokens, step.rates.source,
                          rt.name, rt.id, kernel.id if kernel else "",
-                         eager_parts_missing(step.rates, step.eager))  # fmt: skip
+                         eager_parts_missing(step.rates, step.eager))
 
 
 def eager_parts_missing(rates: DeviceRates, eager: bool) -> tuple[str, ...]:
@@ -96,4 +96,4 @@ def eager_parts_missing(rates: DeviceRates, eager: bool) -> tuple[str, ...]:
         return ()
     return ("the probe measured no eager runtime costs (a quick probe does not): each op is "
             "charged the bare op's dispatch, not transformers', so this time is low "
-            "(`gpuwise probe` without --quick measures them)",)  # fmt: skip
+            "(`gpuwise probe` without --quick measures them)",)

@@ -67,7 +67,7 @@ class GlibcHeap:
         # the rules read on every request, as plain attributes
         self._align, self._header = r.malloc_alignment, r.chunk_header_bytes
         self._minsize, self._tensor_align, self._page = (r.min_chunk_bytes, r.tensor_alignment,
-                                                         r.page_bytes)  # fmt: skip
+                                                         r.page_bytes)
 
     def _chunk(self, nbytes: int) -> int:
         """glibc's chunk for a request aligned as PyTorch's posix_memalign aligns a tensor:
@@ -115,7 +115,7 @@ class GlibcHeap:
         free chunk (the rest split off when at least MINSIZE) or the top; the tensor's chunk
         at the first aligned spot, leader and trailer given back (module docstring)."""
         align, header, minsize, tensor_align = (self._align, self._header, self._minsize,
-                                                self._tensor_align)  # fmt: skip
+                                                self._tensor_align)
         nb = (nbytes + header + align - 1) // align * align  # _request2size, inlined
         if nb < minsize:
             nb = minsize
@@ -241,7 +241,7 @@ class GlibcHeap:
 
 
 def replay(events: Sequence[HeapEvent], passes: int = WARMUP_PASSES + 1,
-           freed_before: Sequence[int] = ()) -> dict[str, int]:  # fmt: skip
+           freed_before: Sequence[int] = ()) -> dict[str, int]:
     """Bytes faulted in the last of `passes` runs of the pass, by phase. What the pass
     leaves allocated is given back at its end (outputs, gradients set to None).
     `freed_before`: sizes of tensors the process took and gave back before the first pass

@@ -23,7 +23,7 @@ def _applies(rates: DeviceRates) -> bool:
 
 
 def fp32_training(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
-                  step_s: float) -> TrainingTime | None:  # fmt: skip
+                  step_s: float) -> TrainingTime | None:
     """The step in fp32 where a CPU's probed kernels make it `fp32_faster_by` faster than
     `step_s` (the plan's own step, in a half or mixed precision); else None."""
     if not _applies(rates) or plan.dtype == "fp32":
@@ -39,7 +39,7 @@ def fp32_weights(plan: InferencePlan) -> InferencePlan:
 
 
 def fp32_inference(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-                   own: InferenceTime) -> InferenceTime | None:  # fmt: skip
+                   own: InferenceTime) -> InferenceTime | None:
     """Generation with fp32 weights where a CPU's probed kernels make its prefill or its
     decode `fp32_faster_by` faster than `own` (bf16 or fp16 weights; the threshold:
     catalog/data/thresholds.toml); else None."""
@@ -48,5 +48,5 @@ def fp32_inference(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
     fp32 = estimate_inference_time(arch, fp32_weights(plan), rates)
     by = precision_thresholds().fp32_faster_by
     faster = (fp32.prefill_s * by <= own.prefill_s
-              or fp32.decode_s_per_token * by <= own.decode_s_per_token)  # fmt: skip
+              or fp32.decode_s_per_token * by <= own.decode_s_per_token)
     return fp32 if faster else None

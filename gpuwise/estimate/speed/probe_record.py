@@ -130,7 +130,7 @@ def record(required: Mapping[str, Check], optional: Mapping[str, Check] | None =
 
 
 def record_of(cls: type, checks: Mapping[str, Check] | None = None,
-              leave_out: tuple[str, ...] = ()) -> Check:  # fmt: skip
+              leave_out: tuple[str, ...] = ()) -> Check:
     """The check of a dataclass as saved with `dataclasses.asdict`: its fields, and no others;
     a field with a default may be left out. Each field's check follows from its annotation
     (bool, int, float, str, `X | None`, tuple/list, dict[str, X], a nested dataclass), or is
@@ -202,7 +202,7 @@ KERNELS: Check = record({}, {
     "fresh": table_of(number, {"by_held": list_of(point(1, least=0))}),  # [bytes held, bytes/s]
     "skipped": table_of(table_of(number)),
     "missing": table_of(text),
-})  # fmt: skip
+})
 
 
 def check_kernels(value: Any, where: str = "kernels") -> None:

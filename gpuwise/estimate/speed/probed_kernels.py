@@ -79,30 +79,30 @@ class KernelRates:
                 for direction, points in by_direction.items() if points
             }
             for dtype, by_direction in record.get("linear", {}).items()
-        }  # fmt: skip
+        }
         sdpa = {
             dtype: {mode: tuple(sorted((float(x), float(s)) for x, s in pts))
                     for mode, pts in modes.items() if pts}
             for dtype, modes in record.get("sdpa", {}).items()
-        }  # fmt: skip
+        }
         optimizer = {
             dtype: {name: tuple(sorted((float(n), float(s)) for n, s in pts))
                     for name, pts in by_name.items() if pts}
             for dtype, by_name in record.get("optimizer", {}).items()
-        }  # fmt: skip
+        }
         conv = {
             dtype: {d: tuple(tuple(float(v) for v in p) for p in pts)
                     for d, pts in by_direction.items() if pts}
             for dtype, by_direction in record.get("conv", {}).items()
-        }  # fmt: skip
+        }
         fresh = record.get("fresh") or {}
         return cls(linear, sdpa, dict(record.get("elementwise", {})), optimizer, conv,
                    float(fresh.get("bytes_per_s") or 0.0),
                    float(fresh.get("threshold") or _mmap_threshold_max()),
-                   slow_first_touch_reading(fresh)[1])  # fmt: skip
+                   slow_first_touch_reading(fresh)[1])
 
     def optimizer_s(self, name: str, tensors: tuple[tuple[int, int], ...], dtype: str,
-                    ) -> float | None:  # fmt: skip
+                    ) -> float | None:
         """Seconds of one optimizer step over parameter tensors given as (elements, count);
         None where this optimizer and dtype were not probed."""
         curve = self.optimizer.get(dtype, {}).get(name)
@@ -112,10 +112,10 @@ class KernelRates:
         # the smallest did per tensor (the loop's fixed cost per parameter).
         smallest, per_element = curve[0]
         return sum(k * (smallest * per_element if n < smallest else n * _loglog(curve, n, 0.0))
-                   for n, k in tensors)  # fmt: skip
+                   for n, k in tensors)
 
     def linear_s(self, m: int, k: int, n: int, dtype: str, direction: str = "forward",
-                 layout: str = "") -> float | None:  # fmt: skip
+                 layout: str = "") -> float | None:
         """Seconds of an (m x k) @ (k x n)^T linear, or None where the grid lacks the dtype.
         Layout "nn" (x @ W, W stored in x out, as GPT-2's Conv1D) reads its own forward grid
         up to the rows it covers; beyond them the layouts run alike."""
@@ -131,7 +131,7 @@ class KernelRates:
         return None if rate is None else 2.0 * m * k * n / rate
 
     def conv_s(self, m: int, k: int, n: int, dtype: str, direction: str = "forward",
-               variant: str = "") -> float | None:  # fmt: skip
+               variant: str = "") -> float | None:
         """Seconds of one GEMM of a convolution that is an (m x k) @ (k x n) implicit GEMM:
         its forward, or one gradient of its backward, at the FLOP/s per GEMM of the probed
         convolution of its window and stride (`variant`, "1x1/s2"; 3x3 stride 1 where that
@@ -143,7 +143,7 @@ class KernelRates:
             return None
         here = [math.log(v) for v in (m, k, n)]
         near = min(points, key=lambda p: sum((math.log(v) - h) ** 2
-                                             for v, h in zip(p[:3], here, strict=True)))  # fmt: skip
+                                             for v, h in zip(p[:3], here, strict=True)))
         gemms = near[3] if len(near) > 4 else (2.0 if direction == "backward" else 1.0)
         rate = gemms * 2.0 * near[0] * near[1] * near[2] / near[-1]
         return 2.0 * m * k * n / rate
@@ -154,7 +154,7 @@ class KernelRates:
         return min(grid.axes[1][0], grid.axes[2][0]) if grid else 0
 
     def sdpa_s(self, heads: int, queries: int, keys: int, head_dim: int, dtype: str,
-               backward: bool = False, causal: bool = True) -> float | None:  # fmt: skip
+               backward: bool = False, causal: bool = True) -> float | None:
         """Seconds of SDPA over `heads` (batch x heads) rows: a decode step (one query), a
         causal prefill (queries == keys) or its backward, or a non-causal forward or
         backward (q = kv); None where not measured (a profile older than 2026-12-03 18:00
@@ -189,7 +189,7 @@ NEAREST_PROBED = {"tanh": "gelu"}
 # Probed kernels that are not an elementwise product: where a profile lacks one, the op moves
 # its bytes at the memory bandwidth rather than at the product's rate.
 UNLIKE_PRODUCTS = frozenset({"bernoulli", "pool", "pool_backward", "batch_norm",
-                             "batch_norm_train", "batch_norm_backward"})  # fmt: skip
+                             "batch_norm_train", "batch_norm_backward"})
 
 
 def _loglog(curve: tuple[tuple[float, float], ...], x: float, power: float) -> float:
@@ -232,7 +232,7 @@ def _point_rate(grid: Grid, point: tuple[int, int, int]) -> float:
     if not seconds:
         here = [math.log(v) for v in point]
         point = min(grid.seconds, key=lambda p: sum((math.log(v) - h) ** 2
-                                                    for v, h in zip(p, here, strict=True)))  # fmt: skip
+                                                    for v, h in zip(p, here, strict=True)))
         seconds = grid.seconds[point]
     return 2.0 * point[0] * point[1] * point[2] / seconds
 

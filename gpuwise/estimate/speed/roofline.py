@@ -57,7 +57,7 @@ class PhaseTime:
 
 
 def time_op(op: Op, rates: DeviceRates, dtype: str, direction: str = "forward",
-            scale: float = 1.0) -> OpTime:  # fmt: skip
+            scale: float = 1.0) -> OpTime:
     """The op's time: the probe's kernel timing at its shape where there is one, else the
     roofline. `scale` multiplies the work (backward ~2x forward); with `direction`
     "backward", a matmul whose backward was probed takes that time, plus a forward per
@@ -132,7 +132,7 @@ def _narrower_than_grid(seconds: float, op: Op, rates: DeviceRates, dtype: str) 
 
 
 def _measured(op: Op, rates: DeviceRates, dtype: str, seconds: float, repeat: float,
-              extra_s: float = 0.0) -> OpTime:  # fmt: skip
+              extra_s: float = 0.0) -> OpTime:
     """A probed time, labelled compute- or memory-bound by where the roofline puts it."""
     roof = _roofline(op, rates, dtype, 1.0)
     if roof.bound == "compute":
@@ -169,7 +169,7 @@ def op_count_mode(dtype: str) -> str:
 
 
 def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
-                      rates: DeviceRates, layers: int | None = None) -> float:  # fmt: skip
+                      rates: DeviceRates, layers: int | None = None) -> float:
     """Seconds of fixed per-op cost: measured op counts x the device's per-op cost."""
     counts = op_counts(arch.model_type, mode, attention)[phase]
     n_layers = arch.num_layers if layers is None else layers
@@ -179,7 +179,7 @@ def dispatch_overhead(arch: Architecture, mode: str, attention: str, phase: str,
 
 
 def dispatch_cost(kernels: float, views: float, rates: DeviceRates, phase: str,
-                  per_step: bool = True, runtime: bool = True) -> float:  # fmt: skip
+                  per_step: bool = True, runtime: bool = True) -> float:
     """Seconds to dispatch `kernels` ops and `views` (metadata-only ops) in `phase`; with
     `per_step`, plus the runtime's measured fixed cost per step. `runtime` False: the bare
     per-op cost, without the transformers runtime's measured cost per op."""
@@ -192,7 +192,7 @@ def dispatch_cost(kernels: float, views: float, rates: DeviceRates, phase: str,
 
 def phase_time(name: str, ops: Sequence[Op], rates: DeviceRates, dtype: str, overhead_s: float,
                comm_s: float = 0.0, scale: float = 1.0, kernels: float | None = None,
-               direction: str = "forward") -> PhaseTime:  # fmt: skip
+               direction: str = "forward") -> PhaseTime:
     """Sum the operations' times; `scale` multiplies the work (backward is ~2x forward).
 
     On an accelerator every kernel also pays a device-side latency (launch, ramp-up and
@@ -214,7 +214,7 @@ def phase_time(name: str, ops: Sequence[Op], rates: DeviceRates, dtype: str, ove
         overhead_s = max(0.0, overhead_s - ops_s)  # only the part the device cannot hide
     flops, moved = scale * flops, scale * moved
     return PhaseTime(name, ops_s + overhead_s + comm_s, ops_s, overhead_s, comm_s, flops, moved,
-                     times)  # fmt: skip
+                     times)
 
 
 def fresh_bytes_per_s(rates: DeviceRates) -> float:
@@ -248,10 +248,10 @@ def with_faults(phase: PhaseTime, nbytes: int, fresh_bytes_per_s: float) -> Phas
     if not nbytes or not fresh_bytes_per_s:
         return phase
     return with_row(phase, Op("page faults", "faults", 0.0, float(nbytes)),
-                    nbytes / fresh_bytes_per_s)  # fmt: skip
+                    nbytes / fresh_bytes_per_s)
 
 
 def with_row(phase: PhaseTime, op: Op, seconds: float) -> PhaseTime:
     """The phase with one more row of its own in the op table, taking `seconds`."""
     return replace(phase, seconds=phase.seconds + seconds, ops_s=phase.ops_s + seconds,
-                   ops=(*phase.ops, OpTime(op, 0.0, seconds, measured=False)))  # fmt: skip
+                   ops=(*phase.ops, OpTime(op, 0.0, seconds, measured=False)))

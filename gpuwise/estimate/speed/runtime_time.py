@@ -21,7 +21,7 @@ def kernel_for(rt: RuntimeSpeed, weights: str, kind: str, asked: str = "") -> We
         kernel = weight_kernel(asked)
         if not fmt.quantised:
             raise GpuwiseError(f"--quant-kernel {asked} runs quantised weights, not {fmt.id}",
-                               "give --weights int4, int8, nf4 or fp8 with it")  # fmt: skip
+                               "give --weights int4, int8, nf4 or fp8 with it")
         return kernel
     if not fmt.quantised or kind != "gpu":
         return None
@@ -29,7 +29,7 @@ def kernel_for(rt: RuntimeSpeed, weights: str, kind: str, asked: str = "") -> We
     if name is None:
         has = ", ".join(rt.kernels) or "none"
         hint = ("GGUF types run under --runtime llama.cpp" if fmt.other_bits else
-                "pick --weights among them, or another --runtime")  # fmt: skip
+                "pick --weights among them, or another --runtime")
         raise GpuwiseError(f"{rt.id} has no kernel for {fmt.id} weights (it runs: {has})", hint)
     return weight_kernel(name)
 
@@ -42,4 +42,4 @@ def runtime_rates(rates: DeviceRates, rt: RuntimeSpeed, kernel: WeightKernel | N
     if (matmul, stream, rt.attention_memory, dtype) == (1.0, 1.0, 1.0, ""):
         return rates
     return replace(rates, matmul_share=matmul, weight_stream_share=stream,
-                   attention_memory_share=rt.attention_memory, weight_dtype=dtype)  # fmt: skip
+                   attention_memory_share=rt.attention_memory, weight_dtype=dtype)

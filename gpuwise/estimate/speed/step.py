@@ -67,14 +67,14 @@ def decode_context(prompt_tokens: int, new_tokens: int) -> float:
 
 
 def plan_shape(plan: InferencePlan, arch: Architecture, batch: int, tokens: int,
-               context: float, logits: int) -> Shape:  # fmt: skip
+               context: float, logits: int) -> Shape:
     fmt = plan.weight_format
     compute = weight_format(fmt.compute_dtype).bytes_per_element
     kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
     per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
-                  if plan.stored_weights else mean_weight_bytes(arch, fmt.id))  # fmt: skip
+                  if plan.stored_weights else mean_weight_bytes(arch, fmt.id))
     return Shape(batch, tokens, context, compute, per_weight, kv, plan.attention,  # type: ignore[arg-type]
-                 logits)  # fmt: skip
+                 logits)
 
 
 @lru_cache(maxsize=4096)
@@ -93,7 +93,7 @@ def inference_ops(arch: Architecture, shape: Shape, fused: bool, tp: int) -> tup
 
 
 def tp_allreduce_s(arch: Architecture, rows: int, compute_bytes: float, rates: DeviceRates,
-                   tp: int) -> float:  # fmt: skip
+                   tp: int) -> float:
     """Two all-reduces of the hidden state per layer under tensor parallelism."""
     if tp <= 1:
         return 0.0
@@ -126,7 +126,7 @@ class Sums:
         """The sums a share `f` of the way to `other` (rows: this one's)."""
         return Sums(self.compute_s + f * (other.compute_s - self.compute_s),
                     self.memory_s + f * (other.memory_s - self.memory_s),
-                    self.kernels + f * (other.kernels - self.kernels), self.rows)  # fmt: skip
+                    self.kernels + f * (other.kernels - self.kernels), self.rows)
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the caches below key on it
@@ -157,7 +157,7 @@ class RooflineStep:
 
     def parts(self, tokens: int, prompt_tokens: int, kv_read: float,
               prompt_attention_flops: float = 0.0, masked: float = 0.0,
-              prompts: int = 1) -> tuple[float, float, float]:  # fmt: skip
+              prompts: int = 1) -> tuple[float, float, float]:
         """(compute-bound, memory-bound, host) seconds of a step of `tokens` new tokens,
         `prompt_tokens` of them from `prompts` prompts whose attention costs
         `prompt_attention_flops`, the step's attention reading `kv_read` cached positions
@@ -165,30 +165,30 @@ class RooflineStep:
         if tokens <= 0:
             return 0.0, 0.0, 0.0
         c, m, extra, overhead, comm, _ = self._sums(tokens, prompt_tokens, kv_read,
-                                                    prompt_attention_flops, prompts)  # fmt: skip
+                                                    prompt_attention_flops, prompts)
         return c, m, extra + comm + overhead
 
     def phase(self, name: str, tokens: int, prompt_tokens: int, kv_read: float,
               prompt_attention_flops: float = 0.0, prompts: int = 1) -> PhaseTime:
         """The same step as an op table (infer's prefill and decode)."""
         c, m, extra, overhead, comm, rows = self._sums(tokens, prompt_tokens, kv_read,
-                                                       prompt_attention_flops, prompts)  # fmt: skip
+                                                       prompt_attention_flops, prompts)
         ops = tuple(rows)
         flops = sum(t.op.flops * t.op.count for t in ops)
         moved = sum(t.op.bytes * t.op.count for t in ops)
         # seconds summed as parts() sums them, so that a step's time is the same to the bit
         return PhaseTime(name, c + m + (extra + comm + overhead), c + m + extra, overhead, comm,
-                         flops, moved, ops)  # fmt: skip
+                         flops, moved, ops)
 
     def _sums(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
-              prompts: int) -> tuple[float, float, float, float, float, list[OpTime]]:  # fmt: skip
+              prompts: int) -> tuple[float, float, float, float, float, list[OpTime]]:
         """(compute-bound, memory-bound, the host's rows, dispatch the device cannot hide,
         collectives) seconds, and the rows."""
         decoding = tokens - prompt_tokens
         logits = tokens if self.plan.logits == "all" else decoding + (prompts if prompt_tokens else 0)
         dense = _dense_at(self, tokens)
         rows = [*dense.rows, *_head(self, max(1, logits)).rows,
-                *self._context_rows(tokens, prompt_tokens, kv_read, pf, prompts)]  # fmt: skip
+                *self._context_rows(tokens, prompt_tokens, kv_read, pf, prompts)]
         extra = _extra_rows(self, decoding, prompt_tokens, prompts)
         c = m = 0.0
         kernels = dense.kernels
@@ -207,7 +207,7 @@ class RooflineStep:
         return c, m, host, overhead, _comm(self, tokens), rows + extra
 
     def _context_rows(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
-                      prompts: int) -> list[OpTime]:  # fmt: skip
+                      prompts: int) -> list[OpTime]:
         """Attention over the cache (and, in eager runtimes, the cache's copy), timed at
         the step's shape: its decoding sequences at their mean context, its prompts as
         `prompts` equal prompts from the start, scaled to the FLOPs and positions given."""
@@ -221,7 +221,7 @@ class RooflineStep:
             flop_scale = pf / _causal_flops(self.arch, prompts, per) if pf else 1.0
             read_scale = max(1.0, (kv_read - decoding) / prompt_read) if not decoding else 1.0
             rows += [self._timed(op, flop_scale if op.kind == "attention" else 1.0, read_scale)
-                     for op in ops]  # fmt: skip
+                     for op in ops]
             if decoding:  # the decoding sequences read the rest of the positions
                 kv_read = max(float(decoding), kv_read - prompt_read)
         if decoding:
@@ -252,7 +252,7 @@ def _dense(step: RooflineStep, tokens: int) -> Sums:
     shape = plan_shape(step.plan, step.arch, 1, tokens, 1, 1)
     dtype = step.plan.weight_format.compute_dtype
     ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp)
-           if op.name not in CONTEXT_OPS]  # fmt: skip
+           if op.name not in CONTEXT_OPS]
     return Sums.of(tuple(time_op(op, step.rates, dtype) for op in ops))
 
 
@@ -269,7 +269,7 @@ def _head(step: RooflineStep, logits: int) -> Sums:
     shape = plan_shape(step.plan, step.arch, 1, 1, 1, logits)
     dtype = step.plan.weight_format.compute_dtype
     ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp)
-           if op.name == "lm_head"]  # fmt: skip
+           if op.name == "lm_head"]
     return Sums.of(tuple(time_op(op, step.rates, dtype) for op in ops))
 
 
@@ -286,11 +286,11 @@ def _overhead(step: RooflineStep, prompt: bool) -> float:
         return 0.0
     mode = op_count_mode(step.plan.weight_format.compute_dtype)
     return dispatch_overhead(step.arch, mode, step.plan.attention,
-                             "inference" if prompt else "decode", step.rates)  # fmt: skip
+                             "inference" if prompt else "decode", step.rates)
 
 
 def _extra_rows(step: RooflineStep, decoding: int, prompt_tokens: int,
-                prompts: int) -> list[OpTime]:  # fmt: skip
+                prompts: int) -> list[OpTime]:
     """The host's rows of a step: the runtime's own cost a step, generate()'s work on each
     decoding sequence's logits, and a CPU prefill's page faults."""
     rows = []
@@ -301,13 +301,13 @@ def _extra_rows(step: RooflineStep, decoding: int, prompt_tokens: int,
     if step.eager and decoding and step.rates.runtime_vocab_s:
         logits = float(vocab * decoding * 4)  # what it works on: the fp32 logits
         rows.append(OpTime(Op("logits step", "runtime", 0.0, logits), 0.0,
-                           step.rates.runtime_vocab_s * vocab * decoding))  # fmt: skip
+                           step.rates.runtime_vocab_s * vocab * decoding))
     fresh = fresh_bytes_per_s(step.rates) if step.eager and prompt_tokens else 0.0
     if fresh:
         nbytes = _fault_bytes(step, prompts, max(1, prompt_tokens // max(1, prompts)))
         if nbytes:
             rows.append(OpTime(Op("page faults", "faults", 0.0, float(nbytes)), 0.0,
-                               nbytes / fresh))  # fmt: skip
+                               nbytes / fresh))
     return rows
 
 

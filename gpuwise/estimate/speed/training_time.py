@@ -85,7 +85,7 @@ class TrainingTime:
 
 @lru_cache(maxsize=64)
 def training_fault_bytes(arch: Architecture, shape: Shape, param_bytes: float, optimizer: str,
-                         checkpointing: bool) -> dict[str, int]:  # fmt: skip
+                         checkpointing: bool) -> dict[str, int]:
     """Bytes a CPU training step under transformers faults in afresh, by phase: the whole
     step's tensors replayed through glibc's allocator (`workload.training_heap`). The whole
     model: the optimizer's faults depend on where the backward left the heap, and do not
@@ -96,7 +96,7 @@ def training_fault_bytes(arch: Architecture, shape: Shape, param_bytes: float, o
 
 def _with_step_faults(arch: Architecture, plan: TrainingPlan, shape: Shape, bwd: PhaseTime,
                       optimizer: PhaseTime, rates: DeviceRates,
-                      ) -> tuple[PhaseTime, PhaseTime]:  # fmt: skip
+                      ) -> tuple[PhaseTime, PhaseTime]:
     """The backward and the optimizer step on a probed CPU, plus the pages the allocator
     gives them afresh: gradients and AdamW's temporaries of a layer's weights' size, where
     the step's largest transient tensors set glibc's thresholds (Qwen2.5-0.5B at batch 1:
@@ -108,9 +108,9 @@ def _with_step_faults(arch: Architecture, plan: TrainingPlan, shape: Shape, bwd:
     if not fresh:
         return bwd, optimizer
     faults = training_fault_bytes(arch, shape, shape.weight_bytes, plan.optimizer,
-                                  plan.checkpointing)  # fmt: skip
+                                  plan.checkpointing)
     return (with_faults(bwd, faults.get("backward", 0), fresh),
-            with_faults(optimizer, faults.get("optimizer", 0), fresh))  # fmt: skip
+            with_faults(optimizer, faults.get("optimizer", 0), fresh))
 
 
 def optimizer_state_dtype(plan: TrainingPlan) -> str:
@@ -128,7 +128,7 @@ def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu
     return [Op("optimizer" if kernel == "binary" else f"optimizer_{kernel}", "elementwise",
                trainable * n / 2, trainable * n * state, kernel=kernel, dtype=dtype,
                streamed=True)
-            for kernel, n in passes.items()]  # fmt: skip
+            for kernel, n in passes.items()]
 
 
 def _dropout_ops(arch: Architecture, shape: Shape) -> tuple[list[Op], list[Op]]:
@@ -142,11 +142,11 @@ def _dropout_ops(arch: Architecture, shape: Shape) -> tuple[list[Op], list[Op]]:
         ("dropout", arch.hidden_dropout, shape.rows * arch.hidden_size, 2 * arch.num_layers + 1),
         ("attention_dropout", arch.attention_dropout if shape.attention == "eager" else 0.0,
          scores, arch.num_layers),
-    ):  # fmt: skip
+    ):
         if p <= 0:
             continue
         draws.append(Op(f"{name}_mask", "elementwise", elements, elements * c, count,
-                        kernel="bernoulli"))  # fmt: skip
+                        kernel="bernoulli"))
         applies.append(Op(name, "elementwise", elements, 3 * elements * c, count, kernel="binary"))
     return draws, applies
 
@@ -164,12 +164,12 @@ def _activations_streamed(ops: list[Op]) -> list[Op]:
     """In training, elementwise ops read tensors saved across the whole forward pass: they
     stream from memory rather than from a cache, so a cache-sized probed rate is capped."""
     return [replace(op, streamed=True) if op.kind in ("elementwise", "norm", "logits") else op
-            for op in ops]  # fmt: skip
+            for op in ops]
 
 
 def optimizer_phase(plan: TrainingPlan, trainable: float,
                     tensors: tuple[tuple[int, int], ...] | None, rates: DeviceRates,
-                    overhead_s: float = 0.0) -> PhaseTime:  # fmt: skip
+                    overhead_s: float = 0.0) -> PhaseTime:
     """The optimizer step: probed on this machine where it was (this optimizer and state
     dtype, over `tensors`, the parameter tensors as (elements, how many); the probed step
     includes its loop's dispatch), else its passes over the states on the roofline plus
@@ -183,11 +183,11 @@ def optimizer_phase(plan: TrainingPlan, trainable: float,
         return phase_time("optimizer", ops, rates, dtype, overhead_s)
     op = Op("optimizer", "elementwise", sum(o.flops for o in ops), sum(o.bytes for o in ops))
     return PhaseTime("optimizer", probed, probed, 0.0, 0.0, op.flops, op.bytes,
-                     (OpTime(op, 0.0, probed, measured=True),))  # fmt: skip
+                     (OpTime(op, 0.0, probed, measured=True),))
 
 
 def _collectives(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
-                 grad_bytes: float, weight_bytes_total: float) -> float:  # fmt: skip
+                 grad_bytes: float, weight_bytes_total: float) -> float:
     """Ring collectives, not overlapped with compute: TP all-reduces of activations in
     forward and backward; data-parallel gradient all-reduce (or reduce-scatter + gather)."""
     bw = rates.interconnect_bytes_per_s
@@ -217,7 +217,7 @@ def matmul_params(arch: Architecture) -> int:
 
 
 def estimate_training_time(arch: Architecture, plan: TrainingPlan,
-                           rates: DeviceRates) -> TrainingTime:  # fmt: skip
+                           rates: DeviceRates) -> TrainingTime:
     """One optimizer step: forward, backward (~2x forward), recompute, optimizer, comms,
     under the plan's runtime: transformers (eager) or torch.compile (fused, no dispatch)."""
     rt = runtime_speed(plan.runtime)
@@ -231,7 +231,7 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     attention = _training_attention(arch, plan, rates)
     shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, attention, plan.seq)
     ops = [tensor_parallel_share(op, plan.tp)
-           for op in forward_ops(arch, shape) + loss_ops(arch, shape)]  # fmt: skip
+           for op in forward_ops(arch, shape) + loss_ops(arch, shape)]
     masks, applied = _dropout_ops(arch, shape)
     ops = _activations_streamed(ops + applied)  # masks applied in forward and backward
     forward_only = masks + kv_append_ops(arch, shape)  # masks drawn, the cache appended
@@ -244,7 +244,7 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     trainable = counts.total if plan.finetune == "full" else lora_params(arch, plan)
     whole = plan.finetune == "full" and plan.tp == 1  # the probe stepped whole tensors
     optimizer = optimizer_phase(plan, trainable / plan.tp,
-                                parameter_tensors(arch) if whole else None, rates)  # fmt: skip
+                                parameter_tensors(arch) if whole else None, rates)
     bwd, optimizer = _with_step_faults(arch, plan, shape, bwd, optimizer, rates)
     grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
     comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
@@ -253,7 +253,7 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     model_flops = tokens * (6 * matmul_params(arch) + attn)
     peak = rates.peak(dtype) * plan.gpus
     return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source,
-                        rt.name, rt.id)  # fmt: skip
+                        rt.name, rt.id)
 
 
 def _fused(ops: list[Op]) -> list[Op]:
@@ -265,7 +265,7 @@ def _fused(ops: list[Op]) -> list[Op]:
 
 def _forward_backward(arch: Architecture, plan: TrainingPlan, ops: list[Op],
                       forward_only: list[Op], masks: list[Op], shape: Shape,
-                      rates: DeviceRates, mode: str) -> tuple[PhaseTime, PhaseTime]:  # fmt: skip
+                      rates: DeviceRates, mode: str) -> tuple[PhaseTime, PhaseTime]:
     """The forward and the backward (the forward again first under checkpointing), each with
     its share of the step's dispatch (catalog/data/efficiency.toml, `time_model`)."""
     rules = time_model_rules()
@@ -283,11 +283,11 @@ def _forward_backward(arch: Architecture, plan: TrainingPlan, ops: list[Op],
     if plan.checkpointing:  # the layers' forward again, under the backward's dispatch
         recompute = phase_time("recompute", ops, rates, dtype, forward_overhead)
         bwd = phase_time("backward", ops, rates, dtype, backward_overhead + recompute.overhead_s,
-                         scale=back_scale + 1.0, direction=direction)  # fmt: skip
+                         scale=back_scale + 1.0, direction=direction)
         bwd = _plus(bwd, phase_time("recompute", masks, rates, dtype, 0.0))  # masks again
     else:
         bwd = phase_time("backward", ops, rates, dtype, backward_overhead, scale=back_scale,
-                         direction=direction)  # fmt: skip
+                         direction=direction)
     if full:
         bwd = _plus(bwd, phase_time("backward", embedding_grad_ops(arch, shape), rates, dtype, 0.0))
     if plan.finetune in ("lora", "qlora"):
@@ -296,13 +296,13 @@ def _forward_backward(arch: Architecture, plan: TrainingPlan, ops: list[Op],
 
 
 def _with_adapters(arch: Architecture, plan: TrainingPlan, fwd: PhaseTime, bwd: PhaseTime,
-                   rates: DeviceRates) -> tuple[PhaseTime, PhaseTime]:  # fmt: skip
+                   rates: DeviceRates) -> tuple[PhaseTime, PhaseTime]:
     """The forward and backward with peft's LoRA branches (fp32 adapters on a 16-bit base:
     casts too), their kernels dispatched at the runtime's cost; a checkpointed step runs
     the branches' forward again in its backward."""
     c = weight_format(plan.compute_dtype).bytes_per_element
     forward, backward = lora_ops(lora_dims(arch, plan), plan.lora_rank, plan.batch * plan.seq,
-                                 arch.num_layers, c, max(4.0, c))  # fmt: skip
+                                 arch.num_layers, c, max(4.0, c))
     if plan.checkpointing:
         backward = forward + backward
 
@@ -319,7 +319,7 @@ def _plus(phase: PhaseTime, more: PhaseTime) -> PhaseTime:
     return replace(phase, seconds=phase.seconds + more.seconds, ops_s=phase.ops_s + more.ops_s,
                    overhead_s=phase.overhead_s + more.overhead_s,
                    flops=phase.flops + more.flops, bytes=phase.bytes + more.bytes,
-                   ops=phase.ops + more.ops)  # fmt: skip
+                   ops=phase.ops + more.ops)
 
 
 def slow_faults_step_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates) -> float | None:
@@ -332,7 +332,7 @@ def slow_faults_step_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRate
 
 
 def step_fault_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
-                 step: TrainingTime | None = None) -> float:  # fmt: skip
+                 step: TrainingTime | None = None) -> float:
     """Seconds of the training step that are page faults at the probed first-touch rate:
     memory the host allocator gives back and maps again every step (0 off a probed CPU)."""
     step = step or estimate_training_time(arch, plan, rates)

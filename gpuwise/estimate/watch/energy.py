@@ -53,7 +53,7 @@ def cumulative_series(samples: Sequence[SampleRecord], source: str) -> Series | 
 
 
 def _counter(samples: Sequence[SampleRecord],
-             read: Callable[[SampleRecord], float | None]) -> Series | None:  # fmt: skip
+             read: Callable[[SampleRecord], float | None]) -> Series | None:
     points = [(s.t, read(s)) for s in samples]
     kept = [(t, v) for t, v in points if v is not None]
     if len(kept) < 2:
@@ -79,7 +79,7 @@ def _at(series: Series, t: float) -> float:
 
 def energy_report(samples: Sequence[SampleRecord], missing: dict[str, str],
                   window: tuple[float, float] | None, phase_share: dict[str, float],
-                  steps_per_rank: float, samples_total: int | None) -> EnergyReport:  # fmt: skip
+                  steps_per_rank: float, samples_total: int | None) -> EnergyReport:
     """Energy of the run: `window` is (first step start, last step end) on the Unix clock."""
     series = {src: cumulative_series(samples, src) for src in ("gpu", "cpu")}
     got = {src: s for src, s in series.items() if s is not None}
@@ -99,7 +99,7 @@ def energy_report(samples: Sequence[SampleRecord], missing: dict[str, str],
         per_step_j=in_steps / steps_per_rank if in_steps and steps_per_rank else None,
         per_1000_samples_j=1000 * in_steps / samples_total if in_steps and samples_total else None,
         mean_power_w=job / (end - start) if end > start else None,
-    )  # fmt: skip
+    )
 
 
 def _why(source: str, missing: dict[str, str]) -> str:

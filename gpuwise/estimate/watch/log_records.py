@@ -135,7 +135,7 @@ def _step(rec: dict[str, Any]) -> StepRecord:
         dispatch_us=rec.get("dispatch_us"),
         rss_bytes=rec.get("rss_bytes"), device_mem_bytes=rec.get("device_mem_bytes"),
         source=str(rec.get("source", "api")),
-    )  # fmt: skip
+    )
 
 
 def _sample(rec: dict[str, Any]) -> SampleRecord:
@@ -152,7 +152,7 @@ def _sample(rec: dict[str, Any]) -> SampleRecord:
         gpus=tuple(GpuReading(_index(g.get("index"), i), g.get("util_percent"), g.get("sm_percent"),
                               g.get("mem_used_bytes"), g.get("power_w"))
                    for i, g in enumerate(gpus)),
-    )  # fmt: skip
+    )
 
 
 def _index(value: Any, position: int) -> int:

@@ -85,7 +85,7 @@ METRICS = (
     _m("step_energy_joules", "gauge", "energy per step, recent window (estimated)"),
     _m("exporter_cpu_seconds_total", "counter", "CPU time the exporter spent computing these "
        "metrics"),
-)  # fmt: skip
+)
 SPECS = {spec.name: spec for spec in METRICS}
 
 Sample = tuple[str, dict[str, str], float]  # (sample name, labels, value)
@@ -99,7 +99,7 @@ class Family:
     def add(self, value: float | None, suffix: str = "", **labels: Any) -> None:
         if value is not None:
             self.samples.append((self.spec.name + suffix, {k: str(v) for k, v in labels.items()},
-                                 float(value)))  # fmt: skip
+                                 float(value)))
 
 
 def label_value(kind: str) -> str:

@@ -86,7 +86,7 @@ class LiveWindow:
     """The state the metrics are drawn from; `feed` it the log's records in order."""
 
     def __init__(self, window_s: float = WINDOW_S, max_steps: int = MAX_STEPS,
-                 rank: int | None = None) -> None:  # fmt: skip
+                 rank: int | None = None) -> None:
         self.window_s = window_s
         self.max_steps = max_steps
         self.rank = rank  # only this rank's steps (gpuwise.watch() in one rank), or all
@@ -174,7 +174,7 @@ class LiveWindow:
         """The recent window as a log (one rank's steps, or every rank's)."""
         ranks = [rank] if rank is not None else sorted(self.steps)
         steps = sorted((s for r in ranks for s in self.steps.get(r, ())),
-                       key=lambda s: (s.rank, s.pid, s.index))  # fmt: skip
+                       key=lambda s: (s.rank, s.pid, s.index))
         return WatchLog(self.header, tuple(steps), tuple(self.samples))
 
     def memory_trends(self) -> tuple[MemoryTrend, ...]:
@@ -189,7 +189,7 @@ class LiveWindow:
         return trends or sample_trends(WatchLog(self.header, (), tuple(self.memory_samples)))
 
     def families(self, job: str, host: str, host_memory_bytes: int | None = None,
-                 version: str = "", exporter_cpu_s: float = 0.0) -> list[Family]:  # fmt: skip
+                 version: str = "", exporter_cpu_s: float = 0.0) -> list[Family]:
         """Every metric family with its samples, labelled job and host."""
         summary = replace(summarize(self.log()), memory=self.memory_trends())
         judged = verdict(summary)
@@ -255,7 +255,7 @@ class LiveWindow:
         counted = [t.samples for t in timed if t.samples is not None]
         add("samples_per_second", sum(counted) / seconds if counted else None, rank=rank)
         add("before_sync_seconds", statistics.median(  # as ranks.py's RankStats
-            t.step_s - t.backward_s - t.optimizer_s for t in timed), rank=rank)  # fmt: skip
+            t.step_s - t.backward_s - t.optimizer_s for t in timed), rank=rank)
 
     def _spread_metrics(self, add: Any, s: WatchSummary) -> None:
         spread = s.ranks

@@ -50,9 +50,9 @@ def rank_spread(steps: Sequence[StepRecord]) -> RankSpread | None:
         fast = [s for s in stats if s.rank not in stragglers]
         if fast:
             wait = max(statistics.median(s.backward_s_median for s in fast)
-                       - statistics.median(s.backward_s_median for s in slow), 0.0)  # fmt: skip
+                       - statistics.median(s.backward_s_median for s in slow), 0.0)
     return RankSpread(stats, _spread([s.step_s_median for s in stats]),
-                      _spread([s.before_sync_s_median for s in stats]), stragglers, wait)  # fmt: skip
+                      _spread([s.before_sync_s_median for s in stats]), stragglers, wait)
 
 
 def _stats(rank: int, steps: list[StepRecord]) -> RankStats:
@@ -63,7 +63,7 @@ def _stats(rank: int, steps: list[StepRecord]) -> RankStats:
                                                for s in steps),
         data_s_median=statistics.median(s.data_s for s in steps),
         backward_s_median=statistics.median(s.backward_s for s in steps),
-    )  # fmt: skip
+    )
 
 
 def _is_straggler(me: RankStats, stats: Sequence[RankStats]) -> bool:
@@ -71,7 +71,7 @@ def _is_straggler(me: RankStats, stats: Sequence[RankStats]) -> bool:
     typical = statistics.median(others)
     t = watch_thresholds()
     return (me.before_sync_s_median > t.straggler_ratio * typical
-            and me.before_sync_s_median - typical > t.straggler_min_s)  # fmt: skip
+            and me.before_sync_s_median - typical > t.straggler_min_s)
 
 
 def _spread(values: list[float]) -> float:

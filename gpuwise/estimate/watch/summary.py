@@ -98,10 +98,10 @@ def summarize(log: WatchLog) -> WatchSummary:
         iowait_percent=_mean_in(log, "iowait_percent", window),
         memory=memory_trends(log.steps) or sample_trends(log), ranks=rank_spread(timed),
         energy=energy_report(log.samples, log.unavailable, window, share, steps_per_rank,
-                             all_samples),  # fmt: skip
+                             all_samples),
         wall_s=log.samples[-1].t - log.samples[0].t if len(log.samples) > 1 else None,
         source="inject" if any(s.source == "inject" for s in log.steps) else "api",
-    )  # fmt: skip
+    )
 
 
 def _steps_window(steps: Sequence[StepRecord]) -> tuple[float, float] | None:
@@ -131,7 +131,7 @@ def _us_per_op(steps: Sequence[StepRecord], timed: Sequence[StepRecord]) -> floa
 def _mean_in(log: WatchLog, field: str, window: tuple[float, float] | None) -> float | None:
     """Mean of a sample field over the steps (over the whole run if there are none)."""
     values = [getattr(s, field) for s in log.samples
-              if window is None or window[0] <= s.t <= window[1]]  # fmt: skip
+              if window is None or window[0] <= s.t <= window[1]]
     got = [v for v in values if v is not None]
     return statistics.fmean(got) if got else None
 
@@ -179,4 +179,4 @@ def _trend(what: str, per: str, points: list[tuple[float, int]]) -> MemoryTrend 
     slope = sxy / sxx if sxx else 0.0
     r = sxy / (sxx * syy) ** 0.5 if sxx and syy else 0.0
     return MemoryTrend(what, per, int(ys[0]), int(ys[-1]), slope * (xs[-1] - xs[0]), slope, r,
-                       len(kept))  # fmt: skip
+                       len(kept))

@@ -52,7 +52,7 @@ def verdict(summary: WatchSummary) -> Verdict:
             evidence.append(f"GPU busy {summary.gpu_util_percent:.0f}% of the run (measured)")
         first = Finding("no-steps", "no training steps were seen", tuple(evidence), (
             "run a PyTorch loop without --no-inject, or mark steps with `gpuwise.watch()` "
-            "(see docs/watch.md)",))  # fmt: skip
+            "(see docs/watch.md)",))
     else:
         first = _input_bound(summary) or _host_bound(summary) or _compute_bound(summary)
     extra = [f for f in (*(creep_finding(t) for t in summary.memory), _stragglers(summary)) if f]
@@ -71,9 +71,9 @@ def _input_bound(s: WatchSummary) -> Finding | None:
         return None
     data, h2d = s.phase_share.get("data", 0.0), s.phase_share.get("h2d", 0.0)
     evidence = [f"waiting for data: {data:.1%} of step time, host-to-device copies: "
-                f"{h2d:.1%} (measured; threshold {limit:.0%})",  # fmt: skip
+                f"{h2d:.1%} (measured; threshold {limit:.0%})",
                 f"idle time: {s.phase_s['data'] + s.phase_s['h2d']:.2f} s of "
-                f"{sum(s.phase_s.values()):.2f} s in steps (measured)"]  # fmt: skip
+                f"{sum(s.phase_s.values()):.2f} s in steps (measured)"]
     if s.energy.idle_j is not None:
         evidence.append(f"energy spent waiting for data: {s.energy.idle_j:,.0f} J (estimated)")
     if s.gpu_util_percent is not None:
@@ -81,22 +81,22 @@ def _input_bound(s: WatchSummary) -> Finding | None:
     if s.ranks is not None:  # one slow input pipeline makes every rank wait in backward
         evidence.append("waiting for data by rank (median step): " + ", ".join(
             f"{r.rank}: {r.data_s_median / r.step_s_median:.0%}" for r in s.ranks.ranks
-            if r.step_s_median > 0))  # fmt: skip
+            if r.step_s_median > 0))
     gpu = _saw_gpu(s)
     tips = [
         "more DataLoader workers (num_workers), persistent_workers=True, a larger prefetch_factor",
         "decode/augment once offline, or on the GPU; cache the dataset" if gpu else
         "decode/augment once offline; cache the dataset",
-    ]  # fmt: skip
+    ]
     if h2d > data:
         tips = [
             "pin_memory=True with .to(device, non_blocking=True)",
             "send compact dtypes (uint8 images, int32 tokens) and convert on the device",
         ]
     tips.append("a faster GPU will not help: it would wait longer" if gpu else
-                "faster compute will not help: the model would wait longer for its input")  # fmt: skip
+                "faster compute will not help: the model would wait longer for its input")
     return Finding("input-bound", f"input-bound: {total:.0%} of each step waits for data",
-                   tuple(evidence), tuple(tips))  # fmt: skip
+                   tuple(evidence), tuple(tips))
 
 
 def _saw_gpu(s: WatchSummary) -> bool:
@@ -119,7 +119,7 @@ def _threshold_words(s: WatchSummary) -> str:
     if limit == t.host_bound_us_per_op:
         return f"threshold {limit:.0f} us"
     return (f"threshold {limit:.0f} us: {t.host_bound_dispatch_factor:.0f}x this host's "
-            f"{s.dispatch_us:.1f} us per tiny operator, measured")  # fmt: skip
+            f"{s.dispatch_us:.1f} us per tiny operator, measured")
 
 
 def _host_bound(s: WatchSummary) -> Finding | None:
@@ -128,11 +128,11 @@ def _host_bound(s: WatchSummary) -> Finding | None:
         if s.us_per_op > host_bound_threshold_us(s):
             return None
         evidence = [f"{s.ops_per_step:,.0f} operators per step, {s.us_per_op:.1f} us each on "
-                    f"average (measured; {_threshold_words(s)})"]  # fmt: skip
+                    f"average (measured; {_threshold_words(s)})"]
     elif s.gpu_util_percent is not None and s.gpu_util_percent < low_util:
         evidence = [f"GPU busy only {s.gpu_util_percent:.0f}% of the time (measured; threshold "
                     f"{low_util:.0f}%) while the input takes "
-                    f"{input_share(s):.0%} of the step"]  # fmt: skip
+                    f"{input_share(s):.0%} of the step"]
     else:
         return None
     if s.gpu_util_percent is not None:
@@ -144,16 +144,16 @@ def _host_bound(s: WatchSummary) -> Finding | None:
         "fewer, larger tensors: avoid Python loops over small tensors",
     )
     return Finding("host-bound", "host/launch-bound: operators too small to keep the device busy",
-                   tuple(evidence), tips)  # fmt: skip
+                   tuple(evidence), tips)
 
 
 def _compute_bound(s: WatchSummary) -> Finding:
     compute = 1.0 - input_share(s)
     evidence = [f"compute (forward, backward, optimizer, rest): {compute:.0%} of step time; "
-                f"input {input_share(s):.0%} (measured)"]  # fmt: skip
+                f"input {input_share(s):.0%} (measured)"]
     if s.us_per_op is not None:
         evidence.append(f"{s.us_per_op:,.0f} us per operator on average: well above launch "
-                        f"cost ({_threshold_words(s)}; measured)")  # fmt: skip
+                        f"cost ({_threshold_words(s)}; measured)")
     if s.gpu_util_percent is not None:
         evidence.append(f"GPU busy {s.gpu_util_percent:.0f}% of the time (measured)")
     tips = (
@@ -162,7 +162,7 @@ def _compute_bound(s: WatchSummary) -> Finding:
         "a faster device helps here: the loop keeps it busy",
     )
     return Finding("compute-bound", "compute-bound: the device is the limit", tuple(evidence),
-                   tips)  # fmt: skip
+                   tips)
 
 
 def creep_finding(t: MemoryTrend) -> Finding | None:
@@ -177,11 +177,11 @@ def creep_finding(t: MemoryTrend) -> Finding | None:
         where = {"rss": "RSS of the job's processes", "device": "GPU memory used"}[t.what]
     span = f"{t.points} steps" if t.per == "step" else f"{t.points} samples"
     ahead = (f"+{format_bytes(1000 * t.slope_bytes)} per 1000 steps" if t.per == "step"
-             else f"+{format_bytes(3600 * t.slope_bytes)} per hour")  # fmt: skip
+             else f"+{format_bytes(3600 * t.slope_bytes)} per hour")
     evidence = (f"{where} grew by {format_bytes(t.growth_bytes)} over {span} after warm-up "
                 f"({format_bytes(t.slope_bytes)} per {t.per}, r={t.r:.2f}; thresholds "
                 f"{format_bytes(min_bytes)} and {min_fraction:.0%}, r>={limits.creep_min_r}; "
-                "measured)", f"at this rate: {ahead}")  # fmt: skip
+                "measured)", f"at this rate: {ahead}")
     tips = (
         "accumulate losses with loss.item() or loss.detach(), not the tensor",
         "do not keep outputs, logits or graphs in lists across steps",
@@ -199,12 +199,12 @@ def _stragglers(s: WatchSummary) -> Finding | None:
     evidence = [f"rank {r}: {1e3 * by_rank[r].before_sync_s_median:.1f} ms of work before the "
                 f"gradient sync per step (data {1e3 * by_rank[r].data_s_median:.1f} ms), vs "
                 f"{1e3 * _others(spread, r):.1f} ms on the other ranks (measured)"
-                for r in spread.stragglers]  # fmt: skip
+                for r in spread.stragglers]
     evidence.append(f"spread of step times across ranks: {spread.step_spread:.0%} (the "
-                    "all-reduce evens them out: the wait hides in backward)")  # fmt: skip
+                    "all-reduce evens them out: the wait hides in backward)")
     if spread.wait_s_per_step:
         evidence.append(f"the other ranks wait about {1e3 * spread.wait_s_per_step:.1f} ms per "
-                        "step for them in backward (measured)")  # fmt: skip
+                        "step for them in backward (measured)")
     tips = (
         "balance the data pipeline per rank (workers, shard sizes, sequence lengths)",
         "check that rank's host: CPU contention, slower disk or network",

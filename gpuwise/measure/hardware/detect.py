@@ -92,7 +92,7 @@ def _cpu_vendor(cpu_model: str) -> str:
 
 
 def detect_gpus(use_torch: bool | None = None,
-                nvml: Nvml | None = None) -> tuple[tuple[GpuInfo, ...], str | None]:  # fmt: skip
+                nvml: Nvml | None = None) -> tuple[tuple[GpuInfo, ...], str | None]:
     """NVIDIA GPUs on this machine and, when there are none, why.
 
     use_torch: None tries torch.cuda only if nvidia-ml-py found nothing, an NVIDIA driver is

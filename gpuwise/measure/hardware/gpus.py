@@ -48,7 +48,7 @@ def _nvml_device(nvml: Nvml, index: int, driver: str | None) -> GpuInfo:
     handle = nvml.handle(index)
     if handle.value is None:
         return GpuInfo(index, "unknown NVIDIA GPU", 0, None, driver, "nvidia-ml-py",
-                       (f"handle: {handle.reason}",))  # fmt: skip
+                       (f"handle: {handle.reason}",))
     errors: list[str] = []
     name = nvml.name(handle.value)
     if name.value is None:
@@ -58,7 +58,7 @@ def _nvml_device(nvml: Nvml, index: int, driver: str | None) -> GpuInfo:
         errors.append(f"memory: {memory.reason}")
     total, used = (memory.value.total_bytes, memory.value.used_bytes) if memory.value else (0, None)
     return GpuInfo(index, name.value or "unknown NVIDIA GPU", total, used, driver, "nvidia-ml-py",
-                   tuple(errors))  # fmt: skip
+                   tuple(errors))
 
 
 def nvml_gpus(nvml: Nvml) -> tuple[list[GpuInfo], str | None]:

@@ -40,7 +40,7 @@ def _gguf_file(path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     if not path.is_file():
         raise GpuwiseError(f"no GGUF file at {path}",
-                           "write one with gguf_model.write_random_gguf()")  # fmt: skip
+                           "write one with gguf_model.write_random_gguf()")
     return path
 
 
@@ -64,10 +64,10 @@ def others_share(before: float | None, wall_s: float) -> float | None:
 
 
 def _check_counts(threads: int, n_prompt: int, n_gen: int, reps: int, n_batch: int,
-                  n_ubatch: int) -> None:  # fmt: skip
+                  n_ubatch: int) -> None:
     if min(threads, reps, n_batch, n_ubatch) < 1 or min(n_prompt, n_gen) < 0:
         raise GpuwiseError("threads, reps, n_batch and n_ubatch must be >= 1, "
-                           "n_prompt and n_gen >= 0")  # fmt: skip
+                           "n_prompt and n_gen >= 0")
     if n_prompt == 0 and n_gen == 0:
         raise GpuwiseError("nothing to time: n_prompt and n_gen are both 0")
 
@@ -92,7 +92,7 @@ def time_llama_cpp(
     need_llama_cpp()
     job = {"kind": "time", "path": str(model.resolve()), "threads": threads,
            "n_prompt": n_prompt, "n_gen": n_gen, "reps": reps, "n_batch": n_batch,
-           "n_ubatch": n_ubatch, "flash_attn": flash_attn, "seed": SEED}  # fmt: skip
+           "n_ubatch": n_ubatch, "flash_attn": flash_attn, "seed": SEED}
     what = f"llama.cpp timing of {model.name} ({threads} threads, pp{n_prompt} tg{n_gen})"
     others_before, started = others_cpu_s(), time.perf_counter()
     raw = run_child(job, timeout_s, what)
@@ -110,12 +110,12 @@ def time_llama_cpp(
         "tg_samples_s": [ns / 1e9 for ns in raw["tg_ns"]],
         "llama_cpp_python": raw["llama_cpp_python"], "system_info": raw["system_info"],
         "llama_log_notes": raw["notes"], "others_cpu_share": others,
-    }  # fmt: skip
+    }
 
 
 def time_decode_steps(path: str | os.PathLike[str], *, threads: int,
                       cases: list[tuple[int, ...]], n_gen: int = 32, reps: int = 3,
-                      timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:  # fmt: skip
+                      timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
     """Seconds of one step at each (depth, sequences[, tokens]) case, llama-batched-bench
     style (decode_child.py), in a fresh process: the median of `reps` runs. Keys
     "d{depth}/s{seqs}", "/t{tokens}" for a prompt chunk of more than one token, and
@@ -123,18 +123,18 @@ def time_decode_steps(path: str | os.PathLike[str], *, threads: int,
     model = _gguf_file(path)
     if min(threads, n_gen, reps) < 1 or any(c[0] < 0 or min(c[1:3]) < 1 for c in cases):
         raise GpuwiseError("threads, n_gen, reps, sequences and tokens must be >= 1, "
-                           "depths >= 0")  # fmt: skip
+                           "depths >= 0")
     need_llama_cpp()
     job = {"kind": "decode", "path": str(model.resolve()), "threads": threads,
-           "cases": [list(c) for c in cases], "n_gen": n_gen, "reps": reps, "seed": SEED}  # fmt: skip
+           "cases": [list(c) for c in cases], "n_gen": n_gen, "reps": reps, "seed": SEED}
     others_before, started = others_cpu_s(), time.perf_counter()
     raw = run_child(job, timeout_s, f"llama.cpp decode steps of {model.name} ({threads} threads)")
     others = others_share(others_before, time.perf_counter() - started)
     steps = {f"d{c['depth']}/s{c['seqs']}" + (f"/t{c['tokens']}" if c["tokens"] > 1 else "")
              + (f"/o{c['other']}" if c.get("other") else ""): statistics.median(c["step_s"])
-             for c in raw["cases"]}  # fmt: skip
+             for c in raw["cases"]}
     return {"model": model.name, "threads": threads, "n_gen": n_gen, "reps": reps,
-            "step_s": steps, "others_cpu_share": others}  # fmt: skip
+            "step_s": steps, "others_cpu_share": others}
 
 
 def tensor_bytes(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -161,4 +161,4 @@ def tensor_bytes(path: str | os.PathLike[str]) -> dict[str, Any]:
         "token_embd_row": embd["row_bytes"], "output": out["bytes"], "output_type": out["type"],
         "per_token": total - embd["bytes"] + embd["row_bytes"],
         "tensors": len(reader.tensors),
-    }  # fmt: skip
+    }

@@ -50,13 +50,13 @@ def run_child(job: dict, timeout_s: float, what: str) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     try:
         proc = subprocess.run([sys.executable, "-m", CHILD], input=json.dumps(job),
-                              capture_output=True, text=True, env=env, timeout=timeout_s)  # fmt: skip
+                              capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         stderr = (
             exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
         )
         raise GpuwiseError(f"{what} took longer than {timeout_s:g} s and was stopped",
-                           _tail(stderr) or "give it a longer timeout_s") from None  # fmt: skip
+                           _tail(stderr) or "give it a longer timeout_s") from None
     result = last_json_line(proc.stdout)
     if proc.returncode != 0 or result is None or "error" in result:
         reason = result["error"] if result and "error" in result else f"exit code {proc.returncode}"
@@ -65,7 +65,7 @@ def run_child(job: dict, timeout_s: float, what: str) -> dict:
                                "(SIGILL; AMX on a VM that lists it without enabling it)",
                                "reinstall llama-cpp-python built without AMX: CMAKE_ARGS=\"-DGGML_NATIVE=OFF "
                                "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON ...\" (docs/speed.md, "
-                               "\"llama.cpp on this CPU\")")  # fmt: skip
+                               "\"llama.cpp on this CPU\")")
         raise GpuwiseError(f"{what} failed: {reason}", _tail(proc.stderr))
     return result
 
@@ -124,7 +124,7 @@ def _context(lc: ModuleType, model: Any, job: dict, n_ctx: int) -> Any:
     fa = job["flash_attn"]
     cparams.flash_attn_type = (lc.LLAMA_FLASH_ATTN_TYPE_AUTO if fa is None else
                                lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if fa else
-                               lc.LLAMA_FLASH_ATTN_TYPE_DISABLED)  # fmt: skip
+                               lc.LLAMA_FLASH_ATTN_TYPE_DISABLED)
     ctx = lc.llama_init_from_model(model, cparams)
     if not ctx:
         raise RuntimeError(f"llama.cpp could not create a context (n_ctx {n_ctx})")
@@ -135,7 +135,7 @@ def _context(lc: ModuleType, model: Any, job: dict, n_ctx: int) -> Any:
 def _token_batches(lc: ModuleType, tokens: list[int], size: int) -> list[Any]:
     """The tokens as ctypes arrays of at most `size` each (made before the clock starts)."""
     return [(lc.llama_token * len(part))(*part)
-            for part in (tokens[i : i + size] for i in range(0, len(tokens), size))]  # fmt: skip
+            for part in (tokens[i : i + size] for i in range(0, len(tokens), size))]
 
 
 def _decode_all(lc: ModuleType, ctx: Any, batches: list[Any], sync_each: bool) -> int:

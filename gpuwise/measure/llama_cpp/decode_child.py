@@ -49,7 +49,7 @@ def _decode(lc: ModuleType, ctx: Any, batch: Any, items: list[tuple[int, int, in
 
 
 def _case(lc: ModuleType, model: Any, job: dict, depth: int, seqs: int, tokens: int,
-          other: int = 0) -> list[float]:  # fmt: skip
+          other: int = 0) -> list[float]:
     vocab = lc.llama_model_get_vocab(model)
     n_vocab = lc.llama_vocab_n_tokens(vocab)
     rng = random.Random(job["seed"])
@@ -71,7 +71,7 @@ def _case(lc: ModuleType, model: Any, job: dict, depth: int, seqs: int, tokens: 
                 lc.llama_memory_seq_rm(memory, seq, prompt, -1)
             steps = [[(rng.randrange(n_vocab), prompt + k * tokens + i, s)
                       for s in range(seqs) for i in range(tokens)]
-                     for k in range(n_gen)]  # fmt: skip
+                     for k in range(n_gen)]
             start_ns = time.perf_counter_ns()
             for items in steps:
                 _decode(lc, ctx, batch, items)
@@ -96,7 +96,7 @@ def decode_job(job: dict) -> dict:
             tokens = c[2] if len(c) > 2 else 1
             other = c[3] if len(c) > 3 else 0
             cases.append({"depth": c[0], "seqs": c[1], "tokens": tokens, "other": other,
-                          "step_s": _case(lc, model, job, c[0], c[1], tokens, other)})  # fmt: skip
+                          "step_s": _case(lc, model, job, c[0], c[1], tokens, other)})
     finally:
         lc.llama_model_free(model)
     return {"cases": cases}

@@ -54,24 +54,24 @@ class ModelTiming:
 
 
 def llama_arch(hidden: int, layers: int, heads: int, kv_heads: int, ffn: int,
-               vocab: int) -> Architecture:  # fmt: skip
+               vocab: int) -> Architecture:
     """The Architecture of a llama GGUF of these sizes (untied head, no biases)."""
     return from_config({"model_type": "llama", "hidden_size": hidden,
                         "num_hidden_layers": layers, "num_attention_heads": heads,
                         "num_key_value_heads": kv_heads, "intermediate_size": ffn,
                         "vocab_size": vocab, "max_position_embeddings": 4096,
-                        "tie_word_embeddings": False, "name": f"h{hidden}-l{layers}"})  # fmt: skip
+                        "tie_word_embeddings": False, "name": f"h{hidden}-l{layers}"})
 
 
 def timing_plans(qtype: str, total: int, embedding: int, n_prompt: int, n_gen: int,
-                 threads: int) -> tuple[InferencePlan, InferencePlan]:  # fmt: skip
+                 threads: int) -> tuple[InferencePlan, InferencePlan]:
     """llama-bench's pp (a prompt, no generation) and tg (n_gen tokens from an empty cache;
     the plan's one-token prompt stands for the empty cache) as plans over the file's bytes."""
     stored = StoredWeights(total, embedding, qtype.upper(), GGML_TYPE[qtype])
     pp = InferencePlan(prompt_tokens=n_prompt, new_tokens=0, weights="fp16", stored_weights=stored,
-                       runtime="llama.cpp", threads=threads)  # fmt: skip
+                       runtime="llama.cpp", threads=threads)
     tg = InferencePlan(prompt_tokens=1, new_tokens=n_gen, weights="fp16", stored_weights=stored,
-                       runtime="llama.cpp", threads=threads)  # fmt: skip
+                       runtime="llama.cpp", threads=threads)
     return pp, tg
 
 
@@ -97,11 +97,11 @@ def _tg_equation(m: ModelTiming) -> tuple[float, float, float]:
 def _det3(m: list[list[float]]) -> float:
     return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
             - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))  # fmt: skip
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
 
 
 def fit_cache(models: tuple[ModelTiming, ...], span: CacheSpan,
-              two: tuple[float, float] | None = None) -> dict[str, float]:  # fmt: skip
+              two: tuple[float, float] | None = None) -> dict[str, float]:
     """Memory's and the cache's seconds a byte and the cost per layer from three models' tg,
     each token reading W bytes, a share s of them from the cache (span.share(W)): W (1 - s)
     x + W s y + layers z = seconds. Where the two big models run from memory alone, their own
@@ -126,7 +126,7 @@ def fit_cache(models: tuple[ModelTiming, ...], span: CacheSpan,
         return {}
     return {"weight_bytes_per_s": 1 / x, "kv_bytes_per_s": 1 / x, "layer_s": z,
             "cache_bytes_per_s": 1 / y, "cache_full_bytes": span.full,
-            "cache_none_bytes": span.none}  # fmt: skip
+            "cache_none_bytes": span.none}
 
 
 def _cache_faster(x: float, y: float, z: float) -> bool:
@@ -137,7 +137,7 @@ def _cache_faster(x: float, y: float, z: float) -> bool:
 
 def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
               chunk: int = 0, small: ModelTiming | None = None,
-              span: CacheSpan | None = None) -> dict[str, float]:  # fmt: skip
+              span: CacheSpan | None = None) -> dict[str, float]:
     """GgmlRates' fields (but `source`) from two models' timings at one type and thread count;
     with `depth`, also the decode fields from the steps of whichever model has them
     (fit_decode), and prompt attention charged at the rate a `chunk`-token prompt chunk at
@@ -151,7 +151,7 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
         per_byte, layer_s = 1 / cache["weight_bytes_per_s"], cache["layer_s"]
     stepped = a if a.decode_steps else b  # the model whose decode steps the probe timed
     decode = fit_decode(stepped, {"layer_s": layer_s, "token_s": 0.0}, stepped.decode_steps,
-                        depth, seqs)  # fmt: skip
+                        depth, seqs)
     attention = _prompt_attention(stepped, depth, chunk)
     eqs = [_pp_equation(m, m.plan_pp, m.pp_s, layer_s, attention) for m in (a, b)]
     per_flop, layer_token_s = _solve(eqs[0], eqs[1])
@@ -160,11 +160,11 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
             "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
             "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode,
-            **{k: cache.get(k, 0.0) for k in CACHE_FIELDS}}  # fmt: skip
+            **{k: cache.get(k, 0.0) for k in CACHE_FIELDS}}
 
 
 def _pp_equation(m: ModelTiming, plan: InferencePlan, seconds: float, layer_s: float,
-                 attention: float) -> tuple[float, float, float]:  # fmt: skip
+                 attention: float) -> tuple[float, float, float]:
     """(matmul FLOPs, layer-tokens, seconds left for them) of a prompt: the layers' fixed
     cost and flash attention (in tiles, at its own rate where measured) taken off."""
     n, layers = plan.prompt_tokens, m.arch.num_layers
@@ -176,13 +176,13 @@ def _pp_equation(m: ModelTiming, plan: InferencePlan, seconds: float, layer_s: f
 
 
 def _half_rates(a: ModelTiming, b: ModelTiming, layer_s: float,
-                attention: float) -> dict[str, float]:  # fmt: skip
+                attention: float) -> dict[str, float]:
     """The matmul rate and per-layer, per-token cost at half a ubatch, from both models'
     prompts of that size as at a full one (0.0 each: not timed)."""
     if not (a.pp_half_s and b.pp_half_s):
         return {"half_matmul_flops": 0.0, "half_layer_token_s": 0.0}
     eqs = [_pp_equation(m, replace(m.plan_pp, prompt_tokens=HALF_UBATCH_TOKENS), m.pp_half_s,
-                        layer_s, attention) for m in (a, b)]  # fmt: skip
+                        layer_s, attention) for m in (a, b)]
     per_flop, per_token = _solve(eqs[0], eqs[1])
     return {"half_matmul_flops": 1 / per_flop, "half_layer_token_s": per_token}
 
@@ -225,7 +225,7 @@ def _probe_chunk(chunk: int, other: int) -> Ubatch:
 
 
 def fit_decode(m: ModelTiming, rates: dict[str, float], steps: dict[str, float],
-               depth: int, seqs: int) -> dict[str, float]:  # fmt: skip
+               depth: int, seqs: int) -> dict[str, float]:
     """GgmlRates' decode fields from decode steps of the model `m` (keys "d{depth}/s{seqs}",
     seconds a step, fit_decode's cases): 0.0 for a rate the timings do not resolve (a
     difference that is not positive)."""
@@ -234,7 +234,7 @@ def fit_decode(m: ModelTiming, rates: dict[str, float], steps: dict[str, float],
     one, deep = steps.get("d0/s1"), steps.get(f"d{depth}/s1")
     batch, batch_deep = steps.get(f"d0/s{seqs}"), steps.get(f"d{depth}/s{seqs}")
     out = {"decode_attention_flops": 0.0, "batch_attention_flops": 0.0,
-           "batch_matmul_flops": 0.0}  # fmt: skip
+           "batch_matmul_flops": 0.0}
     if not depth:
         return out
     if one and deep and deep > one:

@@ -98,7 +98,7 @@ def tensor_shapes(cfg: GgufConfig) -> list[tuple[str, tuple[int, ...]]]:
     for i in range(cfg.layers):
         block = (("attn_norm", (h,)), ("attn_q", (h, h)), ("attn_k", (kv, h)),
                  ("attn_v", (kv, h)), ("attn_output", (h, h)), ("ffn_norm", (h,)),
-                 ("ffn_gate", (f, h)), ("ffn_up", (f, h)), ("ffn_down", (h, f)))  # fmt: skip
+                 ("ffn_gate", (f, h)), ("ffn_up", (f, h)), ("ffn_down", (h, f)))
         shapes += [(f"blk.{i}.{name}.weight", shape) for name, shape in block]
     shapes += [("output_norm.weight", (h,)), ("output.weight", (cfg.vocab, h))]
     return shapes
@@ -223,6 +223,6 @@ def quantize(src: str | os.PathLike[str], dst: str | os.PathLike[str], qtype: st
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     job = {"kind": "quantize", "src": str(src), "dst": str(dst), "ftype": QTYPES[key],
-           "nthread": os.cpu_count() or 1}  # fmt: skip
+           "nthread": os.cpu_count() or 1}
     run_child(job, QUANTIZE_TIMEOUT_S, f"quantizing {src.name} to {key}")
     return dst

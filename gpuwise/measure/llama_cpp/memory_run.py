@@ -68,7 +68,7 @@ def measure_llama_cpp_memory(
         raise GpuwiseError(f"{prompt_tokens} + {new_tokens} tokens do not fit n_ctx {n_ctx}")
     need_llama_cpp()
     job = {"path": str(model.resolve()), "n_ctx": n_ctx, "prompt_tokens": prompt_tokens,
-           "new_tokens": new_tokens, "flash_attn": flash_attn, "seed": SEED}  # fmt: skip
+           "new_tokens": new_tokens, "flash_attn": flash_attn, "seed": SEED}
     records = [_run_child(job, timeout_s) for _ in range(runs)]
     peaks = [r["peak_bytes"] for r in records]
     return {
@@ -81,7 +81,7 @@ def measure_llama_cpp_memory(
         "anon_bytes": records[0]["anon_bytes"], "file_bytes_resident": records[0]["file_bytes"],
         "llama_cpp_python": records[0]["llama_cpp_python"],
         "system_info": records[0]["system_info"],
-    }  # fmt: skip
+    }
 
 
 def _run_child(job: dict, timeout_s: float) -> dict:
@@ -91,7 +91,7 @@ def _run_child(job: dict, timeout_s: float) -> dict:
     what = f"llama.cpp memory run of {Path(job['path']).name}"
     try:
         proc = subprocess.run([sys.executable, "-m", CHILD], input=json.dumps(job),
-                              capture_output=True, text=True, env=env, timeout=timeout_s)  # fmt: skip
+                              capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise GpuwiseError(f"{what} took longer than {timeout_s:g} s and was stopped") from None
     result = last_json_line(proc.stdout)
@@ -162,7 +162,7 @@ def memory_job(job: dict) -> dict:
         "file_bytes": after["RssFile"] - before["RssFile"],
         "n_ctx": llm.n_ctx(), "llama_cpp_python": llama_cpp.__version__,
         "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-    }  # fmt: skip
+    }
 
 
 if __name__ == "__main__":

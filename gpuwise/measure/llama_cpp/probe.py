@@ -33,7 +33,7 @@ from gpuwise.measure.llama_cpp.record import LlamaCppPart, LlamaCppTiming
 # model that stays partly in cache streams faster than the models people run (docs/speed.md,
 # "llama.cpp on this CPU").
 PROBE_MODELS = (GgufConfig(hidden=768, layers=24, heads=12, kv_heads=4, ffn=2048),
-                GgufConfig(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=5632))  # fmt: skip
+                GgufConfig(hidden=2048, layers=4, heads=16, kv_heads=4, ffn=5632))
 # And a small one whose generated token reads 14-50 MB (q4_0-f16), within most CPUs'
 # last-level cache, for the cache's rate (fit.fit_cache; the cache's span from cache_sweep.py):
 # models that fit there decode 1.5-2.7x faster than the streaming rate of those that do not.
@@ -111,31 +111,31 @@ def quietest(measure: Callable[[], dict[str, Any]], attempts: int = ATTEMPTS) ->
 
 
 def _timing(cfg: GgufConfig, path: Path, qtype: str, threads: int,
-            plan: LlamaCppPlan) -> tuple[LlamaCppTiming, dict[str, Any]]:  # fmt: skip
+            plan: LlamaCppPlan) -> tuple[LlamaCppTiming, dict[str, Any]]:
     """One model's pp and tg: the median repetition of the quietest run (a repetition that
     another process stalled is an outlier, not a reading); with the run's own record."""
     run = quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=N_PROMPT,
-                                           n_gen=plan.n_gen, reps=plan.reps), plan.attempts)  # fmt: skip
+                                           n_gen=plan.n_gen, reps=plan.reps), plan.attempts)
     tb = tensor_bytes(path)
     half_s, steps = 0.0, {}
     if plan.half_ubatch and cfg != SMALL_MODEL:  # the prompt's rate at half a ubatch too (pp only)
         half = quietest(lambda: time_llama_cpp(path, threads=threads, n_prompt=HALF_UBATCH_TOKENS,
-                                               n_gen=0, reps=plan.reps), plan.attempts)  # fmt: skip
+                                               n_gen=0, reps=plan.reps), plan.attempts)
         half_s = statistics.median(half["pp_samples_s"])
     if cfg == PROBE_MODELS[0] and qtype in plan.decode_types:
         steps = dict(quietest(lambda: time_decode_steps(path, threads=threads, cases=DECODE_CASES,
                                                         n_gen=plan.n_gen, reps=min(3, plan.reps)),
-                              plan.attempts)["step_s"])  # fmt: skip
+                              plan.attempts)["step_s"])
     timing = LlamaCppTiming(model=cfg.name, type=qtype, threads=threads,
                             pp_s=statistics.median(run["pp_samples_s"]),
                             tg_s=statistics.median(run["tg_samples_s"]) / plan.n_gen,
                             bytes=tb["total"], embedding_bytes=tb["token_embd"],
-                            pp_half_s=half_s, decode_steps=steps)  # fmt: skip
+                            pp_half_s=half_s, decode_steps=steps)
     return timing, run
 
 
 def rates_from_timings(timings: list[dict[str, Any]] | list[LlamaCppTiming], n_prompt: int = 0,
-                       n_gen: int = 0, span: CacheSpan | None = None) -> dict[str, GgmlRates]:  # fmt: skip
+                       n_gen: int = 0, span: CacheSpan | None = None) -> dict[str, GgmlRates]:
     """The fitted rates by "ggml type/threads" from the probe models' timings (taken at
     `n_prompt` and `n_gen` tokens: the full probe's unless said), the small model's with the
     cache's `span` giving the cache's rate. Attention's rates do not
@@ -149,7 +149,7 @@ def rates_from_timings(timings: list[dict[str, Any]] | list[LlamaCppTiming], n_p
         cfg = models[t.model]
         arch = llama_arch(cfg.hidden, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.vocab)
         pp, tg = timing_plans(t.type, t.bytes, t.embedding_bytes, n_prompt or N_PROMPT,
-                              n_gen or N_GEN, t.threads)  # fmt: skip
+                              n_gen or N_GEN, t.threads)
         timing = ModelTiming(arch, pp, tg, t.pp_s, t.tg_s, t.decode_steps, t.pp_half_s)
         if cfg == SMALL_MODEL:
             small[(t.type, t.threads)] = timing
@@ -160,7 +160,7 @@ def rates_from_timings(timings: list[dict[str, Any]] | list[LlamaCppTiming], n_p
         if len(found) < 2:
             continue
         out[f"{GGML_TYPE[q]}/{n}"] = fit_rates(found[0], found[1], DEPTH, SEQS, CHUNK,
-                                               small.get((q, n)), span)  # fmt: skip
+                                               small.get((q, n)), span)
     for threads in {key.split("/")[1] for key in out}:
         fits = [r for key, r in out.items() if key.endswith(f"/{threads}")]
         for name in TYPE_FREE:
@@ -174,7 +174,7 @@ def rates_from_timings(timings: list[dict[str, Any]] | list[LlamaCppTiming], n_p
 
 
 def probe_llama_cpp(cores: int, progress: Progress | None = None,
-                    quick: bool = False) -> dict[str, Any]:  # fmt: skip
+                    quick: bool = False) -> dict[str, Any]:
     """llama.cpp's rates on this machine by "ggml type/threads", with what they came from:
     `dataclasses.asdict` of a LlamaCppPart, as the profile saves it."""
     plan = LlamaCppPlan.for_mode(quick)
@@ -204,7 +204,7 @@ def probe_llama_cpp(cores: int, progress: Progress | None = None,
                         models=tuple(cfg.name for cfg in (*PROBE_MODELS, SMALL_MODEL)),
                         rates=rates_from_timings(timings, N_PROMPT, plan.n_gen,
                                                  CacheSpan(cache.full_bytes, cache.none_bytes)),
-                        timings=tuple(timings), quick=quick, cache_sweep=cache)  # fmt: skip
+                        timings=tuple(timings), quick=quick, cache_sweep=cache)
     return saved_form(part)
 
 

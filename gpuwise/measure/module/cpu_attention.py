@@ -35,7 +35,7 @@ def cpu_attention() -> Iterator[None]:
 
 def _flash_call(torch: Any, stand_in: Any, q: Any, k: Any, v: Any, attn_mask: Any = None,
                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
-                enable_gqa: bool = False) -> Any:  # fmt: skip
+                enable_gqa: bool = False) -> Any:
     """The CPU flash op where the CPU would run it. It broadcasts grouped KV heads itself
     (`enable_gqa`: Qwen2.5's 14 query heads over 2 KV heads keep their 2-head K and V)."""
     heads, kv_heads = q.shape[1] if q.dim() == 4 else 0, k.shape[1] if k.dim() == 4 else 0
@@ -45,8 +45,8 @@ def _flash_call(torch: Any, stand_in: Any, q: Any, k: Any, v: Any, attn_mask: An
     mask = stand_in(attn_mask) if attn_mask is not None else None
     choice = torch.ops.aten._fused_sdp_choice(stand_in(q), stand_in(k), stand_in(v), mask,
                                               dropout_p, is_causal, scale=scale,
-                                              enable_gqa=enable_gqa)  # fmt: skip
+                                              enable_gqa=enable_gqa)
     if choice != 1:  # 1: flash; anything else runs the math path as on meta
         return None
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]  # fmt: skip
+        q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]

@@ -47,7 +47,7 @@ def meta_inputs(example: Any, dtype: Any) -> tuple[tuple[Any, ...], dict[str, An
         if isinstance(x, (tuple, list)) and x and all(isinstance(v, int) for v in x):
             if any(v < 1 for v in x):
                 raise GpuwiseError(f"input shape {tuple(x)} has a dimension below 1",
-                                   "every dimension must be a positive integer")  # fmt: skip
+                                   "every dimension must be a positive integer")
             return torch.empty(tuple(x), dtype=dtype or torch.float32, device="meta")
         return x  # a non-tensor argument (a flag, None) passes through
 
@@ -60,4 +60,4 @@ def meta_inputs(example: Any, dtype: Any) -> tuple[tuple[Any, ...], dict[str, An
     if isinstance(example, (tuple, list)):
         return tuple(one(x) for x in example), {}
     raise GpuwiseError(f"example inputs of type {type(example).__name__} are not understood",
-                       "pass a tensor, a shape tuple, or a tuple/dict of them")  # fmt: skip
+                       "pass a tensor, a shape tuple, or a tuple/dict of them")

@@ -8,7 +8,7 @@ from typing import Any
 # Metadata-only ops cost a dispatch but launch no kernel; they are counted apart.
 VIEW_OPS = {"view", "_unsafe_view", "reshape", "transpose", "t", "permute", "expand", "slice",
             "select", "unsqueeze", "squeeze", "as_strided", "alias", "detach", "split",
-            "unbind", "chunk", "_reshape_alias", "contiguous", "lift_fresh"}  # fmt: skip
+            "unbind", "chunk", "_reshape_alias", "contiguous", "lift_fresh"}
 
 
 def op_counter() -> Any:

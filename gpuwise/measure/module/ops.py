@@ -10,7 +10,7 @@ from gpuwise.measure.module.op_counter import VIEW_OPS
 from gpuwise.workload.traced import TracedOp
 
 _DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
-                "torch.float64": "fp64"}  # fmt: skip
+                "torch.float64": "fp64"}
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward"}
 _FLASH = "_scaled_dot_product_flash_attention_for_cpu"
 
@@ -67,22 +67,22 @@ def _flops(torch: Any, packet: Any, name: str, args: Any, kwargs: dict, out: Any
         return float(fc.sdpa_flop_count(args[0].shape, args[1].shape, args[2].shape))
     if name == _FLASH + "_backward":
         return float(fc.sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape,
-                                                 args[3].shape))  # fmt: skip
+                                                 args[3].shape))
     return float(sum(t.numel() for t in _flat(out, torch)))  # one per output element
 
 
 # In-place ops that overwrite their first argument without reading it (random draws and
 # fills, as dropout's `bernoulli_`): it counts once, as written, as the probe counts it.
 _OVERWRITES = frozenset({"bernoulli_", "normal_", "uniform_", "random_", "exponential_",
-                         "fill_", "zero_"})  # fmt: skip
+                         "fill_", "zero_"})
 
 
 def op_record(torch: Any, func: Any, name: str, args: Any, kwargs: dict, out: Any,
-              phase: str, params: set[int]) -> TracedOp:  # fmt: skip
+              phase: str, params: set[int]) -> TracedOp:
     """The TracedOp of one dispatched call; `params` are the storage keys of parameters."""
     inputs, outputs = _flat((args, kwargs), torch), _flat(out, torch)
     dtype = next((_DTYPE_NAMES.get(str(t.dtype), str(t.dtype)) for t in inputs + outputs
-                  if t.is_floating_point()), "fp32")  # fmt: skip
+                  if t.is_floating_point()), "fp32")
     if name in VIEW_OPS:
         return TracedOp(name, phase, "view", 0.0, 0.0, dtype)
     read = inputs[1:] if name in _OVERWRITES else inputs  # self is written, not read
@@ -92,10 +92,10 @@ def op_record(torch: Any, func: Any, name: str, args: Any, kwargs: dict, out: An
         kind = "matmul" if name in _MATMULS else "attention"
         m, n, k = _shape(name, args, outputs[0])
         weights = float(sum(tensor_bytes(t) for t in inputs
-                            if t.untyped_storage()._cdata in params))  # fmt: skip
+                            if t.untyped_storage()._cdata in params))
         heads, causal = _attention_heads(name, args)
         return TracedOp(name, phase, kind, flops, moved, dtype, m, n, k, weights, heads, causal,
-                        _conv_variant(name, args))  # fmt: skip
+                        _conv_variant(name, args))
     return TracedOp(name, phase, "elementwise", flops, moved, dtype,
                     variant=_variant(name, args, kwargs))
 

@@ -15,7 +15,7 @@ from gpuwise.workload.traced import HeapEvent, TracedOp
 # Queries about a tensor, not work: no kernel, not counted.
 _QUERIES = {"is_contiguous", "is_strides_like_format", "is_non_overlapping_and_dense", "size",
             "sym_size", "stride", "sym_stride", "sym_numel", "sym_storage_offset", "dim",
-            "sym_is_contiguous", "prim_layout", "prim_device"}  # fmt: skip
+            "sym_is_contiguous", "prim_layout", "prim_device"}
 
 
 class Recorder:
@@ -81,7 +81,7 @@ class Recorder:
         if scratch:  # oneDNN's reorder buffers, taken and given back within the call
             self._serial += 1
             self.heap += [HeapEvent(self._serial, scratch, self.phase),
-                          HeapEvent(self._serial, 0, self.phase)]  # fmt: skip
+                          HeapEvent(self._serial, 0, self.phase)]
         if moment > self.peak:
             self.peak = moment
             self.peak_serials = {s for s, _ in self.alive.values()}

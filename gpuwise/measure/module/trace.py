@@ -40,7 +40,7 @@ def load_factory(path: str, extra_sys_path: tuple[str, ...] = ()) -> Callable[[]
     """The callable at 'package.module:factory' (imported from the current directory too)."""
     if ":" not in path:
         raise GpuwiseError(f"{path!r} is not of the form 'package.module:factory'",
-                           "name a module and a function in it, e.g. mymodels.resnet:build")  # fmt: skip
+                           "name a module and a function in it, e.g. mymodels.resnet:build")
     mod_name, _, attr = path.partition(":")
     for entry in ("", *extra_sys_path):
         if entry not in sys.path:
@@ -50,13 +50,13 @@ def load_factory(path: str, extra_sys_path: tuple[str, ...] = ()) -> Callable[[]
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's import failed: one line
         raise GpuwiseError(f"cannot import {mod_name[:80]!r}: {type(exc).__name__}: "
                            f"{str(exc)[:200]}",
-                           "check the module path and that it imports from this directory") from None  # fmt: skip
+                           "check the module path and that it imports from this directory") from None
     factory: Any = module
     for part in attr.split("."):
         factory = getattr(factory, part, None)
         if factory is None:
             raise GpuwiseError(f"{mod_name!r} has no attribute {attr!r}",
-                               "name a function that returns a torch.nn.Module")  # fmt: skip
+                               "name a function that returns a torch.nn.Module")
     if not callable(factory):
         raise GpuwiseError(f"{path!r} is not callable", "name a function returning a module")
     return factory
@@ -67,7 +67,7 @@ def default_loss(output: Any) -> Any:
     parts = [t.float().sum() for t in tensors_in(output) if t.is_floating_point()]
     if not parts:
         raise GpuwiseError("the module's output has no floating tensor to take a loss of",
-                           "pass loss_fn= to from_module")  # fmt: skip
+                           "pass loss_fn= to from_module")
     return sum(parts[1:], parts[0])
 
 
@@ -98,7 +98,7 @@ def _factored(shape: tuple[int, ...]) -> int:
 
 
 def _meta_state(model: Any, target: Any,
-                training: bool) -> tuple[dict[str, Any], list[Any], list[Any]]:  # fmt: skip
+                training: bool) -> tuple[dict[str, Any], list[Any], list[Any]]:
     """(state for functional_call, parameter stand-ins, buffer stand-ins) on meta: one
     stand-in per tensor, so tied weights stay tied."""
     meta: dict[int, Any] = {}
@@ -127,13 +127,13 @@ def _peak_moment(rec: Recorder, saved: dict[int, int], trained: list[Any]) -> Me
 def trace_module(model: Any, example_inputs: Any, *, training: bool = False,
                  dtype: str | None = None, loss_fn: Callable[[Any], Any] | None = None,
                  optimizer: str = "adamw", name: str | None = None,
-                 device_kind: str = "cpu") -> TracedModule:  # fmt: skip
+                 device_kind: str = "cpu") -> TracedModule:
     """Trace one forward pass (and, when `training`, the loss's backward) on meta, for a
     device of `device_kind` ("cpu" adds oneDNN's convolution scratch to the peak)."""
     torch = require_torch()
     if not isinstance(model, torch.nn.Module):
         raise GpuwiseError(f"expected a torch.nn.Module, got {type(model).__name__}",
-                           "pass the module itself (or a factory returning it)")  # fmt: skip
+                           "pass the module itself (or a factory returning it)")
     target = torch_dtype(dtype)
     state, param_meta, buffer_meta = _meta_state(model, target, training)
     args, kwargs = meta_inputs(example_inputs, target)
@@ -146,7 +146,7 @@ def trace_module(model: Any, example_inputs: Any, *, training: bool = False,
     notes: list[str] = []
     try:
         output_bytes = _run_traced(torch, model, state, args, kwargs, rec, training, saved,
-                                   loss_fn)  # fmt: skip
+                                   loss_fn)
     except GpuwiseError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's forward failed on meta: one line
@@ -154,11 +154,11 @@ def trace_module(model: Any, example_inputs: Any, *, training: bool = False,
         raise GpuwiseError(f"tracing {name or type(model).__name__} on the meta device failed: "
                            f"{type(exc).__name__}: {first}",
                            "the forward must not read tensor values (.item(), data-dependent "
-                           "shapes) and the inputs must fit the module") from None  # fmt: skip
+                           "shapes) and the inputs must fit the module") from None
     trainable = [p for p in param_meta if (p.grad is not None if training else p.requires_grad)]
     if training and len(trainable) < sum(1 for p in param_meta if p.requires_grad):
         notes.append(f"{sum(1 for p in param_meta if p.requires_grad) - len(trainable)} "
-                     "parameter tensors received no gradient: no optimizer state for them")  # fmt: skip
+                     "parameter tensors received no gradient: no optimizer state for them")
     peak = _peak_moment(rec, saved, trainable if training else [])
     counts = [p.numel() for p in param_meta]
     return TracedModule(
@@ -175,12 +175,12 @@ def trace_module(model: Any, example_inputs: Any, *, training: bool = False,
         trainable_tensors=tuple(sorted(Counter(p.numel() for p in trainable).items())),
         trainable_order=tuple(p.numel() for p in trainable),
         notes=tuple(notes),
-    )  # fmt: skip
+    )
 
 
 def _run_traced(torch: Any, model: Any, state: dict, args: tuple, kwargs: dict,
                 rec: Recorder, training: bool, saved: dict[int, int],
-                loss_fn: Callable[[Any], Any] | None) -> int:  # fmt: skip
+                loss_fn: Callable[[Any], Any] | None) -> int:
     """Run the pass under the recorder, marking what autograd saves in `saved` (serial ->
     bytes); return the bytes of the output not saved for backward."""
 
@@ -197,7 +197,7 @@ def _run_traced(torch: Any, model: Any, state: dict, args: tuple, kwargs: dict,
                 loss = (loss_fn or default_loss)(out)
             output_bytes = sum(n for s, n in {rec.serial_of(t): int(t.untyped_storage().nbytes())
                                                for t in tensors_in(out)}.items()
-                               if s is not None and s not in saved)  # fmt: skip
+                               if s is not None and s not in saved)
             del out
             rec.phase = "backward"
             loss.backward()
@@ -215,7 +215,7 @@ def _cast_bytes(model: Any, target: Any) -> int:
     if target is None:
         return 0
     return max((t.untyped_storage().nbytes() for t in (*model.parameters(), *model.buffers())
-                if t.is_floating_point() and t.dtype != target), default=0)  # fmt: skip
+                if t.is_floating_point() and t.dtype != target), default=0)
 
 
 def _dtype_name(params: list[Any], target: Any) -> str:
@@ -239,7 +239,7 @@ def count_optimizer_ops(trainable: list[Any], optimizer: str) -> dict[str, int]:
 
     if optimizer not in OPTIMIZERS:
         raise GpuwiseError(f"unknown optimizer {optimizer!r}",
-                           f"choose one of: {', '.join(OPTIMIZERS)}")  # fmt: skip
+                           f"choose one of: {', '.join(OPTIMIZERS)}")
     stand_ins = [torch.zeros((1,) * max(1, p.dim()), requires_grad=True) for p in trainable]
     for p in stand_ins:
         p.grad = torch.zeros_like(p)

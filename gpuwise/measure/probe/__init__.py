@@ -40,4 +40,4 @@ from gpuwise.measure.probe.run import machine_fingerprint, probe_with, run_probe
 
 __all__ = ["DEFAULT_CACHE_BYTES", "Backend", "BandwidthReading", "MatmulPoint", "NullBackend",
            "NumpyBackend", "ProbePlan", "Profile", "TorchBackend", "TorchCudaBackend",
-           "Unsupported", "machine_fingerprint", "probe_with", "run_probe"]  # fmt: skip
+           "Unsupported", "machine_fingerprint", "probe_with", "run_probe"]

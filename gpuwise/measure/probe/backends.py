@@ -116,7 +116,7 @@ class _CpuBackend(Backend):
     def spec(self) -> Hardware | None:
         model = normalise_name(cpu_model())
         found = [hw for hw in load_hardware() if hw.kind == "cpu" and model in
-                 {hw.id, normalise_name(hw.name), *map(normalise_name, hw.aliases)}]  # fmt: skip
+                 {hw.id, normalise_name(hw.name), *map(normalise_name, hw.aliases)}]
         if not found:
             raise Unsupported(f"CPU {cpu_model()!r} not in the catalogue: no fraction of spec")
         return found[0]
@@ -151,7 +151,7 @@ class TorchBackend(_CpuBackend):
         t, f32 = self.torch, {"dtype": self.torch.float32, "device": self.device}
         a, b, c = (t.empty(n, **f32).fill_(v) for v in (1.0, 2.0, 0.5))  # fill_: parallel touch
         return {"read": lambda: t.sum(a), "copy": lambda: c.copy_(a),
-                "triad": lambda: t.add(b, c, alpha=TRIAD_SCALAR, out=a)}  # fmt: skip
+                "triad": lambda: t.add(b, c, alpha=TRIAD_SCALAR, out=a)}
 
     def matmul_op(self, m: int, n: int, k: int, dtype: str) -> Op:
         t, dev = self.torch, self.device
@@ -222,7 +222,7 @@ class TorchCudaBackend(TorchBackend):
         host = t.empty(nbytes, dtype=t.uint8, pin_memory=True)
         dev = t.empty(nbytes, dtype=t.uint8, device=self.device)
         ops: dict[str, Op] = {"h2d": lambda: dev.copy_(host, non_blocking=True),
-                              "d2h": lambda: host.copy_(dev, non_blocking=True)}  # fmt: skip
+                              "d2h": lambda: host.copy_(dev, non_blocking=True)}
         if t.cuda.device_count() > 1:
             peer = t.empty(nbytes, dtype=t.uint8, device="cuda:1")
             ops["d2d"] = lambda: (peer.copy_(dev, non_blocking=True), t.cuda.synchronize(1))
@@ -270,7 +270,7 @@ class NumpyBackend(_CpuBackend):
     def notes(self) -> tuple[str, ...]:
         return ("numpy backend: elementwise ops run on one thread, so bandwidth is one core's; "
                 "triad is two passes (s*c, then + b) counted as one; fp16/int8 matmul have no "
-                "BLAS path in numpy",)  # fmt: skip
+                "BLAS path in numpy",)
 
     def versions(self) -> dict[str, str]:
         return {"numpy": self.np.__version__}

@@ -44,7 +44,7 @@ class KernelPlan:
         ("1x1/s2", 128, 256, 14), ("1x1/s2", 256, 512, 7), ("1x1/s1", 64, 256, 56),
         ("1x1/s1", 256, 64, 56), ("1x1/s1", 512, 128, 28), ("7x7/s2", 3, 64, 224),
         ("7x7/s2", 3, 64, 112), ("16x16/s16", 3, 384, 224),
-    )  # fmt: skip
+    )
     conv_batch: int = 8
     fresh_bytes: int = 64 * 2**20  # past glibc's largest mmap threshold (32 MiB)
     # The fresh fill again with this much memory in use (at most half of what is free): on a

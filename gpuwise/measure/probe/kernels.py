@@ -61,7 +61,7 @@ class _Kernels(MatmulKernels, AttentionKernels, OptimizerKernels, ElementwiseKer
 
 
 def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = None,
-                    device: str = "cpu", cache_bytes: int | None = None) -> dict[str, Any]:  # fmt: skip
+                    device: str = "cpu", cache_bytes: int | None = None) -> dict[str, Any]:
     """{"linear": {dtype: {"forward": [[m, k, n, s]], "backward": [...]}}, "sdpa": {dtype:
     {"decode"|"prefill"|"backward": [[length, s_per_head]]}}, "elementwise": {dtype:
     {"binary"|"silu"|"gelu": bytes_per_s}}, "missing": {what: why}}."""
@@ -74,7 +74,7 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
         plan = for_gpu(plan)
     k = _Kernels(torch, torch.device(device), plan, progress)
     parts = {"linear": k.linear, "sdpa": k.sdpa, "elementwise": k.elementwise,
-             "optimizer": k.optimizer, "conv": k.conv}  # fmt: skip
+             "optimizer": k.optimizer, "conv": k.conv}
     out: dict[str, Any] = {part: {} for part in parts} | {"missing": {}}
     for dtype in plan.dtypes:
         for part, fn in parts.items():
@@ -85,7 +85,7 @@ def measure_kernels(plan: KernelPlan | None = None, progress: Progress | None = 
     if k.skipped:
         out["skipped"] = {grid: {"points": count, "predicted_s": slowest,
                                  "limit_s": plan.slow_call_s}
-                          for grid, (count, slowest) in k.skipped.items()}  # fmt: skip
+                          for grid, (count, slowest) in k.skipped.items()}
     if k.device.type == "cpu":  # a GPU's caching allocator reuses its blocks
         try:
             out["fresh"] = k.fresh()
@@ -103,7 +103,7 @@ def slow_first_touch(fresh: dict[str, Any]) -> str:
     if not rate:
         return ""
     return (f"fresh memory faulted in at {rate / 1e9:.2f} GB/s with {held / 2**30:.0f} GiB "
-            f"in use, against {fresh['bytes_per_s'] / 1e9:.1f} in a small process")  # fmt: skip
+            f"in use, against {fresh['bytes_per_s'] / 1e9:.1f} in a small process")
 
 
 def first_touch_note(fresh: dict[str, Any]) -> tuple[str, ...]:
@@ -114,7 +114,7 @@ def first_touch_note(fresh: dict[str, Any]) -> tuple[str, ...]:
         return ()
     return (f"{slow} (a VM whose host backs its memory lazily does this, from an amount in use "
             "that moves): estimates take the small process's rate, and a step that faults "
-            "many pages (training on a CPU) can run slower",)  # fmt: skip
+            "many pages (training on a CPU) can run slower",)
 
 
 def skipped_note(kernels: dict[str, Any]) -> tuple[str, ...]:

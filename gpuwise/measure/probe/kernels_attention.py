@@ -43,7 +43,7 @@ class AttentionKernels(KernelTimer):
         self.step(f"sdpa {dtype} {'' if causal else 'non-causal '}backward {n}")
         heads = self.plan.sdpa_heads
         qkv = [self.tensor(1, heads, n, HEAD_DIM, dtype=dtype).requires_grad_()
-               for _ in range(3)]  # fmt: skip
+               for _ in range(3)]
         out = self._attend(qkv, causal)
         step = partial(self.t.autograd.grad, out, qkv, self.t.ones_like(out), retain_graph=True)
         return self.median_s(step) / heads

@@ -92,7 +92,7 @@ class ElementwiseKernels(KernelTimer):
         pool_bytes = a.numel() * e + pooled.numel() * (e + 8)
         pool = partial(f.max_pool2d, images, 3, 2, 1, return_indices=True)
         pool_back = partial(aten.max_pool2d_with_indices_backward, pooled, images, [3, 3],
-                            [2, 2], [1, 1], [1, 1], False, indices)  # fmt: skip
+                            [2, 2], [1, 1], [1, 1], False, indices)
         norm = partial(f.batch_norm, images, *stats, training=False)
         return {
             "pool": pool_bytes / self.median_s(pool),
@@ -112,7 +112,7 @@ class ElementwiseKernels(KernelTimer):
         train = partial(aten.native_batch_norm, images, weight, bias, mean, var, True, 0.1, 1e-5)
         _, saved_mean, saved_invstd = train()
         back = partial(aten.native_batch_norm_backward, images, images, weight, mean, var,
-                       saved_mean, saved_invstd, True, 1e-5, [True, True, True])  # fmt: skip
+                       saved_mean, saved_invstd, True, 1e-5, [True, True, True])
         return {
             "batch_norm_train": 2 * size / self.median_s(train),
             "batch_norm_backward": 3 * size / self.median_s(back),
@@ -125,11 +125,11 @@ class ElementwiseKernels(KernelTimer):
         self.step("fresh tensors")
         held = [n for n in self.plan.fresh_held if n <= _available_bytes() / 2]
         code = _FRESH_CHILD.format(n=self.plan.fresh_bytes // 4, threads=self.t.get_num_threads(),
-                                   held=held)  # fmt: skip
+                                   held=held)
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=300, check=True)  # fmt: skip
+                              timeout=300, check=True)
         new, into, by_held = json.loads(done.stdout.strip().splitlines()[-1])
         rate = lambda seconds: self.plan.fresh_bytes / max(seconds - into, 1e-9)  # noqa: E731
         return {"bytes_per_s": rate(new), "threshold": host_allocator().mmap_threshold_max,
                 "fill_fresh_s": new, "fill_existing_s": into,
-                "by_held": [[0, rate(new)]] + [[n, rate(s)] for n, s in by_held]}  # fmt: skip
+                "by_held": [[0, rate(new)]] + [[n, rate(s)] for n, s in by_held]}

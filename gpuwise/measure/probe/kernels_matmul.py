@@ -84,7 +84,7 @@ class MatmulKernels(KernelTimer):
         return out
 
     def _conv_point(self, out: dict[str, list[list[float]]], dtype: str,
-                    spec: tuple[str, int, int, int]) -> None:  # fmt: skip
+                    spec: tuple[str, int, int, int]) -> None:
         """One convolution, forward and backward. A 3-channel input is a network's own
         input, which needs no gradient: its backward is the weight gradient alone. An odd
         window pads to keep the size ("same"), an even one (a ViT's patches) does not."""
@@ -105,5 +105,5 @@ class MatmulKernels(KernelTimer):
         result = call()
         wrt = (x, w) if x.requires_grad else (w,)
         step = partial(self.t.autograd.grad, result, wrt, self.t.ones_like(result),
-                       retain_graph=True)  # fmt: skip
+                       retain_graph=True)
         out.setdefault("backward" + suffix, []).append([*shape, len(wrt), self.median_s(step)])

@@ -35,7 +35,7 @@ class OptimizerKernels(KernelTimer):
                 count = max(1, min(256, self.plan.cold_set_bytes // (4 * n * size)))
                 shape = _matrix(n) if name == "adafactor" else (n,)
                 params = [self.t.nn.Parameter(self.tensor(*shape, dtype=dtype))
-                          for _ in range(count)]  # fmt: skip
+                          for _ in range(count)]
                 for p in params:
                     p.grad = self.tensor(*shape, dtype=dtype)
                 if name == "adamw":  # the loop a CPU runs; a GPU's foreach kernels

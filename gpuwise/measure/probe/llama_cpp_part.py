@@ -17,7 +17,7 @@ KEPT_RATES_NOTE = "llama.cpp rates kept from the previous probe for what this qu
 
 
 def with_llama_cpp(profile: Profile, progress: Progress | None = None,
-                   quick: bool = False) -> Profile:  # fmt: skip
+                   quick: bool = False) -> Profile:
     """The profile with llama.cpp's rates on this CPU (its GPU backends are not probed)."""
     if profile.backend not in CPU_BACKENDS:
         missing = {**profile.missing, "llama_cpp": f"probed on a CPU, not {profile.backend}"}
@@ -33,14 +33,14 @@ def keep_llama_cpp(profile: Profile, previous: Profile | None) -> Profile:
     """`profile` with the llama.cpp rates of the one it replaces, where it has none itself, or
     where it is a quick llama.cpp probe, the rates of the previous one it did not time."""
     if (previous is None or previous.llama_cpp is None
-            or (previous.fingerprint, previous.backend) != (profile.fingerprint, profile.backend)):  # fmt: skip
+            or (previous.fingerprint, previous.backend) != (profile.fingerprint, profile.backend)):
         return profile
     if profile.llama_cpp is None:
         why = profile.parts_set_aside().get("llama_cpp")
         note = f"this probe's llama.cpp rates were {why}: the previous probe's are kept" if why else KEPT_NOTE
         missing = {k: v for k, v in profile.missing.items() if k != "llama_cpp"}
         return dataclasses.replace(profile, llama_cpp=previous.llama_cpp, missing=missing,
-                                   notes=(*profile.notes, note))  # fmt: skip
+                                   notes=(*profile.notes, note))
     if not profile.llama_cpp.get("quick"):
         return profile
     merged = _merged_rates(profile.llama_cpp, previous.llama_cpp)
@@ -56,5 +56,5 @@ def _merged_rates(quick: dict[str, Any], previous: dict[str, Any]) -> dict[str, 
         return quick
     taken = {(t["model"], t["type"], t["threads"]) for t in quick["timings"]}
     timings = [*quick["timings"], *(t for t in previous["timings"]
-                                    if (t["model"], t["type"], t["threads"]) not in taken)]  # fmt: skip
+                                    if (t["model"], t["type"], t["threads"]) not in taken)]
     return {**quick, "rates": {**quick["rates"], **kept}, "timings": timings}

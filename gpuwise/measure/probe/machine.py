@@ -29,14 +29,14 @@ def probe_machine(quick: bool, progress: Progress | None = None) -> Profile:
     profile = run_probe(quick, _part(progress, 0.0, GENERIC if not quick else 0.8))
     if quick:
         profile = _missing(profile, "kernels", "quick probe: kernels at model shapes not "
-                           "measured (run `gpuwise probe` without --quick)")  # fmt: skip
+                           "measured (run `gpuwise probe` without --quick)")
     elif profile.backend in ("torch-cpu", "torch-cuda"):
         profile = _with_kernels(profile, _part(progress, GENERIC, KERNELS))
     else:
         profile = _missing(profile, "kernels", f"needs torch (backend {profile.backend})")
     if quick:  # the runtime's costs take 15-20 s here: a quick probe stays under 15 s
         profile = _missing(profile, "runtime", "quick probe: the transformers runtime's "
-                           "costs not measured (run `gpuwise probe` without --quick)")  # fmt: skip
+                           "costs not measured (run `gpuwise probe` without --quick)")
     else:
         if progress:
             progress("transformers runtime costs", 0.9)
@@ -71,7 +71,7 @@ def _with_kernels(profile: Profile, progress: Progress | None) -> Profile:
     missing = {f"kernels.{k}": v for k, v in kernels.pop("missing", {}).items()}
     notes = (*profile.notes, *kernel_probe.kernel_notes(kernels))
     return dataclasses.replace(profile, kernels=kernels, missing={**profile.missing, **missing},
-                               notes=notes)  # fmt: skip
+                               notes=notes)
 
 
 def _with_steadiness(profile: Profile) -> Profile:

@@ -75,7 +75,7 @@ def measure_stream(
 def measure_matmul(
     backend: Backend, plan: ProbePlan, dtypes: tuple[str, ...], missing: dict[str, str],
     steps: Steps,
-) -> tuple[tuple[MatmulPoint, ...], dict[str, MatmulPoint | None]]:  # fmt: skip
+) -> tuple[tuple[MatmulPoint, ...], dict[str, MatmulPoint | None]]:
     points: list[MatmulPoint] = []
     best: dict[str, MatmulPoint | None] = {}
     for dtype in dtypes:
@@ -122,7 +122,7 @@ def _sweep(
             spent += time.perf_counter() - started
         fastest = min(times)
         point = MatmulPoint(m, n, k, dtype, fastest, statistics.median(times), flops / fastest,
-                            len(times))  # fmt: skip
+                            len(times))
         curve.append(point)
         rate = max(rate, point.flops_per_s)
         if fastest > plan.matmul_max_call_s:

@@ -37,7 +37,7 @@ def median_profile(profiles: Sequence[Profile]) -> Profile:
     notes += kernel_notes(merged.get("kernels") or {})
     notes += merged_steadiness_note([p.steadiness for p in profiles])
     notes.append(f"the median of {len(profiles)} probes taken one after another"
-                 + (f"; their headline rates differed by up to {spread:.0%}" if spread else ""))  # fmt: skip
+                 + (f"; their headline rates differed by up to {spread:.0%}" if spread else ""))
     merged["notes"] = list(dict.fromkeys(notes))
     return Profile.from_json(json.dumps(merged))
 
@@ -125,10 +125,10 @@ def keep_full_parts(quick: Profile, previous: Profile | None) -> Profile:
     `--quick` refreshes the headline rates without throwing away what only a full probe
     measures. Anything else: `quick` unchanged."""
     if (not quick.quick or previous is None
-            or (previous.fingerprint, previous.backend) != (quick.fingerprint, quick.backend)):  # fmt: skip
+            or (previous.fingerprint, previous.backend) != (quick.fingerprint, quick.backend)):
         return quick
     kept = {k: getattr(previous, k) for k in FULL_ONLY
-            if getattr(quick, k) is None and getattr(previous, k) is not None}  # fmt: skip
+            if getattr(quick, k) is None and getattr(previous, k) is not None}
     if not kept:
         return quick
 
@@ -140,5 +140,5 @@ def keep_full_parts(quick: Profile, previous: Profile | None) -> Profile:
     # A quick profile that kept them says from which full probe: that note carries over.
     earlier = [n for n in previous.notes if n.startswith(KEPT_NOTE)] if previous.quick else []
     note = earlier[0] if earlier else (f"{KEPT_NOTE} of {previous.created_at}: "
-                                       f"{' and '.join(kept)} (a quick probe does not measure them)")  # fmt: skip
+                                       f"{' and '.join(kept)} (a quick probe does not measure them)")
     return dataclasses.replace(quick, **kept, missing=missing, notes=(*quick.notes, note))

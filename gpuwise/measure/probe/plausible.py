@@ -90,18 +90,18 @@ def _fmt(value: float) -> str:
 
 
 def _judge(what: str, value: float, bounds: Sequence[float], unit: str, kind: str,
-           scale: float = 1.0, floor: bool = True) -> Iterator[str]:  # fmt: skip
+           scale: float = 1.0, floor: bool = True) -> Iterator[str]:
     """A line when `value` (in the bounds' unit) is 0, not finite, over `bounds` or (`floor`)
     under them; shown x `scale` in `unit`."""
     low, high = bounds
     if math.isfinite(value) and 0 < value <= high and (value >= low or not floor):
         return
     yield (f"{what} read {_fmt(value * scale)} {unit}: a real {kind.upper()} gives "
-           f"{_fmt(low * scale)}-{_fmt(high * scale)}")  # fmt: skip
+           f"{_fmt(low * scale)}-{_fmt(high * scale)}")
 
 
 def _curve(what: str, points: Sequence[tuple[str, float]], bounds: Sequence[float],
-           kind: str) -> Iterator[str]:  # fmt: skip
+           kind: str) -> Iterator[str]:
     """One line at most for a curve of (label, FLOP/s): its first point that is 0, not finite
     or over the ceiling, else its best point under the floor (small sizes run slow)."""
     tflops = [(label, rate / 1e12) for label, rate in points]
@@ -131,16 +131,16 @@ def _matmul(profile: Any, bounds: ProbeBounds) -> Iterator[str]:
     for dtype in dict.fromkeys(p.dtype for p in profile.matmul_points):
         points = [(f"{p.m}x{p.n}x{p.k}", rate) for p in profile.matmul_points if p.dtype == dtype
                   for rate in (p.flops_per_s, 2.0 * p.m * p.n * p.k / p.median_s
-                               if p.median_s else math.inf)]  # fmt: skip
+                               if p.median_s else math.inf)]
         yield from _curve(f"matmul {dtype}", points,
-                          bounds.matmul_tflops.get(dtype, [0.0, math.inf]), bounds.kind)  # fmt: skip
+                          bounds.matmul_tflops.get(dtype, [0.0, math.inf]), bounds.kind)
 
 
 def _overhead(profile: Any, bounds: ProbeBounds) -> Iterator[str]:
     for name, seconds in profile.overhead_s.items():
         if seconds is not None:
             yield from _judge(f"per-op overhead ({name})", seconds, bounds.overhead_s, "us",
-                              bounds.kind, scale=1e6)  # fmt: skip
+                              bounds.kind, scale=1e6)
 
 
 def _runtime(runtime: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
@@ -149,11 +149,11 @@ def _runtime(runtime: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
     for key, seconds in runtime.items():
         if key.endswith("_op_s"):
             yield from _judge(f"the runtime's cost per op ({key.removesuffix('_op_s')})",
-                              seconds, bounds.overhead_s, "us", bounds.kind, scale=1e6)  # fmt: skip
+                              seconds, bounds.overhead_s, "us", bounds.kind, scale=1e6)
     for dtype, points in (runtime.get("gemv") or {}).items():  # [weight bytes, bytes/s]
         wrong = (line for b, rate in points for line in _judge(
             f"cold GEMV {dtype} over {b / 2**20:.0f} MiB", rate / 1e9, bounds.elementwise_gbs,
-            "GB/s", bounds.kind))  # fmt: skip
+            "GB/s", bounds.kind))
         yield from itertools.islice(wrong, 1)
 
 
@@ -171,18 +171,18 @@ def _kernels(kernels: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
             for name, grid in grids.items():
                 points = [("x".join(f"{v:.0f}" for v in p[:3]), _grid_rate(family, p)) for p in grid]
                 yield from _curve(f"{family} {dtype} {name}", points,
-                                  bounds.matmul_tflops.get(dtype, [0.0, math.inf]), bounds.kind)  # fmt: skip
+                                  bounds.matmul_tflops.get(dtype, [0.0, math.inf]), bounds.kind)
     for family in ("sdpa", "optimizer"):
         for dtype, curves in (kernels.get(family) or {}).items():
             for name, curve in curves.items():
                 zero = [p for p in curve if not (math.isfinite(p[-1]) and p[-1] > 0)]
                 if zero:
                     yield (f"{family} {dtype} {name} at {_fmt(zero[0][0])} read "
-                           f"{_fmt(zero[0][-1])} s: a real kernel takes time")  # fmt: skip
+                           f"{_fmt(zero[0][-1])} s: a real kernel takes time")
     for dtype, rates in (kernels.get("elementwise") or {}).items():
         for name, rate in rates.items():
             yield from _judge(f"elementwise {name} {dtype}", rate / 1e9, bounds.elementwise_gbs,
-                              "GB/s", bounds.kind)  # fmt: skip
+                              "GB/s", bounds.kind)
 
 
 def _steadiness(ratios: dict[str, float]) -> Iterator[str]:
@@ -192,7 +192,7 @@ def _steadiness(ratios: dict[str, float]) -> Iterator[str]:
             what = "read bandwidth" if name == "read" else name.replace("_", " ")
             yield (f"{what} measured again at the probe's end ran at "
                    f"x{ratio:.2f} its reading: the machine changed speed while it was probed "
-                   f"(beyond x{low:g}-x{high:g})")  # fmt: skip
+                   f"(beyond x{low:g}-x{high:g})")
 
 
 def _llama_cpp(record: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
@@ -202,14 +202,14 @@ def _llama_cpp(record: dict[str, Any], bounds: ProbeBounds) -> Iterator[str]:
     matmul = bounds.matmul_tflops.get("int8", [0.0, math.inf])
     for key, r in (record.get("rates") or {}).items():
         yield from _judge(f"llama.cpp {key} weight streaming", r["weight_bytes_per_s"] / 1e9,
-                          bounds.elementwise_gbs, "GB/s", bounds.kind)  # fmt: skip
+                          bounds.elementwise_gbs, "GB/s", bounds.kind)
         if r.get("cache_bytes_per_s"):  # 0.0: no cache seen, not a reading
             yield from _judge(f"llama.cpp {key} streaming from the cache", r["cache_bytes_per_s"] / 1e9,
-                              bounds.elementwise_gbs, "GB/s", bounds.kind)  # fmt: skip
+                              bounds.elementwise_gbs, "GB/s", bounds.kind)
         yield from _judge(f"llama.cpp {key} prompt matmuls", r["matmul_flops"] / 1e12, matmul,
-                          "GFLOP/s", bounds.kind, 1e3)  # fmt: skip
+                          "GFLOP/s", bounds.kind, 1e3)
         for cost in ("layer_s", "layer_token_s", "half_layer_token_s", "token_s"):
             value = r.get(cost, 0.0)
             if not 0 <= value <= bounds.overhead_s[1]:
                 yield (f"llama.cpp {key} {cost} read {value * 1e6:,.0f} us: a stalled run, "
-                       f"not a cost (at most {bounds.overhead_s[1] * 1e6:,.0f} us)")  # fmt: skip
+                       f"not a cost (at most {bounds.overhead_s[1] * 1e6:,.0f} us)")

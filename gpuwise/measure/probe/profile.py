@@ -166,12 +166,12 @@ class Profile:
             matmul_best={**self.matmul_best, dtype: None},
             matmul_fraction_of_spec={**self.matmul_fraction_of_spec, dtype: None},
             steadiness=steadiness or None,
-            missing={**self.missing, f"matmul.{dtype}": f"{SET_ASIDE} ({why})"})  # fmt: skip
+            missing={**self.missing, f"matmul.{dtype}": f"{SET_ASIDE} ({why})"})
 
     def parts_set_aside(self) -> dict[str, str]:
         """The parts this profile's probe measured but that were set aside, with why."""
         return {part: why for part, why in self.missing.items()
-                if part in PARTS and why.startswith(SET_ASIDE)}  # fmt: skip
+                if part in PARTS and why.startswith(SET_ASIDE)}
 
     def bandwidth_gbs(self, kind: str = "triad") -> float | None:
         """Measured GB/s of a memory kind (read/copy/triad) or a link (h2d/d2h/d2d)."""
@@ -202,7 +202,7 @@ class Profile:
         problems = part_problems(raw)  # a malformed part is set aside alone
         raw = {**raw, **dict.fromkeys(problems)}
         raw["missing"] = {**raw["missing"],
-                          **{part: f"{SET_ASIDE} ({why})" for part, why in problems.items()}}  # fmt: skip
+                          **{part: f"{SET_ASIDE} ({why})" for part, why in problems.items()}}
         try:
             return cls(**{
                 **raw,
@@ -212,7 +212,7 @@ class Profile:
                 "matmul_best": {d: p and MatmulPoint(**p) for d, p in raw["matmul_best"].items()},
                 "notes": tuple(raw.get("notes", ())),
                 "warnings": tuple(raw.get("warnings", ())),
-            })  # fmt: skip
+            })
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed probe profile: {exc}") from exc
 

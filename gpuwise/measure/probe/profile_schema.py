@@ -37,19 +37,19 @@ RUNTIME = table_of(number, {"gemv": table_of(list_of(point(1))), "device": text}
 LLAMA_CPP = record_of(LlamaCppPart)
 # The parts of a profile checked and set aside one by one, with what each is, for messages.
 PART_CHECKS: dict[str, Check] = {"runtime": RUNTIME, "kernels": check_kernels,
-                                 "llama_cpp": LLAMA_CPP}  # fmt: skip
+                                 "llama_cpp": LLAMA_CPP}
 PARTS = {"runtime": "eager runtime costs", "kernels": "kernel grids",
-         "llama_cpp": "llama.cpp rates"}  # fmt: skip
+         "llama_cpp": "llama.cpp rates"}
 
 
 def core_check(profile: type, bandwidth: type, matmul: type) -> Check:
     """The check of a saved profile's core, from its dataclasses (profile.py passes them: it
     imports this module); each part is checked alone (`part_problems`)."""
     point_check = record_of(matmul, {"m": size, "n": size, "k": size,
-                                     "repeats": number})  # a median of counts after --repeat  # fmt: skip
+                                     "repeats": number})  # a median of counts after --repeat
     reading = list_of(record_of(bandwidth))
     nested = {"matmul_points": list_of(point_check), "matmul_best": table_of(maybe(point_check)),
-              "bandwidth": reading, "links": reading}  # fmt: skip
+              "bandwidth": reading, "links": reading}
     return record_of(profile, {**nested, **{part: _anything for part in PART_CHECKS}})
 
 

@@ -79,4 +79,4 @@ def profile_rates(profile: Any, hw: Hardware) -> DeviceRates | None:
         hw, triad * 1e9, {k: tuple(sorted(v)) for k, v in square.items()}, overhead,
         overhead / 3, {k: tuple(sorted(v)) for k, v in rows.items()},
         getattr(profile, "runtime", None), getattr(profile, "kernels", None),
-        (getattr(profile, "llama_cpp", None) or {}).get("rates"))  # fmt: skip
+        (getattr(profile, "llama_cpp", None) or {}).get("rates"))

@@ -126,4 +126,4 @@ def contention_note(others_before: float | None, started: float) -> tuple[str, .
     if share < 0.1:
         return ()
     return (f"{BUSY_NOTE} {share:.0%} of the CPUs during the probe: readings may be low; "
-            "probe again when the machine is idle",)  # fmt: skip
+            "probe again when the machine is idle",)

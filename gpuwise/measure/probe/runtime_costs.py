@@ -35,7 +35,7 @@ def _tiny_llama(layers: int, vocab: int = VOCABS[0], device: str = "cpu") -> Any
 
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4,
                                    num_key_value_heads=2, num_hidden_layers=layers,
-                                   vocab_size=vocab, max_position_embeddings=512)  # fmt: skip
+                                   vocab_size=vocab, max_position_embeddings=512)
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
     return model.to(device)
 
@@ -84,7 +84,7 @@ def _generate(model: Any, ids: Any, n: int, device: str = "cpu") -> Callable[[],
     def run() -> object:
         model.eval()
         return model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                              do_sample=False, pad_token_id=0)  # fmt: skip
+                              do_sample=False, pad_token_id=0)
 
     return _synced(run, device)
 
@@ -98,7 +98,7 @@ FORWARD_STEPS = 4  # decode forwards per timed call of `_forward_steps`
 
 
 def _forward_steps(model: Any, ids: Any, steps: int = FORWARD_STEPS,
-                   device: str = "cpu") -> Callable[[], object]:  # fmt: skip
+                   device: str = "cpu") -> Callable[[], object]:
     """The model's own decode forward (one token, the cache growing), `steps` at a time,
     without generate()'s loop around it."""
     import torch
@@ -130,7 +130,7 @@ def measure_logits_step(repeats: int = 25, device: str = "cpu") -> float:
         ids = torch.randint(0, vocab, (1, 8), device=device)
         calls |= {f"generate1 {vocab}": _generate(model, ids, 1, device),
                   f"generate17 {vocab}": _generate(model, ids, 17, device),
-                  f"forward {vocab}": _forward_steps(model, ids, device=device)}  # fmt: skip
+                  f"forward {vocab}": _forward_steps(model, ids, device=device)}
 
     def extra(r: dict[str, float], vocab: int) -> float:
         return _decode_s(r, vocab) - r[f"forward {vocab}"] / FORWARD_STEPS
@@ -156,12 +156,12 @@ def _training_step(model: Any, ids: Any, device: str = "cpu") -> Callable[[], ob
 
 
 def _per_layer_and_fixed(rounds: list[dict[str, float]],
-                         seconds: Callable[[dict[str, float], int], float]) -> tuple[float, float]:  # fmt: skip
+                         seconds: Callable[[dict[str, float], int], float]) -> tuple[float, float]:
     """(seconds per layer, seconds at zero layers) of a phase, from each round's 1- and
     5-layer times (the median of the rounds' differences)."""
     few, many = LAYERS
     per_layer = max(0.0, _over_rounds(rounds, lambda r: (seconds(r, many) - seconds(r, few))
-                                      / (many - few)))  # fmt: skip
+                                      / (many - few)))
     return per_layer, _over_rounds(rounds, lambda r: seconds(r, few)) - per_layer * few
 
 
@@ -177,11 +177,11 @@ def measure_runtime_overhead(repeats: int = 15, device: str = "cpu") -> dict[str
         model = _tiny_llama(layers, device=device)
         calls |= {f"generate1 {layers}": _generate(model, ids, 1, device),
                   f"generate17 {layers}": _generate(model, ids, 17, device),
-                  f"training {layers}": _training_step(model, ids, device)}  # fmt: skip
+                  f"training {layers}": _training_step(model, ids, device)}
     rounds = _rounds(calls, repeats)
     phases: dict[str, Callable[[dict[str, float], int], float]] = {
         "inference": lambda r, n: r[f"generate1 {n}"], "decode": _decode_s,
-        "training": lambda r, n: r[f"training {n}"]}  # fmt: skip
+        "training": lambda r, n: r[f"training {n}"]}
     out: dict[str, float] = {}
     for key, seconds in phases.items():
         counts = op_counts("llama", "fp32", "sdpa")[key]
@@ -238,7 +238,7 @@ GEMV_SET_BYTES = 384 * 2**20  # cycle through more weights than any cache holds
 
 
 def measure_gemv(dtypes: tuple[str, ...] = ("fp32", "bf16"),
-                 device: str = "cpu") -> dict[str, list[list[float]]]:  # fmt: skip
+                 device: str = "cpu") -> dict[str, list[list[float]]]:
     """Bytes/s of a one-row matmul (a decode step's GEMV) against weights that are not in the
     cache, by weight-matrix size: [[matrix_bytes, bytes_per_s], ...] per dtype. A decode step
     touches each weight once, so the repeated-weight benchmark of a GEMV flatters it."""
@@ -252,7 +252,7 @@ def measure_gemv(dtypes: tuple[str, ...] = ("fp32", "bf16"),
             item = torch.empty((), dtype=torch_dtypes[dtype]).element_size()
             count = max(2, int(GEMV_SET_BYTES // (k * n * item)))
             weights = [torch.randn(n, k, dtype=torch_dtypes[dtype], device=device)
-                       for _ in range(count)]  # fmt: skip
+                       for _ in range(count)]
             x = torch.randn(1, k, dtype=torch_dtypes[dtype], device=device)
 
             def sweep(ws: list = weights, x: Any = x) -> None:

@@ -87,7 +87,7 @@ def steadiness_note(ratios: dict[str, float]) -> tuple[str, ...]:
     return (f"this machine changed speed while it was probed ({describe_ratios(moved)} at "
             f"the end against the probe's readings): time estimates from this profile may be "
             f"off by {largest_move(moved):.0%} or more; probe again just before a time "
-            "check",)  # fmt: skip
+            "check",)
 
 
 def merged_steadiness_note(each: list[dict[str, float] | None]) -> tuple[str, ...]:
@@ -98,4 +98,4 @@ def merged_steadiness_note(each: list[dict[str, float] | None]) -> tuple[str, ..
         return ()
     (note,) = steadiness_note(max(moved, key=largest_move))
     return (f"{len(moved)} of the {len(each)} probes changed speed while they ran; the most: "
-            f"{note}",)  # fmt: skip
+            f"{note}",)

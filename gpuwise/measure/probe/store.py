@@ -63,7 +63,7 @@ def save_profile(profile: Profile) -> Path:
         aside.write_bytes(data)
     except OSError as exc:
         raise GpuwiseError(f"{failed.message}; nor could it be saved in a temporary directory "
-                           f"({exc.strerror}): this probe is lost", hint) from None  # fmt: skip
+                           f"({exc.strerror}): this probe is lost", hint) from None
     raise GpuwiseError(f"{failed.message}; the probe was saved to {shown(aside, 200)} instead",
                        f"{CACHE_ENV}={shown(aside.parent, 200)} uses it; or {hint}") from None
 

@@ -38,10 +38,10 @@ def local_profile() -> LocalProfile:
         if not warnings:
             profile, parts = parts_judged(profile)
             return LocalProfile(profile, (*parts, *set_aside(profile.fingerprint,
-                                                              after=profile.created_at)))  # fmt: skip
+                                                              after=profile.created_at)))
         path = store.profile_path(profile.fingerprint, profile.backend)
         remarks: tuple[str, ...] = (f"the saved probe profile {shown(path, 200)} was not used: "
-                                    f"{summary(warnings)}",)  # fmt: skip
+                                    f"{summary(warnings)}",)
         fingerprint = profile.fingerprint
     else:
         fingerprint = machine_fingerprint()
@@ -65,7 +65,7 @@ def parts_judged(profile: Profile) -> tuple[Profile, tuple[str, ...]]:
     profile = untrusted_set_aside(profile)
     path = shown(store.profile_path(profile.fingerprint, profile.backend), 200)
     return profile, tuple(f"the {PARTS[part]} of the saved probe profile {path} were {why}: "
-                          f"estimates go without them" for part, why in profile.parts_set_aside().items())  # fmt: skip
+                          f"estimates go without them" for part, why in profile.parts_set_aside().items())
 
 
 def untrusted_set_aside(profile: Profile) -> Profile:
@@ -95,7 +95,7 @@ def unreadable(fingerprint: str) -> tuple[str, ...]:
         else:
             if (profile.fingerprint, profile.backend) != (fingerprint, backend):
                 found.append(f"the saved probe profile {shown(path, 200)} is of another machine or "
-                             "backend: ignored")  # fmt: skip
+                             "backend: ignored")
     return tuple(found)
 
 
@@ -108,7 +108,7 @@ def set_aside(fingerprint: str, after: str = "") -> tuple[str, ...]:
         if rejected is not None and rejected.created_at > after:
             why = summary(profile_warnings(rejected)) or "no reason saved"
             return (f"the probe of {rejected.created_at} was set aside, not trusted ({why}; "
-                    f"in {shown(path, 200)})",)  # fmt: skip
+                    f"in {shown(path, 200)})",)
     return ()
 
 

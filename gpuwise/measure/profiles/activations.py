@@ -38,7 +38,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
                         head_dim=None),
     "falcon": dict(model_type="falcon", head_dim=None, bias=False, multi_query=True,
                    parallel_attn=True, new_decoder_architecture=False),
-}  # fmt: skip
+}
 
 DTYPE_MODES = ("fp32", "bf16", "mixed-bf16")
 ATTENTIONS = ("sdpa", "eager")
@@ -52,7 +52,7 @@ def _config(family: str, dropout: float) -> dict[str, Any]:
         head_dim=HD, num_hidden_layers=1, vocab_size=V, max_position_embeddings=64,
         attention_dropout=dropout, hidden_dropout=dropout, resid_pdrop=dropout,
         embd_pdrop=dropout, attn_pdrop=dropout, tie_word_embeddings=False,
-    )  # fmt: skip
+    )
     if model_type in ("gpt2", "gpt_bigcode"):
         base.update(n_embd=D, n_head=H, n_layer=1, n_inner=I)
     base.update(spec)
@@ -72,7 +72,7 @@ def term_sizes(
         "bhs": B * H * S, "bs": B * S, "bsv": B * S * V, "bsh": B * S * head_dim,
         "bshr": B * S * H * rot, "bskr": B * S * heads_kv * rot,
         "bsr": B * S * rot,
-    }  # fmt: skip
+    }
 
 
 def _saved_storages(model: Any, input_ids: Any, autocast: Any) -> dict[int, tuple[int, int]]:
@@ -101,7 +101,7 @@ def _saved_storages(model: Any, input_ids: Any, autocast: Any) -> dict[int, tupl
     loss = out.loss
     del out
     saved.setdefault(loss.untyped_storage().data_ptr(), (loss.untyped_storage().nbytes(),
-                                                         loss.element_size()))  # fmt: skip
+                                                         loss.element_size()))
     return saved
 
 
@@ -125,7 +125,7 @@ def classify(saved: dict[int, tuple[int, int]], sizes: dict[str, int]) -> dict[s
 
 
 def tiny_model(family: str, mode: str, attention: str, layers: int,
-               dropout: float = 0.0) -> tuple[dict[str, Any], Any]:  # fmt: skip
+               dropout: float = 0.0) -> tuple[dict[str, Any], Any]:
     """(config dict, model) of a family at the profiling dimensions with `layers` layers."""
     import torch
     import transformers
@@ -143,7 +143,7 @@ def tiny_model(family: str, mode: str, attention: str, layers: int,
 
 
 def profile_one(family: str, mode: str, attention: str, checkpointing: bool,
-                dropout: float) -> dict[str, dict[str, float]]:  # fmt: skip
+                dropout: float) -> dict[str, dict[str, float]]:
     import contextlib
 
     import torch
@@ -157,7 +157,7 @@ def profile_one(family: str, mode: str, attention: str, checkpointing: bool,
         if checkpointing:
             model.gradient_checkpointing_enable({"use_reentrant": False})
         autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if mode == "mixed-bf16"
-                    else contextlib.nullcontext())  # fmt: skip
+                    else contextlib.nullcontext())
         ids = torch.randint(0, V, (B, S))
         arch = from_config(cfg_dict)
         sizes = term_sizes(
@@ -188,7 +188,7 @@ def profile_all() -> dict[str, Any]:
                 for ckpt in (False, True):
                     for dropout in (0.0, 0.1):
                         key = f"{family}/{mode}/{attention}/{'ckpt' if ckpt else 'full'}/" \
-                              f"{'dropout' if dropout else 'nodropout'}"  # fmt: skip
+                              f"{'dropout' if dropout else 'nodropout'}"
                         try:
                             profiles[key] = profile_one(family, mode, attention, ckpt, dropout)
                         except ValueError as exc:  # e.g. a family without an sdpa path

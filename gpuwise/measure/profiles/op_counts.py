@@ -33,11 +33,11 @@ def count_one(family: str, mode: str, attention: str) -> dict[str, dict[str, int
             counter = op_counter()
             with counter:
                 model(input_ids=ids[:, :1], past_key_values=res.past_key_values, use_cache=True,
-                      logits_to_keep=1)  # fmt: skip
+                      logits_to_keep=1)
             out["decode"].append((counter.kernels, counter.views))
         model.train()
         autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if mode == "mixed-bf16"
-                    else contextlib.nullcontext())  # fmt: skip
+                    else contextlib.nullcontext())
         counter = op_counter()
         with counter:
             with autocast:
@@ -47,7 +47,7 @@ def count_one(family: str, mode: str, attention: str) -> dict[str, dict[str, int
     result = {}
     for phase, ((k1, v1), (k2, v2)) in out.items():
         result[phase] = {"kernels_per_layer": k2 - k1, "views_per_layer": v2 - v1,
-                         "kernels_model": 2 * k1 - k2, "views_model": 2 * v1 - v2}  # fmt: skip
+                         "kernels_model": 2 * k1 - k2, "views_model": 2 * v1 - v2}
     return result
 
 

@@ -27,7 +27,7 @@ def parse_metric_patterns(specs: list[str]) -> dict[str, re.Pattern[str]]:
         name, sep, regex = spec.partition("=")
         if not sep or not name.strip() or not regex:
             raise GpuwiseError(f"--metric {spec!r} is not NAME=REGEX",
-                               r"for example --metric 'val_loss=val loss ([0-9.eE+-]+)'")  # fmt: skip
+                               r"for example --metric 'val_loss=val loss ([0-9.eE+-]+)'")
         try:
             patterns[name.strip()] = re.compile(regex)
         except re.error as exc:
@@ -101,7 +101,7 @@ def read_api_report(path: Path) -> ApiReport:
 
 
 def run_metrics(stdout: str, stderr: str, patterns: dict[str, re.Pattern[str]],
-                api: ApiReport) -> dict[str, float]:  # fmt: skip
+                api: ApiReport) -> dict[str, float]:
     """All metrics of a run: last JSON line of stdout, then regexes (stdout and stderr), then API.
 
     A later source wins for the same name. Non-finite values are kept here (the results file

@@ -73,7 +73,7 @@ def placement(env: Mapping[str, str], node_id: str | None = None) -> dict[str, A
         "node": socket.gethostname(),
         "node_id": node_id,
         "hardware": hardware_label(visible_gpu_names(env.get("CUDA_VISIBLE_DEVICES"),
-                                                     _gpu_names()), _cpu()),  # fmt: skip
+                                                     _gpu_names()), _cpu()),
         "omp_num_threads": int(threads) if threads and threads.strip().isdigit() else None,
     }
 

@@ -56,7 +56,7 @@ def thread_choices(cpu_count: int | None = None) -> list[int]:
 
 
 def plan_runs(conditions: Sequence[str], runs: int, base_seed: int,
-              threads: Sequence[int]) -> list[RunSpec]:  # fmt: skip
+              threads: Sequence[int]) -> list[RunSpec]:
     """Every run of the study, index-major.
 
     The `seeds` runs use base_seed + 1 + i, never the fixed seed itself, so that no seeds run
@@ -71,12 +71,12 @@ def plan_runs(conditions: Sequence[str], runs: int, base_seed: int,
                 condition=name, index=i,
                 seed=base_seed + 1 + i if name == "seeds" else base_seed,
                 threads=threads[i % len(threads)] if name == "threads" else None,
-                deterministic=name == "deterministic"))  # fmt: skip
+                deterministic=name == "deterministic"))
     return plan
 
 
 def child_env(spec: RunSpec, out_path: str, base: Mapping[str, str],
-              device: str | None = None) -> dict[str, str]:  # fmt: skip
+              device: str | None = None) -> dict[str, str]:
     """The environment of one run: its seed, threads, determinism and the API's report file."""
     env = dict(base)
     env[SEED_VAR] = str(spec.seed)

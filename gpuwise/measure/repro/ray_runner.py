@@ -42,12 +42,12 @@ RETRIES = 1  # a failed or lost replica runs once more, then is recorded as fail
 WAIT_S = 1.0  # the driver wakes at least this often (Ctrl-C stays prompt)
 INSTALL_HINT = "pip install 'gpuwise[ray]' (on the driver and on every node)"
 ADDRESS_HINT = ("check the address (the head's host:port, 6379 by default; `ray status` on "
-                "the head prints it) and that this machine can reach it")  # fmt: skip
+                "the head prints it) and that this machine can reach it")
 RESOURCES_HINT = "ask for less with --ray-cpus / --ray-gpus, or add a node that has them"
 NODE_HINT = ("run gpuwise on the head node (ssh, `ray job submit`, a KubeRay RayJob or a Slurm "
-             "batch script: docs/repro.md)")  # fmt: skip
+             "batch script: docs/repro.md)")
 AUTH_HINT = ("set RAY_AUTH_MODE=token and give this machine the cluster's token (RAY_AUTH_TOKEN, "
-             "or ~/.ray/auth_token), as its nodes have")  # fmt: skip
+             "or ~/.ray/auth_token), as its nodes have")
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception)\b.*:")
 
 # A child process connects and prints the alive nodes: a driver that cannot connect retries
@@ -110,7 +110,7 @@ def check_fits(nodes: list[dict[str, Any]], cpus: float, gpus: float, where: str
     raise GpuwiseError(
         f"no node of the Ray cluster {where} has the {asks} a replica asks for (the most on "
         f"one node: {_amount(most_cpus, 'CPU')}, {_amount(most_gpus, 'GPU')}; "
-        f"{len(nodes)} node{'s' if len(nodes) != 1 else ''})", RESOURCES_HINT)  # fmt: skip
+        f"{len(nodes)} node{'s' if len(nodes) != 1 else ''})", RESOURCES_HINT)
 
 
 def host_port(address: str) -> tuple[str, int] | None:
@@ -133,11 +133,11 @@ def _reachable(address: str, timeout_s: float) -> None:
         socket.create_connection(where, timeout=timeout_s).close()
     except TimeoutError:
         raise GpuwiseError(f"cannot reach a Ray cluster at {address}: no answer in "
-                           f"{timeout_s:g} s", ADDRESS_HINT) from None  # fmt: skip
+                           f"{timeout_s:g} s", ADDRESS_HINT) from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise GpuwiseError(f"cannot reach a Ray cluster at {address}: {reason}",
-                           ADDRESS_HINT) from None  # fmt: skip
+                           ADDRESS_HINT) from None
 
 
 def probe(address: str, timeout_s: float | None = None) -> list[dict[str, Any]]:
@@ -149,16 +149,16 @@ def probe(address: str, timeout_s: float | None = None) -> list[dict[str, Any]]:
     if not address.startswith("ray://") and host_port(address) and not local_raylet():
         raise GpuwiseError(f"cannot reach a Ray cluster at {address} from here: no Ray node "
                            "runs on this machine, and a Ray driver runs on a node of its "
-                           "cluster", NODE_HINT)  # fmt: skip
+                           "cluster", NODE_HINT)
     try:
         out = subprocess.run([sys.executable, "-c", _PROBE, address], capture_output=True,
                              text=True, timeout=timeout_s, env=os.environ | {
-                                 "RAY_USAGE_STATS_ENABLED": "0"})  # fmt: skip
+                                 "RAY_USAGE_STATS_ENABLED": "0"})
     except subprocess.TimeoutExpired as exc:
         err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
         auth_refused(address, err or "")
         raise GpuwiseError(f"cannot reach a Ray cluster at {address}: no answer in "
-                           f"{timeout_s:g} s", ADDRESS_HINT) from None  # fmt: skip
+                           f"{timeout_s:g} s", ADDRESS_HINT) from None
     for line in out.stdout.splitlines():
         if line.startswith("GPUWISE_NODES "):
             nodes: list[dict[str, Any]] = json.loads(line.split(" ", 1)[1])
@@ -173,7 +173,7 @@ def auth_refused(address: str, stderr: str) -> None:
     """A cluster that wants a token this driver does not send: say so, not 'no answer'."""
     if "InvalidAuthToken" in stderr or "AuthenticationError" in stderr:
         raise GpuwiseError(f"the Ray cluster at {address} wants an authentication token this "
-                           "machine does not send", AUTH_HINT)  # fmt: skip
+                           "machine does not send", AUTH_HINT)
 
 
 def local_raylet() -> bool:
@@ -219,15 +219,15 @@ class RayCluster:
 
         try:
             ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
-                     include_dashboard=False)  # fmt: skip
+                     include_dashboard=False)
         except Exception as exc:  # ConnectionError, ValueError, RuntimeError, RpcError ...
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise GpuwiseError(f"cannot start or reach Ray {self.where}: {first}",
-                               ADDRESS_HINT) from None  # fmt: skip
+                               ADDRESS_HINT) from None
         self._ray = ray
         try:
             self.nodes = [{"id": n["NodeID"], "host": n.get("NodeManagerHostname"),
-                           "resources": n["Resources"]} for n in ray.nodes() if n.get("Alive")]  # fmt: skip
+                           "resources": n["Resources"]} for n in ray.nodes() if n.get("Alive")]
             if self.settings.gpus is None:
                 has_gpus = any(n["resources"].get("GPU", 0.0) >= 1 for n in self.nodes)
                 self.gpus = 1.0 if has_gpus else 0.0
@@ -242,7 +242,7 @@ class RayCluster:
             self._ray = None
 
     def run(self, study: Study, progress: Progress | None = None,
-            fresh: bool = False) -> list[dict[str, Any]]:  # fmt: skip
+            fresh: bool = False) -> list[dict[str, Any]]:
         """Run what the results file lacks as Ray tasks; return every run of the study."""
         ray = self._ray
         if ray is None:
@@ -251,10 +251,10 @@ class RayCluster:
         log = StudyLog(study, fresh, progress)
         task = ray.remote(replica)
         options = {"num_cpus": self.cpus, "num_gpus": self.gpus, "max_retries": RETRIES,
-                   "retry_exceptions": [ReplicaFailed], "scheduling_strategy": "SPREAD"}  # fmt: skip
+                   "retry_exceptions": [ReplicaFailed], "scheduling_strategy": "SPREAD"}
         cwd = os.getcwd()
         pending = {task.options(name=f"gpuwise repro {s.condition} #{s.index}", **options)
-                   .remote(study, s, cwd): s for s in log.todo}  # fmt: skip
+                   .remote(study, s, cwd): s for s in log.todo}
         try:
             while pending:
                 refs = list(pending)
@@ -294,7 +294,7 @@ def lost_record(spec: RunSpec, error: str) -> dict[str, Any]:
             "returncode": None, "wall_s": None, "energy_j": None, "energy_note": None,
             "metrics": {}, "params_hash": None, "steps": [], "deterministic_applied": None,
             "stderr_tail": error[-2000:], "error": first, "node": None, "node_id": None,
-            "hardware": None, "omp_num_threads": None}  # fmt: skip
+            "hardware": None, "omp_num_threads": None}
 
 
 def replica(study: Study, spec: RunSpec, driver_cwd: str) -> dict[str, Any]:

@@ -51,7 +51,7 @@ class Study:
     def header(self) -> dict[str, Any]:
         return {"command": list(self.command), "seed_flag": self.seed_flag,
                 "base_seed": self.base_seed, "metric_patterns": list(self.metric_specs),
-                "conditions": list(self.conditions), "runs": self.runs}  # fmt: skip
+                "conditions": list(self.conditions), "runs": self.runs}
 
 
 class StudyLog:
@@ -82,7 +82,7 @@ class StudyLog:
 
 
 def run_study(study: Study, progress: Progress | None = None, fresh: bool = False,
-              energy: EnergyMeter | None = None) -> list[dict[str, Any]]:  # fmt: skip
+              energy: EnergyMeter | None = None) -> list[dict[str, Any]]:
     """Run what is not done yet; return every successful and failed run of the study."""
     if study.parallel < 1:
         raise GpuwiseError(f"--parallel must be at least 1, got {study.parallel}", "")
@@ -130,19 +130,19 @@ def _check_first(record: dict[str, Any], any_ok: bool) -> bool:
         last = (record.get("stderr_tail") or "").strip().splitlines()[-1:] or ["(no stderr)"]
         if record["returncode"] is None:  # it never finished: its worker or node died
             raise GpuwiseError(f"the run was lost: {last[0]}",
-                               "the error is in the results file; run again to retry it")  # fmt: skip
+                               "the error is in the results file; run again to retry it")
         raise GpuwiseError(f"the command failed (exit {record['returncode']}): {last[0]}",
-                           "run it by hand first; the full stderr tail is in the results file")  # fmt: skip
+                           "run it by hand first; the full stderr tail is in the results file")
     if not record["metrics"] and record["params_hash"] is None:
         raise GpuwiseError("the run reported no metric",
                            "print a JSON line last, pass --metric NAME=REGEX, or call "
-                           "gpuwise.report_metric(name, value)")  # fmt: skip
+                           "gpuwise.report_metric(name, value)")
     return True
 
 
 def run_one(study: Study, spec: RunSpec, patterns: Any, meter: EnergyMeter | None,
             device: str | None, live: set[subprocess.Popen[str]], node_id: str | None = None,
-            cwd: str | None = None) -> dict[str, Any]:  # fmt: skip
+            cwd: str | None = None) -> dict[str, Any]:
     """Run one planned run to its end and return its record (also when it fails). `node_id`:
     the Ray node it runs on; `cwd`: where to start the command (None: here)."""
     with tempfile.TemporaryDirectory(prefix="gpuwise-repro-") as tmp:
@@ -160,18 +160,18 @@ def run_one(study: Study, spec: RunSpec, patterns: Any, meter: EnergyMeter | Non
         "energy_note": meter.note() if meter else "NA: runs in parallel share the counters",
         "metrics": run_metrics(out, err, patterns, api), "params_hash": api.params_hash,
         "steps": api.steps, "deterministic_applied": api.deterministic_applied,
-    } | placement(env, node_id)  # fmt: skip
+    } | placement(env, node_id)
     if rc != 0:
         record["stderr_tail"] = err[-TAIL_CHARS:]
     return record
 
 
 def _execute(cmd: list[str], env: dict[str, str], timeout_s: float | None,
-             live: set[subprocess.Popen[str]], cwd: str | None = None) -> tuple[int, str, str]:  # fmt: skip
+             live: set[subprocess.Popen[str]], cwd: str | None = None) -> tuple[int, str, str]:
     """Run one process to the end; `live` lets an interrupted study stop the runs in flight."""
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, cwd=cwd)  # fmt: skip
+                                text=True, cwd=cwd)
     except OSError as exc:
         raise GpuwiseError(f"cannot run {cmd[0]!r}: {exc.strerror}", "check the command") from exc
     live.add(proc)
@@ -198,7 +198,7 @@ def deterministic_conditions(has_gpu: bool, runs: Sequence[ConditionRuns]) -> li
         if c.name == "same-seed" and not has_gpu:
             names.append(c.name)
         if c.name == "deterministic" and (not has_gpu or (
-                c.deterministic_applied and all(c.deterministic_applied))):  # fmt: skip
+                c.deterministic_applied and all(c.deterministic_applied))):
             names.append(c.name)
     return names
 
@@ -215,7 +215,7 @@ def condition_runs(
         failed -= {r["index"] for r in runs}
         names = sorted({m for r in runs for m in r["metrics"]})
         kept = {m: [r for r in runs if m in r["metrics"] and math.isfinite(r["metrics"][m])]
-                for m in names}  # fmt: skip
+                for m in names}
         out.append(ConditionRuns(
             name=name,
             metrics={m: [r["metrics"][m] for r in kept[m]] for m in names},
@@ -225,5 +225,5 @@ def condition_runs(
             wall_s=[float(r["wall_s"]) for r in runs],
             energy_j=[r.get("energy_j") for r in runs],
             deterministic_applied=[r.get("deterministic_applied") for r in runs],
-            failed=len(failed)))  # fmt: skip
+            failed=len(failed)))
     return out

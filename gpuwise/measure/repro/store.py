@@ -62,7 +62,7 @@ class ResultsFile:
         if differs:
             raise GpuwiseError(
                 f"{shown(self.path)} holds another study (its {', '.join(differs)} differ)",
-                "name a new file with --results, or start over with --fresh")  # fmt: skip
+                "name a new file with --results, or start over with --fresh")
         return [rec for rec in lines if rec.get("kind") == "run"]
 
     def append_run(self, record: dict[str, Any]) -> None:

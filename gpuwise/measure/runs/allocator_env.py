@@ -10,7 +10,7 @@ from gpuwise.catalog.allocators import allocator_choice
 
 # Where Debian, Ubuntu, Fedora and source installs put shared libraries.
 LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
-                "/usr/lib64", "/usr/lib", "/usr/local/lib")  # fmt: skip
+                "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
 def find_library(name: str) -> str | None:
@@ -32,6 +32,6 @@ def allocator_env(name: str) -> dict[str, str]:
         if path is None:
             raise RuntimeError(f"--allocator {name} preloads {choice.preload}, which is not in "
                                f"{', '.join(LIBRARY_DIRS)}: install it (Debian: apt-get install "
-                               f"{'libjemalloc2' if 'jemalloc' in name else 'libtcmalloc-minimal4'})")  # fmt: skip
+                               f"{'libjemalloc2' if 'jemalloc' in name else 'libtcmalloc-minimal4'})")
         env["LD_PRELOAD"] = os.pathsep.join(p for p in (path, os.environ.get("LD_PRELOAD")) if p)
     return env

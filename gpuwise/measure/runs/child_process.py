@@ -36,7 +36,7 @@ _ERROR_CHARS = 400
 
 def run_child(job: dict, timeout_s: float, allocator_env: bool = True,
               child: str = "gpuwise.measure.runs.memory_run",
-              malloc_env: dict[str, str] | None = None) -> dict:  # fmt: skip
+              malloc_env: dict[str, str] | None = None) -> dict:
     """Run one job in a fresh process (`python -m child`) and return its result record.
 
     `allocator_env` sets the malloc variables that make the resident set track live tensors

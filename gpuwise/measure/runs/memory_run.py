@@ -85,11 +85,11 @@ class MeasuredMemory:
 def _measure(job: dict, timeout_s: float, allocator: str) -> MeasuredMemory:
     job = {**job, "allocator": allocator}
     return MeasuredMemory(**run_child(job, timeout_s, allocator_env=False,
-                                      malloc_env=allocator_env(allocator)))  # fmt: skip
+                                      malloc_env=allocator_env(allocator)))
 
 
 def measure_inference(config: dict, *, timeout_s: float = 900, allocator: str = "glibc",
-                      **plan: Any) -> MeasuredMemory:  # fmt: skip
+                      **plan: Any) -> MeasuredMemory:
     """Measure a greedy `generate` of `new_tokens` after a `prompt_tokens` prompt, `batch` rows.
 
     Plan keywords: batch, prompt_tokens, new_tokens, dtype ("bf16"), attention ("sdpa"),
@@ -103,7 +103,7 @@ def measure_inference(config: dict, *, timeout_s: float = 900, allocator: str = 
 
 
 def measure_training(config: dict, *, timeout_s: float = 900, allocator: str = "glibc",
-                     **plan: Any) -> MeasuredMemory:  # fmt: skip
+                     **plan: Any) -> MeasuredMemory:
     """Measure `steps` training steps (forward with labels, backward, optimizer step, zero_grad).
 
     Plan keywords: batch, seq, dtype ("fp32"), optimizer ("adamw"), checkpointing, attention,

@@ -39,7 +39,7 @@ TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1, "vo
         "intermediate_size": 64, "head_dim": 16, "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 32, "num_experts": 2, "n_routed_experts": 2,
         "num_local_experts": 2, "max_position_embeddings": 64, "ffn_hidden_size": 64,
-        "n_inner": 64}  # fmt: skip
+        "n_inner": 64}
 TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 
 

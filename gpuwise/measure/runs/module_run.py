@@ -34,18 +34,18 @@ InputSpec = tuple[tuple[int, ...], str | None]  # shape, dtype name (None: float
 
 
 def _job(factory: str, inputs: list[InputSpec] | None, training: bool, dtype: str | None,
-         optimizer: str, sys_path: tuple[str, ...]) -> dict:  # fmt: skip
+         optimizer: str, sys_path: tuple[str, ...]) -> dict:
     return {"kind": "module-training" if training else "module-inference",
             "config": {"model_type": factory}, "device": "cpu", "factory": factory,
             "inputs": [[list(s), d] for s, d in inputs] if inputs is not None else None,
             "training": training, "dtype": dtype, "optimizer": optimizer,
-            "sys_path": list(sys_path)}  # fmt: skip
+            "sys_path": list(sys_path)}
 
 
 def measure_module_memory(factory: str, inputs: list[InputSpec] | None = None, *,
                           training: bool = False, dtype: str | None = None,
                           optimizer: str = "adamw", sys_path: tuple[str, ...] = (),
-                          timeout_s: float = 600) -> MeasuredMemory:  # fmt: skip
+                          timeout_s: float = 600) -> MeasuredMemory:
     """Peak memory of one pass (see the module docstring) in a fresh process."""
     job = _job(factory, inputs, training, dtype, optimizer, sys_path)
     return MeasuredMemory(**run_child(job, timeout_s, child=__name__))
@@ -55,21 +55,21 @@ def measure_module_memory(factory: str, inputs: list[InputSpec] | None = None, *
 # page is faulted in again (the heap grows once, by 256 MiB at a time). What a pass costs
 # without the allocator's page faults: the model's time less its "page faults" rows.
 NO_FAULTS_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**30), "MALLOC_TRIM_THRESHOLD_": str(2**40),
-                 "MALLOC_TOP_PAD_": str(2**28)}  # fmt: skip
+                 "MALLOC_TOP_PAD_": str(2**28)}
 
 
 def measure_module_time(factory: str, inputs: list[InputSpec] | None = None, *,
                         training: bool = False, dtype: str | None = None,
                         optimizer: str = "adamw", sys_path: tuple[str, ...] = (),
                         repeats: int = 7, timeout_s: float = 600,
-                        faults: bool = True) -> dict[str, Any]:  # fmt: skip
+                        faults: bool = True) -> dict[str, Any]:
     """{'seconds': median, 'repeats', 'threads', ...} of one pass in a fresh process; with
     `faults=False` under an allocator that faults nothing in after the warm-ups
     (`NO_FAULTS_ENV`)."""
     job = {**_job(factory, inputs, training, dtype, optimizer, sys_path), "measure": "time",
-           "repeats": repeats}  # fmt: skip
+           "repeats": repeats}
     return run_child(job, timeout_s, allocator_env=False, child=__name__,
-                     malloc_env=None if faults else NO_FAULTS_ENV)  # fmt: skip
+                     malloc_env=None if faults else NO_FAULTS_ENV)
 
 
 # ---------------------------------------------------------------- child side
@@ -153,7 +153,7 @@ def _run(job: dict) -> dict:
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         return {"seconds": statistics.median(times), "all_s": times, "repeats": job["repeats"],
                 "threads": torch.get_num_threads(),
-                "faulted_bytes_per_pass": faults * resource.getpagesize() / job["repeats"], **versions}  # fmt: skip
+                "faulted_bytes_per_pass": faults * resource.getpagesize() / job["repeats"], **versions}
     inputs = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor)]
 
     def at_rest() -> dict[str, int]:

@@ -125,7 +125,7 @@ def measure_cpu_process(job: dict, prepare: Callable[[dict], Prepared]) -> dict:
         "peak_bytes": peak, "baseline_bytes": baseline, "model_bytes": peak - baseline,
         "device": "cpu", "tensors_at_rest": at_rest(), "seconds": seconds,
         "method": f"{how} after the build, {warmed}", "malloc": malloc_stats(),
-    }  # fmt: skip
+    }
 
 
 def _cuda_context_bytes(device: Any) -> tuple[int, str]:

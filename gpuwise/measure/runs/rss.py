@@ -67,7 +67,7 @@ class RssSampler:
 class _MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]  # fmt: skip
+        "fordblks", "keepcost")]
 
 
 def malloc_stats() -> dict[str, int]:
@@ -81,4 +81,4 @@ def malloc_stats() -> dict[str, int]:
     mallinfo2.restype = _MallInfo2
     m = mallinfo2()
     return {"heap_bytes": m.arena, "heap_free_bytes": m.fordblks, "heap_top_bytes": m.keepcost,
-            "mapped_bytes": m.hblkhd}  # fmt: skip
+            "mapped_bytes": m.hblkhd}

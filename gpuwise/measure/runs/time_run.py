@@ -36,7 +36,7 @@ class MeasuredTime:
 
 
 def time_inference(config: dict, *, repeats: int = 5, timeout_s: float = 900,
-                   malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:  # fmt: skip
+                   malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:
     """Time generate() for the plan (keywords as `jobs.inference_job`); `malloc_env`:
     glibc's settings for the run (`NO_FAULTS_ENV`: an allocator that faults nothing in)."""
     job = {**inference_job(config, **plan), "measure": "time", "repeats": repeats}
@@ -44,7 +44,7 @@ def time_inference(config: dict, *, repeats: int = 5, timeout_s: float = 900,
 
 
 def time_training(config: dict, *, repeats: int = 5, timeout_s: float = 900,
-                  malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:  # fmt: skip
+                  malloc_env: dict[str, str] | None = None, **plan: Any) -> MeasuredTime:
     """Time training steps for the plan (keywords as `jobs.training_job`)."""
     job = {**training_job(config, **plan), "measure": "time", "repeats": repeats, "steps": 1}
     return MeasuredTime(**run_child(job, timeout_s, allocator_env=False, malloc_env=malloc_env))
@@ -70,7 +70,7 @@ def time_job(model: Any, job: dict) -> dict:
     repeats = job["repeats"]
     out: dict[str, Any] = {"prefill_s": None, "decode_s_per_token": None, "step_s": None,
                            "repeats": repeats, "device": job["device"],
-                           "threads": torch.get_num_threads()}  # fmt: skip
+                           "threads": torch.get_num_threads()}
     if job["kind"] == "inference":
         first = inference_plan(model, {**job, "new_tokens": 1})
         full = inference_plan(model, job)

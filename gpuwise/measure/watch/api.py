@@ -63,7 +63,7 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
 
     def __init__(self, log: str | Path | None = None, *, interval_s: float = 0.2,
                  sync: bool | None = None, auto: bool = False, sample: bool = True,
-                 prometheus: str | int | None = None, job_name: str | None = None) -> None:  # fmt: skip
+                 prometheus: str | int | None = None, job_name: str | None = None) -> None:
         self.interval_s = interval_s
         self.sync = sync
         self.auto = auto
@@ -107,7 +107,7 @@ class watch:  # noqa: N801  (used as `gpuwise.watch()`, like a function)
         if self.auto:
             if mod.active is not None:
                 raise GpuwiseError("a gpuwise.watch(auto=True) is already open in this process",
-                                   "open one at a time")  # fmt: skip
+                                   "open one at a time")
             self._uninstall = _install_hooks(self._rec)
             mod.active = self._rec
         elif injected is not None:  # explicit phases: the injected hooks would count twice

@@ -73,7 +73,7 @@ def lightning_callback(log: str | Path | None = None, interval_s: float = 0.2) -
             from pytorch_lightning import Callback
         except ImportError as exc:
             raise GpuwiseError("lightning_callback needs PyTorch Lightning",
-                               "pip install lightning") from exc  # fmt: skip
+                               "pip install lightning") from exc
 
     class GpuwiseWatchCallback(Callback):  # type: ignore[misc,valid-type]
         def __init__(self) -> None:

@@ -53,13 +53,13 @@ def parse_listen(spec: str | int, what: str = "--prometheus") -> tuple[str, int]
         host, _, port = text.rpartition(":")
         if ":" in host:
             raise GpuwiseError(f"{what} {text!r} is not [HOST:]PORT (an IPv6 address goes in "
-                               "brackets)", LISTEN_HINT)  # fmt: skip
+                               "brackets)", LISTEN_HINT)
     if not port.isascii() or not port.isdigit() or int(port) > 65535:
         raise GpuwiseError(f"{what} {text!r} is not [HOST:]PORT: the port is a number from 0 "
-                           "to 65535", LISTEN_HINT)  # fmt: skip
+                           "to 65535", LISTEN_HINT)
     if host and (any(c.isspace() for c in host) or "/" in host):
         raise GpuwiseError(f"{what} {text!r} is not [HOST:]PORT: {host!r} is not a host",
-                           LISTEN_HINT)  # fmt: skip
+                           LISTEN_HINT)
     return host or DEFAULT_HOST, int(port)
 
 
@@ -102,7 +102,7 @@ class _Source:
                         self.window.feed(records)
                     so_far = self.cpu_s + time.thread_time() - start
                     self._families = self.window.families(self.job, self.host, self.host_memory,
-                                                          self.version, so_far)  # fmt: skip
+                                                          self.version, so_far)
                 except Exception as exc:  # never the job's problem: the last metrics stay
                     if not self._failed:
                         self._failed = True
@@ -144,7 +144,7 @@ class MetricsServer:
             from prometheus_client import CollectorRegistry, make_wsgi_app
         except ImportError:
             raise GpuwiseError(f"{what} needs prometheus-client, which is not installed",
-                               INSTALL_HINT) from None  # fmt: skip
+                               INSTALL_HINT) from None
         self.collector = _Collector()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)  # type: ignore[arg-type]
@@ -152,7 +152,7 @@ class MetricsServer:
         self.host = host
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={
-            "poll_interval": 0.1}, name="gpuwise-watch-prometheus", daemon=True)  # fmt: skip
+            "poll_interval": 0.1}, name="gpuwise-watch-prometheus", daemon=True)
         self._thread.start()
 
     @property
@@ -161,10 +161,10 @@ class MetricsServer:
         return f"http://{host}:{self.port}/metrics"
 
     def attach(self, log_path: str | os.PathLike[str], job: str, rank: int | None = None,
-               refresh_s: float = REFRESH_S, window: LiveWindow | None = None) -> None:  # fmt: skip
+               refresh_s: float = REFRESH_S, window: LiveWindow | None = None) -> None:
         """Serve the metrics of the log at `log_path` (only `rank`'s steps, if given)."""
         self.collector.source = _Source(Path(log_path), window or LiveWindow(rank=rank), job,
-                                        refresh_s)  # fmt: skip
+                                        refresh_s)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -186,11 +186,11 @@ class _Handler(WSGIRequestHandler):
 def _bind(host: str, port: int, app: Any, what: str) -> WSGIServer:
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                    flags=socket.AI_PASSIVE)[0][0]  # fmt: skip
+                                    flags=socket.AI_PASSIVE)[0][0]
     except (socket.gaierror, UnicodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise GpuwiseError(f"{what}: cannot listen on {host}:{port}: {reason}",
-                           LISTEN_HINT) from None  # fmt: skip
+                           LISTEN_HINT) from None
 
     class Server(socketserver.ThreadingMixIn, WSGIServer):
         address_family = family
@@ -208,9 +208,9 @@ def _bind(host: str, port: int, app: Any, what: str) -> WSGIServer:
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise GpuwiseError(f"{what}: port {port} is in use on {host}",
-                               f"choose another port, or 0 for a free one; {LISTEN_HINT}") from None  # fmt: skip
+                               f"choose another port, or 0 for a free one; {LISTEN_HINT}") from None
         raise GpuwiseError(f"{what}: cannot listen on {host}:{port}: {exc.strerror or exc}",
-                           LISTEN_HINT) from None  # fmt: skip
+                           LISTEN_HINT) from None
 
 
 def _version() -> str:

@@ -46,7 +46,7 @@ def _records(paths: Sequence[str | Path], allow_empty: bool) -> Iterator[dict[st
             raise GpuwiseError(f"{WHAT} {shown(path)} is empty", READ_HINT)
         if lines and not is_watch_log(lines[0]):
             raise GpuwiseError(f"{shown(path)} is not a gpuwise watch log (its first line is "
-                               "not a watch record)", READ_HINT)  # fmt: skip
+                               "not a watch record)", READ_HINT)
         for line in lines:
             try:
                 record = json.loads(line)

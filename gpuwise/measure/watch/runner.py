@@ -26,7 +26,7 @@ from gpuwise.measure.watch.sampler import Sampler
 INJECT_DIR = Path(__file__).parent / "inject"
 # SIGINT from the terminal already reaches the command (same process group): see _forward.
 FORWARDED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
-                  if hasattr(signal, name))  # fmt: skip
+                  if hasattr(signal, name))
 Tick = Callable[[Sampler], None]
 
 
@@ -52,7 +52,7 @@ def child_env(log_path: Path, inject: bool, sync: bool = True) -> dict[str, str]
 def run_watched(cmd: Sequence[str], log_path: Path, *, interval_s: float = 0.2,
                 inject: bool = True, sync: bool = True, tick: Tick | None = None,
                 tick_s: float = 0.5, env: dict[str, str] | None = None,
-                on_start: Callable[[], None] | None = None) -> WatchedRun:  # fmt: skip
+                on_start: Callable[[], None] | None = None) -> WatchedRun:
     """Run `cmd` to completion under the sampler; `tick` is called every `tick_s` seconds,
     `on_start` once the log is open and the command started; `env` is added to the
     command's environment."""
@@ -62,11 +62,11 @@ def run_watched(cmd: Sequence[str], log_path: Path, *, interval_s: float = 0.2,
     start = time.monotonic()
     try:
         child = subprocess.Popen(list(cmd), env={**child_env(log_path, inject, sync),
-                                                 **(env or {})})  # fmt: skip
+                                                 **(env or {})})
     except OSError as exc:
         log.close()
         raise GpuwiseError(f"cannot run {cmd[0]!r}: {exc.strerror}",
-                           "check the command after `--`") from exc  # fmt: skip
+                           "check the command after `--`") from exc
     sampler = _start_sampler(log, child.pid, interval_s, list(cmd), inject)
     if on_start is not None:
         try:
@@ -96,7 +96,7 @@ def _open_log(path: Path) -> JsonlLog:
 
 
 def _start_sampler(log: JsonlLog, pid: int, interval_s: float, cmd: list[str],
-                   inject: bool) -> Sampler | None:  # fmt: skip
+                   inject: bool) -> Sampler | None:
     try:
         sampler = Sampler(log, pid, interval_s)
         log.write(sampler.header(cmd, inject, source="gpuwise watch"))
@@ -109,7 +109,7 @@ def _start_sampler(log: JsonlLog, pid: int, interval_s: float, cmd: list[str],
 
 
 def _wait(child: subprocess.Popen[bytes], sampler: Sampler | None, tick: Tick | None,
-          tick_s: float) -> int:  # fmt: skip
+          tick_s: float) -> int:
     while True:
         try:
             return child.wait(timeout=tick_s)

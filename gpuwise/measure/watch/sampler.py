@@ -35,7 +35,7 @@ class Sampler:
         return {"kind": "header", "format": LOG_FORMAT, "cmd": cmd, "t": time.time(),
                 "host": socket.gethostname(), "interval_s": self.interval_s,
                 "gpus": self.gpu.names, "inject": inject, "source": source,
-                "unavailable": self.unavailable()}  # fmt: skip
+                "unavailable": self.unavailable()}
 
     def start(self) -> None:
         self._write(self.read())
@@ -51,7 +51,7 @@ class Sampler:
         """One reading of every sensor; a sensor that fails leaves its fields None."""
         sample: dict[str, Any] = {"kind": "sample", "t": time.time()}
         for name, read in (("cpu", self.cpu.read), ("gpus", self.gpu.read),
-                           ("cpu_energy_j", self.rapl.read)):  # fmt: skip
+                           ("cpu_energy_j", self.rapl.read)):
             try:
                 value = read()
             except Exception as exc:  # never let a sensor stop the job or the sampler

@@ -112,7 +112,7 @@ class GpuSensor:
                 "mem_used_bytes": memory.used_bytes if memory is not None else None,
                 "mem_total_bytes": memory.total_bytes if memory is not None else None,
                 "power_w": self._try("power", lambda: nv.power_w(handle)),
-                "energy_j": self._try("energy", lambda: nv.energy_j(handle))}  # fmt: skip
+                "energy_j": self._try("energy", lambda: nv.energy_j(handle))}
 
     def _try(self, what: str, read: Callable[[], Reading[T]]) -> T | None:
         """A reading, None once it has failed (not supported on this GPU, or no permission)."""
@@ -144,7 +144,7 @@ class GpuSensor:
         previous, spare = self._gpm[index]
         current = self.nvml.gpm_sample(handle, spare)
         active = (self.nvml.gpm_sm_active_percent(previous, current.value)
-                  if current.value is not None else Reading(None, current.reason))  # fmt: skip
+                  if current.value is not None else Reading(None, current.reason))
         if active.reason is not None:
             self.unavailable["sm_active"] = _reason(active.reason)
             del self._gpm[index]

@@ -50,14 +50,14 @@ def overview(a: ClaimsAnswer) -> Section:
         "measured here, detected, estimated by gpuwise's models, or taken from a datasheet.",
         table=tuple(rows), verdict=f"{held} of {len(a.results)} claims hold here, {failed} "
                 f"{'does' if failed == 1 else 'do'} not",
-    )  # fmt: skip
+    )
 
 
 def claim_section(r: ClaimResult) -> Section:
     verdict = r.verdict.text + (f": {r.verdict.reason}" if r.verdict.holds else "")
     text = "\n\n".join(p for p in (f"The claim: {r.claim}", f"The experiment: {r.experiment}",
                                    f"The verdict {r.verdict.rule}." if r.verdict.rule else "")
-                       if p)  # fmt: skip
+                       if p)
     figure = FIGURES.get(r.id)
     figures = (figure(r),) if figure is not None and r.verdict.holds is not None else ()
     return Section(r.title, text, figures, r.table, verdict, (*r.notes, _took(r)))
@@ -73,7 +73,7 @@ def _took(r: ClaimResult) -> str:
 def _label(y: float, text: str, log: bool = False) -> dict[str, Any]:
     """A dashed line's label at the plot's right edge, above the line."""
     return note(text, 1, log_position(y) if log else y, xref="paper", xanchor="right",
-                yanchor="bottom", font={"size": 12, "color": SPEC_COLOUR})  # fmt: skip
+                yanchor="bottom", font={"size": 12, "color": SPEC_COLOUR})
 
 
 def memory_figure(r: ClaimResult) -> Figure:
@@ -85,18 +85,18 @@ def memory_figure(r: ClaimResult) -> Figure:
                      "x": s["params"], "y": [b / gib for b in s["needed_bytes"][p]],
                      "text": s["models"], "hovertemplate": "%{text}: %{y:.1f} GiB",
                      "marker": {"color": colour(i), "size": 9,
-                                "symbol": ["circle" if ok else "x" for ok in s["fits"][p]]}})  # fmt: skip
+                                "symbol": ["circle" if ok else "x" for ok in s["fits"][p]]}})
     memory = s["memory_bytes"] / gib
     decades = [10.0**e for e in range(7, 13)]
     names = ["10M", "100M", "1B", "10B", "100B", "1T"]
     look = layout(xaxis=axis("parameters", log=True, tickvals=decades, ticktext=names),
                   yaxis=axis("memory needed (GiB)", log=True, exponentformat="none"),
                   shapes=[hline(memory, SPEC_COLOUR)],
-                  annotations=[_label(memory, f"this machine: {memory:.1f} GiB", log=True)])  # fmt: skip
+                  annotations=[_label(memory, f"this machine: {memory:.1f} GiB", log=True)])
     return Figure({"data": data, "layout": look}, caption(
         "Memory each catalogue model needs to generate (2K-token prompt, 256 new tokens, batch "
         "1) at each weight precision; a cross: does not fit",
-        "estimated (gpuwise's memory model); the machine's memory: detected"))  # fmt: skip
+        "estimated (gpuwise's memory model); the machine's memory: detected"))
 
 
 def bandwidth_figure(r: ClaimResult) -> Figure:
@@ -114,34 +114,34 @@ def bandwidth_figure(r: ClaimResult) -> Figure:
         {"type": "scatter", "mode": "markers+text", "name": "measured decode", "x": mb,
          "y": [t * 1e3 for t in s["measured_s"]], "text": s["labels"],
          "textposition": "top center", "marker": {"color": MEASURED_COLOUR, "size": 11}},
-    ]  # fmt: skip
+    ]
     look = layout(xaxis=axis("bytes read per token (MB)", rangemode="tozero"),
-                  yaxis=axis("time per token (ms)", rangemode="tozero"))  # fmt: skip
+                  yaxis=axis("time per token (ms)", rangemode="tozero"))
     return Figure({"data": data, "layout": look}, caption(
         f"Decode time per token against the bytes each token reads, under {s['runtime']}; "
         "shaded: the verdict's tolerance",
-        "measured here (decode and read bandwidth); bytes from the model files"))  # fmt: skip
+        "measured here (decode and read bandwidth); bytes from the model files"))
 
 
 def data_movement_figure(r: ClaimResult) -> Figure:
     s = r.series
     share = {k: [v / t if t else 0.0 for v, t in zip(s[k], s["seconds"], strict=True)]
-             for k in ("memory_s", "compute_s", "overhead_s")}  # fmt: skip
+             for k in ("memory_s", "compute_s", "overhead_s")}
     names = {"memory_s": "memory-bound", "compute_s": "compute-bound",
-             "overhead_s": "fixed cost (dispatch, launch, runtime)"}  # fmt: skip
+             "overhead_s": "fixed cost (dispatch, launch, runtime)"}
     data = [{"type": "bar", "orientation": "h", "name": names[k], "y": s["labels"],
              "x": [100 * v for v in share[k]], "marker": {"color": colour(i)},
              "hovertemplate": "%{y}: %{x:.0f}%"}
-            for i, k in enumerate(("memory_s", "compute_s", "overhead_s"))]  # fmt: skip
+            for i, k in enumerate(("memory_s", "compute_s", "overhead_s"))]
     look = layout(height=130 + 34 * len(s["labels"]), barmode="stack",
                   xaxis=axis("share of the phase's time (%)", range=[0, 100]),
                   yaxis=axis("", autorange="reversed"),
-                  shapes=[vline(100 * s["threshold"], SPEC_COLOUR)])  # fmt: skip
+                  shapes=[vline(100 * s["threshold"], SPEC_COLOUR)])
     return Figure({"data": data, "layout": look}, caption(
         "Where each phase's time goes: operations whose bytes over the bandwidth exceed their "
         "FLOPs over the rate (memory-bound), the others (compute-bound), and fixed "
         "per-operation costs; dashed: the threshold",
-        "estimated (roofline model on this machine's probe)"))  # fmt: skip
+        "estimated (roofline model on this machine's probe)"))
 
 
 def quantized_figure(r: ClaimResult) -> Figure:
@@ -152,16 +152,16 @@ def quantized_figure(r: ClaimResult) -> Figure:
         if picked:
             data.append({"type": "bar", "name": source, "x": [s["labels"][i] for i in picked],
                          "y": [s["tokens_per_s"][i] for i in picked], "marker": {"color": hue},
-                         "hovertemplate": "%{x}: %{y:.1f} tokens/s"})  # fmt: skip
+                         "hovertemplate": "%{x}: %{y:.1f} tokens/s"})
     reading = s["reading_tokens_per_s"]
     look = layout(bargap=0.25, xaxis=axis("", tickangle=-30),
                   yaxis=axis("tokens per second", rangemode="tozero"),
                   shapes=[hline(reading, SPEC_COLOUR)],
-                  annotations=[_label(reading, f"reading speed: {reading:.1f} tokens/s")])  # fmt: skip
+                  annotations=[_label(reading, f"reading speed: {reading:.1f} tokens/s")])
     return Figure({"data": data, "layout": look}, caption(
         "Tokens generated per second on this CPU, one sequence, against how fast people read",
         "measured here (the small model); estimated (llama.cpp time model on this machine's "
-        "probe) for catalogue models"))  # fmt: skip
+        "probe) for catalogue models"))
 
 
 def pipeline_figure(r: ClaimResult) -> Figure:
@@ -171,34 +171,34 @@ def pipeline_figure(r: ClaimResult) -> Figure:
          "y": [100 * v for v in s["input_share"]], "marker": {"color": MEASURED_COLOUR}},
         {"type": "bar", "name": "computing", "x": s["labels"],
          "y": [100 * v for v in s["busy_share"]], "marker": {"color": ESTIMATED_COLOUR}},
-    ]  # fmt: skip
+    ]
     limit = 100 * s["threshold"]
     look = layout(height=380, barmode="stack", xaxis=axis(""),
                   yaxis=axis("share of each step (%)", range=[0, 100]),
                   shapes=[hline(limit, SPEC_COLOUR)],
-                  annotations=[_label(limit, f"input-bound at {limit:.0f}% waiting")])  # fmt: skip
+                  annotations=[_label(limit, f"input-bound at {limit:.0f}% waiting")])
     return Figure({"data": data, "layout": look}, caption(
         "Each training step of the watched job: waiting for its input against computing, with "
-        "the loader in the loop's process and with workers", "measured (gpuwise watch)"))  # fmt: skip
+        "the loader in the loop's process and with workers", "measured (gpuwise watch)"))
 
 
 def reproducibility_figure(r: ClaimResult) -> Figure:
     s = r.series
     sds = [sd if sd else None for sd in s["sd"]]
     text = ["bit-identical" if same else (f"{sd:.2g}" if sd else "")
-            for same, sd in zip(s["bit_identical"], s["sd"], strict=True)]  # fmt: skip
+            for same, sd in zip(s["bit_identical"], s["sd"], strict=True)]
     shown = [v for v in sds if v]
     floor = min(shown) / 10 if shown else 1e-12
     data = [{"type": "bar", "name": "standard deviation of the final loss",
              "x": s["conditions"], "y": [v if v else floor for v in sds], "text": text,
              "textposition": "outside",
-             "marker": {"color": [MEASURED_COLOUR if v else "#cccccc" for v in sds]}}]  # fmt: skip
+             "marker": {"color": [MEASURED_COLOUR if v else "#cccccc" for v in sds]}}]
     look = layout(height=400, showlegend=False, xaxis=axis("condition"),
-                  yaxis=axis("sd of the final loss", log=True, exponentformat="power"))  # fmt: skip
+                  yaxis=axis("sd of the final loss", log=True, exponentformat="power"))
     return Figure({"data": data, "layout": look}, caption(
         "Spread of the final training loss over runs: seed fixed (same-seed; threads: the thread "
         "count varied), seed varied (seeds); grey: runs bit-identical",
-        "measured (gpuwise repro)"))  # fmt: skip
+        "measured (gpuwise repro)"))
 
 
 def energy_figure(r: ClaimResult) -> Figure:
@@ -207,15 +207,15 @@ def energy_figure(r: ClaimResult) -> Figure:
     data = [{"type": "bar", "name": f"joules per GFLOP ({s['source']})", "x": s["labels"],
              "y": values, "text": [f"{v:.3g} J/GFLOP" if v else "" for v in values],
              "textposition": "outside",
-             "marker": {"color": [ESTIMATED_COLOUR, MEASURED_COLOUR]}}]  # fmt: skip
+             "marker": {"color": [ESTIMATED_COLOUR, MEASURED_COLOUR]}}]
     got = [v for v in values if v]
     span = {"range": [math.log10(min(got) / 3), math.log10(max(got) * 5)]} if got else {}
     look = layout(height=400, showlegend=False, xaxis=axis(""),
-                  yaxis=axis("joules per GFLOP", log=True, exponentformat="power", **span))  # fmt: skip
+                  yaxis=axis("joules per GFLOP", log=True, exponentformat="power", **span))
     return Figure({"data": data, "layout": look}, caption(
         "Energy per unit of arithmetic: a training step against a generated token of the same "
         "model", f"times measured here; energy {s['source']}; FLOPs counted from the model's "
-        "operations"))  # fmt: skip
+        "operations"))
 
 
 FIGURES: dict[str, Callable[[ClaimResult], Figure]] = {
@@ -223,4 +223,4 @@ FIGURES: dict[str, Callable[[ClaimResult], Figure]] = {
     "data-movement": data_movement_figure, "quantized-cpu": quantized_figure,
     "pipeline": pipeline_figure, "reproducibility": reproducibility_figure,
     "energy": energy_figure,
-}  # fmt: skip
+}

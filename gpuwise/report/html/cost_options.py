@@ -15,7 +15,7 @@ from gpuwise.units import HOURS_PER_MONTH
 
 MODES = ("owned", "reserved", "on-demand", "api")
 SOURCE = ("estimated: the time model sizes each option (speed from {rates} rates), "
-          "catalogue prices and the cost assumptions price it")  # fmt: skip
+          "catalogue prices and the cost assumptions price it")
 
 
 def _rates(options: Sequence[Mapping[str, Any]]) -> str:
@@ -40,7 +40,7 @@ def options_figure(options: Sequence[Mapping[str, Any]], title: str) -> Figure:
                 "marker": {"color": tint, "opacity": [1.0 if o["meets_target"] else 0.35 for o in mine]},
                 "text": [_money(o[key]) for o in mine], "textposition": "outside", "cliponaxis": False,
                 "hovertemplate": f"%{{y}}<br>%{{x:,.4g}} {unit}<extra>{mode}</extra>",
-            })  # fmt: skip
+            })
     monthly = [o["usd_per_month"] for o in options if o["usd_per_month"]]
     per_token = [o["usd_per_million_tokens"] for o in options if o["usd_per_million_tokens"]]
     fig = {"data": data, "layout": layout(
@@ -52,9 +52,9 @@ def options_figure(options: Sequence[Mapping[str, Any]], title: str) -> Figure:
         yaxis=axis("", type="category", showgrid=False, autorange="reversed",
                    categoryorder="array", categoryarray=labels),
         margin={"t": 95, "r": 40, "b": 60, "l": 10},
-    )}  # fmt: skip
+    )}
     what = (f"Cost of {len(options)} option(s): $/month and $/million tokens, coloured by how "
-            "the hardware is had; pale: misses the target")  # fmt: skip
+            "the hardware is had; pale: misses the target")
     return Figure(fig, caption(what, SOURCE.format(rates=_rates(options))))
 
 
@@ -80,7 +80,7 @@ def break_even_figure(options: Sequence[Mapping[str, Any]]) -> Figure | None:
     even = [min(e, 1.05) * 100 if math.isfinite(e) else 105.0 for e in even_raw]
     shapes = [{"type": "line", "xref": "x", "yref": "y", "x0": h, "x1": e, "y0": n, "y1": n,
                "line": {"color": "#bbb", "width": 3}, "layer": "below"}
-              for n, h, e in zip(names, held, even, strict=True)]  # fmt: skip
+              for n, h, e in zip(names, held, even, strict=True)]
     data = [
         {"type": "scatter", "mode": "markers", "name": "hours the workload holds it",
          "y": names, "x": held, "marker": {"color": colour(0), "size": 12},
@@ -89,19 +89,19 @@ def break_even_figure(options: Sequence[Mapping[str, Any]]) -> Figure | None:
          "y": names, "x": even, "marker": {"color": MEASURED_COLOUR, "size": 12, "symbol": "diamond"},
          "text": [f"{e:.1%}" if math.isfinite(e) and e <= 1 else "never (renting is cheaper)" for e in even_raw],
          "hovertemplate": "%{y}: break-even %{text}<extra></extra>"},
-    ]  # fmt: skip
+    ]
     never = note("105%: renting is cheaper even if busy every hour", 1, -0.02, xref="paper",
                  yref="paper", xanchor="right", yanchor="top", yshift=-30,
-                 font={"size": 11, "color": "#555"})  # fmt: skip
+                 font={"size": 11, "color": "#555"})
     fig = {"data": data, "layout": layout(
         "Rent or buy: hours held against the break-even", height=200 + 34 * len(names),
         xaxis=axis("share of the month's hours (%)", range=[0, 110]),
         yaxis=axis("", type="category", showgrid=False, autorange="reversed"),
         shapes=shapes, annotations=[never] if max(even) > 100 else [],
         margin={"t": 95, "r": 30, "b": 90, "l": 10},
-    )}  # fmt: skip
+    )}
     what = ("Buy-vs-rent break-even per device: owning costs less than renting on demand when the "
-            "workload holds it for more of the month's hours than the diamond")  # fmt: skip
+            "workload holds it for more of the month's hours than the diamond")
     return Figure(fig, caption(what, "estimated from catalogue prices and the cost assumptions"))
 
 
@@ -111,7 +111,7 @@ def breakdown_figure(option: Mapping[str, Any], title: str) -> Figure:
     data = [{"type": "bar", "orientation": "h", "name": k, "y": [option["option"]], "x": [v],
              "marker": {"color": colour(i)},
              "hovertemplate": f"{k}: $%{{x:,.2f}} a month<extra></extra>"}
-            for i, (k, v) in enumerate(parts.items())]  # fmt: skip
+            for i, (k, v) in enumerate(parts.items())]
     total = option["usd_per_month"]
     per_mtok = option.get("usd_per_million_tokens")
     said = f"${total:,.0f} a month" + (f", ${per_mtok:,.3g} per million tokens" if per_mtok else "")
@@ -120,6 +120,6 @@ def breakdown_figure(option: Mapping[str, Any], title: str) -> Figure:
         xaxis=axis("$ per month", range=[0, total * 1.08]),
         yaxis=axis("", type="category", showgrid=False),
         margin={"t": 95, "r": 30, "b": 60, "l": 10},
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption("Monthly cost of the option by what it pays for",
-                               SOURCE.format(rates=_rates([option]))))  # fmt: skip
+                               SOURCE.format(rates=_rates([option]))))

@@ -40,21 +40,21 @@ def _time_source(time: Mapping[str, Any]) -> str:
 
 
 def ops_table(ops: Sequence[Mapping[str, Any]], limit: int = 40,
-              slowest_first: bool = False) -> tuple[tuple[str, ...], ...]:  # fmt: skip
+              slowest_first: bool = False) -> tuple[tuple[str, ...], ...]:
     """The per-op table in the plan's order (slowest first, and `limit` rows, past `limit`)."""
     if slowest_first or len(ops) > limit:
         ops = sorted(ops, key=lambda o: -o["seconds"])[:limit]
     shown = ops
     rows = [(str(o["op"]), str(o["kind"]), f"{o['count']:,}", si(o["flops"]), si(o["bytes"], "B"),
              "NA" if not o["bytes"] else f"{o['flops'] / o['bytes']:.3g}", seconds_text(o["seconds"]),
-             str(o["bound"]), str(o["timed_by"])) for o in shown]  # fmt: skip
+             str(o["bound"]), str(o["timed_by"])) for o in shown]
     return (OPS_HEADER, *rows)
 
 
 def _memory_text(memory: Mapping[str, Any]) -> str:
     return (f"Peak {gb(memory['total_bytes']):,.2f} GiB ({memory['peak_phase']}) of "
             f"{gb(memory['capacity_bytes']):,.2f} GiB: fits {memory['verdict']}, headroom "
-            f"{gb(memory['headroom_bytes']):,.2f} GiB. Source: {memory.get('source', 'estimated')}.")  # fmt: skip
+            f"{gb(memory['headroom_bytes']):,.2f} GiB. Source: {memory.get('source', 'estimated')}.")
 
 
 def check_page(answer: CheckAnswer) -> Page:
@@ -64,20 +64,20 @@ def check_page(answer: CheckAnswer) -> Page:
     capacity = rows[0].get("capacity_bytes") or answer.hardware.memory_bytes
     figures = [memory_figure(precision_bars(rows), capacity, device,
                              "Memory by weight precision", "Peak memory of each weight precision",
-                             f"estimated (gpuwise's memory model of {runtime})")]  # fmt: skip
+                             f"estimated (gpuwise's memory model of {runtime})")]
     decode = decode_precision_figure(rows, device, runtime, f"estimated from {rec['decode_rates']}")
     table = [("weights", "total GiB", "fits", "largest context", "decode ms/token")]
     for r in rows:
         d = r.get("decode", {})
         table.append((str(r["weights"]), f"{gb(r['total_bytes']):,.2f}", str(r.get("verdict") or r["fits"]),
-                      f"{r['max_context']:,}", f"{d['s_per_token'] * 1e3:.3g}" if "s_per_token" in d else "NA"))  # fmt: skip
+                      f"{r['max_context']:,}", f"{d['s_per_token'] * 1e3:.3g}" if "s_per_token" in d else "NA"))
     fits = rec["precision_that_fits"]
     sections = [
         Section("Will it fit?", verdict=f"highest weight precision that fits: {fits or 'none'}",
                 text=f"{answer.model.name} on {device} under {runtime}: batch {answer.plan.batch}, "
                      f"prompt {answer.plan.prompt_tokens} + {answer.plan.new_tokens} new tokens.",
                 figures=tuple(figures), table=tuple(table), notes=tuple(rec["notes"])),
-    ]  # fmt: skip
+    ]
     if decode:
         sections.append(Section("How fast?", figures=(decode,)))
     return Page(f"gpuwise check: {answer.model.name} on {device}", tuple(sections), rec)
@@ -91,7 +91,7 @@ def infer_page(answer: InferAnswer, roofs: Sequence[Roof]) -> Page:
                         figures=(memory_figure([bar_of(label, memory)], memory["capacity_bytes"], device,
                                                "Memory at the peak", "Peak memory of the plan",
                                                _memory_source(memory)),),
-                        notes=tuple(memory.get("notes", ())))]  # fmt: skip
+                        notes=tuple(memory.get("notes", ())))]
     if "ops" in rec:
         curve = time.get("throughput_by_batch") or []
         speed = []
@@ -100,18 +100,18 @@ def infer_page(answer: InferAnswer, roofs: Sequence[Roof]) -> Page:
                 curve, "tokens_per_s", "decode tokens/s", "decode_s_per_token", "time per token",
                 "Decode throughput and latency against batch",
                 "Decode tokens/s (all sequences) and time per token at each batch that fits",
-                f"estimated from {_time_source(time)}", plan.batch))  # fmt: skip
+                f"estimated from {_time_source(time)}", plan.batch))
         sections.append(Section(
             "Speed", verdict=f"prefill {seconds_text(time['prefill_s'])}, decode "
                              f"{seconds_text(time['decode_s_per_token'])} a token "
                              f"({time['tokens_per_s']:,.1f} tokens/s)",
             text=f"Estimated under {time.get('runtime')} from {time.get('source')} rates: "
-                 f"{time.get('rates')}.", figures=tuple(speed)))  # fmt: skip
+                 f"{time.get('rates')}.", figures=tuple(speed)))
         dtype = compute_dtype(plan.weights)
         sections.append(Section(
             "Roofline", figures=(roofline_figure(roofs, rec["ops"], dtype, device, _time_source(time)),)))
         sections.append(Section("Decode operations (one step)", table=ops_table(rec["ops"]["decode"]),
-                                text="Prefill's operations are in the page's JSON (ops)."))  # fmt: skip
+                                text="Prefill's operations are in the page's JSON (ops)."))
     else:
         sections.append(Section("Speed", text=f"not estimated: {time.get('unavailable')}"))
     return Page(f"gpuwise infer: {answer.model.name} on {device} ({plan.runtime})", tuple(sections), rec)
@@ -123,38 +123,38 @@ def train_page(answer: TrainAnswer, roofs: Sequence[Roof], sweep: Sequence[Batch
     if answer.time is not None:
         t = answer.time  # --json --ops prints the forward's; the page has every phase's
         rec = {**rec, "ops": {"forward": ops_record(t.forward), "backward": ops_record(t.backward),
-                              "optimizer": ops_record(t.optimizer)}}  # fmt: skip
+                              "optimizer": ops_record(t.optimizer)}}
     rec = {**rec, "batch_sweep": [
         {"batch": p.batch, "step_s": p.step_s, "tokens_per_s": p.tokens_per_s,
          "memory": {"total_bytes": p.memory.total_bytes, "breakdown": dict(p.memory.breakdown),
                     "verdict": p.memory.verdict, "margin_bytes": p.memory.margin_bytes}}
-        for p in sweep]}  # fmt: skip
+        for p in sweep]}
     bars = [Bar(f"batch {p.batch}" + (" (the plan)" if p.batch == plan.batch else ""),
-                p.memory.breakdown, p.memory.margin_bytes, p.memory.verdict) for p in sweep]  # fmt: skip
+                p.memory.breakdown, p.memory.margin_bytes, p.memory.verdict) for p in sweep]
     what = "Peak memory per device at each batch" if bars else "Peak memory per device of the plan"
     bars = bars or [bar_of(f"batch {plan.batch}", memory)]
     sections = [Section("Memory", verdict=f"fits: {memory['verdict']}", text=_memory_text(memory),
                         figures=(memory_figure(bars, memory["capacity_bytes"], device,
                                                f"Memory per device (seq {plan.seq}, {plan.dtype})", what,
                                                _memory_source(memory)),),
-                        notes=tuple(memory.get("notes", ())))]  # fmt: skip
+                        notes=tuple(memory.get("notes", ())))]
     if answer.time is not None:
         fitting = [{"batch": p.batch, "tokens_per_s": p.tokens_per_s, "step_s": p.step_s}
-                   for p in sweep if p.memory.fits]  # fmt: skip
+                   for p in sweep if p.memory.fits]
         speed = [batch_figure(fitting, "tokens_per_s", "tokens/s", "step_s", "step time",
                               "Training throughput and step time against batch",
                               "Tokens/s (all devices) and step time at each batch that fits",
-                              f"estimated from {_time_source(time)}", plan.batch)] if fitting else []  # fmt: skip
+                              f"estimated from {_time_source(time)}", plan.batch)] if fitting else []
         sections.append(Section(
             "Speed", verdict=f"step {seconds_text(time['step_s'])}, {time['tokens_per_s']:,.0f} "
                              f"tokens/s, MFU {time['mfu']:.0%}",
             text=f"Estimated under {time.get('runtime')} from {time.get('source')} rates: "
-                 f"{time.get('rates')}.", figures=tuple(speed)))  # fmt: skip
+                 f"{time.get('rates')}.", figures=tuple(speed)))
         sections.append(Section(
             "Roofline", figures=(roofline_figure(roofs, rec["ops"], compute_dtype(plan.dtype), device,
                                                  _time_source(time)),)))
         sections.append(Section("Forward operations (one step)", table=ops_table(rec["ops"]["forward"]),
-                                text="Backward's and the optimizer's are in the page's JSON (ops)."))  # fmt: skip
+                                text="Backward's and the optimizer's are in the page's JSON (ops)."))
     else:
         sections.append(Section("Speed", text=f"not estimated: {time.get('unavailable')}"))
     title = f"gpuwise train: {answer.model.name} on {plan.gpus} x {device}"
@@ -168,7 +168,7 @@ def module_page(est: Any, inputs: list[str], roofs: Sequence[Roof]) -> Page:
                         figures=(memory_figure([bar_of(traced["name"], memory)], memory["capacity_bytes"],
                                                device, "Memory at the peak", "Peak memory of the module",
                                                "estimated from the module traced on the meta device"),),
-                        notes=tuple(memory.get("notes", ())))]  # fmt: skip
+                        notes=tuple(memory.get("notes", ())))]
     if "unavailable" not in time and rec.get("ops"):
         phases = rec["ops"]
         sections.append(Section(
@@ -176,7 +176,7 @@ def module_page(est: Any, inputs: list[str], roofs: Sequence[Roof]) -> Page:
             text=f"Estimated from {_time_source(time)}; {sum(len(v) for v in phases.values())} aten "
                  "operations traced.",
             figures=(roofline_figure(roofs, phases, compute_dtype(traced["dtype"]), device, _time_source(time)),)))
-        sections.append(Section("The slowest forward operations", table=ops_table(phases.get("forward", []), limit=25, slowest_first=True)))  # fmt: skip
+        sections.append(Section("The slowest forward operations", table=ops_table(phases.get("forward", []), limit=25, slowest_first=True)))
     else:
         sections.append(Section("Speed", text=f"not estimated: {time.get('unavailable')}"))
     return Page(f"gpuwise module: {traced['name']} on {device}", tuple(sections), rec)
@@ -190,7 +190,7 @@ def probe_page(answer: ProbeAnswer, spec: Roof | None) -> Page:
     sections = [Section(f"Probe of {rec['device']}", verdict=trusted,
                         text=f"Backend {rec['backend']}, {rec.get('threads') or '?'} threads, probed "
                              f"{rec['created_at']}; saved to {rec['saved_to']}.",
-                        figures=tuple(figures), notes=_first(notes, 8))]  # fmt: skip
+                        figures=tuple(figures), notes=_first(notes, 8))]
     return Page(f"gpuwise probe: {rec['device']}", tuple(sections), rec)
 
 

@@ -27,7 +27,7 @@ COMPONENT_COLOURS = {
     "gradients": "#D55E00", "optimizer": "#882255", "fsdp_unsharded": "#56B4E9",
     "workspace": "#F0E442", "compute_buffer": "#44AA99", "allocator_slack": "#BBBBBB",
     "cublas_workspace": "#117733", "nccl_buffers": "#AA4499", "overhead": "#555555",
-}  # fmt: skip
+}
 ORDER = tuple(COMPONENT_COLOURS)
 OTHER_COLOURS = ("#332288", "#999933", "#661100", "#6699CC", "#888888")
 
@@ -44,7 +44,7 @@ class Bar:
 
 
 def memory_figure(bars: Sequence[Bar], capacity_bytes: int, device: str, title: str,
-                  what: str, source: str) -> Figure:  # fmt: skip
+                  what: str, source: str) -> Figure:
     """Horizontal stacked bars (the first bar on top), capacity line, tight zone per bar."""
     names = _components(bars)
     labels = [_label(b) for b in bars]
@@ -55,23 +55,23 @@ def memory_figure(bars: Sequence[Bar], capacity_bytes: int, device: str, title: 
             "type": "bar", "orientation": "h", "name": name.replace("_", " "), "y": labels,
             "x": xs, "marker": {"color": component_colour(name)},
             "hovertemplate": f"{name.replace('_', ' ')}: %{{x:.3f}} GiB<br>%{{y}}<extra></extra>",
-        })  # fmt: skip
+        })
     cap = gb(capacity_bytes)
     totals = [gb(sum(b.breakdown.values())) for b in bars]
     shapes: list[dict[str, Any]] = [
         {"type": "line", "xref": "x", "x0": cap, "x1": cap, "yref": "paper", "y0": 0, "y1": 1,
          "line": {"color": MEASURED_COLOUR, "width": 2.5}},
-    ]  # fmt: skip
+    ]
     for i, b in enumerate(bars):
         if b.margin_bytes:
             shapes.append({"type": "rect", "xref": "x", "x0": gb(capacity_bytes - b.margin_bytes),
                            "x1": cap, "yref": "y", "y0": i - 0.45, "y1": i + 0.45,
-                           "fillcolor": TIGHT_COLOUR, "line": {"width": 0}, "layer": "below"})  # fmt: skip
+                           "fillcolor": TIGHT_COLOUR, "line": {"width": 0}, "layer": "below"})
     right = max([cap, *totals]) * 1.12
     if max(totals, default=0) > cap:
         shapes.append({"type": "rect", "xref": "x", "x0": cap, "x1": right, "yref": "paper",
                        "y0": 0, "y1": 1, "fillcolor": OVER_COLOUR, "line": {"width": 0},
-                       "layer": "below"})  # fmt: skip
+                       "layer": "below"})
     data.append(legend_entry(f"capacity {capacity_bytes / GIB:,.2f} GiB", line={"color": MEASURED_COLOUR, "width": 2.5}))
     if max(totals, default=0) > cap:
         data.append(legend_entry("beyond the capacity: does not fit", marker={
@@ -88,9 +88,9 @@ def memory_figure(bars: Sequence[Bar], capacity_bytes: int, device: str, title: 
         margin={"t": 60, "r": 30, "b": 80 + 24 * rows, "l": 10},
         legend={"orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0,
                 "xanchor": "left", "traceorder": "normal", "entrywidth": 250},
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption(f"{what} on {device}: stacked by component, capacity "
-                               f"{capacity_bytes / GIB:,.2f} GiB marked", source))  # fmt: skip
+                               f"{capacity_bytes / GIB:,.2f} GiB marked", source))
 
 
 def component_colour(name: str) -> str:
@@ -111,11 +111,11 @@ def _label(b: Bar) -> str:
 def bar_of(label: str, memory: Mapping[str, Any]) -> Bar:
     """A bar from a `memory` record (infer, train, module)."""
     return Bar(label, memory["breakdown"], int(memory.get("margin_bytes") or 0),
-               str(memory.get("verdict") or ("yes" if memory.get("fits") else "no")))  # fmt: skip
+               str(memory.get("verdict") or ("yes" if memory.get("fits") else "no")))
 
 
 def precision_bars(rows: Sequence[Mapping[str, Any]]) -> list[Bar]:
     """One bar per `check` precision row."""
     return [Bar(str(r["weights"]), r["breakdown"], int(r.get("margin_bytes") or 0),
-                str(r.get("verdict") or ("fits" if r["fits"] else "no")))  # fmt: skip
+                str(r.get("verdict") or ("fits" if r["fits"] else "no")))
             for r in rows]

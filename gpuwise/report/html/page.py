@@ -59,7 +59,7 @@ def is_report(first_line: bytes) -> bool:
 
 
 def render_page(title: str, sections: list[Section] | tuple[Section, ...],
-                data: dict[str, Any] | None = None, subtitle: str = "") -> bytes:  # fmt: skip
+                data: dict[str, Any] | None = None, subtitle: str = "") -> bytes:
     """The whole page as UTF-8 bytes."""
     figures: list[dict[str, Any]] = []
     body = [_section_html(s, figures) for s in sections]
@@ -89,7 +89,7 @@ def _section_html(section: Section, figures: list[dict[str, Any]]) -> str:
         out.append(_table_html(section.table))
     for fig in section.figures:
         out.append(f'<figure><div class="plot" id="plot-{len(figures)}"></div>'
-                   f"<figcaption>{html.escape(fig.caption)}</figcaption></figure>")  # fmt: skip
+                   f"<figcaption>{html.escape(fig.caption)}</figcaption></figure>")
         figures.append(fig.figure)
     out += [f'<p class="note">{html.escape(n)}</p>' for n in section.notes]
     out.append("</section>")
@@ -101,12 +101,12 @@ def _table_html(rows: tuple[tuple[str, ...], ...]) -> str:
     a column is a figure column when every cell of it starts with a digit, a sign or a dot."""
     head, *rest = rows
     figures = [bool(rest) and all(_is_figure(row[i]) for row in rest if i < len(row))
-               for i in range(len(head))]  # fmt: skip
+               for i in range(len(head))]
     cells = "".join(f"<th{_num(figures, i)}>{html.escape(c)}</th>" for i, c in enumerate(head))
     lines = [f"<table><thead><tr>{cells}</tr></thead><tbody>"]
     for row in rest:
         lines.append("<tr>" + "".join(f"<td{_num(figures, i)}>{html.escape(c)}</td>"
-                                      for i, c in enumerate(row)) + "</tr>")  # fmt: skip
+                                      for i, c in enumerate(row)) + "</tr>")
     lines.append("</tbody></table>")
     return "".join(lines)
 
@@ -145,7 +145,7 @@ def _plotly_gzip_b64() -> str:
         js = resources.files("plotly").joinpath("package_data", "plotly.min.js").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError):
         raise GpuwiseError("--html needs plotly, which is not installed",
-                           "pip install 'gpuwise[html]'") from None  # fmt: skip
+                           "pip install 'gpuwise[html]'") from None
     return base64.b64encode(gzip.compress(js, compresslevel=9, mtime=0)).decode("ascii")
 
 

@@ -19,4 +19,4 @@ from gpuwise.report.html.run_pages import (
 )
 
 __all__ = ["Page", "advise_page", "check_page", "cost_page", "infer_page", "module_page",
-           "probe_page", "repro_page", "serve_page", "train_page", "watch_page"]  # fmt: skip
+           "probe_page", "repro_page", "serve_page", "train_page", "watch_page"]

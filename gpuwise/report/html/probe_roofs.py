@@ -24,7 +24,7 @@ from gpuwise.report.html.style import (
 
 ROOFLINE_DTYPES = ("fp32", "bf16")  # the rest are in the matmul figure: one plot stays readable
 DTYPE_COLOURS = {"fp32": "#0072B2", "tf32": "#56B4E9", "bf16": "#E69F00", "fp16": "#CC79A7",
-                 "fp8": "#009E73", "int8": "#D55E00"}  # fmt: skip
+                 "fp8": "#009E73", "int8": "#D55E00"}
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
@@ -70,7 +70,7 @@ def probe_roofline(rec: Mapping[str, Any], spec: Roof | None) -> Figure | None:
                      "x": [_intensity(p) for p in mine], "y": [p["flops_per_s"] for p in mine],
                      "marker": {"color": tint, "size": 8, "symbol": "circle-open", "line": {"width": 2}},
                      "text": [f"{p['m']}x{p['n']}x{p['k']} {dtype}: {si(p['flops_per_s'], 'FLOP/s')}" for p in mine],
-                     "hovertemplate": "%{text}<extra></extra>"})  # fmt: skip
+                     "hovertemplate": "%{text}<extra></extra>"})
     ys = [p["flops_per_s"] for p in points] + [x_lo * bw for bw in bws] + [pk for pk in peaks if pk]
     against = ": measured (dashed) against spec (solid)" if spec else " as measured"
     y_lo, y_hi = min(ys) / 3, max(ys) * 3
@@ -82,15 +82,15 @@ def probe_roofline(rec: Mapping[str, Any], spec: Roof | None) -> Figure | None:
                    **log_ticks([y_lo, y_hi], "FLOP/s")),
         legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "font": {"size": 11}},
         margin={"t": 95, "r": 30, "b": 60, "l": 80},
-    )}  # fmt: skip
+    )}
     said = f"spec from the catalogue entry {rec.get('spec_id')}" if spec else "no spec: device not in the catalogue"
     return Figure(fig, caption(f"Roofs of {' and '.join(dtypes)} as measured (bandwidth and the "
                                "best matmul) and from the datasheet, every matmul timed as a point",
-                               f"measured by gpuwise probe; {said}"))  # fmt: skip
+                               f"measured by gpuwise probe; {said}"))
 
 
 def _roof_line(roof: Roof, dtype: str, peak: float, x_lo: float, x_hi: float,
-               tint: str) -> dict[str, Any]:  # fmt: skip
+               tint: str) -> dict[str, Any]:
     bw = roof.bandwidth_bytes_per_s
     ridge = peak / bw
     xs = [x_lo, ridge, x_hi] if x_lo < ridge < x_hi else [x_lo, x_hi]
@@ -99,7 +99,7 @@ def _roof_line(roof: Roof, dtype: str, peak: float, x_lo: float, x_hi: float,
             "name": f"{dtype} {roof.source}: {si(peak, 'FLOP/s')}, {si(bw, 'B/s')}",
             "line": {"color": tint, "dash": "solid" if spec else "dash", "width": 2 if spec else 2.5},
             "opacity": 0.55 if spec else 1.0,
-            "hovertemplate": f"{roof.label}: {dtype} {si(peak, 'FLOP/s')}, memory {si(bw, 'B/s')}<extra></extra>"}  # fmt: skip
+            "hovertemplate": f"{roof.label}: {dtype} {si(peak, 'FLOP/s')}, memory {si(bw, 'B/s')}<extra></extra>"}
 
 
 def matmul_figure(rec: Mapping[str, Any], spec: Roof | None) -> Figure | None:
@@ -115,40 +115,40 @@ def matmul_figure(rec: Mapping[str, Any], spec: Roof | None) -> Figure | None:
                      "x": [p["m"] for p in mine], "y": [p["flops_per_s"] for p in mine],
                      "line": {"color": DTYPE_COLOURS.get(dtype, colour(i))},
                      "marker": {"color": DTYPE_COLOURS.get(dtype, colour(i)), "size": 8},
-                     "hovertemplate": "%{x}³: %{y:.3s}FLOP/s<extra>" + dtype + "</extra>"})  # fmt: skip
+                     "hovertemplate": "%{x}³: %{y:.3s}FLOP/s<extra>" + dtype + "</extra>"})
         peak = spec.peak_flops.get(dtype) if spec else None
         if peak:
             shapes.append({"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y",
                            "y0": peak, "y1": peak, "line": {"color": DTYPE_COLOURS.get(dtype, colour(i)),
-                                                            "dash": "dash", "width": 1.5}})  # fmt: skip
+                                                            "dash": "dash", "width": 1.5}})
     sizes = sorted({p["m"] for p in points})
     fig = {"data": data, "layout": layout(
         "Square matmul speed by size", xaxis=axis("n (an n x n by n x n matmul)", log=True, tickmode="array",
                                                   tickvals=sizes, ticktext=[str(s) for s in sizes]),
         yaxis=axis("FLOP/s (best of the repeats)", log=True, **log_ticks(
             [p["flops_per_s"] for p in points] + [s["y0"] for s in shapes], "FLOP/s")), shapes=shapes,
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption("FLOP/s of square matmuls by size and dtype" + (
         "; each dtype's spec peak dashed" if shapes else ""), "measured by gpuwise probe"
-        + ("; peaks spec (datasheet)" if shapes else "")))  # fmt: skip
+        + ("; peaks spec (datasheet)" if shapes else "")))
 
 
 def bandwidth_figure(rec: Mapping[str, Any], spec: Roof | None) -> Figure | None:
     """Each bandwidth measured (GB/s), with the spec memory bandwidth where known."""
     readings: Sequence[Mapping[str, Any]] = [r for r in [*rec.get("bandwidth", []), *rec.get("links", [])]
-                                              if r.get("gbs")]  # fmt: skip
+                                              if r.get("gbs")]
     if not readings:
         return None
     data = [{"type": "bar", "name": "measured", "x": [r["kind"] for r in readings],
              "y": [r["gbs"] for r in readings], "marker": {"color": MEASURED_COLOUR},
              "text": [f"{r['gbs']:,.0f}" + (f" ({r['fraction_of_spec']:.0%})" if r.get("fraction_of_spec") else "")
                       for r in readings], "textposition": "outside", "cliponaxis": False,
-             "hovertemplate": "%{x}: %{y:,.1f} GB/s<extra></extra>"}]  # fmt: skip
+             "hovertemplate": "%{x}: %{y:,.1f} GB/s<extra></extra>"}]
     shapes = []
     if spec:
         gbs = spec.bandwidth_bytes_per_s / 1e9
         shapes.append({"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": "y",
-                       "y0": gbs, "y1": gbs, "line": {"color": SPEC_COLOUR, "dash": "dash", "width": 2}})  # fmt: skip
+                       "y0": gbs, "y1": gbs, "line": {"color": SPEC_COLOUR, "dash": "dash", "width": 2}})
     top = max([r["gbs"] for r in readings] + ([spec.bandwidth_bytes_per_s / 1e9] if spec else []))
     fig = {"data": data, "layout": layout(
         "Bandwidth", xaxis=axis("", type="category", showgrid=False),
@@ -156,7 +156,7 @@ def bandwidth_figure(rec: Mapping[str, Any], spec: Roof | None) -> Figure | None
         annotations=[note(f"spec memory bandwidth {spec.bandwidth_bytes_per_s / 1e9:,.0f} GB/s",
                           1, spec.bandwidth_bytes_per_s / 1e9, xref="x domain", xanchor="right",
                           yanchor="bottom", font={"size": 11, "color": SPEC_COLOUR})] if spec else [],
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption("Memory (read, copy, triad) and link bandwidths, with their share "
                                "of spec" + ("; spec memory bandwidth dashed" if spec else ""),
-                               "measured by gpuwise probe" + ("; spec (datasheet)" if spec else "")))  # fmt: skip
+                               "measured by gpuwise probe" + ("; spec (datasheet)" if spec else "")))

@@ -32,7 +32,7 @@ def metrics_of(runs: Sequence[ConditionRuns]) -> list[str]:
 def spread_figure(runs: Sequence[ConditionRuns], metric: str) -> Figure:
     """One box per condition, every run a point beside it."""
     ordered = sorted((c for c in runs if c.metrics.get(metric)),
-                     key=lambda c: (CONDITION_ORDER.index(c.name) if c.name in CONDITION_ORDER else 9, c.name))  # fmt: skip
+                     key=lambda c: (CONDITION_ORDER.index(c.name) if c.name in CONDITION_ORDER else 9, c.name))
     data = []
     for i, c in enumerate(ordered):
         values = c.metrics[metric]
@@ -40,14 +40,14 @@ def spread_figure(runs: Sequence[ConditionRuns], metric: str) -> Figure:
                      "boxpoints": "all", "jitter": 0.35, "pointpos": 0, "boxmean": True,
                      "marker": {"color": colour(i), "size": 7, "opacity": 0.8},
                      "line": {"color": colour(i)}, "fillcolor": "rgba(0,0,0,0.03)",
-                     "hovertemplate": "%{y:.8g}<extra>" + c.name + "</extra>"})  # fmt: skip
+                     "hovertemplate": "%{y:.8g}<extra>" + c.name + "</extra>"})
     fig = {"data": data, "layout": layout(
         f"{metric}: every run, per condition", showlegend=False,
         xaxis=axis("", type="category", showgrid=False),
         yaxis=axis(metric, exponentformat="none", tickformat=".6~g"),
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption(f"{metric} of every run (points) per condition, box from the "
-                               "quartiles with the mean dashed", "measured (each run's own output)"))  # fmt: skip
+                               "quartiles with the mean dashed", "measured (each run's own output)"))
 
 
 def undrawn_shares(shares: Mapping[str, Mapping[str, Share]]) -> list[str]:
@@ -84,7 +84,7 @@ def shares_figure(shares: Mapping[str, Mapping[str, Share]]) -> Figure | None:
                      "error_x": {"type": "data", "symmetric": False, "array": highs,
                                  "arrayminus": lows, "color": colour(i), "thickness": 2, "width": 6},
                      "marker": {"color": colour(i), "size": 11},
-                     "hovertemplate": "%{y}: %{x:.3g}<extra></extra>"})  # fmt: skip
+                     "hovertemplate": "%{y}: %{x:.3g}<extra></extra>"})
     level = next((s.confidence for d in shares.values() for s in d.values()), 0.95)
     lo = math.log10(max(min(values), 1e-12)) - 0.3
     hi = math.log10(max(values)) + 0.3
@@ -97,13 +97,13 @@ def shares_figure(shares: Mapping[str, Mapping[str, Share]]) -> Figure | None:
                    range=[lo, hi]),
         yaxis=axis("", type="category", showgrid=False, autorange="reversed"),
         shapes=[vline(1.0, MEASURED_COLOUR)], margin={"t": 95, "r": 30, "b": 70, "l": 10},
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption(f"Arithmetic share of each metric's variance with its {level:.0%} "
                                "interval (F distribution), log scale; shares of exactly 0 are listed below it",
-                               "measured runs; interval estimated"))  # fmt: skip
+                               "measured runs; interval estimated"))
 
 
 def runs_record(runs: Sequence[ConditionRuns]) -> list[dict[str, Any]]:
     """What the page plots, for its JSON: each condition's metric values in run order."""
     return [{"condition": c.name, "metrics": c.metrics, "wall_s": c.wall_s, "failed": c.failed}
-            for c in runs]  # fmt: skip
+            for c in runs]

@@ -35,7 +35,7 @@ def plotted_ops(ops: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def roofline_figure(roofs: Sequence[Roof], phases: Mapping[str, Sequence[Mapping[str, Any]]],
-                    dtype: str, device: str, time_source: str) -> Figure:  # fmt: skip
+                    dtype: str, device: str, time_source: str) -> Figure:
     """One roof line per roof (at `dtype`'s peak), one point trace per phase with operations.
     `time_source` says where the operations' times came from (the time record's `source`
     and `rates`)."""
@@ -61,14 +61,14 @@ def roofline_figure(roofs: Sequence[Roof], phases: Mapping[str, Sequence[Mapping
             yaxis=axis("achieved FLOP/s", log=True, range=[math.log10(y_lo), math.log10(y_hi)],
                        **log_ticks([y_lo, y_hi], "FLOP/s")),
         ),
-    }  # fmt: skip
+    }
     sources = sorted({r.source for r in roofs})
     roofs_said = " and ".join(f"{s}" for s in sources) or "none known"
     count = sum(len(v) for v in points.values())
     skipped = sum(len(v) for v in phases.values()) - count
     what = (f"Roofline: roofs ({roofs_said}) for {dtype}; {count} operations of the plan as "
             f"points (FLOP/byte, FLOP/s achieved at their estimated time), sized by their share "
-            f"of the phase's time" + (f"; {skipped} without arithmetic or bytes not shown" if skipped else ""))  # fmt: skip
+            f"of the phase's time" + (f"; {skipped} without arithmetic or bytes not shown" if skipped else ""))
     return Figure(fig, caption(what, f"roofs {roofs_said}; operation times estimated from {time_source}"))
 
 
@@ -87,7 +87,7 @@ def _roof_trace(roof: Roof, dtype: str, x_lo: float, x_hi: float) -> dict[str, A
     return {"type": "scatter", "mode": "lines", "x": xs, "y": ys, "name": label,
             "line": {"color": tint, "dash": dash, "width": 2.5},
             "hovertemplate": f"{roof.label}<br>memory {si(bw, 'B/s')}, {dtype} peak "
-                             f"{si(peak, 'FLOP/s')}<br>ridge at {ridge:.3g} FLOP/byte<extra></extra>"}  # fmt: skip
+                             f"{si(peak, 'FLOP/s')}<br>ridge at {ridge:.3g} FLOP/byte<extra></extra>"}
 
 
 def _ops_trace(phase: str, ops: Sequence[Mapping[str, Any]], tint: str) -> dict[str, Any]:
@@ -96,9 +96,9 @@ def _ops_trace(phase: str, ops: Sequence[Mapping[str, Any]], tint: str) -> dict[
     text = [f"<b>{o['op']}</b> ({phase}, {o.get('kind', '')}) x{o.get('count', 1)}<br>"
             f"time {seconds_text(o['seconds'])} ({o['seconds'] / total:.1%} of {phase})<br>"
             f"{si(o['flops'], 'FLOP')}, {si(o['bytes'], 'B')}<br>{o.get('bound', '')}-bound, "
-            f"timed by {o.get('timed_by', 'roofline')}" for o in ops]  # fmt: skip
+            f"timed by {o.get('timed_by', 'roofline')}" for o in ops]
     return {"type": "scatter", "mode": "markers", "name": f"{phase} ops ({len(ops)})",
             "x": [o["flops"] / o["bytes"] for o in ops], "y": [o["flops"] / o["seconds"] for o in ops],
             "text": text, "hovertemplate": "%{text}<extra></extra>",
             "marker": {"size": sizes, "color": tint, "opacity": 0.75,
-                       "line": {"color": "white", "width": 1}}}  # fmt: skip
+                       "line": {"color": "white", "width": 1}}}

@@ -34,10 +34,10 @@ from gpuwise.report.watch_view import watch_view
 def _sweep_sections(sweep: Sweep, rec: Mapping[str, Any]) -> list[Section]:
     rows = [(f"{p.rate:.3g}", seconds_text(p.summary.ttft_s.p90), seconds_text(p.summary.tpot_s.p90),
              f"{p.summary.output_tokens_per_s:,.0f}", f"{p.summary.slo_met_fraction:.0%}",
-             "yes" if p.summary.saturated else "") for p in sweep.curve]  # fmt: skip
+             "yes" if p.summary.saturated else "") for p in sweep.curve]
     return [Section("Latency against load", figures=(sweep_figure(rec),), verdict=knee_text(sweep)),
             Section("The sweep's points", table=(("requests/s", "TTFT p90", "TPOT p90", "output tok/s",
-                                                  "met", "saturated"), *rows))]  # fmt: skip
+                                                  "met", "saturated"), *rows))]
 
 
 def serve_page(answer: ServeAnswer) -> Page:
@@ -47,13 +47,13 @@ def serve_page(answer: ServeAnswer) -> Page:
     text = (f"{s.output_tokens_per_s:,.0f} output tokens/s, {s.requests_per_s:,.2f} "
             f"requests/s over {s.duration_s:,.1f} s ({s.requests:,} requests, busy "
             f"{s.busy_fraction:.0%}); KV cache peak {s.kv_peak_fraction:.0%}, "
-            f"{s.preemptions:,} preemptions. Simulated (estimated) from {answer.rates_source}.")  # fmt: skip
+            f"{s.preemptions:,} preemptions. Simulated (estimated) from {answer.rates_source}.")
     verdict = "saturated: requests arrive faster than the replica answers them" if s.saturated else ""
     if answer.slo.ttft_s is not None or answer.slo.tpot_s is not None:
         verdict = verdict or f"{s.slo_met_fraction:.0%} of requests meet the targets"
     sections.append(Section("The load asked", text=text, verdict=verdict, figures=tuple(figures)))
     title = (f"gpuwise serve: {answer.model.name} on {answer.replicas} x {answer.opts.tp} x "
-             f"{answer.hardware.name} ({answer.plan.runtime})")  # fmt: skip
+             f"{answer.hardware.name} ({answer.plan.runtime})")
     return Page(title, tuple(sections), rec)
 
 
@@ -69,7 +69,7 @@ def advise_page(answer: AdviceAnswer, show_all: bool) -> Page:
                         text=rec["workload_text"].replace("\n", "\n\n"), notes=tuple(rec["reasons"])),
                 Section("Options", figures=tuple(figures),
                         notes=(f"not considered: {len(rec['not_considered'])} (hardware, precision) "
-                               "pairs that do not fit or have no speed figures (in the page's JSON)",)))  # fmt: skip
+                               "pairs that do not fit or have no speed figures (in the page's JSON)",)))
     return Page(f"gpuwise advise: {rec['title']}", sections, rec)
 
 
@@ -82,7 +82,7 @@ def cost_page(answer: CostAnswer) -> Page:
         figures.append(even)
     sections = (Section("Cost", verdict=f"${option['usd_per_month']:,.0f} a month",
                         text=rec["workload_text"].replace("\n", "\n\n"), figures=tuple(figures),
-                        notes=tuple(option.get("notes", ()))),)  # fmt: skip
+                        notes=tuple(option.get("notes", ()))),)
     return Page(f"gpuwise cost: {rec['title']}", sections, rec)
 
 
@@ -96,9 +96,9 @@ def watch_page(answer: WatchAnswer) -> Page:
     s = answer.summary
     text = (f"{s.steps_total} steps on {s.processes} process(es)"
             + (f", median step {seconds_text(s.step_s_median)}" if s.step_s_median else "")
-            + f". Log: {rec.get('log')}. Every reading measured.")  # fmt: skip
+            + f". Log: {rec.get('log')}. Every reading measured.")
     sections = (Section("Verdict", verdict=first, text=text, figures=figures,
-                        notes=tuple(evidence)),)  # fmt: skip
+                        notes=tuple(evidence)),)
     return Page("gpuwise watch: " + _command(rec.get("cmd")), sections, rec)
 
 
@@ -118,10 +118,10 @@ def repro_page(answer: ReproAnswer) -> Page:
     sections = [Section("Spread per condition", figures=tuple(figures),
                         verdict=findings[0] if findings else "",
                         text=f"{answer.study.runs} run(s) per condition of `{' '.join(answer.study.command)}`.",
-                        notes=tuple(findings[1:]))]  # fmt: skip
+                        notes=tuple(findings[1:]))]
     if analysis.shares:
         sections.append(Section("How much is arithmetic noise?", figures=(shares,) if shares else (),
                                 notes=tuple(undrawn_shares(analysis.shares)),
                                 text="The variance with the seed fixed as a share of the variance with seeds varied: "
-                                     "near 1, changing the seed moves results no more than the arithmetic does."))  # fmt: skip
+                                     "near 1, changing the seed moves results no more than the arithmetic does."))
     return Page("gpuwise repro: " + " ".join(answer.study.command)[:120], tuple(sections), rec)

@@ -12,7 +12,7 @@ from gpuwise.report.html.style import axis, caption, colour, finite, layout, vli
 
 def batch_figure(points: Sequence[Mapping[str, Any]], rate_key: str, rate_label: str,
                  latency_key: str, latency_label: str, title: str, what: str, source: str,
-                 plan_batch: int | None = None) -> Figure:  # fmt: skip
+                 plan_batch: int | None = None) -> Figure:
     """Throughput (left axis) and latency in ms (right axis) at each batch of `points`."""
     batches = [p["batch"] for p in points]
     data = [
@@ -25,7 +25,7 @@ def batch_figure(points: Sequence[Mapping[str, Any]], rate_key: str, rate_label:
          "marker": {"color": colour(1), "size": 8, "symbol": "diamond"},
          "line": {"color": colour(1), "width": 2.5, "dash": "dot"},
          "hovertemplate": "batch %{x}: %{y:,.4g} ms<extra></extra>"},
-    ]  # fmt: skip
+    ]
     shapes = [vline(plan_batch, "#888", "dot")] if plan_batch is not None and plan_batch in batches else []
     fig = {"data": data, "layout": layout(
         title, xaxis=axis("batch (sequences)", log=True, tickmode="array",
@@ -34,12 +34,12 @@ def batch_figure(points: Sequence[Mapping[str, Any]], rate_key: str, rate_label:
         yaxis2=axis(latency_label + " (ms)", overlaying="y", side="right", rangemode="tozero",
                     showgrid=False, color=colour(1), tickmode="auto", nticks=8),
         shapes=shapes, margin={"t": 95, "r": 90, "b": 60, "l": 80},
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption(what, source))
 
 
 def decode_precision_figure(rows: Sequence[Mapping[str, Any]], device: str, runtime: str,
-                            source: str) -> Figure | None:  # fmt: skip
+                            source: str) -> Figure | None:
     """Decode ms per token of each precision `check` could time, with its 80% interval."""
     timed = [r for r in rows if "s_per_token" in r.get("decode", {})]
     if not timed:
@@ -52,11 +52,11 @@ def decode_precision_figure(rows: Sequence[Mapping[str, Any]], device: str, runt
              "y": ms, "marker": {"color": [colour(0) if r["fits"] else "#bbbbbb" for r in timed]},
              "error_y": {"type": "data", "symmetric": False, "array": high, "arrayminus": low,
                          "color": "#333", "thickness": 1.5, "width": 6},
-             "hovertemplate": "%{x}: %{y:.4g} ms per token<extra></extra>"}]  # fmt: skip
+             "hovertemplate": "%{x}: %{y:.4g} ms per token<extra></extra>"}]
     fig = {"data": data, "layout": layout(
         f"Decode time per token on {device} ({runtime})", showlegend=False,
         xaxis=axis("weight precision", type="category", showgrid=False), bargap=0.45,
         yaxis=axis("ms per generated token", rangemode="tozero"),
-    )}  # fmt: skip
+    )}
     return Figure(fig, caption("Decode time per token by weight precision, bars with the 80% "
-                               "interval; grey: does not fit", source))  # fmt: skip
+                               "interval; grey: does not fit", source))

@@ -13,9 +13,9 @@ GIB = 2**30
 
 # Colour-blind-safe (Okabe-Ito), then a few more for long lists.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-           "#000000", "#999999", "#882255", "#44AA99", "#117733")  # fmt: skip
+           "#000000", "#999999", "#882255", "#44AA99", "#117733")
 PHASE_COLOURS = {"prefill": "#0072B2", "decode": "#E69F00", "forward": "#0072B2",
-                 "backward": "#D55E00", "optimizer": "#009E73"}  # fmt: skip
+                 "backward": "#D55E00", "optimizer": "#009E73"}
 SPEC_COLOUR = "#555555"
 MEASURED_COLOUR = "#D55E00"
 TIGHT_COLOUR = "rgba(230,159,0,0.18)"
@@ -23,7 +23,7 @@ OVER_COLOUR = "rgba(213,94,0,0.10)"
 
 # Provenance words the JSON uses, as a caption says them.
 PROVENANCE = {"spec": "spec (datasheet)", "measured": "measured (this machine's probe)",
-              "estimated": "estimated", "detected": "spec"}  # fmt: skip
+              "estimated": "estimated", "detected": "spec"}
 
 
 def colour(i: int) -> str:
@@ -44,7 +44,7 @@ def layout(title: str = "", height: int = 440, **extra: Any) -> dict[str, Any]:
         "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0,
                    "traceorder": "normal"},
         "margin": {"t": 70, "r": 30, "b": 60, "l": 80}, "hovermode": "closest",
-    }  # fmt: skip
+    }
     if title:
         base["title"] = {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}}
         base["margin"]["t"] = 95
@@ -56,7 +56,7 @@ def layout(title: str = "", height: int = 440, **extra: Any) -> dict[str, Any]:
 def axis(title: str, log: bool = False, **extra: Any) -> dict[str, Any]:
     ax: dict[str, Any] = {"title": {"text": title}, "showgrid": True, "gridcolor": "#e6e6e6",
                           "zeroline": False, "linecolor": "#888", "showline": True,
-                          "ticks": "outside", "automargin": True}  # fmt: skip
+                          "ticks": "outside", "automargin": True}
     if log:
         ax.update(type="log", exponentformat="SI", dtick=1, minor={"showgrid": False})
     ax.update(extra)
@@ -113,15 +113,15 @@ def si(value: float | None, unit: str = "") -> str:
 
 
 def hline(y: float, colour_: str, dash: str = "dash", xref: str = "paper", yref: str = "y",
-          width: float = 1.5) -> dict[str, Any]:  # fmt: skip
+          width: float = 1.5) -> dict[str, Any]:
     return {"type": "line", "xref": xref, "x0": 0, "x1": 1, "yref": yref, "y0": y, "y1": y,
-            "line": {"color": colour_, "dash": dash, "width": width}}  # fmt: skip
+            "line": {"color": colour_, "dash": dash, "width": width}}
 
 
 def vline(x: float, colour_: str, dash: str = "dash", yref: str = "paper", xref: str = "x",
-          width: float = 1.5) -> dict[str, Any]:  # fmt: skip
+          width: float = 1.5) -> dict[str, Any]:
     return {"type": "line", "yref": yref, "y0": 0, "y1": 1, "xref": xref, "x0": x, "x1": x,
-            "line": {"color": colour_, "dash": dash, "width": width}}  # fmt: skip
+            "line": {"color": colour_, "dash": dash, "width": width}}
 
 
 def legend_entry(name: str, line: dict[str, Any] | None = None,
@@ -129,7 +129,7 @@ def legend_entry(name: str, line: dict[str, Any] | None = None,
     """A trace that draws nothing and names, in the legend, a line or a zone drawn as a shape
     (so that no label is written over the data)."""
     trace: dict[str, Any] = {"type": "scatter", "x": [None], "y": [None], "name": name,
-                             "hoverinfo": "skip", "mode": "lines" if line else "markers"}  # fmt: skip
+                             "hoverinfo": "skip", "mode": "lines" if line else "markers"}
     if line:
         trace["line"] = line
     if marker:
@@ -144,6 +144,6 @@ def log_position(value: float) -> float:
 
 def note(text: str, x: float, y: float, xref: str = "x", yref: str = "y", **extra: Any) -> dict[str, Any]:
     ann = {"text": text, "x": x, "y": y, "xref": xref, "yref": yref, "showarrow": False,
-           "font": {"size": 12, "color": "#333"}, "bgcolor": "rgba(255,255,255,0.8)"}  # fmt: skip
+           "font": {"size": 12, "color": "#333"}, "bgcolor": "rgba(255,255,255,0.8)"}
     ann.update(extra)
     return ann

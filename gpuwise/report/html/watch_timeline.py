@@ -21,7 +21,7 @@ GIB = 2**30
 
 
 def bucketed(xs: Sequence[float], ys: Sequence[float | None],
-             limit: int = MAX_POINTS) -> tuple[list[float], list[float | None]]:  # fmt: skip
+             limit: int = MAX_POINTS) -> tuple[list[float], list[float | None]]:
     """At most `limit` points: means of consecutive runs of points (gaps stay gaps)."""
     if len(xs) <= limit:
         return list(xs), list(ys)
@@ -48,17 +48,17 @@ def timeline_figure(log: WatchLog, summary: WatchSummary, verdict: Verdict) -> F
             panels.append(("CPU use (%)", cpu))
     stragglers = set(summary.ranks.stragglers) if summary.ranks else set()
     wait = _rank_series(log.steps, t0, lambda s: 100 * (s.data_s + s.h2d_s) / s.step_s if s.step_s > 0 else None,
-                        "rank {r} data wait %", stragglers)  # fmt: skip
+                        "rank {r} data wait %", stragglers)
     if wait:
         panels.append(("data wait (% of step)", wait))
     memory = _gpu_series(log.samples, t0, "mem_used_bytes", "GPU {i} memory GiB", "solid", 1 / GIB)
     memory += _rank_series(log.steps, t0, lambda s: s.device_mem_bytes / GIB if s.device_mem_bytes else None,
-                           "rank {r} device memory GiB", stragglers, "dot")  # fmt: skip
+                           "rank {r} device memory GiB", stragglers, "dot")
     memory += _rank_series(log.steps, t0, lambda s: s.rss_bytes / GIB if s.rss_bytes else None,
-                           "rank {r} RSS GiB", stragglers, "dashdot")  # fmt: skip
+                           "rank {r} RSS GiB", stragglers, "dashdot")
     if not memory:
         memory = _sample_series(log.samples, t0, lambda s: s.rss_bytes / GIB if s.rss_bytes else None,
-                                "process tree RSS GiB", 3)  # fmt: skip
+                                "process tree RSS GiB", 3)
     if memory:
         panels.append(("memory (GiB)", memory))
     power = _gpu_series(log.samples, t0, "power_w", "GPU {i} power W", "solid")
@@ -68,7 +68,7 @@ def timeline_figure(log: WatchLog, summary: WatchSummary, verdict: Verdict) -> F
 
 
 def _figure(panels: list[tuple[str, list[dict[str, Any]]]], log: WatchLog, summary: WatchSummary,
-            verdict: Verdict, t0: float) -> Figure:  # fmt: skip
+            verdict: Verdict, t0: float) -> Figure:
     data: list[dict[str, Any]] = []
     layout_axes: dict[str, Any] = {}
     shapes: list[dict[str, Any]] = []
@@ -85,13 +85,13 @@ def _figure(panels: list[tuple[str, list[dict[str, Any]]]], log: WatchLog, summa
             shapes.append(_threshold(yname, y))
             annotations.append(note(f"input-bound at {y:.0f}%", 1, y, xref="x domain", yref=yname,
                                     xanchor="right", yanchor="bottom",
-                                    font={"size": 11, "color": MEASURED_COLOUR}))  # fmt: skip
+                                    font={"size": 11, "color": MEASURED_COLOUR}))
         if title.startswith("GPU busy") and verdict.bound == "host-bound":
             y = limits.low_gpu_util_percent
             shapes.append(_threshold(yname, y))
             annotations.append(note(f"low GPU use below {y:.0f}%", 1, y, xref="x domain",
                                     yref=yname, xanchor="right", yanchor="bottom",
-                                    font={"size": 11, "color": MEASURED_COLOUR}))  # fmt: skip
+                                    font={"size": 11, "color": MEASURED_COLOUR}))
         if title.startswith("memory"):
             data += _trend_traces(log.steps, summary, t0, yname)
     first = verdict.findings[0] if verdict.findings else None
@@ -100,7 +100,7 @@ def _figure(panels: list[tuple[str, list[dict[str, Any]]]], log: WatchLog, summa
     if more:
         headline += "; also " + "; ".join(more)
     annotations.append(note(headline, 0, 1.0, xref="paper", yref="paper", xanchor="left",
-                            yanchor="bottom", yshift=12, font={"size": 13, "color": "#8a2a00"}))  # fmt: skip
+                            yanchor="bottom", yshift=12, font={"size": 13, "color": "#8a2a00"}))
     rows = max(1, len(panels))
     fig = {"data": data, "layout": layout(
         "", height=190 + 190 * rows,
@@ -109,21 +109,21 @@ def _figure(panels: list[tuple[str, list[dict[str, Any]]]], log: WatchLog, summa
         margin={"t": 90, "r": 30, "b": 60, "l": 80}, **layout_axes,
         legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top",
                 "font": {"size": 11}},
-    )}  # fmt: skip
+    )}
     many = max((len(t["x"]) for t in data), default=0) >= MAX_POINTS
     what = (f"Timeline of the job ({summary.steps_total} steps, {summary.processes} process(es)): "
             + ", ".join(t for t, _ in panels)
-            + "; thresholds of the verdict dashed red" + ("; long series averaged into buckets" if many else ""))  # fmt: skip
+            + "; thresholds of the verdict dashed red" + ("; long series averaged into buckets" if many else ""))
     return Figure(fig, caption(what, "measured (NVML, psutil and the steps the job reported)"))
 
 
 def _threshold(yref: str, y: float) -> dict[str, Any]:
     return {"type": "line", "xref": "x domain", "x0": 0, "x1": 1, "yref": yref, "y0": y, "y1": y,
-            "line": {"color": MEASURED_COLOUR, "dash": "dash", "width": 1.5}}  # fmt: skip
+            "line": {"color": MEASURED_COLOUR, "dash": "dash", "width": 1.5}}
 
 
 def _trend_traces(steps: Sequence[StepRecord], summary: WatchSummary, t0: float,
-                  yref: str) -> list[dict[str, Any]]:  # fmt: skip
+                  yref: str) -> list[dict[str, Any]]:
     """The verdict's memory trends over the steps, as the line it fitted (first -> last)."""
     out: list[dict[str, Any]] = []
     if not steps:
@@ -136,7 +136,7 @@ def _trend_traces(steps: Sequence[StepRecord], summary: WatchSummary, t0: float,
                     "y": [trend.first_bytes / GIB, trend.last_bytes / GIB], "xaxis": "x", "yaxis": yref,
                     "name": f"{trend.what} trend ({growth:+.2f} GiB, r={trend.r:.2f})",
                     "line": {"color": MEASURED_COLOUR, "dash": "dash", "width": 2},
-                    "hovertemplate": "%{y:.3f} GiB<extra>memory trend</extra>"})  # fmt: skip
+                    "hovertemplate": "%{y:.3f} GiB<extra>memory trend</extra>"})
     return out
 
 
@@ -149,7 +149,7 @@ def _start(log: WatchLog) -> float:
 
 
 def _gpu_series(samples: Sequence[SampleRecord], t0: float, field: str, name: str, dash: str,
-                scale: float = 1.0) -> list[dict[str, Any]]:  # fmt: skip
+                scale: float = 1.0) -> list[dict[str, Any]]:
     indices = sorted({g.index for s in samples for g in s.gpus if getattr(g, field) is not None})
     out = []
     for k, i in enumerate(indices):
@@ -166,7 +166,7 @@ def _gpu_series(samples: Sequence[SampleRecord], t0: float, field: str, name: st
 
 def _sample_series(samples: Sequence[SampleRecord], t0: float,
                    value: Callable[[SampleRecord], float | None], name: str,
-                   tint: int) -> list[dict[str, Any]]:  # fmt: skip
+                   tint: int) -> list[dict[str, Any]]:
     ys = [value(s) for s in samples]
     if not any(y is not None for y in ys):
         return []
@@ -176,7 +176,7 @@ def _sample_series(samples: Sequence[SampleRecord], t0: float,
 
 def _rank_series(steps: Sequence[StepRecord], t0: float,
                  value: Callable[[StepRecord], float | None], name: str,
-                 stragglers: set[int], dash: str = "solid") -> list[dict[str, Any]]:  # fmt: skip
+                 stragglers: set[int], dash: str = "solid") -> list[dict[str, Any]]:
     out = []
     for k, rank in enumerate(sorted({s.rank for s in steps})):
         mine = [s for s in steps if s.rank == rank]
@@ -196,4 +196,4 @@ def _line(name: str, x: list[float], y: list[float | None], tint: str, dash: str
     return {"type": "scatter", "mode": "lines", "name": name, "x": [round(v, 3) for v in x],
             "y": [None if v is None else round(v, 4) for v in y],
             "line": {"color": tint, "dash": dash, "width": 1.8},
-            "hovertemplate": f"%{{x:.1f}} s: %{{y:.4g}}<extra>{name}</extra>"}  # fmt: skip
+            "hovertemplate": f"%{{x:.1f}} s: %{{y:.4g}}<extra>{name}</extra>"}

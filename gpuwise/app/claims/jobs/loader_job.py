@@ -98,7 +98,7 @@ def main() -> None:
     data = SlowData(args.batch * args.steps, sleep)
     batches = BatchSampler(SequentialSampler(data), args.batch, drop_last=True)
     loader = DataLoader(data, sampler=batches, batch_size=None, num_workers=args.workers,
-                        pin_memory=device.type == "cuda")  # fmt: skip
+                        pin_memory=device.type == "cuda")
     for x, y in loader:
         step(x, y)
 

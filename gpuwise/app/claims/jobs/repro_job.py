@@ -69,7 +69,7 @@ def main() -> None:
     for step in range(args.steps):
         idx = torch.randint(0, len(x), (args.batch,)).to(device)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(
-            model(x[idx], segment[idx]), y[idx])  # fmt: skip
+            model(x[idx], segment[idx]), y[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -29,7 +29,7 @@ def install(torch: Any, rec: Any) -> Callable[[], None]:
             _patch(torch.Tensor, "cuda", lambda original: _copy_wrapper(original, rec, guard)),
             _patch(torch.autograd, "backward",
                    lambda original: _backward_wrapper(original, rec, guard)),
-            _hook_optimizers(rec, guard)]  # fmt: skip
+            _hook_optimizers(rec, guard)]
 
     def uninstall() -> None:
         for restore in undo:
@@ -69,7 +69,7 @@ class _Guard:
         self.rec.hooks_enabled = False
         with contextlib.suppress(Exception):
             self.rec.log.write({"kind": "note", "pid": os.getpid(),
-                                "text": f"watch hooks off after an error in {where}: {exc!r}"})  # fmt: skip
+                                "text": f"watch hooks off after an error in {where}: {exc!r}"})
 
 
 def _loader_wrapper(original: Any, rec: Any, guard: _Guard) -> Any:

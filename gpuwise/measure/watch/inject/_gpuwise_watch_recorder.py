@@ -200,7 +200,7 @@ class StepRecorder:
             "ops": ops, "counted": ops is not None, "rss_bytes": self._rss(t_end),
             "dispatch_us": self._dispatch_us if ops is not None else None,
             "device_mem_bytes": device_memory_bytes(),
-        }  # fmt: skip
+        }
         for phase, seconds in self._times.items():
             record[f"{phase}_s"] = seconds
         self._pending.append(_encode(record) + "\n")

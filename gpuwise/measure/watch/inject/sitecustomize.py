@@ -45,7 +45,7 @@ class _AfterTorchImport:
         self.callback = callback
 
     def find_spec(self, name: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:  # fmt: skip
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name != "torch":
             return None
         sys.meta_path.remove(self)
