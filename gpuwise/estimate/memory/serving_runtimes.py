@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.serving_runtimes import vllm_runtime
 from gpuwise.errors import GpuwiseError
@@ -30,9 +29,8 @@ from gpuwise.workload.plans import InferencePlan
 
 
 def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
-    fmt = plan.weight_format
-    kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
-    return arch.num_layers * arch.kv_cache_elements_per_token() * kv
+    """Bytes of keys and values a position holds in vLLM's pool: the plan's own figure."""
+    return plan.kv_bytes_per_position(arch)
 
 
 def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1,
