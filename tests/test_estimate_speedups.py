@@ -400,3 +400,38 @@ def test_replay_of_a_segment_past_the_one_loops_offsets_equals_the_reference() -
     the one-loop replay for the allocator's class."""
     events = [(1, 3 * MIB), (2, 1 << 65), (3, 5 * MIB), (1, 0), (4, 2 * MIB), (2, 0), (3, 0)]
     assert replay(events) == reference_replay(events)
+
+
+@pytest.mark.parametrize(("model", "device"), [("qwen2.5-0.5b", "cpu-cloud-32vcpu"),
+                                               ("gpt2", "cpu-cloud-32vcpu"),
+                                               ("qwen2.5-0.5b", "t4"), ("gpt2", "rtx-4090")])  # fmt: skip
+def test_check_rows_equal_those_of_the_replays_they_replaced(model: str, device: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """check's rows, max context included, with every replay (host and CUDA) and its events
+    as they were: the same numbers."""
+    from gpuwise.estimate.memory import cuda_rows, host_allocator
+    from gpuwise.estimate.memory.check_rows import check_rows
+
+    arch = from_config(resolve_model(model).config)
+    hw = find_hardware(device)
+    plan = InferencePlan(prompt_tokens=700, new_tokens=40)
+    host_allocator._generate_slack.cache_clear()
+    inference_peak.cache_clear()
+    rows = check_rows(arch, plan, hw)
+
+    def old_slack(arch: Architecture, allocator: str, shape: Shape, steps: int,
+                  stride: int) -> host_allocator.AllocatorSlack:  # fmt: skip
+        choice = allocator_choice(allocator)
+        heap = ref.replay_resident([ref.generate_events(arch, shape, steps, stride)], choice)
+        return host_allocator.AllocatorSlack(choice.name, max(0, heap.peak_resident - heap.peak_live),
+                                             heap.peak_live, heap.peak_resident,
+                                             heap.mmap_threshold)  # fmt: skip
+
+    def old_peak(arch: Architecture, batch: int, prompt: int, new_tokens: int, c: float,
+                 attention: str, all_logits: bool, expandable: bool) -> ReplayPeak:  # fmt: skip
+        events = reference_generate_events(arch, batch, prompt, new_tokens, c, attention, all_logits)
+        return reference_replay(events, expandable)
+
+    monkeypatch.setattr(host_allocator, "_generate_slack", old_slack)
+    monkeypatch.setattr(cuda_rows, "inference_peak", old_peak)
+    assert check_rows(arch, plan, hw) == rows
