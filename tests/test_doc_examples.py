@@ -116,6 +116,8 @@ NOT_RUN: dict[str, str] = {
     "benchmarks/results/runtimes_published.json": BENCH,
     ".venv/bin/python benchmarks/validate_llama_cpp.py --cache DIR": "needs llama-cpp-python and a probe: " + BENCH,
     ".venv/bin/python benchmarks/watch_overhead.py": BENCH,
+    ".venv/bin/python benchmarks/reestimate_llama_cpp.py": "its figure is checked against the docs "
+                                                           "in tests/test_reestimate_llama_cpp.py",
     ".venv/bin/python benchmarks/watch_overhead.py --whole --repeats 3 --steps 120": BENCH,
 }
 
