@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuwise.app.infer import offload_host
 from gpuwise.catalog.costs import load_costs
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
@@ -118,7 +119,7 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     if rates is None:
         raise GpuwiseError(f"no speed figures for {hw.name}: {how}",
                            "run `gpuwise probe` here, or pick catalogue hardware")
-    engine = build_engine(arch, plan, hw, rates, opts)
+    engine = build_engine(arch, plan, hw, rates, opts, offload_host(plan, hw))  # -ngl as infer
     replicas = max(1, gpus // opts.tp)
     reqs, clients = requests_for(load, replicas)
     prompt = round(sum(r.prompt for r in reqs) / len(reqs))
