@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from gpuwise.app.checkpoint_weights import plan_weights
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
+from gpuwise.workload.limits import check_count
 from gpuwise.workload.plans import InferencePlan
 
 
@@ -55,10 +56,6 @@ class Planned:
 def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload) -> Planned:
     """The plan of running `model` as `deployment` for `workload`."""
     d = deployment
-    gpus = d.tp if d.gpus is None else d.gpus
-    if gpus < 1 or gpus % max(1, d.tp):
-        raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {d.tp}",
-                           "each replica runs on --tp devices")
     chosen = plan_weights(model, d.runtime, d.weights)
     plan = InferencePlan(batch=workload.batch, prompt_tokens=workload.prompt_tokens,
                          new_tokens=workload.new_tokens, weights=chosen["weights"],
@@ -67,5 +64,10 @@ def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload)
                          context_alloc=d.ctx, gpu_memory_utilization=d.gpu_memory_utilization,
                          threads=d.threads, quant_kernel=d.quant_kernel, gpu_layers=d.gpu_layers, tp=d.tp,
                          allocator=d.allocator, fuse_layers=d.fuse_layers,
-                         expandable_segments=d.expandable_segments)
+                         expandable_segments=d.expandable_segments)  # checks --tp first
+    gpus = d.tp if d.gpus is None else d.gpus
+    check_count(gpus, "--gpus", 1 << 16)
+    if gpus % d.tp:
+        raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {d.tp}",
+                           "each replica runs on --tp devices")
     return Planned(plan, chosen["source"], gpus // d.tp)

@@ -168,8 +168,8 @@ class TrainingPlan:
         _check_choice("finetune", self.finetune, FINETUNES)
         _check_choice("attention", self.attention, ATTENTIONS)
         _check_size("lora_rank", self.lora_rank, high=1 << 14)
+        _check_size("tp", self.tp, high=1 << 10)  # first: --gpus defaults to it
         _check_size("gpus", self.gpus, high=1 << 16)
-        _check_size("tp", self.tp, high=1 << 10)
         if self.zero not in (0, 1, 2, 3):
             raise GpuwiseError(f"--zero must be 0, 1, 2 or 3, got {self.zero}",
                                "ZeRO stages: 1 shards optimizer states, 2 also gradients, "
