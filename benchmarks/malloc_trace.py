@@ -12,7 +12,7 @@ its baseline:
   what the small ones do;
 - rule: the traced tensors (64 KiB and more, in order, the forward, backward and optimizer
   marked, and a checkpointed layer's recomputation) run through the replay's heap
-  (`host_allocator.ResidentHeap.enter`): each chunk a freed tensor leaves is carved
+  (`host_replay.ResidentHeap.enter`): each chunk a freed tensor leaves is carved
   (`carved_by_small_bytes`); a training forward's pieces are kept for the run, every other
   phase's only the last `pinned_small_chunks`; beside it the rule before, under which a
   training step's backward and optimizer step carved nothing.
@@ -44,7 +44,7 @@ from gpuwise.app.validate import plan_kwargs
 from gpuwise.catalog import resolve_model
 from gpuwise.catalog.allocators import allocator_choice
 from gpuwise.estimate import InferencePlan
-from gpuwise.estimate.memory.host_allocator import ResidentHeap
+from gpuwise.estimate.memory.host_replay import ResidentHeap
 from gpuwise.measure.runs.jobs import inference_job, training_job
 
 HERE = Path(__file__).resolve().parent / "malloc_trace"

@@ -1,6 +1,6 @@
 """The host replays as they were before issue 38's speed-ups, kept as the reference the
 faster ones must equal (tests/test_estimate_speedups.py): glibc's heap (estimate/speed/
-page_faults.py), the resident-set heap and its replay (estimate/memory/host_allocator.py),
+page_faults.py), the resident-set heap and its replay (estimate/memory/host_replay.py),
 and generate()'s tensors (workload/process_heap.py), verbatim."""
 
 from __future__ import annotations

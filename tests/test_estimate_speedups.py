@@ -23,7 +23,7 @@ from gpuwise.estimate.memory.cuda_rows import (
     generate_events,
     inference_peak,
 )
-from gpuwise.estimate.memory.host_allocator import replay_pairs, replay_resident
+from gpuwise.estimate.memory.host_replay import replay_pairs, replay_resident
 from gpuwise.estimate.speed.page_faults import GlibcHeap
 from gpuwise.estimate.speed.page_faults import replay as fault_replay
 from gpuwise.workload import Architecture, from_config, process_heap

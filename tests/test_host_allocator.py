@@ -12,7 +12,8 @@ from heap_walk import held_at_end, walk
 from gpuwise.catalog import find_hardware
 from gpuwise.catalog.allocators import allocator_choice, allocator_choices, host_allocator
 from gpuwise.estimate import InferencePlan, TrainingPlan
-from gpuwise.estimate.memory.host_allocator import ResidentHeap, allocator_slack, replay_resident
+from gpuwise.estimate.memory.host_allocator import allocator_slack
+from gpuwise.estimate.memory.host_replay import ResidentHeap, replay_resident
 from gpuwise.estimate.memory.training import estimate_training
 from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.estimate.speed.page_faults import GlibcHeap

@@ -15,7 +15,7 @@ first ones) and counts the bytes faulted in the last, by phase. Free chunks are 
 fit, as glibc's large bins do; the fast bins and tcache of small requests are left out.
 glibc's thresholds and sizes are its defaults on 64-bit Linux (catalog/data/allocators.toml).
 
-With `memalign` (the resident-set replay, estimate/memory/host_allocator.py) a tensor is taken
+With `memalign` (the resident-set replay, estimate/memory/host_replay.py) a tensor is taken
 as PyTorch takes it, through posix_memalign at 64 bytes (c10/core/impl/alloc_cpu.cpp), and
 glibc's `_int_memalign` (malloc/malloc.c) does the arithmetic: it asks `_int_malloc` for
 request2size(nb + alignment + MINSIZE), nb the tensor's own chunk (request2size of its bytes),
