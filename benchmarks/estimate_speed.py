@@ -23,7 +23,8 @@ from gpuwise.catalog import find_hardware, load_hardware, load_models, resolve_m
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate import InferencePlan, estimate_inference
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.inference_time import estimate_inference_time, inference_ops
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
+from gpuwise.estimate.speed.step import inference_ops
 from gpuwise.measure.call_timing import median_call_s
 from gpuwise.workload import from_config
 

@@ -13,9 +13,10 @@ from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.catalog.allocators import host_allocator
 from gpuwise.estimate import InferencePlan
 from gpuwise.estimate.speed.device_rates import rates_from_spec
-from gpuwise.estimate.speed.inference_time import estimate_inference_time, prefill_fault_bytes
+from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.probed_kernels import KernelRates
+from gpuwise.estimate.speed.step import prefill_fault_bytes
 from gpuwise.workload import from_config
 from gpuwise.workload.ops import Shape
 from gpuwise.workload.prefill_heap import prefill_heap_events

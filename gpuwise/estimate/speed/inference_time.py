@@ -11,11 +11,7 @@ from gpuwise.estimate.runtimes import step_model
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.ggml_step import GgmlStep
 from gpuwise.estimate.speed.roofline import PhaseTime
-from gpuwise.estimate.speed.step import (  # noqa: F401 (where callers find them)
-    decode_context,
-    inference_ops,
-    prefill_fault_bytes,
-)
+from gpuwise.estimate.speed.step import decode_context
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
