@@ -107,7 +107,7 @@ def _norm(arch: Architecture, s: Shape, count: int) -> Op:
     return _elementwise("rmsnorm", elements, 7, 4, count, "norm")
 
 
-def _attention(arch: Architecture, s: Shape) -> list[Op]:
+def _attention(arch: Architecture, s: Shape, rotary: bool = True) -> list[Op]:
     L = arch.num_layers
     h, hd, c = arch.num_heads, arch.head_dim, s.compute_bytes
     qk_dim = arch.q_dim // h
@@ -133,7 +133,7 @@ def _attention(arch: Architecture, s: Shape) -> list[Op]:
                       s.batch * h * s.tokens, s.context, hd, kernel="sdpa",
                       heads=s.batch * h))
     rope = s.rows * (arch.q_dim + arch.kv_dim) * (arch.rotary_dim / max(1, hd))
-    if rope:
+    if rope and rotary:
         ops.append(_elementwise("rotary", rope, 10, c, L))
     return ops
 
@@ -207,6 +207,16 @@ def forward_ops(arch: Architecture, s: Shape) -> list[Op]:
     ops.append(replace(head, fresh=((head_rows * arch.vocab_size * c, 1),),
                        fresh_backward=((arch.vocab_size * d * s.weight_bytes, 1),)))
     return ops
+
+
+def context_ops(arch: Architecture, s: Shape, fused: bool) -> list[Op]:
+    """The ops of `forward_ops` (and, unfused, `kv_append_ops`) whose work grows with the
+    cached positions, in their order there: attention (eager's `repeat_kv` with it) and the
+    cache's append. A runtime that fuses (`fused`) keeps the attention kernel alone."""
+    ops = _attention(arch, s, rotary=False)
+    if fused:
+        return [op for op in ops if op.kind == "attention"]
+    return ops + kv_append_ops(arch, s)
 
 
 def kv_append_ops(arch: Architecture, s: Shape) -> list[Op]:

@@ -15,7 +15,7 @@ from gpuwise.estimate.memory.fits import devices_for_inference
 from gpuwise.estimate.serve.metrics import Slo, summary
 from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
 from gpuwise.estimate.serve.simulate import Engine, simulate
-from gpuwise.estimate.serve.sweep import Sweep, sweep
+from gpuwise.estimate.serve.sweep import Sweep, knee
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.plans import InferencePlan
@@ -66,7 +66,7 @@ def _knee(engine: Engine, key: tuple[object, ...], lengths: Lengths, slo: Slo) -
     if key not in _KNEES:
         if len(_KNEES) > 256:
             _KNEES.clear()
-        _KNEES[key] = sweep(engine, lengths, SIZING_REQUESTS, slo, points=5, bisections=4)
+        _KNEES[key] = knee(engine, lengths, SIZING_REQUESTS, slo)
     return _KNEES[key]
 
 

@@ -298,24 +298,37 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
     sequence past its prompt, nobody admitted (none waiting, or no free slot or batch), the
     first of them to finish or the next arrival ends the run. Simulated as one: its steps'
     time at the run's middle context (the KV read grows linearly). None: step by step."""
-    if not running or any(s.computed < s.target for s in running):
+    if not running:
         return None
-    closed = engine.policy in ("slots", "static") and (
-        engine.policy == "static" or len(running) >= engine.limits.max_seqs)
+    # No scheduler admits a request while its running limit is reached (a static batch
+    # never does); one that picks a step ahead (SGLang's overlap) still sees each arrival.
+    closed = engine.policy == "static" or len(running) >= engine.limits.max_seqs
     if waiting and not closed:
         return None
-    k = min(s.req.output - s.generated for s in running if s.generated < s.req.output)
-    n, kv_now = len(running), sum(s.computed for s in running)
-    first = engine.step_seconds(n, 0, kv_now + n, 0.0) + n * engine.token_host_s  # as _server_s
-    if not closed and math.isfinite(next_arrival):
+    k, kv_now = math.inf, 0  # one pass over the batch: a hot loop
+    for s in running:
+        if s.computed < s.target:
+            return None
+        if 0 < s.req.output - s.generated < k:
+            k = s.req.output - s.generated
+        kv_now += s.computed
+    n = len(running)
+    sees_arrivals = not closed or (engine.limits.overlap and engine.policy != "static")
+    if sees_arrivals and math.isfinite(next_arrival) and STEADY_MIN_STEPS <= k < math.inf:
+        first = engine.step_seconds(n, 0, kv_now + n, 0.0) + n * engine.token_host_s  # as _server_s
         k = min(k, int((next_arrival - now) / first))
-    if k < STEADY_MIN_STEPS:
+    if not STEADY_MIN_STEPS <= k < math.inf:
         return None
-    blocks = sum(kv.need(s, s.computed + k) for s in running)
+    k = int(k)
+    bt = kv.block_tokens
+    needs = [max(0, -(-(s.computed + k - s.base) // bt) - s.blocks) for s in running]  # kv.need
+    blocks = sum(needs)
     if not kv.fits(blocks):
         return None
-    for s in running:
-        kv.take(s, kv.need(s, s.computed + k))
+    for s, more in zip(running, needs, strict=True):
+        s.blocks += more
+    kv.used += blocks
+    kv.peak = max(kv.peak, kv.used)
     middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0, 0.0)
     return (k * middle[0], k * middle[1], k * (middle[2] + n * engine.token_host_s)), k
 

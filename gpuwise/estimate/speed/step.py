@@ -30,7 +30,14 @@ from gpuwise.estimate.speed.roofline import (
 )
 from gpuwise.estimate.speed.runtime_time import kernel_for, runtime_rates
 from gpuwise.workload import Architecture, count_params
-from gpuwise.workload.ops import Op, Shape, forward_ops, kv_append_ops, tensor_parallel_share
+from gpuwise.workload.ops import (
+    Op,
+    Shape,
+    context_ops,
+    forward_ops,
+    kv_append_ops,
+    tensor_parallel_share,
+)
 from gpuwise.workload.plans import InferencePlan
 from gpuwise.workload.prefill_heap import prefill_heap_events
 
@@ -68,13 +75,18 @@ def decode_context(prompt_tokens: int, new_tokens: int) -> float:
 
 def plan_shape(plan: InferencePlan, arch: Architecture, batch: int, tokens: int,
                context: float, logits: int) -> Shape:
+    return Shape(batch, tokens, context, *shape_bytes(plan, arch), plan.attention,  # type: ignore[arg-type]
+                 logits)
+
+
+def shape_bytes(plan: InferencePlan, arch: Architecture) -> tuple[float, float, float]:
+    """(activation, weight, KV) bytes per element of `plan`'s passes."""
     fmt = plan.weight_format
     compute = weight_format(fmt.compute_dtype).bytes_per_element
     kv = weight_format(plan.kv_dtype or fmt.compute_dtype).bytes_per_element
     per_weight = (plan.stored_weights.total_bytes / count_params(arch).total
                   if plan.stored_weights else mean_weight_bytes(arch, fmt.id))
-    return Shape(batch, tokens, context, compute, per_weight, kv, plan.attention,  # type: ignore[arg-type]
-                 logits)
+    return compute, per_weight, kv
 
 
 @lru_cache(maxsize=4096)
@@ -142,6 +154,7 @@ class RooflineStep:
     rt: RuntimeSpeed = field(init=False, repr=False)
     kernel: WeightKernel | None = field(init=False, repr=False)
     rates: DeviceRates = field(init=False, repr=False)  # the device's, as the runtime reaches them
+    bytes_: tuple[float, float, float] = field(init=False, repr=False)  # shape_bytes
 
     def __post_init__(self) -> None:
         rt = runtime_speed(self.runtime or self.plan.runtime)
@@ -150,6 +163,7 @@ class RooflineStep:
         object.__setattr__(self, "rt", rt)
         object.__setattr__(self, "kernel", kernel)
         object.__setattr__(self, "rates", runtime_rates(self.device, rt, kernel))
+        object.__setattr__(self, "bytes_", shape_bytes(self.plan, self.arch))
 
     @property
     def eager(self) -> bool:
@@ -164,15 +178,16 @@ class RooflineStep:
         (summed over its sequences). `masked` is llama.cpp's alone."""
         if tokens <= 0:
             return 0.0, 0.0, 0.0
-        c, m, extra, overhead, comm, _ = self._sums(tokens, prompt_tokens, kv_read,
+        c, m, extra, overhead, comm = self._seconds(tokens, prompt_tokens, kv_read,
                                                     prompt_attention_flops, prompts)
         return c, m, extra + comm + overhead
 
     def phase(self, name: str, tokens: int, prompt_tokens: int, kv_read: float,
               prompt_attention_flops: float = 0.0, prompts: int = 1) -> PhaseTime:
         """The same step as an op table (infer's prefill and decode)."""
-        c, m, extra, overhead, comm, rows = self._sums(tokens, prompt_tokens, kv_read,
-                                                       prompt_attention_flops, prompts)
+        rows: list[OpTime] = []
+        c, m, extra, overhead, comm = self._seconds(tokens, prompt_tokens, kv_read,
+                                                    prompt_attention_flops, prompts, rows)
         ops = tuple(rows)
         flops = sum(t.op.flops * t.op.count for t in ops)
         moved = sum(t.op.bytes * t.op.count for t in ops)
@@ -180,54 +195,69 @@ class RooflineStep:
         return PhaseTime(name, c + m + (extra + comm + overhead), c + m + extra, overhead, comm,
                          flops, moved, ops)
 
-    def _sums(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
-              prompts: int) -> tuple[float, float, float, float, float, list[OpTime]]:
+    def _seconds(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
+                 prompts: int, rows: list[OpTime] | None = None,
+                 ) -> tuple[float, float, float, float, float]:
         """(compute-bound, memory-bound, the host's rows, dispatch the device cannot hide,
-        collectives) seconds, and the rows."""
+        collectives) seconds; the rows timed go to `rows` when given (a hot path: a
+        simulation asks for a step's seconds alone)."""
         decoding = tokens - prompt_tokens
         logits = tokens if self.plan.logits == "all" else decoding + (prompts if prompt_tokens else 0)
-        dense = _dense_at(self, tokens)
-        rows = [*dense.rows, *_head(self, max(1, logits)).rows,
-                *self._context_rows(tokens, prompt_tokens, kv_read, pf, prompts)]
-        extra = _extra_rows(self, decoding, prompt_tokens, prompts)
-        c = m = 0.0
-        kernels = dense.kernels
-        for t in rows[len(dense.rows):]:
-            if t.bound == "compute":
-                c += t.seconds
-            else:
-                m += t.seconds
-            kernels += t.op.count
-        c += dense.compute_s
-        m += dense.memory_s + kernels * self.rates.kernel_latency_s
-        host = sum(t.seconds for t in extra)
+        dense, head = _dense_at(self, tokens), _head(self, max(1, logits))
+        # only an eager runtime's host rows depend on more than whether prompts are in it
+        extra, host = (_extra_rows(self, decoding, prompt_tokens, prompts) if self.eager
+                       else _extra_rows(self, 0, min(1, prompt_tokens), 1))
+        prompt, decode = self._context(tokens, prompt_tokens, kv_read, pf, prompts)
+        c = dense.compute_s + head.compute_s + prompt.compute_s + decode.compute_s
+        m = dense.memory_s + head.memory_s + prompt.memory_s + decode.memory_s
+        kernels = dense.kernels + head.kernels + prompt.kernels + decode.kernels
+        m += kernels * self.rates.kernel_latency_s
         overhead = _overhead(self, prompt_tokens > 0)
         if self.rates.kind != "cpu":
             overhead = max(0.0, overhead - (c + m))  # only the part the device cannot hide
-        return c, m, host, overhead, _comm(self, tokens), rows + extra
+        if rows is not None:
+            rows += [*dense.rows, *head.rows, *prompt.rows, *decode.rows, *extra]
+        return c, m, host, overhead, _comm(self, tokens)
 
-    def _context_rows(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
-                      prompts: int) -> list[OpTime]:
-        """Attention over the cache (and, in eager runtimes, the cache's copy), timed at
-        the step's shape: its decoding sequences at their mean context, its prompts as
-        `prompts` equal prompts from the start, scaled to the FLOPs and positions given."""
-        rows: list[OpTime] = []
+    def shape(self, batch: int, tokens: int, context: float, logits: int) -> Shape:
+        """`plan_shape` of this step's plan, its bytes per element computed once."""
+        return Shape(batch, tokens, context, *self.bytes_, self.plan.attention,  # type: ignore[arg-type]
+                     logits)
+
+    def _context(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
+                 prompts: int) -> tuple[Sums, Sums]:
+        """Attention over the cache (and, in eager runtimes, the cache's copy) of the step's
+        prompts and of its decoding sequences. Its prompts are timed as `prompts` equal
+        prompts from the start, scaled to the FLOPs and positions given; its decoding
+        sequences at their mean context, on the grid the context-free ops are timed on
+        (`bucket_below`, linear between)."""
+        prompt = decode = Sums()
         decoding = tokens - prompt_tokens
         if prompt_tokens:
             per = max(1, prompt_tokens // max(1, prompts))
-            shape = plan_shape(self.plan, self.arch, prompts, per, per, 1)
-            ops = _context_ops(self, shape)
+            ops = self._context_ops(self.shape(prompts, per, per, 1))
             prompt_read = prompts * per
             flop_scale = pf / _causal_flops(self.arch, prompts, per) if pf else 1.0
             read_scale = max(1.0, (kv_read - decoding) / prompt_read) if not decoding else 1.0
-            rows += [self._timed(op, flop_scale if op.kind == "attention" else 1.0, read_scale)
-                     for op in ops]
+            prompt = Sums.of(tuple(
+                self._timed(op, flop_scale if op.kind == "attention" else 1.0, read_scale)
+                for op in ops))
             if decoding:  # the decoding sequences read the rest of the positions
                 kv_read = max(float(decoding), kv_read - prompt_read)
         if decoding:
-            shape = plan_shape(self.plan, self.arch, decoding, 1, kv_read / decoding, 1)
-            rows += [self._timed(op) for op in _context_ops(self, shape)]
-        return rows
+            context = kv_read / decoding
+            low = bucket_below(int(context))
+            decode = _decoding(self, decoding, low)
+            if context > low:
+                high = bucket_above(low + 1)
+                decode = decode.between(_decoding(self, decoding, high),
+                                        (context - low) / (high - low))
+        return prompt, decode
+
+    def _context_ops(self, shape: Shape) -> list[Op]:
+        """The ops that read the cache, one device's share (the rest are `_dense`'s)."""
+        ops = context_ops(self.arch, shape, self.rt.fused)
+        return [tensor_parallel_share(op, self.tp) for op in ops] if self.tp > 1 else ops
 
     def _timed(self, op: Op, flop_scale: float = 1.0, read_scale: float = 1.0) -> OpTime:
         if flop_scale != 1.0 or read_scale != 1.0:
@@ -241,15 +271,10 @@ def _causal_flops(arch: Architecture, prompts: int, per: int) -> float:
     return prompts * per * (per / 2 if per > 1 else 1) * 4.0 * arch.num_layers * arch.q_dim
 
 
-def _context_ops(step: RooflineStep, shape: Shape) -> list[Op]:
-    ops = inference_ops(step.arch, shape, step.rt.fused, step.tp)
-    return [op for op in ops if op.name in CONTEXT_OPS and op.name != "lm_head"]
-
-
 @lru_cache(maxsize=8192)
 def _dense(step: RooflineStep, tokens: int) -> Sums:
     """The context-free ops of a step of `tokens` tokens (the output head apart)."""
-    shape = plan_shape(step.plan, step.arch, 1, tokens, 1, 1)
+    shape = step.shape(1, tokens, 1, 1)
     dtype = step.plan.weight_format.compute_dtype
     ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp)
            if op.name not in CONTEXT_OPS]
@@ -263,10 +288,17 @@ def _dense_at(step: RooflineStep, tokens: int) -> Sums:
     return _dense(step, low).between(_dense(step, high), (tokens - low) / (high - low))
 
 
+@lru_cache(maxsize=65536)
+def _decoding(step: RooflineStep, sequences: int, context: int) -> Sums:
+    """The cache-reading ops of `sequences` decoding sequences at `context` positions each."""
+    return Sums.of(tuple(step._timed(op)
+                         for op in step._context_ops(step.shape(sequences, 1, context, 1))))
+
+
 @lru_cache(maxsize=8192)
 def _head(step: RooflineStep, logits: int) -> Sums:
     """The output head's matmul over `logits` positions."""
-    shape = plan_shape(step.plan, step.arch, 1, 1, 1, logits)
+    shape = step.shape(1, 1, 1, logits)
     dtype = step.plan.weight_format.compute_dtype
     ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp)
            if op.name == "lm_head"]
@@ -289,10 +321,11 @@ def _overhead(step: RooflineStep, prompt: bool) -> float:
                              "inference" if prompt else "decode", step.rates)
 
 
+@lru_cache(maxsize=4096)
 def _extra_rows(step: RooflineStep, decoding: int, prompt_tokens: int,
-                prompts: int) -> list[OpTime]:
-    """The host's rows of a step: the runtime's own cost a step, generate()'s work on each
-    decoding sequence's logits, and a CPU prefill's page faults."""
+                prompts: int) -> tuple[tuple[OpTime, ...], float]:
+    """The host's rows of a step and their seconds: the runtime's own cost a step,
+    generate()'s work on each decoding sequence's logits, and a CPU prefill's page faults."""
     rows = []
     runtime_s = step.rt.step_s.get("inference" if prompt_tokens else "decode", 0.0)
     if runtime_s:
@@ -308,13 +341,13 @@ def _extra_rows(step: RooflineStep, decoding: int, prompt_tokens: int,
         if nbytes:
             rows.append(OpTime(Op("page faults", "faults", 0.0, float(nbytes)), 0.0,
                                nbytes / fresh))
-    return rows
+    return tuple(rows), sum(t.seconds for t in rows)
 
 
 @lru_cache(maxsize=1024)
 def _fault_bytes(step: RooflineStep, prompts: int, per: int) -> int:
     logits = per if step.plan.logits == "all" else 1
-    return prefill_fault_bytes(step.arch, plan_shape(step.plan, step.arch, prompts, per, per, logits))
+    return prefill_fault_bytes(step.arch, step.shape(prompts, per, per, logits))
 
 
 @lru_cache(maxsize=256)
