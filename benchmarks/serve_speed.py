@@ -1,5 +1,5 @@
-"""How fast `gpuwise serve` simulates (issue 23's target: 10,000 requests through a 7B model on
-one GPU in under 2 s on a 2-core machine): wall time, engine steps and simulated seconds per
+"""How fast `gpuwise serve` simulates (issue 38's target: 10,000 requests through a 7B model on
+one GPU in under 1 s on a 2-core machine; issue 23's was 2 s): wall time, engine steps and simulated seconds per
 wall second, at a light, a busy and a saturating load.
 
 Run:  .venv/bin/python benchmarks/serve_speed.py
@@ -27,7 +27,7 @@ LOADS = (0.2, 0.8, 1.2)  # of the replica's ceiling
 def main() -> None:
     arch = from_config(resolve_model("qwen2.5-7b").config)
     lengths = Lengths(512, 256, "normal", "normal")
-    print(f"{REQUESTS:,} requests of ~512 + ~256 tokens, Qwen2.5-7B; target under 2 s each")
+    print(f"{REQUESTS:,} requests of ~512 + ~256 tokens, Qwen2.5-7B; target under 1 s each")
     print(f"{'runtime':10s} {'device':9s} {'load':>5s} {'rate/s':>7s} {'wall s':>7s} "
           f"{'steps':>8s} {'simulated s':>12s} {'sim/wall':>9s}")
     for runtime, device, weights in CASES:
