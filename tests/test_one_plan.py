@@ -92,18 +92,19 @@ def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, w
         with pytest.raises(GpuwiseError, match=str(refused).split(":")[0]):
             infer(model, arch, hw, replace(plan, weights=weights))
         return
-    row = next(r for r in rows if r["weights"] == weights)
+    row = next(r for r in rows if r.weights == weights)
+    assert row.decode is not None
     try:
         answer = infer(model, arch, hw, replace(plan, weights=weights))
     except GpuwiseError:
-        assert "unavailable" in row["decode"] or not row["fits"]
+        assert row.decode.unavailable or not row.fits
         return
-    assert row["total_bytes"] == answer.memory.total_bytes
-    assert row["fits"] == answer.memory.fits
+    assert row.total_bytes == answer.memory.total_bytes
+    assert row.fits == answer.memory.fits
     if answer.time is None:
-        assert "unavailable" in row["decode"]
+        assert row.decode.unavailable
     else:
-        assert row["decode"]["s_per_token"] == answer.time.decode_s_per_token
+        assert row.decode.s_per_token == answer.time.decode_s_per_token
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -189,7 +189,7 @@ def test_check_times_a_decode_step_per_precision_under_its_runtime():
     model = resolve_model("llama-3.1-8b")
     plan = InferencePlan(runtime="llama.cpp")
     rows = check(model, LLAMA, find_hardware("rtx-4090"), plan).rows
-    decode = {r["weights"]: r["decode"] for r in rows}
+    decode = {r.weights: r.decode.record() for r in rows if r.decode}
     assert decode["int4"]["s_per_token"] < decode["bf16"]["s_per_token"]
     assert decode["int4"]["low"] < decode["int4"]["s_per_token"] < decode["int4"]["high"]
     assert "no nf4" in decode["nf4"]["unavailable"]  # llama.cpp has no nf4: said, not guessed

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from gpuwise.app.infer import ignored_options, offload_host
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
-from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS, check_rows, precision_row
+from gpuwise.estimate.memory.check_rows import (
+    CHECK_PRECISIONS,
+    DecodeCell,
+    PrecisionRow,
+    check_rows,
+    precision_row,
+)
 from gpuwise.estimate.memory.fits import precision_that_fits
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
@@ -24,7 +29,7 @@ class CheckAnswer:
     arch: Architecture
     hardware: Hardware
     plan: InferencePlan
-    rows: list[dict[str, Any]]
+    rows: list[PrecisionRow]
     precision_that_fits: str | None
     notes: tuple[str, ...] = ()  # options the runtime ignores
     rates_source: str = ""  # where the decode times' rates came from, or why there are none
@@ -38,27 +43,26 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
     rows = check_rows(arch, replace(plan, stored_weights=None), hw)
     if plan.stored_weights:
         plans.insert(0, plan)
-        rows.insert(0, {**precision_row(arch, plan, hw),
-                        "weights": f"{plan.stored_weights.label}, exact"})
+        rows.insert(0, replace(precision_row(arch, plan, hw),
+                               weights=f"{plan.stored_weights.label}, exact"))
     rates, how = rates_for(hw)
     host = offload_host(plan, hw)
-    for row, p in zip(rows, plans, strict=True):
-        row["decode"] = _decode(arch, p, rates, host) if rates else {"unavailable": how}
+    rows = [replace(row, decode=_decode(arch, p, rates, host) if rates else DecodeCell(
+        unavailable=how)) for row, p in zip(rows, plans, strict=True)]
     return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw),
                        ignored_options(plan), how)
 
 
 def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates,
-            host: DeviceRates | None = None) -> dict[str, Any]:
+            host: DeviceRates | None = None) -> DecodeCell:
     """One decode step of the plan under its runtime (the layers past --gpu-layers on
     `host`, as infer runs them), with its 80% interval; or why the runtime cannot run this
     precision."""
     try:
         t = estimate_inference_time(arch, plan, rates, host=host)
     except GpuwiseError as exc:
-        return {"unavailable": str(exc)}
+        return DecodeCell(unavailable=str(exc))
     iv = t.interval("decode")
     low, high = iv.around(t.decode_s_per_token) if iv else (None, None)
-    return {"s_per_token": t.decode_s_per_token, "low": low, "high": high,
-            "tokens_per_s": t.tokens_per_s, "kernel": t.kernel, "source": t.source,
-            "missing_parts": list(t.missing)}
+    return DecodeCell(t.decode_s_per_token, low, high, t.tokens_per_s, t.kernel, t.source,
+                      tuple(t.missing))

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import load_models
-from gpuwise.estimate.memory.check_rows import catalogue_rows
+from gpuwise.estimate.memory.check_rows import PrecisionRow, catalogue_rows
 from gpuwise.measure.hardware.detect import LocalMachine, detect_local
 from gpuwise.workload import from_config
 from gpuwise.workload.plans import InferencePlan
@@ -20,7 +19,7 @@ class LocalAnswer:
     machine: LocalMachine
     hardware: Hardware
     plan: InferencePlan
-    rows: list[dict[str, Any]]
+    rows: list[PrecisionRow]
 
 
 def this_machine() -> LocalAnswer:

@@ -11,9 +11,17 @@ from gpuwise.catalog.sourced import data_file, sourced_record
 from gpuwise.errors import GpuwiseError, unknown_name_error
 
 FILE = "runtime_speed.toml"
-# The name `--runtime` takes for each section (TOML keys avoid the dot).
-RUNTIME_IDS = {"transformers": "transformers", "compiled": "compiled", "vllm": "vllm",
-               "sglang": "sglang", "llama.cpp": "llama-cpp"}
+
+
+def _runtime_sections() -> dict[str, str]:
+    """The name `--runtime` takes for each runtime's section of the data file (every table
+    with a time `model`): its key, or its `option` where a key cannot be it (one takes no
+    dot). A new runtime is a section there and a unit in estimate/runtimes/."""
+    return {table.get("option", key): key for key, table in data_file(FILE).items()
+            if isinstance(table, dict) and "model" in table}
+
+
+RUNTIME_IDS = _runtime_sections()
 # llama.cpp's backend for each kind of device (hardware.toml `kind`).
 GGML_BACKENDS = {"cpu": "cpu", "gpu": "cuda", "apple": "metal"}
 
@@ -33,6 +41,7 @@ class RuntimeSpeed:
     prefill_matmul: float
     attention_memory: float
     kernels: dict[str, str]
+    option: str = ""  # the `--runtime` name where the section's key cannot be it
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
     def check_device(self, kind: str, device: str) -> None:

@@ -52,13 +52,14 @@ def local_view(a: LocalAnswer) -> View:
         f"Estimates for: {terminal.format_hardware_line(a.hardware)}",
     ]
     obj = {"machine": asdict(m), "hardware": hardware_record(a.hardware),
-           "plan": asdict(a.plan), "models": a.rows}
+           "plan": asdict(a.plan), "models": [r.record() for r in a.rows]}
     return obj, terminal.format_local(lines, a.rows, _context_label(a.plan))
 
 
 def check_view(a: CheckAnswer) -> View:
     obj = {"model": model_record(a.model, a.arch), "hardware": hardware_record(a.hardware),
-           "plan": asdict(a.plan), "precisions": a.rows, "runtime": a.plan.runtime,
+           "plan": asdict(a.plan), "precisions": [r.record() for r in a.rows],
+           "runtime": a.plan.runtime,
            "params": count_params(a.arch).total,
            "precision_that_fits": a.precision_that_fits, "notes": list(a.notes)}
     if a.model.checkpoint is not None:
@@ -68,11 +69,10 @@ def check_view(a: CheckAnswer) -> View:
     obj["decode_rates"] = a.rates_source
     notes = [f"decode: seconds a token, batch {a.plan.batch}, under {a.plan.runtime} "
              f"({a.rates_source}); `gpuwise infer` gives its interval and the prefill", *a.notes]
-    missing = sorted({r["decode"]["unavailable"] for r in a.rows
-                      if "unavailable" in r.get("decode", {})})
-    notes += [f"decode -: {why}" for why in missing]
-    notes += sorted({f"decode without: {why}" for r in a.rows
-                     for why in r.get("decode", {}).get("missing_parts", ())})
+    decodes = [r.decode for r in a.rows if r.decode is not None]
+    notes += [f"decode -: {why}" for why in sorted({d.unavailable for d in decodes
+                                                      if d.unavailable})]
+    notes += sorted({f"decode without: {why}" for d in decodes for why in d.missing_parts})
     return obj, Group(table, Text("\n".join(f"note: {n}" for n in notes)))
 
 

@@ -11,6 +11,7 @@ from rich.text import Text
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ModelEntry
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
+from gpuwise.estimate.memory.check_rows import DecodeCell, PrecisionRow
 from gpuwise.units import format_bytes, format_count, format_tokens
 
 ORDER = ("weights", "gradients", "optimizer", "kv_cache", "activations", "logits", "workspace",
@@ -54,22 +55,21 @@ def format_memory(title: str, est: MemoryEstimate, hw: Hardware, extra: dict[str
     return Group(table, Text("\n".join(lines)))
 
 
-def format_check(name: str, hw: Hardware, rows: list[dict[str, Any]], context: str) -> Table:
+def format_check(name: str, hw: Hardware, rows: list[PrecisionRow], context: str) -> Table:
     table = Table(title=f"{name} on {format_hardware_line(hw)}, {context}", title_justify="left")
     for col in ("weights", "weight memory", "total", "fits", "headroom", "max context (batch 1)",
                 "decode"):
         table.add_column(col, justify="left" if col == "weights" else "right")
     for r in rows:
-        table.add_row(r["weights"], format_bytes(r["weight_bytes"]), format_bytes(r["total_bytes"]),
-                      fits_text(r["fits"]), format_bytes(r["headroom_bytes"]),
-                      _context_cell(r["max_context"], r["model_max_context"]),
-                      _decode_cell(r.get("decode") or {}))
+        table.add_row(r.weights, format_bytes(r.weight_bytes), format_bytes(r.total_bytes),
+                      fits_text(r.fits), format_bytes(r.headroom_bytes),
+                      _context_cell(r.max_context, r.model_max_context), _decode_cell(r.decode))
     return table
 
 
-def _decode_cell(decode: dict[str, Any]) -> str:
+def _decode_cell(decode: DecodeCell | None) -> str:
     """A decode step's time under the runtime ("-" where it cannot run this precision)."""
-    seconds = decode.get("s_per_token")
+    seconds = decode.s_per_token if decode else None
     return "-" if seconds is None else format_seconds(seconds)
 
 
@@ -81,15 +81,14 @@ def _context_cell(ctx: int, model_max: int) -> str:
     return format_tokens(ctx)
 
 
-def format_local(machine_lines: list[str], rows: list[dict[str, Any]], context: str) -> Group:
+def format_local(machine_lines: list[str], rows: list[PrecisionRow], context: str) -> Group:
     table = Table(title=f"What runs here ({context}; estimated, transformers runtime)",
                   title_justify="left")
     for col in ("model", "params", "weights", "memory", "fits", "max context (batch 1)"):
         table.add_column(col, justify="left" if col in ("model", "weights") else "right")
     for r in rows:
-        table.add_row(r["model"], format_count(r["params"]), r["weights"],
-                      format_bytes(r["total_bytes"]), fits_text(r["fits"]),
-                      _context_cell(r["max_context"], r["model_max_context"]))
+        table.add_row(r.model, format_count(r.params), r.weights, format_bytes(r.total_bytes),
+                      fits_text(r.fits), _context_cell(r.max_context, r.model_max_context))
     return Group(Text("\n".join(machine_lines)), table)
 
 

@@ -44,9 +44,9 @@ def run(ctx: Context) -> ClaimResult:
     needed: dict[str, dict[str, int]] = {}
     params: dict[str, int] = {}
     for row in local.rows:
-        fits.setdefault(row["model"], {})[row["weights"]] = bool(row["fits"])
-        needed.setdefault(row["model"], {})[row["weights"]] = int(row["total_bytes"])
-        params[row["model"]] = int(row["params"])
+        fits.setdefault(row.model, {})[row.weights] = row.fits
+        needed.setdefault(row.model, {})[row.weights] = int(row.total_bytes)
+        params[row.model] = row.params
     verdict = judge(fits)
     order = sorted(needed, key=lambda m: params[m])
     fitting = Counter(w for m in fits for w, ok in fits[m].items() if ok)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
@@ -14,32 +14,79 @@ from gpuwise.workload.plans import InferencePlan
 CHECK_PRECISIONS = ("fp32", "bf16", "fp8", "int8", "int4", "nf4")
 
 
-def precision_row(arch: Architecture, plan: InferencePlan, hw: Hardware) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DecodeCell:
+    """A row's decode step under its runtime, with its 80% interval, or why the runtime
+    cannot run the row's precision (`unavailable`)."""
+
+    s_per_token: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tokens_per_s: float | None = None
+    kernel: str | None = None
+    source: str = ""
+    missing_parts: tuple[str, ...] = ()
+    unavailable: str = ""
+
+    def record(self) -> dict[str, Any]:
+        if self.unavailable:
+            return {"unavailable": self.unavailable}
+        rec = asdict(self)
+        del rec["unavailable"]
+        return {**rec, "missing_parts": list(self.missing_parts)}
+
+
+@dataclass(frozen=True)
+class PrecisionRow:
+    """One weight precision of a model on a device: its memory, whether it fits and the
+    largest context that does (`check`'s rows; with `model` and `params`, the main job's)."""
+
+    weights: str
+    weight_bytes: int
+    total_bytes: int
+    fits: bool
+    verdict: str
+    margin_bytes: int
+    capacity_bytes: int
+    headroom_bytes: int
+    max_context: int
+    model_max_context: int
+    breakdown: dict[str, int] = field(repr=False)
+    model: str = ""  # the main job's rows: the catalogue model
+    params: int = 0
+    decode: DecodeCell | None = None  # check's rows: the decode step
+
+    def record(self) -> dict[str, Any]:
+        """The JSON row: the fields, without the ones this kind of row has not."""
+        rec = {k: v for k, v in self.__dict__.items()
+               if k not in ("model", "params", "decode")}
+        if self.model:
+            rec.update(model=self.model, params=self.params)
+        if self.decode is not None:
+            rec["decode"] = self.decode.record()
+        return rec
+
+
+def precision_row(arch: Architecture, plan: InferencePlan, hw: Hardware) -> PrecisionRow:
     est = estimate_inference(arch, plan, hw)
-    return {
-        "weights": plan.weights, "weight_bytes": est.breakdown["weights"],
-        "total_bytes": est.total_bytes, "fits": est.fits, "verdict": est.verdict,
-        "margin_bytes": est.margin_bytes, "capacity_bytes": est.capacity_bytes,
-        "headroom_bytes": est.headroom_bytes,
-        "max_context": max_context(arch, plan, hw), "model_max_context": arch.max_position,
-        "breakdown": est.breakdown,
-    }
+    return PrecisionRow(plan.weights, est.breakdown["weights"], est.total_bytes, est.fits,
+                        est.verdict, est.margin_bytes, est.capacity_bytes, est.headroom_bytes,
+                        max_context(arch, plan, hw), arch.max_position, est.breakdown)
 
 
 def check_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
-               precisions: tuple[str, ...] = CHECK_PRECISIONS) -> list[dict[str, Any]]:
+               precisions: tuple[str, ...] = CHECK_PRECISIONS) -> list[PrecisionRow]:
     return [precision_row(arch, replace(plan, weights=p), hw) for p in precisions]
 
 
 def catalogue_rows(models: list[tuple[str, Architecture]], plan: InferencePlan, hw: Hardware,
-                   precisions: tuple[str, ...]) -> list[dict[str, Any]]:
+                   precisions: tuple[str, ...]) -> list[PrecisionRow]:
     rows = []
     for name, arch in models:
         fitted = _within_model_limit(arch, plan)
-        for p in precisions:
-            row = precision_row(arch, replace(fitted, weights=p), hw)
-            row.update(model=name, params=count_params(arch).total)
-            rows.append(row)
+        params = count_params(arch).total
+        rows += [replace(precision_row(arch, replace(fitted, weights=p), hw), model=name,
+                         params=params) for p in precisions]
     return rows
 
 
