@@ -105,8 +105,8 @@ def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
         "weights source": a.weights_source,
         "answers": f"largest batch {found.max_batch} at this context; largest context at "
                    f"batch 1: {format_tokens(ctx) if ctx else 'none'}"
-                   + (f" (model limit {format_tokens(arch.max_position)})"
-                      if arch.max_position and ctx > arch.max_position else ""),
+                   + (" (the model's limit)" if arch.max_position and ctx >= arch.max_position
+                      else ""),
         "precision": f"highest weight precision that fits: {found.precision_that_fits or 'none'}"
                      f"; devices needed (tensor parallel): {found.devices_needed or 'too many'}",
     }

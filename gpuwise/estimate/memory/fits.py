@@ -90,13 +90,15 @@ def max_inference_batch(arch: Architecture, plan: InferencePlan, hw: Hardware) -
 
 
 def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
-    """Largest prompt + generated tokens that fit at batch 1 (not capped by the model)."""
+    """Largest prompt + generated tokens that fit at batch 1, up to the model's own limit
+    (the positions it was trained for: no runtime serves more without rope scaling)."""
     new = plan.new_tokens
 
     def sized(ctx: int) -> InferencePlan:
         return replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1))
 
-    return _largest_settled(arch, hw, sized, new + 1, MAX_TOKENS)
+    limit = min(MAX_TOKENS, arch.max_position or MAX_TOKENS)
+    return _largest_settled(arch, hw, sized, new + 1, max(new + 1, limit))
 
 
 def max_training_batch(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> int:

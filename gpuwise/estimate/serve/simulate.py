@@ -314,10 +314,11 @@ def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvP
         kv_now += s.computed
     n = len(running)
     sees_arrivals = not closed or (engine.limits.overlap and engine.policy != "static")
-    if sees_arrivals and math.isfinite(next_arrival) and STEADY_MIN_STEPS <= k < math.inf:
+    least = STEADY_MIN_STEPS if engine.shared_cells else 1
+    if sees_arrivals and math.isfinite(next_arrival) and least <= k < math.inf:
         first = engine.step_seconds(n, 0, kv_now + n, 0.0) + n * engine.token_host_s  # as _server_s
         k = min(k, int((next_arrival - now) / first))
-    if not STEADY_MIN_STEPS <= k < math.inf:
+    if not least <= k < math.inf:
         return None
     k = int(k)
     bt = kv.block_tokens
@@ -348,7 +349,8 @@ def _apply_run(running: list[Seq], k: int, start: float, end: float, policy: str
                 seq.done_s = end
     for last, count in since.items():
         itl.add(start + gap - last, count)
-        itl.add(gap, count * (k - 1))
+        if k > 1:
+            itl.add(gap, count * (k - 1))
     if policy == "static":
         return list(running) if all(s.done_s >= 0 for s in running) else []
     return [s for s in running if s.done_s == end]

@@ -11,7 +11,6 @@ linear between) and summed; attention's rows are timed for each step at its shap
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
@@ -54,7 +53,7 @@ def bucket_below(tokens: int) -> int:
     """The size at or below `tokens` the context-free ops are timed at (itself up to 64)."""
     if tokens <= EXACT_TOKENS:
         return max(1, tokens)
-    step = 2 ** (math.floor(math.log2(tokens)) - 5)
+    step = 1 << (tokens.bit_length() - 6)  # 2 ** (floor(log2(tokens)) - 5)
     return tokens // step * step
 
 
@@ -63,7 +62,7 @@ def bucket_above(tokens: int) -> int:
     low = bucket_below(tokens)
     if low == tokens:
         return low
-    return low + 2 ** (math.floor(math.log2(tokens)) - 5)
+    return low + (1 << (tokens.bit_length() - 6))
 
 
 def decode_context(prompt_tokens: int, new_tokens: int) -> float:
@@ -134,11 +133,24 @@ class Sums:
             k += t.op.count
         return Sums(c, m, k, times)
 
-    def between(self, other: Sums, f: float) -> Sums:
-        """The sums a share `f` of the way to `other` (rows: this one's)."""
+    def between(self, other: Sums, f: float, rows: bool = False) -> Sums:
+        """The sums a share `f` of the way to `other`; its rows this one's, or with `rows`,
+        each row's work and seconds as far between (an op table's rows at the shape asked
+        for, where the work grows linearly between the two)."""
+        between = self.rows
+        if rows:
+            between = tuple(_row_between(a, b, f) for a, b in zip(self.rows, other.rows,
+                                                                  strict=True))
         return Sums(self.compute_s + f * (other.compute_s - self.compute_s),
                     self.memory_s + f * (other.memory_s - self.memory_s),
-                    self.kernels + f * (other.kernels - self.kernels), self.rows)
+                    self.kernels + f * (other.kernels - self.kernels), between)
+
+
+def _row_between(a: OpTime, b: OpTime, f: float) -> OpTime:
+    op = replace(a.op, flops=a.op.flops + f * (b.op.flops - a.op.flops),
+                 bytes=a.op.bytes + f * (b.op.bytes - a.op.bytes))
+    return a._replace(op=op, compute_s=a.compute_s + f * (b.compute_s - a.compute_s),
+                      memory_s=a.memory_s + f * (b.memory_s - a.memory_s))
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the caches below key on it
@@ -207,7 +219,8 @@ class RooflineStep:
         # only an eager runtime's host rows depend on more than whether prompts are in it
         extra, host = (_extra_rows(self, decoding, prompt_tokens, prompts) if self.eager
                        else _extra_rows(self, 0, min(1, prompt_tokens), 1))
-        prompt, decode = self._context(tokens, prompt_tokens, kv_read, pf, prompts)
+        prompt, decode = self._context(tokens, prompt_tokens, kv_read, pf, prompts,
+                                       rows is not None)
         c = dense.compute_s + head.compute_s + prompt.compute_s + decode.compute_s
         m = dense.memory_s + head.memory_s + prompt.memory_s + decode.memory_s
         kernels = dense.kernels + head.kernels + prompt.kernels + decode.kernels
@@ -225,23 +238,20 @@ class RooflineStep:
                      logits)
 
     def _context(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
-                 prompts: int) -> tuple[Sums, Sums]:
+                 prompts: int, rows: bool = False) -> tuple[Sums, Sums]:
         """Attention over the cache (and, in eager runtimes, the cache's copy) of the step's
         prompts and of its decoding sequences. Its prompts are timed as `prompts` equal
         prompts from the start, scaled to the FLOPs and positions given; its decoding
         sequences at their mean context, on the grid the context-free ops are timed on
-        (`bucket_below`, linear between)."""
+        (`bucket_below`, linear between; with `rows`, the rows too)."""
         prompt = decode = Sums()
         decoding = tokens - prompt_tokens
         if prompt_tokens:
             per = max(1, prompt_tokens // max(1, prompts))
-            ops = self._context_ops(self.shape(prompts, per, per, 1))
             prompt_read = prompts * per
             flop_scale = pf / _causal_flops(self.arch, prompts, per) if pf else 1.0
             read_scale = max(1.0, (kv_read - decoding) / prompt_read) if not decoding else 1.0
-            prompt = Sums.of(tuple(
-                self._timed(op, flop_scale if op.kind == "attention" else 1.0, read_scale)
-                for op in ops))
+            prompt = _prompting(self, prompts, per, flop_scale, read_scale)
             if decoding:  # the decoding sequences read the rest of the positions
                 kv_read = max(float(decoding), kv_read - prompt_read)
         if decoding:
@@ -251,7 +261,7 @@ class RooflineStep:
             if context > low:
                 high = bucket_above(low + 1)
                 decode = decode.between(_decoding(self, decoding, high),
-                                        (context - low) / (high - low))
+                                        (context - low) / (high - low), rows)
         return prompt, decode
 
     def _context_ops(self, shape: Shape) -> list[Op]:
@@ -293,6 +303,17 @@ def _decoding(step: RooflineStep, sequences: int, context: int) -> Sums:
     """The cache-reading ops of `sequences` decoding sequences at `context` positions each."""
     return Sums.of(tuple(step._timed(op)
                          for op in step._context_ops(step.shape(sequences, 1, context, 1))))
+
+
+@lru_cache(maxsize=8192)
+def _prompting(step: RooflineStep, prompts: int, per: int, flop_scale: float,
+               read_scale: float) -> Sums:
+    """The cache-reading ops of `prompts` prompts of `per` tokens from the start, their
+    attention's FLOPs and positions scaled to the step's (a simulation of requests of
+    fixed lengths asks for the same ones again and again)."""
+    ops = step._context_ops(step.shape(prompts, per, per, 1))
+    return Sums.of(tuple(step._timed(op, flop_scale if op.kind == "attention" else 1.0,
+                                     read_scale) for op in ops))
 
 
 @lru_cache(maxsize=8192)
