@@ -75,9 +75,14 @@ def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> S
 def _all_decode(running: list[Seq], kv: KvPool, budget: int, step: Step) -> bool:
     """The common step of a busy engine, in one pass: every running sequence decoding, one
     token each, the blocks they need free (a sequence needs one when its last is full)."""
-    if not running or budget < len(running) or any(s.computed < s.target for s in running):
+    if not running or budget < len(running):
         return False
-    full = [s for s in running if (s.computed - s.base) % kv.block_tokens == 0]
+    full, bt = [], kv.block_tokens  # one pass: a hot loop
+    for s in running:
+        if s.computed < s.target:
+            return False
+        if (s.computed - s.base) % bt == 0:
+            full.append(s)
     if not kv.fits(len(full)):
         return False
     for seq in full:

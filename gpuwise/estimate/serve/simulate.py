@@ -105,7 +105,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             c, m, h = (_shared_step(engine, step, cells) if cells
                        else engine.step_parts(*_step_work(engine, step)))
             parts, k = (c, m, h + _server_s(engine, step)), 1
-            finished = _apply(step, now + sum(parts), engine.policy, trace.itl)
+            finished = _apply(step, now, now + sum(parts), engine.policy, trace.itl)
         now += sum(parts)
         _account(trace, parts, k)
         for seq in finished:
@@ -260,27 +260,36 @@ def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float, floa
     return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, 0.0
 
 
-def _apply(step: Step, now: float, policy: str, itl: Histogram) -> list[Seq]:
-    """Advance each sequence by its work, counting each token's gap since the request's last
-    one; the ones whose last token came out (a static batch: when its longest is done)."""
+def _apply(step: Step, start: float, now: float, policy: str, itl: Histogram) -> list[Seq]:
+    """Advance each sequence by the step's work (from `start` to `now`), counting each token's
+    gap since the request's last one; the ones whose last token came out (a static batch:
+    when its longest is done). A hot loop: most tokens follow one from the step before."""
     finished: list[Seq] = []
     since: dict[float, int] = {}  # previous token's time -> tokens out now (one log each)
+    after_last_step = 0  # of them, those whose previous token came out at `start`
     for seq, n in step.work:
-        was_prefilling = seq.computed < seq.target
+        target = seq.target
+        was_prefilling = seq.computed < target
         seq.computed += n
-        if was_prefilling and seq.computed < seq.target:
+        if was_prefilling and seq.computed < target:
             continue  # a prompt chunk: no token yet
-        if seq.generated < seq.req.output:
+        output = seq.req.output
+        if seq.generated < output:
             seq.generated += 1
+            last = seq.last_token_s
             if seq.first_token_s < 0:
                 seq.first_token_s = now
+            elif last == start:
+                after_last_step += 1
             else:
-                since[seq.last_token_s] = since.get(seq.last_token_s, 0) + 1
+                since[last] = since.get(last, 0) + 1
             seq.last_token_s = now
-            if seq.generated == seq.req.output:
+            if seq.generated == output:
                 seq.done_s = now
         if seq.done_s >= 0 and policy != "static":
             finished.append(seq)
+    if after_last_step:
+        itl.add(now - start, after_last_step)
     for last, count in since.items():
         itl.add(now - last, count)
     if policy == "static" and all(s.done_s >= 0 for s, _ in step.work):
@@ -339,14 +348,22 @@ def _apply_run(running: list[Seq], k: int, start: float, end: float, policy: str
     """`k` decode steps of every running sequence from `start` to `end`, evenly spaced."""
     gap = (end - start) / k
     since: dict[float, int] = {}
+    after_last_step = 0  # tokens whose previous one came out at `start` (most)
     for seq in running:
         seq.computed += k
-        if seq.generated < seq.req.output:
+        output = seq.req.output
+        if seq.generated < output:
             seq.generated += k
-            since[seq.last_token_s] = since.get(seq.last_token_s, 0) + 1
+            last = seq.last_token_s
+            if last == start:
+                after_last_step += 1
+            else:
+                since[last] = since.get(last, 0) + 1
             seq.last_token_s = end
-            if seq.generated == seq.req.output:
+            if seq.generated == output:
                 seq.done_s = end
+    if after_last_step:
+        since[start] = after_last_step
     for last, count in since.items():
         itl.add(start + gap - last, count)
         if k > 1:
