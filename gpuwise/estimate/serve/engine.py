@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from gpuwise.workload.requests import Request
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: the simulation's hot loops read its fields
 class Seq:
     """A request inside the engine. `target` is the prompt to (re)compute: the prompt, plus
     the tokens generated so far after a preemption by recompute."""
