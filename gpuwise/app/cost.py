@@ -4,10 +4,12 @@ their flags, checked; then every option priced (advise) or one (cost). docs/cost
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from gpuwise.app.deployment import Deployment, Workload, build_plan
 from gpuwise.app.lookup import hardware_named, model_named
+from gpuwise.app.side_by_side import Progress, side_by_side
 from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
 from gpuwise.catalog.hardware import Hardware, load_hardware
 from gpuwise.catalog.models import ResolvedModel
@@ -220,8 +222,9 @@ def _header(model: ResolvedModel, load: ServeLoad | TrainLoad, kw: dict[str, Any
                   _target(load), text.split(":")[0], f"{text}\ntarget: {_target(load)}")
 
 
-def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
-    """Every option, priced, with the recommendation."""
+def advise_options(kw: dict[str, Any], progress: Progress | None = None) -> AdviceAnswer:
+    """Every option, priced, with the recommendation; the serving options sized side by
+    side (a simulation each), `progress` told of each."""
     model, arch = model_named(kw["model"])
     a, load = assumptions(kw), workload(kw)
     check_options(kw)
@@ -233,7 +236,9 @@ def advise_options(kw: dict[str, Any]) -> AdviceAnswer:
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
         options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
-                                  limit, skipped, deployment(model, kw))
+                                  limit, skipped, deployment(model, kw),
+                                  partial(side_by_side, what="sizing option",
+                                          progress=progress))
     if not options:
         raise GpuwiseError(f"{model.name} fits on no priced hardware for this workload",
                            "try --weights int4, a shorter --prompt/--seq, or LoRA")

@@ -146,9 +146,11 @@ def advise(**kw: Any) -> None:
     """Should I use a GPU at all, and rent or buy? Every option for a workload, priced."""
     from gpuwise.app.cost import advise_options
     from gpuwise.report.cost_view import advice_view
+    from gpuwise.report.progress import progress_bar
 
     html = html_output(kw.pop("html"))
-    answer = advise_options(kw)
+    with progress_bar(quiet=kw["as_json"]) as progress:
+        answer = advise_options(kw, progress)
     emit(advice_view(answer, kw["show_all"], kw["show_assumptions"]), kw["as_json"])
     write_html(html, lambda pages: pages.advise_page(answer, kw["show_all"]))
 

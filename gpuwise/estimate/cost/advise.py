@@ -3,7 +3,10 @@ recommendation with its reasons. Pure: the caller passes the candidates and thei
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
+from typing import TypeVar
 
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.catalog.thresholds import advise_thresholds
@@ -91,29 +94,47 @@ def price_options(sizing: Sizing, a: CostAssumptions,
 
 
 Skipped = list[tuple[str, str]]
+T = TypeVar("T")
+R = TypeVar("R")
+# How a list of independent sizings is run: in turn here; the app may run them side by side
+# (each is a pure function of its arguments).
+MapAll = Callable[[Callable[[T], R], list[T]], list[R]]
+
+
+def in_turn(fn: Callable[[T], R], items: list[T]) -> list[R]:
+    return [fn(x) for x in items]
 
 
 def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candidate],
                     a: CostAssumptions, weights: str = "bf16", runtime: str = "auto",
                     api_usd_per_mtok: tuple[float, float] | None = None,
                     max_wall_kw: float | None = None, skipped: Skipped | None = None,
-                    deployment: InferencePlan | None = None) -> list[Option]:
+                    deployment: InferencePlan | None = None,
+                    map_all: MapAll[tuple[Candidate, str], Sizing | str] = in_turn,
+                    ) -> list[Option]:
     """Every candidate that fits, at `weights` (CPUs: fp32, int8 and int4), priced; the
-    others go to `skipped` with the reason."""
+    others go to `skipped` with the reason. `map_all` runs the sizings (one simulation
+    each)."""
     options: list[Option] = []
-    for cand in candidates:
-        formats = CPU_WEIGHTS if cand.hw.kind == "cpu" else (weights,)
-        for fmt in formats:
-            sizing = size_serving_simulated(arch, load, cand, fmt, runtime, deployment)
-            if isinstance(sizing, str) and skipped is not None:
-                skipped.append((f"{cand.name} {fmt}", sizing))
-            elif not isinstance(sizing, str):
-                options += price_options(sizing, a, max_wall_kw)
+    jobs = [(cand, fmt) for cand in candidates
+            for fmt in (CPU_WEIGHTS if cand.hw.kind == "cpu" else (weights,))]
+    size = partial(_size_job, arch, load, runtime, deployment)
+    for (cand, fmt), sizing in zip(jobs, map_all(size, jobs), strict=True):
+        if isinstance(sizing, str) and skipped is not None:
+            skipped.append((f"{cand.name} {fmt}", sizing))
+        elif not isinstance(sizing, str):
+            options += price_options(sizing, a, max_wall_kw)
     if api_usd_per_mtok is not None:
         cost = api_cost(load.input_tokens_per_month, load.output_tokens_per_month,
                         *api_usd_per_mtok, load.requests_per_month)
         options.append(Option(None, cost))
     return options
+
+
+def _size_job(arch: Architecture, load: ServeLoad, runtime: str,
+              deployment: InferencePlan | None, job: tuple[Candidate, str]) -> Sizing | str:
+    cand, fmt = job
+    return size_serving_simulated(arch, load, cand, fmt, runtime, deployment)
 
 
 def training_options(arch: Architecture, plan: TrainingPlan, load: TrainLoad,

@@ -1,0 +1,49 @@
+"""advise's sizings run side by side (app/side_by_side.py): the same answers, in the same
+order, as run in turn; a worker's error reaches the caller."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from gpuwise.app.cost import candidate
+from gpuwise.app.side_by_side import side_by_side
+from gpuwise.catalog import find_hardware, resolve_model
+from gpuwise.catalog.costs import load_costs
+from gpuwise.estimate.cost.advise import in_turn, serving_options
+from gpuwise.workload import from_config
+from gpuwise.workload.deployments import ServeLoad
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _fails(x: int) -> int:
+    if x == 3:
+        raise ValueError("three")
+    return x
+
+
+def test_results_come_back_in_the_items_order() -> None:
+    seen: list[float] = []
+    items = list(range(40))
+    assert side_by_side(_square, items, "item", lambda _, done: seen.append(done)) == [
+        x * x for x in items]
+    assert len(seen) == len(items) and max(seen) < 1
+
+
+def test_a_workers_error_reaches_the_caller() -> None:
+    with pytest.raises(ValueError, match="three"):
+        side_by_side(_fails, list(range(8)), "item")
+
+
+def test_advise_options_side_by_side_are_those_in_turn() -> None:
+    arch = from_config(resolve_model("qwen2.5-1.5b").config)
+    cands = [candidate(find_hardware(d)) for d in ("t4", "l4", "rtx-4090", "a10", "h100-sxm")]
+    load = ServeLoad(requests_per_day=20_000, prompt_tokens=256, output_tokens=128,
+                     tpot_ms=40.0, ttft_ms=800.0)
+    a = load_costs()
+    run = partial(serving_options, arch, load, cands, a)
+    assert run(map_all=partial(side_by_side, what="sizing")) == run(map_all=in_turn)
