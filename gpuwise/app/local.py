@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
+from gpuwise.app.side_by_side import side_by_side
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import load_models
 from gpuwise.estimate.memory.check_rows import PrecisionRow, catalogue_rows
@@ -28,4 +30,6 @@ def this_machine() -> LocalAnswer:
     hw = machine.best_device()
     plan = InferencePlan(prompt_tokens=2048, new_tokens=256)
     models = [(e.id, from_config(e.load_config(), e.id)) for e in load_models()]
-    return LocalAnswer(machine, hw, plan, catalogue_rows(models, plan, hw, LOCAL_PRECISIONS))
+    rows = catalogue_rows(models, plan, hw, LOCAL_PRECISIONS,
+                          partial(side_by_side, what="model"))
+    return LocalAnswer(machine, hw, plan, rows)

@@ -3,10 +3,8 @@ recommendation with its reasons. Pure: the caller passes the candidates and thei
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TypeVar
 
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.catalog.thresholds import advise_thresholds
@@ -19,6 +17,7 @@ from gpuwise.estimate.cost.prices import (
 )
 from gpuwise.estimate.cost.serving_sim import size_serving_simulated
 from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_training
+from gpuwise.estimate.in_turn import MapAll, in_turn
 from gpuwise.units import HOURS_PER_MONTH
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
@@ -94,16 +93,6 @@ def price_options(sizing: Sizing, a: CostAssumptions,
 
 
 Skipped = list[tuple[str, str]]
-T = TypeVar("T")
-R = TypeVar("R")
-# How a list of independent sizings is run: in turn here; the app may run them side by side
-# (each is a pure function of its arguments).
-MapAll = Callable[[Callable[[T], R], list[T]], list[R]]
-
-
-def in_turn(fn: Callable[[T], R], items: list[T]) -> list[R]:
-    return [fn(x) for x in items]
-
 
 def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candidate],
                     a: CostAssumptions, weights: str = "bf16", runtime: str = "auto",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.in_turn import MapAll, in_turn
 from gpuwise.estimate.memory.fits import max_context
 from gpuwise.estimate.runtimes import estimate_inference
 from gpuwise.workload import Architecture, count_params
@@ -75,19 +77,34 @@ def precision_row(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Prec
 
 
 def check_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,
-               precisions: tuple[str, ...] = CHECK_PRECISIONS) -> list[PrecisionRow]:
-    return [precision_row(arch, replace(plan, weights=p), hw) for p in precisions]
+               precisions: tuple[str, ...] = CHECK_PRECISIONS,
+               map_all: MapAll[str, PrecisionRow] = in_turn) -> list[PrecisionRow]:
+    """A row per precision; `map_all` runs them (each a search of the largest context)."""
+    return map_all(partial(_precision_row_at, arch, plan, hw), list(precisions))
+
+
+def _precision_row_at(arch: Architecture, plan: InferencePlan, hw: Hardware,
+                      weights: str) -> PrecisionRow:
+    return precision_row(arch, replace(plan, weights=weights), hw)
 
 
 def catalogue_rows(models: list[tuple[str, Architecture]], plan: InferencePlan, hw: Hardware,
-                   precisions: tuple[str, ...]) -> list[PrecisionRow]:
-    rows = []
-    for name, arch in models:
-        fitted = _within_model_limit(arch, plan)
-        params = count_params(arch).total
-        rows += [replace(precision_row(arch, replace(fitted, weights=p), hw), model=name,
-                         params=params) for p in precisions]
-    return rows
+                   precisions: tuple[str, ...],
+                   map_all: MapAll[tuple[str, Architecture], list[PrecisionRow]] = in_turn,
+                   ) -> list[PrecisionRow]:
+    """Each model's rows, a model at a time through `map_all` (its precisions share the
+    replays of its allocator)."""
+    per_model = map_all(partial(_model_rows, plan, hw, precisions), models)
+    return [row for rows in per_model for row in rows]
+
+
+def _model_rows(plan: InferencePlan, hw: Hardware, precisions: tuple[str, ...],
+                model: tuple[str, Architecture]) -> list[PrecisionRow]:
+    name, arch = model
+    fitted = _within_model_limit(arch, plan)
+    params = count_params(arch).total
+    return [replace(precision_row(arch, replace(fitted, weights=p), hw), model=name,
+                    params=params) for p in precisions]
 
 
 def _within_model_limit(arch: Architecture, plan: InferencePlan) -> InferencePlan:

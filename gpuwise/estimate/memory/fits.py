@@ -97,8 +97,10 @@ def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
     def sized(ctx: int) -> InferencePlan:
         return replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1))
 
-    limit = min(MAX_TOKENS, arch.max_position or MAX_TOKENS)
-    return _largest_settled(arch, hw, sized, new + 1, max(new + 1, limit))
+    limit = arch.max_position
+    if new + 1 <= limit < MAX_TOKENS and estimate_inference(arch, sized(limit), hw).fits:
+        return limit  # else the search over every context, as without a limit
+    return _largest_settled(arch, hw, sized, new + 1, MAX_TOKENS)
 
 
 def max_training_batch(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> int:
