@@ -28,6 +28,7 @@ from gpuwise.estimate.speed.roofline import (
     time_op,
 )
 from gpuwise.estimate.speed.runtime_time import kernel_for, runtime_rates
+from gpuwise.estimate.speed.step_grid import Sums, bucket_above, bucket_below
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.ops import (
     Op,
@@ -40,29 +41,11 @@ from gpuwise.workload.ops import (
 from gpuwise.workload.plans import InferencePlan
 from gpuwise.workload.prefill_heap import prefill_heap_events
 
-EXACT_TOKENS = 64  # steps of up to this many tokens are timed at their own size
-SIZES_PER_DOUBLING = 32
 # The replay runs a prefill of 4 and of 8 layers and extends the difference to the model's
 # depth (layers repeat: within 4% of the whole model's replay on every time-suite case, at
 # 3 ms against 10-15 ms for 24-32 layers).
 SAMPLED_LAYERS = (4, 8)
 CONTEXT_OPS = frozenset({"attention", "repeat_kv", "kv_append", "lm_head"})
-
-
-def bucket_below(tokens: int) -> int:
-    """The size at or below `tokens` the context-free ops are timed at (itself up to 64)."""
-    if tokens <= EXACT_TOKENS:
-        return max(1, tokens)
-    step = 1 << (tokens.bit_length() - 6)  # 2 ** (floor(log2(tokens)) - 5)
-    return tokens // step * step
-
-
-def bucket_above(tokens: int) -> int:
-    """The next such size at or above `tokens`."""
-    low = bucket_below(tokens)
-    if low == tokens:
-        return low
-    return low + (1 << (tokens.bit_length() - 6))
 
 
 def decode_context(prompt_tokens: int, new_tokens: int) -> float:
@@ -111,46 +94,6 @@ def tp_allreduce_s(arch: Architecture, rows: int, compute_bytes: float, rates: D
     size = rows * arch.hidden_size * compute_bytes * 2 * (tp - 1) / tp
     bw = rates.interconnect_bytes_per_s or rates.memory_bytes_per_s
     return 2 * arch.num_layers * (rates.collective_latency_s + size / bw)
-
-
-@dataclass(frozen=True)
-class Sums:
-    """Timed rows summed: compute-bound and memory-bound seconds and the kernels they run."""
-
-    compute_s: float = 0.0
-    memory_s: float = 0.0
-    kernels: float = 0.0
-    rows: tuple[OpTime, ...] = field(default=(), repr=False)
-
-    @staticmethod
-    def of(times: tuple[OpTime, ...]) -> Sums:
-        c = m = k = 0.0
-        for t in times:
-            if t.bound == "compute":
-                c += t.seconds
-            else:
-                m += t.seconds
-            k += t.op.count
-        return Sums(c, m, k, times)
-
-    def between(self, other: Sums, f: float, rows: bool = False) -> Sums:
-        """The sums a share `f` of the way to `other`; its rows this one's, or with `rows`,
-        each row's work and seconds as far between (an op table's rows at the shape asked
-        for, where the work grows linearly between the two)."""
-        between = self.rows
-        if rows:
-            between = tuple(_row_between(a, b, f) for a, b in zip(self.rows, other.rows,
-                                                                  strict=True))
-        return Sums(self.compute_s + f * (other.compute_s - self.compute_s),
-                    self.memory_s + f * (other.memory_s - self.memory_s),
-                    self.kernels + f * (other.kernels - self.kernels), between)
-
-
-def _row_between(a: OpTime, b: OpTime, f: float) -> OpTime:
-    op = replace(a.op, flops=a.op.flops + f * (b.op.flops - a.op.flops),
-                 bytes=a.op.bytes + f * (b.op.bytes - a.op.bytes))
-    return a._replace(op=op, compute_s=a.compute_s + f * (b.compute_s - a.compute_s),
-                      memory_s=a.memory_s + f * (b.memory_s - a.memory_s))
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the caches below key on it
@@ -214,23 +157,44 @@ class RooflineStep:
         collectives) seconds; the rows timed go to `rows` when given (a hot path: a
         simulation asks for a step's seconds alone)."""
         decoding = tokens - prompt_tokens
-        logits = tokens if self.plan.logits == "all" else decoding + (prompts if prompt_tokens else 0)
-        dense, head = _dense_at(self, tokens), _head(self, max(1, logits))
         # only an eager runtime's host rows depend on more than whether prompts are in it
         extra, host = (_extra_rows(self, decoding, prompt_tokens, prompts) if self.eager
                        else _extra_rows(self, 0, min(1, prompt_tokens), 1))
+        if prompt_tokens:
+            c, m = self._device_s(tokens, prompt_tokens, kv_read, pf, prompts, rows)
+        else:  # decode alone: the sums at the grid's contexts, linear between
+            context = kv_read / tokens
+            low = bucket_below(int(context))
+            c, m = _decoding_s(self, tokens, low)
+            if context > low:
+                high = bucket_above(low + 1)
+                c2, m2 = _decoding_s(self, tokens, high)
+                f = (context - low) / (high - low)
+                c, m = c + f * (c2 - c), m + f * (m2 - m)
+            if rows is not None:
+                self._device_s(tokens, 0, kv_read, 0.0, prompts, rows)
+        if rows is not None:
+            rows += extra
+        overhead = _overhead(self, prompt_tokens > 0)
+        if self.rates.kind != "cpu":
+            overhead = max(0.0, overhead - (c + m))  # only the part the device cannot hide
+        return c, m, host, overhead, _comm(self, tokens)
+
+    def _device_s(self, tokens: int, prompt_tokens: int, kv_read: float, pf: float,
+                  prompts: int, rows: list[OpTime] | None = None) -> tuple[float, float]:
+        """(compute-bound, memory-bound) seconds of the step's ops on the device, kernel
+        launches included; its rows to `rows` when given."""
+        decoding = tokens - prompt_tokens
+        logits = tokens if self.plan.logits == "all" else decoding + (prompts if prompt_tokens else 0)
+        dense, head = _dense_at(self, tokens), _head(self, max(1, logits))
         prompt, decode = self._context(tokens, prompt_tokens, kv_read, pf, prompts,
                                        rows is not None)
         c = dense.compute_s + head.compute_s + prompt.compute_s + decode.compute_s
         m = dense.memory_s + head.memory_s + prompt.memory_s + decode.memory_s
         kernels = dense.kernels + head.kernels + prompt.kernels + decode.kernels
-        m += kernels * self.rates.kernel_latency_s
-        overhead = _overhead(self, prompt_tokens > 0)
-        if self.rates.kind != "cpu":
-            overhead = max(0.0, overhead - (c + m))  # only the part the device cannot hide
         if rows is not None:
-            rows += [*dense.rows, *head.rows, *prompt.rows, *decode.rows, *extra]
-        return c, m, host, overhead, _comm(self, tokens)
+            rows += [*dense.rows, *head.rows, *prompt.rows, *decode.rows]
+        return c, m + kernels * self.rates.kernel_latency_s
 
     def shape(self, batch: int, tokens: int, context: float, logits: int) -> Shape:
         """`plan_shape` of this step's plan, its bytes per element computed once."""
@@ -296,6 +260,13 @@ def _dense_at(step: RooflineStep, tokens: int) -> Sums:
     if low == high:
         return _dense(step, low)
     return _dense(step, low).between(_dense(step, high), (tokens - low) / (high - low))
+
+
+@lru_cache(maxsize=65536)
+def _decoding_s(step: RooflineStep, sequences: int, context: int) -> tuple[float, float]:
+    """A decode step's device seconds (compute-bound, memory-bound) for `sequences`
+    sequences at `context` positions each: a simulation asks for thousands of them."""
+    return step._device_s(sequences, 0, float(sequences * context), 0.0, 1)
 
 
 @lru_cache(maxsize=65536)
