@@ -90,8 +90,11 @@ class SharedCells:
     def release(self, seq: int) -> None:
         cells = self.owned.pop(seq, [])
         self.tiles.pop(seq, None)
-        for cell in cells:
-            self.taken[cell] = 0
+        if cells and max(cells) - min(cells) + 1 == len(cells):  # distinct: one run of cells
+            self.taken[min(cells):max(cells) + 1] = bytes(len(cells))
+        else:
+            for cell in cells:
+                self.taken[cell] = 0
         self.used -= len(cells)
         self.top = self.taken.rfind(1, 0, self.top) + 1
 

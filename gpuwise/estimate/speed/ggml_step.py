@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import NamedTuple
 
 from gpuwise.catalog.runtime_speed import RuntimeSpeed, runtime_speed
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
@@ -83,10 +84,22 @@ class GgmlStep:
         spans `masked` (prompt token, other sequence's cell) pairs."""
         if tokens <= 0:
             return 0.0, 0.0, 0.0
-        rows, host = self._rows(tokens, prompt_tokens, kv_read, prompt_attention_flops, masked)
-        c = sum(t.seconds for t in rows if t.bound == "compute")
-        m = sum(t.seconds for t in rows if t.bound != "compute")
-        return c, m, host
+        if self.offloaded_share < 1.0 and self.host_g is not None:
+            rows, host = self._rows(tokens, prompt_tokens, kv_read, prompt_attention_flops,
+                                    masked)
+            c = sum(t.seconds for t in rows if t.bound == "compute")
+            m = sum(t.seconds for t in rows if t.bound != "compute")
+            return c, m, host
+        # the rows' seconds without the rows (a simulation's hot path), summed as above
+        t = _device_times(self, self.g, tokens, prompt_tokens, kv_read, prompt_attention_flops,
+                          masked)
+        c = m = 0
+        for compute, memory in ((t.weights_c, t.weights_m), (t.attention_c, t.attention_m)):
+            if compute >= memory:
+                c += max(compute, memory)
+            else:
+                m += max(compute, memory)
+        return c, m, t.host
 
     def phase(self, name: str, tokens: int, prompt_tokens: int, kv_read: float,
               prompt_attention_flops: float = 0.0) -> PhaseTime:
@@ -150,6 +163,30 @@ def _weights(step: GgmlStep) -> tuple[float, float, float, float]:
 def _device_rows(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int, kv_read: float,
                  pf: float, masked: float) -> tuple[list[OpTime], float]:
     """The weights' row and attention's row of a step on one device, and its fixed costs."""
+    t = _device_times(step, g, tokens, prompt_tokens, kv_read, pf, masked)
+    weights = OpTime(Op(f"weights ({step.gtype})", "matmul", t.flops, t.read, m=tokens),
+                     t.weights_c, t.weights_m)
+    att = OpTime(Op("attention (KV cache)", "attention", t.attention_flops, t.kv),
+                 t.attention_c, t.attention_m)
+    return [weights, att], t.host
+
+
+class DeviceTimes(NamedTuple):
+    """A step's work and seconds on one device (`_device_rows` without its rows)."""
+
+    flops: float
+    read: float
+    weights_c: float
+    weights_m: float
+    attention_flops: float
+    kv: float
+    attention_c: float
+    attention_m: float
+    host: float
+
+
+def _device_times(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int,
+                  kv_read: float, pf: float, masked: float) -> DeviceTimes:
     arch, plan = step.arch, step.plan
     read, per_token, per_logit, kv_position = _weights(step)
     # logits of every token, or (llama.cpp's default) of decodes and each prompt's last
@@ -157,8 +194,7 @@ def _device_rows(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int, 
     kv = kv_position * kv_read
     flops = tokens * per_token + logits * per_logit
     streamed = stream_seconds(g, read, read + kv, g.weight_bytes_per_s)
-    weights = OpTime(Op(f"weights ({step.gtype})", "matmul", flops, read, m=tokens),
-                     matmul_seconds(g, tokens, flops, streamed), streamed)
+    weights_c = matmul_seconds(g, tokens, flops, streamed)
     decoding = tokens - prompt_tokens
     attention = pf / g.attention_flops if pf else 0.0
     attention += masked * arch.num_layers * arch.num_heads * g.masked_head_s
@@ -172,10 +208,9 @@ def _device_rows(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int, 
     if plan.attention == "eager" and pf:  # -fa off: each layer's f32 scores written and read
         kv += 2.0 * arch.num_heads * pf / arch.q_dim
         memory = kv / g.kv_bytes_per_s
-    att = OpTime(Op("attention (KV cache)", "attention", pf + decode_flops * (decoding > 0), kv),
-                 attention, memory)
     per = prompt_tokens * layer_token_s(g, prompt_tokens) if prompt_tokens else 0.0
-    return [weights, att], arch.num_layers * (g.layer_s + per) + g.token_s
+    return DeviceTimes(flops, read, weights_c, streamed, pf + decode_flops * (decoding > 0), kv,
+                       attention, memory, arch.num_layers * (g.layer_s + per) + g.token_s)
 
 
 def _scaled(t: OpTime, share: float, where: str) -> OpTime:
