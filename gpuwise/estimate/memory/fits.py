@@ -98,7 +98,8 @@ def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
         return replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1))
 
     limit = arch.max_position
-    if new + 1 <= limit < MAX_TOKENS and estimate_inference(arch, sized(limit), hw).fits:
+    if (new + 1 <= limit < MAX_TOKENS and not _over_without_slack(arch, sized(limit), hw, None)
+            and estimate_inference(arch, sized(limit), hw).fits):
         return limit  # else the search over every context, as without a limit
     return _largest_settled(arch, hw, sized, new + 1, MAX_TOKENS)
 
