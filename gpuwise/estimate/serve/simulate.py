@@ -297,7 +297,8 @@ def _apply(step: Step, start: float, now: float, policy: str, itl: Histogram) ->
     return finished
 
 
-# Fewer steps than this in a steady run are simulated one by one.
+# Where llama.cpp's shared cells are kept, fewer steps than this in a steady run are simulated
+# one by one (each step places its tokens in cells); elsewhere a run of any length is one.
 STEADY_MIN_STEPS = 4
 
 
