@@ -165,12 +165,12 @@ def test_the_json_has_what_a_capacity_plan_reads(capsys):
                                           ("transformers", 1.0)])
 def test_steady_decode_runs_simulated_as_one_give_the_step_by_step_answer(runtime, rate,
                                                                           monkeypatch):
-    import gpuwise.estimate.serve.simulate as sim
+    import gpuwise.estimate.serve.steady as steady
 
     hw = find_hardware("rtx-4090") if runtime == "llama.cpp" else H100
     eng = engine(runtime, hw)
     fast = run(eng, rate, 120)
-    monkeypatch.setattr(sim, "STEADY_MIN_STEPS", 10**9)
+    monkeypatch.setattr(steady, "RUNS", False)
     slow = run(eng, rate, 120)
     for key in ("ttft_s", "tpot_s", "e2e_s"):
         one, other = getattr(fast, key), getattr(slow, key)
@@ -329,7 +329,7 @@ def test_decode_runs_place_cells_as_step_by_step_ubatches_do():
                 else:
                     for _ in range(k):
                         cells.take([(s, 1) for s in running])
-        return bytes(cells.taken), cells.owned, cells.head, cells.used, cells.top
+        return bytes(cells.free), cells.owned, cells.head, cells.used, cells.top
 
     for seed in range(300):
         assert scenario(seed, True) == scenario(seed, False), seed

@@ -23,6 +23,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import compress, islice, repeat
 
 from gpuwise.estimate.speed.ggml_time import FA_TILE
 
@@ -68,13 +69,13 @@ class SharedCells:
     head: int = 0
     used: int = 0
     top: int = 0  # one past the highest cell in use
-    taken: bytearray = field(init=False)
+    free: bytearray = field(init=False)  # 1 where a cell is free
     owned: dict[int, list[int]] = field(default_factory=dict)
     idle: deque[int] = field(default_factory=deque)  # finished requests whose cells stay
     tiles: dict[int, _SeqTiles] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.taken = bytearray(self.size)
+        self.free = bytearray(b"\x01") * self.size
 
     def start(self, seq: int) -> None:
         """A new request takes a slot, and every idle slot's cells go (`cache_idle_slots`)."""
@@ -90,13 +91,10 @@ class SharedCells:
     def release(self, seq: int) -> None:
         cells = self.owned.pop(seq, [])
         self.tiles.pop(seq, None)
-        if cells and max(cells) - min(cells) + 1 == len(cells):  # distinct: one run of cells
-            self.taken[min(cells):max(cells) + 1] = bytes(len(cells))
-        else:
-            for cell in cells:
-                self.taken[cell] = 0
+        if cells:
+            self._set(cells, 1)
         self.used -= len(cells)
-        self.top = self.taken.rfind(1, 0, self.top) + 1
+        self.top = self.free.rfind(0, 0, self.top) + 1
 
     def take(self, work: list[tuple[int, int]]) -> list[Ubatch]:
         """Cells for a batch of (sequence, tokens), in ubatches of UBATCH tokens (llama_decode
@@ -153,7 +151,7 @@ class SharedCells:
         a time where a step starts from the first cell."""
         n, one = len(seqs), [(seq, 1) for seq in seqs]
         while steps > 0 and n:
-            below = self.head > self.used + 2 * n and self.taken.find(0, 0, self.head) >= 0
+            below = self.head > self.used + 2 * n and self.free.find(1, 0, self.head) >= 0
             placed = 0 if below else self._steps(seqs, steps)
             if not placed:
                 self._ubatch(one)
@@ -163,46 +161,43 @@ class SharedCells:
         """Whole decode steps from the head, as one ubatch a step would place them: a step
         takes the next n = len(seqs) free cells, so the steps take the next free cells in
         order, the i-th to seqs[i % n]. A step starts from the first cell instead once the
-        head leads the cells in use by over 2n; that lead is the same at every step that ends
-        inside one run of free cells, so it is checked once a run. Stops before such a step
-        and at the cache's end; returns the steps placed."""
-        n, runs, got = len(seqs), list[tuple[int, int]](), 0
-        pos, want = self.head, steps * len(seqs)
-        while got < want:
-            start = self.taken.find(0, pos)
-            if start < 0:
+        head leads the cells in use by over 2n; the lead after the j-th step (the cell past
+        its last less the cells then in use) never falls as j grows, so the steps stop after
+        the first that leaves it over 2n, and at the cache's end (a step cut short there is
+        left to _ubatch); returns the steps placed."""
+        n = len(seqs)
+        cells = self._next_free(self.head, steps * n)
+        steps = len(cells) // n
+        for j in range(1, steps + 1):
+            if cells[j * n - 1] + 1 - (self.used + j * n) > 2 * n:
+                steps = j
                 break
-            end = self.taken.find(1, start)
-            take = min((self.size if end < 0 else end) - start, want - got)
-            boundary = (got // n + 1) * n - got  # cells to this run's first step end
-            if boundary <= take and start - self.used - got > 2 * n:
-                runs.append((start, start + boundary))  # the step ending there, no more
-                got += boundary
-                break
-            runs.append((start, start + take))
-            got, pos = got + take, start + take
-        extra = got % n  # a step cut short at the cache's end: left to _ubatch
-        while extra:
-            start, stop = runs.pop()
-            cut = min(extra, stop - start)
-            if stop - cut > start:
-                runs.append((start, stop - cut))
-            extra -= cut
-        if not runs:
+        if not steps:
             return 0
-        cells: list[int] = []
-        for start, stop in runs:
-            self.taken[start:stop] = b"\x01" * (stop - start)
-            cells.extend(range(start, stop))
+        del cells[steps * n:]
+        self._set(cells, 0)
         for i, seq in enumerate(seqs):
             self.owned.setdefault(seq, []).extend(cells[i::n])
         self.used += len(cells)
-        self.top = max(self.top, runs[-1][1])
-        self.head = runs[-1][1] % self.size
-        return len(cells) // n
+        self.top = max(self.top, cells[-1] + 1)
+        self.head = (cells[-1] + 1) % self.size
+        return steps
+
+    def _next_free(self, start: int, count: int, stop: int | None = None) -> list[int]:
+        """Up to `count` free cells from `start` on, in order, before `stop` (the end)."""
+        stop = self.size if stop is None else stop
+        return list(islice(compress(range(start, stop), memoryview(self.free)[start:stop]), count))
+
+    def _set(self, cells: list[int], free: int) -> None:
+        """Mark distinct `cells` free (1) or taken (0): one slice where they are one run."""
+        lo, hi = min(cells), max(cells)
+        if hi - lo + 1 == len(cells):
+            self.free[lo:hi + 1] = bytes([free]) * len(cells)
+        else:  # scattered: a loop in C
+            deque(map(self.free.__setitem__, cells, repeat(free)), maxlen=0)
 
     def _free(self, start: int, end: int) -> bool:
-        return end <= self.size and self.taken.find(1, start, end) < 0
+        return end <= self.size and self.free.find(0, start, end) < 0
 
     def _moved(self, end: int) -> None:
         """The cells from the head to `end` taken: the head past them."""
@@ -217,22 +212,19 @@ class SharedCells:
         cell = 0 if self.head > self.used + 2 * n else self.head
         if self._free(cell, cell + n):  # the usual case: free cells from the head on
             self.head = cell
-            self.taken[cell : cell + n] = b"\x01" * n
+            self.free[cell : cell + n] = bytes(n)
             for seq, k in parts:
                 self.owned.setdefault(seq, []).extend(range(cell, cell + k))
                 cell += k
             self._moved(cell)
             return
-        for seq, k in parts:
-            mine = self.owned.setdefault(seq, [])
-            while k:  # the next free cells, a run of them at a time, wrapping at the end
-                start = self.taken.find(0, cell)
-                start = self.taken.find(0) if start < 0 else start
-                end = self.taken.find(1, start)
-                stop = start + min(k, (self.size if end < 0 else end) - start)
-                self.taken[start:stop] = b"\x01" * (stop - start)
-                mine.extend(range(start, stop))
-                self.top, k, cell = max(self.top, stop), k - (stop - start), stop
+        for seq, k in parts:  # the next free cells, wrapping at the end
+            cells = self._next_free(cell, k)
+            if len(cells) < k:
+                cells += self._next_free(0, k - len(cells), cell)
+            self._set(cells, 0)
+            self.owned.setdefault(seq, []).extend(cells)
+            self.top, cell = max(self.top, max(cells) + 1), cells[-1] + 1
         self.used += n
         self.head = cell % self.size
 

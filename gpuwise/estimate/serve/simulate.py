@@ -13,6 +13,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.serve.cells import SharedCells, Ubatch
 from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq, Step
 from gpuwise.estimate.serve.schedulers import POLICY, Limits
+from gpuwise.estimate.serve.steady import apply_run, receive_through, steady_run
 from gpuwise.workload.requests import Request
 
 # A step's (compute-bound, memory-bound, host) seconds, from (tokens, prompt tokens, cached
@@ -91,12 +92,15 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             continue
         cached = _prefix(engine, waiting, running, kv, cached)
         nxt_arrival = pending[0].req.arrival_s if pending and not clients else math.inf
-        run = _steady_run(engine, running, waiting, kv, now, nxt_arrival)
+        run = steady_run(engine, running, waiting, kv, now, nxt_arrival)
         if run is not None:
             parts, k = run
             if cells:
                 cells.take_run([s.id for s in running], k)
-            finished = _apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl)
+            finished = apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl, kv)
+            if engine.limits.overlap:
+                receive_through(waiting, pending if not clients else deque(),
+                                now + sum(parts) * (k - 1) / k)
         else:
             step = schedule(waiting, running, kv, engine.limits)
             trace.preemptions += step.preempted
@@ -295,80 +299,3 @@ def _apply(step: Step, start: float, now: float, policy: str, itl: Histogram) ->
     if policy == "static" and all(s.done_s >= 0 for s, _ in step.work):
         finished = [s for s, _ in step.work]
     return finished
-
-
-# Where llama.cpp's shared cells are kept, fewer steps than this in a steady run are simulated
-# one by one (each step places its tokens in cells); elsewhere a run of any length is one.
-STEADY_MIN_STEPS = 4
-
-
-def _steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPool, now: float,
-                next_arrival: float) -> tuple[tuple[float, float, float], int] | None:
-    """(seconds, steps) of the decode steps that run unchanged from here: every running
-    sequence past its prompt, nobody admitted (none waiting, or no free slot or batch), the
-    first of them to finish or the next arrival ends the run. Simulated as one: its steps'
-    time at the run's middle context (the KV read grows linearly). None: step by step."""
-    if not running:
-        return None
-    # No scheduler admits a request while its running limit is reached (a static batch
-    # never does); one that picks a step ahead (SGLang's overlap) still sees each arrival.
-    closed = engine.policy == "static" or len(running) >= engine.limits.max_seqs
-    if waiting and not closed:
-        return None
-    k, kv_now = math.inf, 0  # one pass over the batch: a hot loop
-    for s in running:
-        if s.computed < s.target:
-            return None
-        if 0 < s.req.output - s.generated < k:
-            k = s.req.output - s.generated
-        kv_now += s.computed
-    n = len(running)
-    sees_arrivals = not closed or (engine.limits.overlap and engine.policy != "static")
-    least = STEADY_MIN_STEPS if engine.shared_cells else 1
-    if sees_arrivals and math.isfinite(next_arrival) and least <= k < math.inf:
-        first = engine.step_seconds(n, 0, kv_now + n, 0.0) + n * engine.token_host_s  # as _server_s
-        k = min(k, int((next_arrival - now) / first))
-    if not least <= k < math.inf:
-        return None
-    k = int(k)
-    bt = kv.block_tokens
-    needs = [max(0, -(-(s.computed + k - s.base) // bt) - s.blocks) for s in running]  # kv.need
-    blocks = sum(needs)
-    if not kv.fits(blocks):
-        return None
-    for s, more in zip(running, needs, strict=True):
-        s.blocks += more
-    kv.used += blocks
-    kv.peak = max(kv.peak, kv.used)
-    middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0, 0.0)
-    return (k * middle[0], k * middle[1], k * (middle[2] + n * engine.token_host_s)), k
-
-
-def _apply_run(running: list[Seq], k: int, start: float, end: float, policy: str,
-               itl: Histogram) -> list[Seq]:
-    """`k` decode steps of every running sequence from `start` to `end`, evenly spaced."""
-    gap = (end - start) / k
-    since: dict[float, int] = {}
-    after_last_step = 0  # tokens whose previous one came out at `start` (most)
-    for seq in running:
-        seq.computed += k
-        output = seq.req.output
-        if seq.generated < output:
-            seq.generated += k
-            last = seq.last_token_s
-            if last == start:
-                after_last_step += 1
-            else:
-                since[last] = since.get(last, 0) + 1
-            seq.last_token_s = end
-            if seq.generated == output:
-                seq.done_s = end
-    if after_last_step:
-        since[start] = after_last_step
-    for last, count in since.items():
-        itl.add(start + gap - last, count)
-        if k > 1:
-            itl.add(gap, count * (k - 1))
-    if policy == "static":
-        return list(running) if all(s.done_s >= 0 for s in running) else []
-    return [s for s in running if s.done_s == end]
