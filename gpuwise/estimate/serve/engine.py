@@ -25,6 +25,7 @@ class Seq:
     last_token_s: float = -1.0
     done_s: float = -1.0
     received: bool = False  # seen by a scheduler that picks a step ahead (Limits.overlap)
+    tick0: int = -1  # the decoding group's clock when it joined (decoding.py); -1: not in it
 
     @property
     def prefilling(self) -> bool:
@@ -70,10 +71,7 @@ class Step:
 
     work: list[tuple[Seq, int]] = field(default_factory=list)
     preempted: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return sum(n for _, n in self.work)
+    group: bool = False  # and every member of the decoding group one token (decoding.py)
 
 
 @dataclass

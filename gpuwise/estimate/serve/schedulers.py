@@ -1,6 +1,8 @@
 """Which sequences each runtime's scheduler runs in the next step (catalog/data/schedulers.toml,
 docs/serve.md, "Schedulers"). A scheduler moves sequences from `waiting` into `running` and
-returns the step's work; the simulation applies it."""
+returns the step's work; the simulation applies it. The paged schedulers (mixed,
+prefill_first) step their decoding sequences as one group where every one of them decodes
+(decoding.py), and one by one otherwise."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from gpuwise.estimate.serve.decoding import Decoding
 from gpuwise.estimate.serve.engine import KvPool, Seq, Step
 
 
@@ -28,24 +31,29 @@ def _grow(seq: Seq, n: int, kv: KvPool) -> bool:
     return True
 
 
-def _preempt(victim: Seq, running: list[Seq], waiting: deque[Seq], kv: KvPool) -> None:
+def _preempt(victim: Seq, running: list[Seq], waiting: deque[Seq], kv: KvPool,
+             group: Decoding) -> None:
     """Preemption by recompute: the blocks freed, the prompt and its output so far to be
     computed again, the request first in line."""
     kv.free(victim)
     running.remove(victim)
+    if group.enabled:
+        group.others.remove(victim)
     victim.target = victim.req.prompt + victim.generated
     victim.computed = victim.base = 0
     waiting.appendleft(victim)
 
 
-def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits,
+          group: Decoding) -> Step:
     """vLLM V1: running sequences first (a token each, or their next prompt chunk), newest
     preempted while blocks run out; then waiting ones, in order, within the token budget."""
     step, budget = Step(), lim.max_batched_tokens
-    if _all_decode(running, kv, budget, step):
-        budget -= len(running)
-        _admit(waiting, running, kv, lim, step, budget)
+    if group.enabled and _all_fit(running, kv, budget, step, group):
+        budget -= len(group) + sum(n for _, n in step.work)
+        _admit(waiting, running, kv, lim, step, budget, group)
         return step
+    group.sync(running)
     gone: set[int] = set()
     for seq in list(running):
         if budget <= 0 or seq.id in gone:
@@ -58,7 +66,7 @@ def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> S
             continue
         while not _grow(seq, n, kv):
             victim = running[-1]
-            _preempt(victim, running, waiting, kv)
+            _preempt(victim, running, waiting, kv, group)
             gone.add(victim.id)
             step.preempted += 1
             if victim is seq:
@@ -68,39 +76,40 @@ def mixed(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> S
             budget -= n
     if step.preempted:
         return step
-    _admit(waiting, running, kv, lim, step, budget)
+    _admit(waiting, running, kv, lim, step, budget, group)
     return step
 
 
-def _all_decode(running: list[Seq], kv: KvPool, budget: int, step: Step) -> bool:
-    """The common step of a busy engine, in one pass: every running sequence decoding, one
-    token each, the blocks they need free (a sequence needs one when its last is full)."""
-    if not running or budget < len(running):
+def _all_fit(running: list[Seq], kv: KvPool, budget: int, step: Step, group: Decoding) -> bool:
+    """The common step of a busy engine: every decoding sequence a token (the group's step)
+    and every other running one the rest of its prompt, when the budget and the free blocks
+    hold them all (so no sequence waits for another, whatever their order)."""
+    if not running:
+        return True
+    rest = [(s, s.target - s.computed) for s in group.others]  # their prompts' rest
+    if len(group) + sum(n for _, n in rest) > budget:
         return False
-    full, bt = [], kv.block_tokens  # one pass: a hot loop
-    for s in running:
-        if s.computed < s.target:
-            return False
-        if (s.computed - s.base) % bt == 0:
-            full.append(s)
-    if not kv.fits(len(full)):
+    blocks = group.blocks(1) + sum(kv.need(s, s.computed + n) for s, n in rest)
+    if not kv.fits(blocks):
         return False
-    for seq in full:
-        seq.blocks += 1
-    kv.used += len(full)
+    for seq, n in rest:
+        kv.take(seq, kv.need(seq, seq.computed + n))
+    kv.used += group.blocks(1)
     kv.peak = max(kv.peak, kv.used)
-    step.work = [(s, 1) for s in running]
+    step.group = bool(len(group))
+    step.work = rest
     return True
 
 
 def _admit(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits, step: Step,
-           budget: int) -> None:
+           budget: int, group: Decoding) -> None:
     """Waiting requests in order, while the budget, the running limit and the KV cache allow:
     with `reserve_output`, the cache must also keep that share of every admitted request's
     remaining output free (SGLang), so few are ever preempted."""
     reserved = 0.0
     if lim.reserve_output:
-        left = sum(s.req.output - s.generated for s in running)
+        others = group.others if group.enabled else running
+        left = group.left() + sum(s.req.output - s.generated for s in others)
         reserved = lim.reserve_output * left / kv.block_tokens
     while waiting and budget > 0 and len(running) < lim.max_seqs:
         seq = waiting[0]
@@ -113,15 +122,18 @@ def _admit(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits, ste
         if not _grow(seq, n, kv):
             return
         running.append(waiting.popleft())
+        if group.enabled:
+            group.others.append(seq)
         step.work.append((seq, n))
         budget -= n
 
 
-def prefill_first(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+def prefill_first(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits,
+                  group: Decoding) -> Step:
     """SGLang: a step of prompt chunks (unfinished ones first, then new requests) whenever
     any wait and fit, else a step of every running sequence's next token."""
     late = _not_yet_received(waiting, running, lim)
-    step = _prefill_first(waiting, running, kv, lim)
+    step = _prefill_first(waiting, running, kv, lim, group)
     waiting.extend(reversed(late))
     return step
 
@@ -145,21 +157,23 @@ def _not_yet_received(waiting: deque[Seq], running: list[Seq], lim: Limits) -> l
     return late
 
 
-def _prefill_first(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+def _prefill_first(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits,
+                   group: Decoding) -> Step:
     step, budget = Step(), lim.max_batched_tokens
-    for seq in running:
+    for seq in group.others if group.enabled else running:  # the group's are past prompts
         if seq.prefilling and budget > 0:
             n = min(seq.target - seq.computed, budget)
             if _grow(seq, n, kv):
                 step.work.append((seq, n))
                 budget -= n
-    _admit(waiting, running, kv, lim, step, budget)
+    _admit(waiting, running, kv, lim, step, budget, group)
     if step.work:
         return step
-    return mixed(waiting, running, kv, Limits(lim.max_batched_tokens, len(running)))
+    return mixed(waiting, running, kv, Limits(lim.max_batched_tokens, len(running)), group)
 
 
-def slots(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+def slots(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits,
+          group: Decoding) -> Step:
     """llama.cpp server: free slots take waiting requests; one batch carries every generating
     slot's next token and prompt tokens up to n_batch. Each slot holds its own share of
     the context, so blocks here are slots' cells and never run out mid-request."""
@@ -178,7 +192,8 @@ def slots(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> S
     return step
 
 
-def static(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits) -> Step:
+def static(waiting: deque[Seq], running: list[Seq], kv: KvPool, lim: Limits,
+           group: Decoding) -> Step:
     """transformers' generate(): a batch of the requests waiting when it is free (up to
     max_seqs), prompts padded to the longest, run until its longest output is done; finished
     sequences keep their rows (padding) until then."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.serve.cells import SharedCells, Ubatch
+from gpuwise.estimate.serve.decoding import LAZY, Decoding
 from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq, Step
 from gpuwise.estimate.serve.schedulers import POLICY, Limits
 from gpuwise.estimate.serve.steady import apply_run, receive_through, steady_run
@@ -81,6 +82,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                          tiled=engine.tiled_attention) if engine.shared_cells else None)
     now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]
+    group = Decoding(engine.block_tokens, engine.policy in LAZY)
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
     for _ in range(max_steps):
         if not clients:
@@ -90,26 +92,28 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                 break
             now = pending[0].req.arrival_s
             continue
-        cached = _prefix(engine, waiting, running, kv, cached)
+        cached = _prefix(engine, waiting, running, kv, cached, group)
         nxt_arrival = pending[0].req.arrival_s if pending and not clients else math.inf
-        run = steady_run(engine, running, waiting, kv, now, nxt_arrival)
+        run = steady_run(engine, running, waiting, kv, now, nxt_arrival, group)
         if run is not None:
             parts, k = run
             if cells:
                 cells.take_run([s.id for s in running], k)
-            finished = apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl, kv)
+            finished = apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl, kv,
+                                 group)
             if engine.limits.overlap:
                 receive_through(waiting, pending if not clients else deque(),
                                 now + sum(parts) * (k - 1) / k)
         else:
-            step = schedule(waiting, running, kv, engine.limits)
+            step = schedule(waiting, running, kv, engine.limits, group)
             trace.preemptions += step.preempted
-            if not step.work:
+            if not step.work and not step.group:
+                group.join_decoders()
                 continue
             c, m, h = (_shared_step(engine, step, cells) if cells
-                       else engine.step_parts(*_step_work(engine, step)))
-            parts, k = (c, m, h + _server_s(engine, step)), 1
-            finished = _apply(step, now, now + sum(parts), engine.policy, trace.itl)
+                       else engine.step_parts(*_step_work(engine, step, group)))
+            parts, k = (c, m, h + _server_s(engine, step, group)), 1
+            finished = _apply(step, now, now + sum(parts), engine.policy, trace.itl, group)
         now += sum(parts)
         _account(trace, parts, k)
         for seq in finished:
@@ -122,6 +126,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                 nxt = pending.popleft()
                 arrivals[nxt.id] = now
                 waiting.append(nxt)
+        group.join_decoders()
         kv.note(now, note_every)
     else:
         raise GpuwiseError(f"the simulation did not finish in {max_steps:,} steps",
@@ -134,13 +139,13 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
 
 
 def _prefix(engine: Engine, waiting: deque[Seq], running: list[Seq], kv: KvPool,
-            cached: bool) -> bool:
+            cached: bool, group: Decoding) -> bool:
     """The prefix cache: once a request has computed the shared prefix, its blocks stay in
     the pool (counted once), and every request that starts after it skips those tokens."""
     if not engine.prefix_cache or engine.shared_prefix <= 0:
         return False
     if not cached:
-        if not any(s.computed >= engine.shared_prefix for s in running):
+        if not any(group.computed(s) >= engine.shared_prefix for s in running):
             return False
         kv.used += -(-engine.shared_prefix // kv.block_tokens)
         kv.peak = max(kv.peak, kv.used)
@@ -203,12 +208,13 @@ def _check_fits(engine: Engine, seqs: list[Seq], max_steps: int) -> None:
                            "(--gpus, --tp) or lower-precision weights")
 
 
-def _server_s(engine: Engine, step: Step) -> float:
+def _server_s(engine: Engine, step: Step, group: Decoding | None = None) -> float:
     """The server's own host time in a step: each token it streams, each request it starts."""
     if not (engine.token_host_s or engine.request_host_s):
         return 0.0
     started = sum(1 for seq, _ in step.work if seq.computed == 0)
-    return started * engine.request_host_s + len(step.work) * engine.token_host_s
+    tokens = len(step.work) + (len(group) if group is not None and step.group else 0)
+    return started * engine.request_host_s + tokens * engine.token_host_s
 
 
 def _shared_step(engine: Engine, step: Step, cells: SharedCells) -> tuple[float, float, float]:
@@ -251,10 +257,13 @@ def _ubatch_work(engine: Engine, ub: Ubatch, seqs: dict[int, Seq],
     return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, masked
 
 
-def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float, float]:
+def _step_work(engine: Engine, step: Step, group: Decoding | None = None,
+               ) -> tuple[int, int, float, float, float]:
     """The step's tokens, prompt tokens, cached positions read and prompt attention FLOPs."""
     tokens = prompt = 0
     kv_read = pairs = 0.0
+    if group is not None and step.group:  # each member's token reads its positions and itself
+        tokens, kv_read = len(group), float(group.positions() + len(group))
     for seq, n in step.work:
         tokens += n
         kv_read += seq.computed + n
@@ -264,11 +273,12 @@ def _step_work(engine: Engine, step: Step) -> tuple[int, int, float, float, floa
     return tokens, prompt, kv_read, pairs * engine.attention_flops_per_pair, 0.0
 
 
-def _apply(step: Step, start: float, now: float, policy: str, itl: Histogram) -> list[Seq]:
+def _apply(step: Step, start: float, now: float, policy: str, itl: Histogram,
+           group: Decoding | None = None) -> list[Seq]:
     """Advance each sequence by the step's work (from `start` to `now`), counting each token's
     gap since the request's last one; the ones whose last token came out (a static batch:
     when its longest is done). A hot loop: most tokens follow one from the step before."""
-    finished: list[Seq] = []
+    finished = group.step(1, start, now, itl, run=False) if group is not None and step.group else []
     since: dict[float, int] = {}  # previous token's time -> tokens out now (one log each)
     after_last_step = 0  # of them, those whose previous token came out at `start`
     for seq, n in step.work:

@@ -9,6 +9,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
+from gpuwise.estimate.serve.decoding import Decoding
 from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ Parts = tuple[float, float, float]
 
 
 def steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPool, now: float,
-               next_arrival: float) -> tuple[Parts, int] | None:
+               next_arrival: float, group: Decoding) -> tuple[Parts, int] | None:
     """(seconds, steps) of the decode steps that run unchanged from here, their blocks taken:
     every running sequence past its prompt, nobody admitted (none waiting, no free slot or
     batch, or the first in line does not fit and will not while the run takes blocks), the
@@ -38,15 +39,10 @@ def steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPo
     blocked = bool(waiting) and not closed
     if blocked and not lim.reserve_output and not _blocked(engine, running, waiting[0], kv, 0):
         return None
-    k, kv_now, left = math.inf, 0, 0  # one pass over the batch: a hot loop
-    for s in running:
-        if s.computed < s.target:
-            return None
-        rest = s.req.output - s.generated
-        if 0 < rest < k:
-            k = rest
-        kv_now += s.computed
-        left += rest
+    sums = _group_sums(group) if group.enabled else _batch_sums(running)
+    if sums is None:
+        return None  # some are in their prompts
+    k, kv_now, left = sums
     if blocked and lim.reserve_output and not _blocked(engine, running, waiting[0], kv, left):
         return None
     n = len(running)
@@ -59,10 +55,31 @@ def steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPo
     if not least <= k < math.inf:
         return None
     k = int(k)
-    if not _take_blocks(engine, running, k, kv):
+    if not _take_blocks(engine, running, k, kv, group):
         return None
     middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0, 0.0)
     return (k * middle[0], k * middle[1], k * (middle[2] + n * engine.token_host_s)), k
+
+
+def _group_sums(group: Decoding) -> tuple[float, int, int] | None:
+    if group.others:
+        return None
+    return group.steps_to_first_end(), group.positions(), group.left()
+
+
+def _batch_sums(running: list[Seq]) -> tuple[float, int, int] | None:
+    """(steps to the first done, positions held, outputs to come) of a batch past its prompts
+    (None: one is in its prompt); one pass: a hot loop."""
+    k, kv_now, left = math.inf, 0, 0
+    for s in running:
+        if s.computed < s.target:
+            return None
+        rest = s.req.output - s.generated
+        if 0 < rest < k:
+            k = rest
+        kv_now += s.computed
+        left += rest
+    return k, kv_now, left
 
 
 def _blocked(engine: Engine, running: list[Seq], head: Seq, kv: KvPool, left: int) -> bool:
@@ -88,11 +105,19 @@ def _blocked(engine: Engine, running: list[Seq], head: Seq, kv: KvPool, left: in
     return not kv.fits(need)
 
 
-def _take_blocks(engine: Engine, running: list[Seq], k: int, kv: KvPool) -> bool:
+def _take_blocks(engine: Engine, running: list[Seq], k: int, kv: KvPool,
+                 group: Decoding) -> bool:
     """The blocks `k` more positions of each running sequence need, if the pool has them. A
     sequence holds the blocks of its positions, so it needs at most ceil(k / block) more: where
     the pool has that many for each, apply_run takes them as it goes (`kv.lazy`)."""
     bt = kv.block_tokens
+    if group.enabled:
+        blocks = group.blocks(k)
+        if not kv.fits(blocks):
+            return False
+        kv.used += blocks
+        kv.peak = max(kv.peak, kv.used)
+        return True
     if engine.policy != "slots" and kv.fits(len(running) * -(-k // bt)):
         kv.lazy = True
         return True
@@ -108,9 +133,11 @@ def _take_blocks(engine: Engine, running: list[Seq], k: int, kv: KvPool) -> bool
 
 
 def apply_run(running: list[Seq], k: int, start: float, end: float, policy: str,
-              itl: Histogram, kv: KvPool) -> list[Seq]:
+              itl: Histogram, kv: KvPool, group: Decoding) -> list[Seq]:
     """`k` decode steps of every running sequence from `start` to `end`, evenly spaced (their
     blocks taken here where steady_run left them to it); the sequences done at its end."""
+    if group.enabled:
+        return group.step(k, start, end, itl, run=True)
     gap = (end - start) / k
     since: dict[float, int] = {}
     after_last_step = 0  # tokens whose previous one came out at `start` (most)
