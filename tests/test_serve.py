@@ -275,9 +275,9 @@ def test_a_new_request_clears_every_idle_slots_cells():
     cells.start(2)  # slot 0 idle: saved to the prompt cache and cleared; 1 still runs
     assert 0 not in cells.owned and cells.used == 300 and cells.span() == 768
     cells.take([(2, 100)])  # the head (600) is over twice 100 past the 300 in use: from 0
-    assert cells.owned[2][0] == 0
+    assert cells.cells(2)[0] == 0
     cells.take([(2, 100)])  # from the head now (100)
-    assert cells.owned[2][100] == 100
+    assert cells.cells(2)[100] == 100
 
 
 def test_on_a_cpu_a_decoding_sequence_in_a_prompts_first_tile_makes_its_tiles_computed():
@@ -329,7 +329,8 @@ def test_decode_runs_place_cells_as_step_by_step_ubatches_do():
                 else:
                     for _ in range(k):
                         cells.take([(s, 1) for s in running])
-        return bytes(cells.free), cells.owned, cells.head, cells.used, cells.top
+        return (bytes(cells.free), {s: cells.cells(s) for s in cells.owned}, cells.head, cells.used,
+                cells.top)
 
     for seed in range(300):
         assert scenario(seed, True) == scenario(seed, False), seed

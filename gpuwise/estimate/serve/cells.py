@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice, repeat
+from itertools import chain, compress, islice, repeat
 
 from gpuwise.estimate.speed.ggml_time import FA_TILE
 
@@ -52,14 +53,18 @@ class _SeqTiles:
     seen: set[int] = field(default_factory=set)
     scanned: int = 0
 
-    def update(self, cells: list[int]) -> None:
-        for pos in range(self.scanned, len(cells)):
-            tile = cells[pos] // FA_TILE
+    def update(self, pieces: list[Sequence[int]], held: int) -> None:
+        """Its cells (`pieces`, `held` of them) from the first not yet scanned."""
+        if self.scanned == held:
+            return
+        new = islice(chain.from_iterable(pieces), self.scanned, None)
+        for pos, cell in enumerate(new, self.scanned):
+            tile = cell // FA_TILE
             if tile not in self.seen:
                 self.seen.add(tile)
                 self.order.append(tile)
                 self.firsts.append(pos)
-        self.scanned = len(cells)
+        self.scanned = held
 
 
 @dataclass
@@ -70,7 +75,9 @@ class SharedCells:
     used: int = 0
     top: int = 0  # one past the highest cell in use
     free: bytearray = field(init=False)  # 1 where a cell is free
-    owned: dict[int, list[int]] = field(default_factory=dict)
+    # a sequence's cells in the order it took them, as pieces: ranges where they form one
+    owned: dict[int, list[Sequence[int]]] = field(default_factory=dict)
+    held: dict[int, int] = field(default_factory=dict)  # and how many
     idle: deque[int] = field(default_factory=deque)  # finished requests whose cells stay
     tiles: dict[int, _SeqTiles] = field(default_factory=dict)
 
@@ -81,7 +88,7 @@ class SharedCells:
         """A new request takes a slot, and every idle slot's cells go (`cache_idle_slots`)."""
         if seq in self.owned:
             return
-        self.owned[seq] = []
+        self.owned[seq], self.held[seq] = [], 0
         while self.idle:
             self.release(self.idle.popleft())
 
@@ -89,12 +96,23 @@ class SharedCells:
         self.idle.append(seq)
 
     def release(self, seq: int) -> None:
-        cells = self.owned.pop(seq, [])
+        for piece in self.owned.pop(seq, []):
+            self._set(piece, 1)
         self.tiles.pop(seq, None)
-        if cells:
-            self._set(cells, 1)
-        self.used -= len(cells)
+        self.used -= self.held.pop(seq, 0)
         self.top = self.free.rfind(0, 0, self.top) + 1
+
+    def cells(self, seq: int) -> list[int]:
+        """`seq`'s cells in the order it took them."""
+        return list(chain.from_iterable(self.owned.get(seq, [])))
+
+    def _own(self, seq: int, cells: Sequence[int]) -> None:
+        """`seq` takes `cells` (distinct, free): marked taken, kept as a piece."""
+        if not isinstance(cells, range):
+            cells = _as_range(cells)
+        self._set(cells, 0)
+        self.owned.setdefault(seq, []).append(cells)
+        self.held[seq] = self.held.get(seq, 0) + len(cells)
 
     def take(self, work: list[tuple[int, int]]) -> list[Ubatch]:
         """Cells for a batch of (sequence, tokens), in ubatches of UBATCH tokens (llama_decode
@@ -115,7 +133,7 @@ class SharedCells:
         return out
 
     def _placed(self, parts: list[tuple[int, int]]) -> Ubatch:
-        starts = [len(self.owned.get(seq, ())) for seq, _ in parts]
+        starts = [self.held.get(seq, 0) for seq, _ in parts]
         self._ubatch(parts)
         rows = [(seq, start, n) for (seq, n), start in zip(parts, starts, strict=True)]
         ub = Ubatch(rows, self.span())
@@ -138,7 +156,7 @@ class SharedCells:
             for r0, r1, seq, start in bounds:
                 if r0 < q1 and r1 > q0:
                     tiles = self.tiles.setdefault(seq, _SeqTiles())
-                    tiles.update(self.owned.get(seq, []))
+                    tiles.update(self.owned.get(seq, []), self.held.get(seq, 0))
                     seen.append((tiles.order, bisect_right(tiles.firsts, start + min(q1, r1) - 1 - r0)))
             k = seen[0][1] if len(seen) == 1 else len(set().union(*(o[:n] for o, n in seen)))
             computed += FA_TILE * FA_TILE * k
@@ -165,34 +183,35 @@ class SharedCells:
         its last less the cells then in use) never falls as j grows, so the steps stop after
         the first that leaves it over 2n, and at the cache's end (a step cut short there is
         left to _ubatch); returns the steps placed."""
-        n = len(seqs)
-        cells = self._next_free(self.head, steps * n)
-        steps = len(cells) // n
-        for j in range(1, steps + 1):
-            if cells[j * n - 1] + 1 - (self.used + j * n) > 2 * n:
-                steps = j
-                break
-        if not steps:
+        n, head = len(seqs), self.head
+        if self._free(head, head + steps * n):  # free from the head on: the lead stays
+            cells: Sequence[int] = range(head, head + (1 if head - self.used > 2 * n
+                                                       else steps) * n)
+        else:
+            found = self._next_free(head, steps * n)
+            steps = len(found) // n
+            lead = [found[j * n - 1] + 1 - (self.used + j * n) > 2 * n
+                    for j in range(1, steps + 1)]
+            steps = lead.index(True) + 1 if True in lead else steps
+            cells = found[:steps * n]
+        if not cells:
             return 0
-        del cells[steps * n:]
-        self._set(cells, 0)
         for i, seq in enumerate(seqs):
-            self.owned.setdefault(seq, []).extend(cells[i::n])
+            self._own(seq, cells[i::n])
         self.used += len(cells)
         self.top = max(self.top, cells[-1] + 1)
         self.head = (cells[-1] + 1) % self.size
-        return steps
+        return len(cells) // n
 
     def _next_free(self, start: int, count: int, stop: int | None = None) -> list[int]:
         """Up to `count` free cells from `start` on, in order, before `stop` (the end)."""
         stop = self.size if stop is None else stop
         return list(islice(compress(range(start, stop), memoryview(self.free)[start:stop]), count))
 
-    def _set(self, cells: list[int], free: int) -> None:
-        """Mark distinct `cells` free (1) or taken (0): one slice where they are one run."""
-        lo, hi = min(cells), max(cells)
-        if hi - lo + 1 == len(cells):
-            self.free[lo:hi + 1] = bytes([free]) * len(cells)
+    def _set(self, cells: Sequence[int], free: int) -> None:
+        """Mark `cells` free (1) or taken (0): a slice where they are a range, else each."""
+        if isinstance(cells, range):
+            self.free[cells.start:cells.stop:cells.step] = bytes([free]) * len(cells)
         else:  # scattered: a loop in C
             deque(map(self.free.__setitem__, cells, repeat(free)), maxlen=0)
 
@@ -212,9 +231,8 @@ class SharedCells:
         cell = 0 if self.head > self.used + 2 * n else self.head
         if self._free(cell, cell + n):  # the usual case: free cells from the head on
             self.head = cell
-            self.free[cell : cell + n] = bytes(n)
             for seq, k in parts:
-                self.owned.setdefault(seq, []).extend(range(cell, cell + k))
+                self._own(seq, range(cell, cell + k))
                 cell += k
             self._moved(cell)
             return
@@ -222,8 +240,7 @@ class SharedCells:
             cells = self._next_free(cell, k)
             if len(cells) < k:
                 cells += self._next_free(0, k - len(cells), cell)
-            self._set(cells, 0)
-            self.owned.setdefault(seq, []).extend(cells)
+            self._own(seq, cells)
             self.top, cell = max(self.top, max(cells) + 1), cells[-1] + 1
         self.used += n
         self.head = cell % self.size
@@ -231,3 +248,14 @@ class SharedCells:
     def span(self) -> int:
         """Cells a ubatch's attention spans now."""
         return min(self.size, max(PAD, -(-self.top // PAD) * PAD))
+
+
+def _as_range(cells: Sequence[int]) -> Sequence[int]:
+    """`cells` as a range where they form one (a run, or every n-th cell), else as they are."""
+    if len(cells) < 2:
+        return range(cells[0], cells[0] + 1) if cells else range(0)
+    step = cells[1] - cells[0]
+    if step <= 0:
+        return cells
+    as_range = range(cells[0], cells[-1] + 1, step)
+    return as_range if len(as_range) == len(cells) and list(as_range) == cells else cells

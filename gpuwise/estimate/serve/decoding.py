@@ -63,12 +63,13 @@ class Decoding:
 
     def blocks(self, steps: int) -> int:
         """Blocks the members take in the next `steps` group steps: one each time a member's
-        next position starts a block (its phase: its positions past its prefix, mod a block)."""
+        next position starts a block. A member's phase is its positions past its prefix at
+        clock 0, mod a block: at clock j it takes one where (phase + j) % block is 0."""
         if self.bt == 1:
             return len(self.members) * steps
-        c, bt = self.clock, self.bt
-        return sum(count * ((c + steps - 1 + p) // bt - (c - 1 + p) // bt)
-                   for p, count in enumerate(self._phases) if count)
+        rounds, rest = divmod(steps, self.bt)  # each whole round of a block: one a member
+        c, bt, phases = self.clock + rounds * self.bt, self.bt, self._phases
+        return rounds * len(self.members) + sum(phases[-j % bt] for j in range(c, c + rest))
 
     def join_decoders(self) -> None:
         """Running sequences outside the group that are past their prompts join it."""

@@ -282,9 +282,14 @@ def _prompting(step: RooflineStep, prompts: int, per: int, flop_scale: float,
     """The cache-reading ops of `prompts` prompts of `per` tokens from the start, their
     attention's FLOPs and positions scaled to the step's (a simulation of requests of
     fixed lengths asks for the same ones again and again)."""
-    ops = step._context_ops(step.shape(prompts, per, per, 1))
     return Sums.of(tuple(step._timed(op, flop_scale if op.kind == "attention" else 1.0,
-                                     read_scale) for op in ops))
+                                     read_scale) for op in _prompt_ops(step, prompts, per)))
+
+
+@lru_cache(maxsize=8192)
+def _prompt_ops(step: RooflineStep, prompts: int, per: int) -> tuple[Op, ...]:
+    """The cache-reading ops of `prompts` prompts of `per` tokens from the start, unscaled."""
+    return tuple(step._context_ops(step.shape(prompts, per, per, 1)))
 
 
 @lru_cache(maxsize=8192)
