@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, compress, islice, repeat
 
@@ -53,7 +53,7 @@ class _SeqTiles:
     seen: set[int] = field(default_factory=set)
     scanned: int = 0
 
-    def update(self, pieces: list[Sequence[int]], held: int) -> None:
+    def update(self, pieces: list[Piece], held: int) -> None:
         """Its cells (`pieces`, `held` of them) from the first not yet scanned."""
         if self.scanned == held:
             return
@@ -76,7 +76,7 @@ class SharedCells:
     top: int = 0  # one past the highest cell in use
     free: bytearray = field(init=False)  # 1 where a cell is free
     # a sequence's cells in the order it took them, as pieces: ranges where they form one
-    owned: dict[int, list[Sequence[int]]] = field(default_factory=dict)
+    owned: dict[int, list[Piece]] = field(default_factory=dict)
     held: dict[int, int] = field(default_factory=dict)  # and how many
     idle: deque[int] = field(default_factory=deque)  # finished requests whose cells stay
     tiles: dict[int, _SeqTiles] = field(default_factory=dict)
@@ -106,13 +106,26 @@ class SharedCells:
         """`seq`'s cells in the order it took them."""
         return list(chain.from_iterable(self.owned.get(seq, [])))
 
-    def _own(self, seq: int, cells: Sequence[int]) -> None:
-        """`seq` takes `cells` (distinct, free): marked taken, kept as a piece."""
-        if not isinstance(cells, range):
+    def _own(self, seq: int, cells: Piece, mark: bool = True) -> None:
+        """`seq` takes `cells` (distinct, free): marked taken (`mark`: else the caller has),
+        kept as a piece."""
+        if not isinstance(cells, (range, _Window)):
             cells = _as_range(cells)
-        self._set(cells, 0)
+        if mark:
+            self._set(cells, 0)
         self.owned.setdefault(seq, []).append(cells)
         self.held[seq] = self.held.get(seq, 0) + len(cells)
+
+    def _window(self, start: int, count: int, stop: int | None = None) -> _Window | None:
+        """The first `count` free cells from `start` on (before `stop`), taken: every free
+        cell up to the last of them, so marked by one slice and kept as that span's mask."""
+        cells = self._next_free(start, count, stop)
+        if not cells:
+            return None
+        end = cells[-1] + 1
+        window = _Window(start, bytes(self.free[start:end]), len(cells))
+        self.free[start:end] = bytes(end - start)
+        return window
 
     def take(self, work: list[tuple[int, int]]) -> list[Ubatch]:
         """Cells for a batch of (sequence, tokens), in ubatches of UBATCH tokens (llama_decode
@@ -194,10 +207,18 @@ class SharedCells:
                     for j in range(1, steps + 1)]
             steps = lead.index(True) + 1 if True in lead else steps
             cells = found[:steps * n]
+            if cells:  # every free cell up to the last is taken: one slice
+                self.free[head:cells[-1] + 1] = bytes(cells[-1] + 1 - head)
+                for i, seq in enumerate(seqs):
+                    self._own(seq, cells[i::n], mark=False)
+                return self._stepped(cells, n)
         if not cells:
             return 0
         for i, seq in enumerate(seqs):
             self._own(seq, cells[i::n])
+        return self._stepped(cells, n)
+
+    def _stepped(self, cells: Sequence[int], n: int) -> int:
         self.used += len(cells)
         self.top = max(self.top, cells[-1] + 1)
         self.head = (cells[-1] + 1) % self.size
@@ -208,10 +229,17 @@ class SharedCells:
         stop = self.size if stop is None else stop
         return list(islice(compress(range(start, stop), memoryview(self.free)[start:stop]), count))
 
-    def _set(self, cells: Sequence[int], free: int) -> None:
-        """Mark `cells` free (1) or taken (0): a slice where they are a range, else each."""
+    def _set(self, cells: Piece, free: int) -> None:
+        """Mark `cells` free (1) or taken (0): a slice where they are a range or a window
+        (freed: the window's mask OR'd into the span), else each."""
         if isinstance(cells, range):
             self.free[cells.start:cells.stop:cells.step] = bytes([free]) * len(cells)
+        elif isinstance(cells, _Window):
+            assert free, "a window is taken as it is made"
+            start, end = cells.start, cells.start + len(cells.mask)
+            now = int.from_bytes(self.free[start:end], "little")
+            self.free[start:end] = (now | int.from_bytes(cells.mask, "little")).to_bytes(
+                end - start, "little")
         else:  # scattered: a loop in C
             deque(map(self.free.__setitem__, cells, repeat(free)), maxlen=0)
 
@@ -237,11 +265,14 @@ class SharedCells:
             self._moved(cell)
             return
         for seq, k in parts:  # the next free cells, wrapping at the end
-            cells = self._next_free(cell, k)
-            if len(cells) < k:
-                cells += self._next_free(0, k - len(cells), cell)
-            self._own(seq, cells)
-            self.top, cell = max(self.top, max(cells) + 1), cells[-1] + 1
+            first = self._window(cell, k)
+            rest = k - (len(first) if first else 0)
+            wrapped = self._window(0, rest, cell) if rest else None
+            for window in (first, wrapped):
+                if window is not None:
+                    self._own(seq, window, mark=False)
+                    cell = window.start + len(window.mask)
+                    self.top = max(self.top, cell)
         self.used += n
         self.head = cell % self.size
 
@@ -259,3 +290,22 @@ def _as_range(cells: Sequence[int]) -> Sequence[int]:
         return cells
     as_range = range(cells[0], cells[-1] + 1, step)
     return as_range if len(as_range) == len(cells) and list(as_range) == cells else cells
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Cells a sequence took as every free cell of a span: the span's start and its mask
+    then (1 where a cell was free, so now this sequence's)."""
+
+    start: int
+    mask: bytes
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[int]:
+        return compress(range(self.start, self.start + len(self.mask)), self.mask)
+
+
+Piece = Sequence[int] | _Window  # cells a sequence took at once (SharedCells._own)
