@@ -228,15 +228,22 @@ class RooflineStep:
                                         (context - low) / (high - low), rows)
         return prompt, decode
 
-    def _context_ops(self, shape: Shape) -> list[Op]:
+    def _context_ops(self, shape: Shape) -> tuple[Op, ...]:
         """The ops that read the cache, one device's share (the rest are `_dense`'s)."""
-        ops = context_ops(self.arch, shape, self.rt.fused)
-        return [tensor_parallel_share(op, self.tp) for op in ops] if self.tp > 1 else ops
+        return shared_context_ops(self.arch, shape, self.rt.fused, self.tp)
 
     def _timed(self, op: Op, flop_scale: float = 1.0, read_scale: float = 1.0) -> OpTime:
         if flop_scale != 1.0 or read_scale != 1.0:
             op = replace(op, flops=op.flops * flop_scale, bytes=op.bytes * read_scale)
         return time_op(op, self.rates, self.plan.weight_format.compute_dtype)
+
+
+@lru_cache(maxsize=65536)
+def shared_context_ops(arch: Architecture, shape: Shape, fused: bool, tp: int) -> tuple[Op, ...]:
+    """`context_ops` on one of `tp` devices; cached across devices, as advise steps the same
+    model and shapes on each."""
+    ops = context_ops(arch, shape, fused)
+    return tuple(tensor_parallel_share(op, tp) for op in ops) if tp > 1 else tuple(ops)
 
 
 def _causal_flops(arch: Architecture, prompts: int, per: int) -> float:
@@ -282,14 +289,9 @@ def _prompting(step: RooflineStep, prompts: int, per: int, flop_scale: float,
     """The cache-reading ops of `prompts` prompts of `per` tokens from the start, their
     attention's FLOPs and positions scaled to the step's (a simulation of requests of
     fixed lengths asks for the same ones again and again)."""
+    ops = step._context_ops(step.shape(prompts, per, per, 1))
     return Sums.of(tuple(step._timed(op, flop_scale if op.kind == "attention" else 1.0,
-                                     read_scale) for op in _prompt_ops(step, prompts, per)))
-
-
-@lru_cache(maxsize=8192)
-def _prompt_ops(step: RooflineStep, prompts: int, per: int) -> tuple[Op, ...]:
-    """The cache-reading ops of `prompts` prompts of `per` tokens from the start, unscaled."""
-    return tuple(step._context_ops(step.shape(prompts, per, per, 1)))
+                                     read_scale) for op in ops))
 
 
 @lru_cache(maxsize=8192)
