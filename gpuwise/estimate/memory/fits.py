@@ -101,6 +101,8 @@ def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
     if (new + 1 <= limit < MAX_TOKENS and not _over_without_slack(arch, sized(limit), hw, None)
             and estimate_inference(arch, sized(limit), hw).fits):
         return limit  # else the search over every context, as without a limit
+    if _over_without_slack(arch, sized(new + 1), hw, None):
+        return 0  # not even the shortest context fits: no replay spent on the search
     return _largest_settled(arch, hw, sized, new + 1, MAX_TOKENS)
 
 
