@@ -334,3 +334,40 @@ def test_decode_runs_place_cells_as_step_by_step_ubatches_do():
 
     for seed in range(300):
         assert scenario(seed, True) == scenario(seed, False), seed
+
+
+@pytest.mark.parametrize("runtime,device,load,opts,clients", [
+    ("vllm", "l4", 1.4, {}, 0),  # preemptions: the group written back, stepped one by one
+    ("vllm", "h100-sxm", 0.9, {"shared_prefix": 256}, 0),
+    ("sglang", "a10g", 1.4, {}, 0),  # the first in line waits for blocks: long steady runs
+    ("sglang", "h100-sxm", 0.8, {"shared_prefix": 128}, 8),
+])
+def test_the_decoding_group_gives_the_answer_of_stepping_each_sequence(runtime, device, load,
+                                                                       opts, clients,
+                                                                       monkeypatch):
+    """decoding.py steps the running sequences past their prompts as one group; stepped one by
+    one instead, every request's times, every gap between tokens, the steps, preemptions and
+    the cache's peak are the same (to rounding: sums in another order)."""
+    import gpuwise.estimate.serve.decoding as decoding
+    from gpuwise.estimate.serve.replica import rate_ceiling
+
+    eng = engine(runtime, find_hardware(device), **opts)
+    rate = load * rate_ceiling(eng, 512, 128)
+    reqs = poisson_requests(rate, 300, Lengths(512, 128, "normal", "normal"), seed=4)
+
+    def outcome() -> tuple:
+        tr = simulate(eng, reqs, clients=clients)
+        times = [t for s in tr.seqs for t in (s.first_token_s, s.last_token_s, s.done_s,
+                                              s.generated)]
+        return tr, times
+
+    grouped, times = outcome()
+    monkeypatch.setattr(decoding, "GROUPED", False)
+    each, each_times = outcome()
+    assert (grouped.steps, grouped.preemptions, grouped.kv_peak_fraction) == (
+        each.steps, each.preemptions, each.kv_peak_fraction)
+    assert grouped.itl.bins == each.itl.bins
+    assert times == pytest.approx(each_times, rel=1e-9)
+    assert grouped.end_s == pytest.approx(each.end_s, rel=1e-12)
+    if runtime == "vllm" and device == "l4":
+        assert grouped.preemptions > 0

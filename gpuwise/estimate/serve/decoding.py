@@ -18,6 +18,7 @@ import math
 from gpuwise.estimate.serve.engine import Histogram, Seq
 
 LAZY = frozenset({"mixed", "prefill_first"})
+GROUPED = True  # False: every sequence stepped one by one (the tests' reference)
 
 
 class Decoding:
@@ -69,7 +70,10 @@ class Decoding:
             return len(self.members) * steps
         rounds, rest = divmod(steps, self.bt)  # each whole round of a block: one a member
         c, bt, phases = self.clock + rounds * self.bt, self.bt, self._phases
-        return rounds * len(self.members) + sum(phases[-j % bt] for j in range(c, c + rest))
+        whole = rounds * len(self.members)
+        if rest == 1:  # a single step: the common case
+            return whole + phases[-c % bt]
+        return whole + sum(phases[-j % bt] for j in range(c, c + rest))
 
     def join_decoders(self) -> None:
         """Running sequences outside the group that are past their prompts join it."""

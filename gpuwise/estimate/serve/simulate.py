@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.serve import decoding
 from gpuwise.estimate.serve.cells import SharedCells, Ubatch
 from gpuwise.estimate.serve.decoding import LAZY, Decoding
 from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq, Step
@@ -82,7 +83,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                          tiled=engine.tiled_attention) if engine.shared_cells else None)
     now, done, cached = 0.0, 0, False
     schedule = POLICY[engine.policy]
-    group = Decoding(engine.block_tokens, engine.policy in LAZY)
+    group = Decoding(engine.block_tokens, decoding.GROUPED and engine.policy in LAZY)
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
     for _ in range(max_steps):
         if not clients:
