@@ -22,6 +22,7 @@ from gpuwise.app.serve import Load, Slo, serve
 from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.cli.common import app
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.capability import Device, weights_here
 from gpuwise.estimate.cost.serving_sim import SIZING_REQUESTS, runtime_for, size_serving_simulated
 from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS
 from gpuwise.estimate.serve.replica import (
@@ -83,7 +84,7 @@ def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, w
     arch = from_config(model.config)
     hw = find_hardware(device)
     try:
-        plan = build_plan(model, d, w).plan
+        plan = build_plan(model, d, w, hw).plan
     except GpuwiseError:
         return  # a deployment the plan refuses is refused by every command alike
     try:
@@ -92,10 +93,15 @@ def test_checks_row_for_a_precision_is_infer_for_that_plan(d, w, name, device, w
         with pytest.raises(GpuwiseError, match=str(refused).split(":")[0]):
             infer(model, arch, hw, replace(plan, weights=weights))
         return
-    row = next(r for r in rows if r.weights == weights)
+    here = weights_here(weights, Device.of(hw))  # bf16 is fp16 on a T4: check's row says so
+    row = next((r for r in rows if r.weights == here), None)
+    if row is None:  # not offered on this device: infer refuses it as the CLI builds it
+        with pytest.raises(GpuwiseError, match="does not run on"):
+            build_plan(model, replace(d, weights=weights), w, hw)
+        return
     assert row.decode is not None
     try:
-        answer = infer(model, arch, hw, replace(plan, weights=weights))
+        answer = infer(model, arch, hw, build_plan(model, replace(d, weights=here), w, hw).plan)
     except GpuwiseError:
         assert row.decode.unavailable or not row.fits
         return

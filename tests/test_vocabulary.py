@@ -203,8 +203,12 @@ def test_advise_lists_assumptions_only_when_asked(capsys, monkeypatch):
 def test_options_a_runtime_ignores_are_named(capsys):
     code, out, _ = run(["check", "gpt2", "--on", "l4", "--ctx", "4096", "--json"], capsys)
     assert code == 0
-    assert json.loads(out)["notes"] == ["--ctx applies to llama.cpp, sglang and vllm; "
-                                        "ignored under transformers"]
+    notes = json.loads(out)["notes"]
+    assert "--ctx applies to llama.cpp, sglang and vllm; ignored under transformers" in notes
+    # and the row an L4 cannot run under transformers (FBGEMM fp8 needs compute capability 9.0)
+    assert [n for n in notes if "ignored" not in n] == [
+        "fp8: not offered, the fbgemm-fp8 kernel does not run on the NVIDIA L4 24GB: it needs "
+        "compute capability 9.0 or later, this one has 8.9"]
     code, out, _ = run(["infer", "gpt2", "--on", "l4", "--runtime", "llama.cpp",
                         "--gpu-memory-utilization", "0.8", "--ctx", "4096"], capsys)
     assert code == 0 and "--gpu-memory-utilization applies to sglang and vllm; ignored under" in out

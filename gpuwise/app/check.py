@@ -8,6 +8,7 @@ from gpuwise.app.infer import ignored_options, offload_host
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.capability import check_attention, kernel_here, precisions_here
 from gpuwise.estimate.memory.check_rows import (
     CHECK_PRECISIONS,
     DecodeCell,
@@ -39,8 +40,11 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
           plan: InferencePlan) -> CheckAnswer:
     """One row per weight precision; a checkpoint's exact stored bytes first."""
     check_tp_degree(arch, plan.tp)
-    plans = [replace(plan, stored_weights=None, weights=p) for p in CHECK_PRECISIONS]
-    rows = check_rows(arch, replace(plan, stored_weights=None), hw)
+    check_attention(plan, hw)
+    precisions, refused = precisions_here(replace(plan, stored_weights=None), hw,
+                                          CHECK_PRECISIONS)
+    plans = [kernel_here(replace(plan, stored_weights=None, weights=p), hw) for p in precisions]
+    rows = check_rows(arch, replace(plan, stored_weights=None), hw, precisions)
     if plan.stored_weights:
         plans.insert(0, plan)
         rows.insert(0, replace(precision_row(arch, plan, hw),
@@ -50,7 +54,7 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
     rows = [replace(row, decode=_decode(arch, p, rates, host) if rates else DecodeCell(
         unavailable=how)) for row, p in zip(rows, plans, strict=True)]
     return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw),
-                       ignored_options(plan), how)
+                       (*refused, *ignored_options(plan)), how)
 
 
 def _decode(arch: Architecture, plan: InferencePlan, rates: DeviceRates,

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwise.app.checkpoint_weights import plan_weights
+from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.capability import plan_here
 from gpuwise.workload.limits import check_count
 from gpuwise.workload.plans import InferencePlan
 
@@ -53,8 +55,11 @@ class Planned:
     replicas: int = 1  # --gpus / --tp
 
 
-def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload) -> Planned:
-    """The plan of running `model` as `deployment` for `workload`."""
+def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload,
+               hw: Hardware | None = None) -> Planned:
+    """The plan of running `model` as `deployment` for `workload`; on `hw`, as it runs there
+    (estimate/capability.py: weights not asked for in a dtype it runs, the kernel its runtime
+    runs there), or an error saying why it cannot and what runs in its place."""
     d = deployment
     chosen = plan_weights(model, d.runtime, d.weights)
     plan = InferencePlan(batch=workload.batch, prompt_tokens=workload.prompt_tokens,
@@ -65,6 +70,8 @@ def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload)
                          threads=d.threads, quant_kernel=d.quant_kernel, gpu_layers=d.gpu_layers, tp=d.tp,
                          allocator=d.allocator, fuse_layers=d.fuse_layers,
                          expandable_segments=d.expandable_segments)  # checks --tp first
+    if hw is not None:
+        plan = plan_here(plan, hw, weights_asked=d.weights is not None)
     gpus = d.tp if d.gpus is None else d.gpus
     check_count(gpus, "--gpus", 1 << 16)
     if gpus % d.tp:

@@ -21,7 +21,7 @@ class Hardware:
     vendor: str
     memory_bytes: int
     memory_bandwidth_gbs: float
-    peak_tflops: dict[str, float] = field(default_factory=dict)
+    peak_tflops: dict[str, float] = field(default_factory=dict)  # its keys: what its matmul units run
     sparse_peak_tflops: dict[str, float] = field(default_factory=dict)
     compute_units: int = 0
     compute_unit_name: str = ""
@@ -41,6 +41,8 @@ class Hardware:
     price_date: str = ""
     notes: str = ""
     source: str = "spec"  # "spec" (catalogue) or "measured" (this machine)
+    arch: str = ""  # the chip's architecture (hardware.toml); "" where not known (detected)
+    compute_capability: float = 0.0  # NVIDIA's CUDA compute capability; 0: not NVIDIA or not known
 
     @property
     def memory_gib(self) -> float:

@@ -113,8 +113,9 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
                             quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
                             gpus=gpus)
-    plan = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens)).plan
-    answer = check_model(resolved, arch, hardware_named(on), plan)
+    hw = hardware_named(on)
+    plan = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens), hw).plan
+    answer = check_model(resolved, arch, hw, plan)
     emit(check_view(answer), as_json)
     write_html(html, lambda pages: pages.check_page(answer))
 
@@ -148,8 +149,9 @@ def infer(
                             threads=threads, quant_kernel=quant_kernel, gpu_layers=gpu_layers,
                             logits=logits, allocator=allocator, fuse_layers=fuse_layers,
                             expandable_segments=expandable_segments, tp=tp, gpus=gpus)
-    planned = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens))
-    answer = infer_model(resolved, arch, hardware_named(on), planned.plan, planned.weights_source,
+    hw = hardware_named(on)
+    planned = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens), hw)
+    answer = infer_model(resolved, arch, hw, planned.plan, planned.weights_source,
                          planned.replicas)
     emit(infer_view(answer, ops), as_json)
     write_html(html, lambda pages: pages.infer_page(answer, roofs(answer.hardware)))

@@ -107,7 +107,8 @@ def serve(
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
                             quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
                             gpus=gpus)
-    plan = build_plan(resolved, deployment, Workload(1, prompt, new_tokens)).plan
+    hw = hardware_named(on)
+    plan = build_plan(resolved, deployment, Workload(1, prompt, new_tokens), hw).plan
     recorded = "trace" if trace is not None else "fixed"
     lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
     load = Load(lengths, rate, concurrency, trace, requests, duration, seed)
@@ -115,7 +116,7 @@ def serve(
     opts = ReplicaOptions(tp, max_seqs, max_batched_tokens, shared_prefix, prefix_cache,
                           overlap_schedule)
     with progress_bar(quiet=as_json) as progress:
-        answer = serve_model(resolved, arch, hardware_named(on), plan, opts, load, slo,
+        answer = serve_model(resolved, arch, hw, plan, opts, load, slo,
                              tp if gpus is None else gpus,
                              sweep, progress)
     emit(serve_view(answer), as_json)

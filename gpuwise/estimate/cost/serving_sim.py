@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.capability import Device, kernel_here, plan_refusal, weights_here
 from gpuwise.estimate.cost.prices import Usage
 from gpuwise.estimate.cost.sizing import MAX_TENSOR_PARALLEL, Candidate, Sizing
 from gpuwise.estimate.memory.fits import devices_for_inference
@@ -45,8 +46,11 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
         return f"{rt} does not run on a {hw.kind}"
     try:  # a setting this runtime or device cannot take rules the option out, said why
         plan = replace(deployment or InferencePlan(), prompt_tokens=load.prompt_tokens,
-                       new_tokens=load.output_tokens, weights=weights, runtime=rt,
-                       stored_weights=None, batch=1, tp=1)
+                       new_tokens=load.output_tokens, weights=weights_here(weights, Device.of(hw)),
+                       runtime=rt, stored_weights=None, batch=1, tp=1)
+        if (refused := plan_refusal(plan, hw)) is not None:
+            return refused.line()
+        plan = kernel_here(plan, hw)
         tp = devices_for_inference(arch, plan, hw)
         most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
         if tp is None or tp > most:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.capability import Device, plan_refusal, weights_here
 from gpuwise.estimate.memory.cuda_rows import uses_cuda_allocator
 from gpuwise.estimate.memory.host_allocator import host_allocator_rows
 from gpuwise.estimate.memory.training import estimate_training
@@ -111,10 +112,13 @@ def max_training_batch(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> 
 
 
 def precision_that_fits(arch: Architecture, plan: InferencePlan, hw: Hardware) -> str | None:
-    """The highest-precision weight format (bf16 down to int4) that fits, or None."""
+    """The highest-precision weight format (bf16 down to int4) that runs on `hw` and fits,
+    or None."""
+    device = Device.of(hw)
     for fmt in PRECISIONS:
-        if estimate_inference(arch, replace(plan, weights=fmt, stored_weights=None), hw).fits:
-            return fmt
+        sized = replace(plan, weights=weights_here(fmt, device), stored_weights=None)
+        if plan_refusal(sized, hw) is None and estimate_inference(arch, sized, hw).fits:
+            return sized.weights
     return None
 
 

@@ -7,21 +7,39 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from gpuwise.estimate.serve.decoding import Decoding
 from gpuwise.estimate.serve.engine import Histogram, KvPool, Seq
+from gpuwise.estimate.serve.schedulers import Limits
 
-if TYPE_CHECKING:
-    from gpuwise.estimate.serve.simulate import Engine
+Parts = tuple[float, float, float]
+
+
+class Engine(Protocol):
+    """What a steady run reads of simulate.Engine (defined there, which imports this)."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def shared_cells(self) -> bool: ...
+    @property
+    def token_host_s(self) -> float: ...
+
+    @property
+    def step_parts(self) -> Callable[[int, int, float, float, float], Parts]: ...
+
+    def step_seconds(self, tokens: int, prompt: int, kv_read: float, flops: float,
+                     masked: float = 0.0) -> float: ...
+
 
 # Where llama.cpp's shared cells are kept, fewer steps than this in a steady run are simulated
 # one by one (each step places its tokens in cells); elsewhere a run of any length is one.
 STEADY_MIN_STEPS = 4
 RUNS = True  # False: every step simulated one by one (the tests' reference)
-
-Parts = tuple[float, float, float]
-
 
 def steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPool, now: float,
                next_arrival: float, group: Decoding) -> tuple[Parts, int] | None:

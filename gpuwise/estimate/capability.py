@@ -1,0 +1,173 @@
+"""What a device can run (docs/architecture.md, "What hardware can run"): a plan's compute
+dtype, its weight kernel and its attention checked against the device, in one place, from the
+catalogue (hardware.toml: vendor, arch, compute capability, the dtypes its matrix units run;
+capabilities.toml: what each kernel, attention and dtype needs, with sources). An infeasible
+plan gets one line and what runs in its place; the commands refuse it, and advise, check and
+the precision search never offer it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gpuwise.catalog.capabilities import Needs, needs
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.runtime_speed import runtime_speed
+from gpuwise.errors import GpuwiseError
+from gpuwise.workload.plans import InferencePlan
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the checks read of a device (a Hardware, or a device's rates)."""
+
+    name: str
+    kind: str
+    vendor: str
+    compute_capability: float  # 0: not NVIDIA, or not known
+    matmul_dtypes: frozenset[str]  # empty: not known (nothing refused on that ground)
+
+    @staticmethod
+    def of(hw: Hardware) -> Device:
+        return Device(hw.name, hw.kind, hw.vendor, hw.compute_capability,
+                      frozenset(hw.peak_tflops))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why `what` does not run on a device, and what does in its place ("" where nothing)."""
+
+    what: str
+    device: str
+    why: str
+    instead: str = ""
+
+    def line(self) -> str:
+        return f"{self.what} does not run on the {self.device}: {self.why}"
+
+
+def lacks(n: Needs, d: Device) -> str:
+    """Why `d` cannot run what `n` describes ("" where it can)."""
+    if n.kinds and d.kind not in n.kinds:
+        return f"it runs on a {' or '.join(n.kinds)} only"
+    if n.vendors and d.vendor not in n.vendors:
+        names = " or ".join(v.upper() if v == "amd" else v.title() for v in n.vendors)
+        return f"it runs on {names} GPUs only"
+    if n.min_cc and d.vendor == "nvidia" and 0 < d.compute_capability < n.min_cc:
+        return (f"it needs compute capability {n.min_cc:.1f} or later, this one has "
+                f"{d.compute_capability:.1f}")
+    if n.matmul and d.matmul_dtypes and n.matmul not in d.matmul_dtypes:
+        return f"it computes in {n.matmul}, and this device has no {n.matmul} matrix units"
+    return ""
+
+
+def dtype_refusal(dtype: str, d: Device) -> Refusal | None:
+    """A compute dtype the device's matrix units do not run (bf16 on a T4 or a V100)."""
+    n = needs("dtype", dtype)
+    if n is None or d.kind == "cpu" or not d.matmul_dtypes or dtype in d.matmul_dtypes:
+        return None  # a CPU runs any dtype (its libraries convert where it has no units for it)
+    instead = n.instead if n.instead in d.matmul_dtypes else ""
+    return Refusal(dtype, d.name, f"its matrix units have no {dtype}", instead)
+
+
+def weights_here(weights: str, d: Device) -> str:
+    """The weights an expert runs on `d` for `weights`: the same, or where its compute dtype
+    does not run there, the format computing in the dtype that does (bf16 -> fp16 on a T4)."""
+    refused = dtype_refusal(weight_format(weights).compute_dtype, d)
+    if refused is None or not refused.instead or weight_format(weights).quantised:
+        return weights
+    return refused.instead
+
+
+def check_attention(plan: InferencePlan, hw: Hardware) -> None:
+    """Refuse an attention `hw` cannot run, whatever the weights (check's rows share it)."""
+    refused = attention_refusal(plan.attention, Device.of(hw))
+    if refused is not None:
+        raise GpuwiseError(refused.line(), _hint(refused))
+
+
+def attention_refusal(attention: str, d: Device) -> Refusal | None:
+    n = needs("attention", attention)
+    why = lacks(n, d) if n is not None else ""
+    if not why:
+        return None
+    return Refusal(f"--attention {attention}", d.name, why,
+                   f"--attention {n.instead}" if n and n.instead else "")
+
+
+def kernel_refusal(kernel: str, d: Device) -> Refusal | None:
+    """A weight kernel `d` cannot run, with the kernel its runtime runs in its place where
+    that one runs (fp8 W8A8 -> FP8 Marlin W8A16 on an A100)."""
+    n = needs("kernel", kernel)
+    why = lacks(n, d) if n is not None else ""
+    if not why:
+        return None
+    fallback = needs("kernel", n.instead) if n is not None and n.instead else None
+    instead = n.instead if n is not None and n.instead and (
+        fallback is None or not lacks(fallback, d)) else ""
+    return Refusal(f"the {kernel} kernel", d.name, why, instead)
+
+
+def plan_refusal(plan: InferencePlan, hw: Hardware) -> Refusal | None:
+    """Why `plan` cannot run on `hw` as it stands (None: it can): its compute dtype (an
+    unquantised format's: a quantised one's activations are its kernel's), its runtime's weight
+    kernel for its format (one the runtime swaps for another is `kernel_here`'s), its
+    attention. The runtime's own device kinds are checked by its time model."""
+    d = Device.of(hw)
+    fmt = plan.weight_format
+    if not fmt.quantised and (refused := dtype_refusal(fmt.compute_dtype, d)):
+        return refused
+    if hw.kind == "gpu" and fmt.quantised and not fmt.other_bits:
+        kernel = plan.quant_kernel or runtime_speed(plan.runtime).kernels.get(fmt.id, "")
+        refused = kernel_refusal(kernel, d) if kernel else None
+        if refused is not None and not (refused.instead and not plan.quant_kernel):
+            return refused
+    return attention_refusal(plan.attention, d)
+
+
+def kernel_here(plan: InferencePlan, hw: Hardware) -> InferencePlan:
+    """`plan` with the weight kernel its runtime runs on `hw`: the runtime's own, or where that
+    one cannot run there, the one it runs in its place (vLLM's fp8 on an A100: FP8 Marlin)."""
+    fmt = plan.weight_format
+    if plan.quant_kernel or hw.kind != "gpu" or not fmt.quantised or fmt.other_bits:
+        return plan
+    kernel = runtime_speed(plan.runtime).kernels.get(fmt.id, "")
+    refused = kernel_refusal(kernel, Device.of(hw)) if kernel else None
+    if refused is None or not refused.instead:
+        return plan
+    return replace(plan, quant_kernel=refused.instead)
+
+
+def plan_here(plan: InferencePlan, hw: Hardware, weights_asked: bool = True) -> InferencePlan:
+    """The plan as it runs on `hw`, or a GpuwiseError saying why it cannot and what runs in its
+    place. Weights not asked for compute in a dtype the device runs (bf16 -> fp16 on a T4)."""
+    if not weights_asked:
+        plan = replace(plan, weights=weights_here(plan.weights, Device.of(hw)))
+    refused = plan_refusal(plan, hw)
+    if refused is not None:
+        raise GpuwiseError(refused.line(), _hint(refused))
+    return kernel_here(plan, hw)
+
+
+def _hint(refused: Refusal) -> str:
+    if refused.instead.startswith("--"):
+        return f"{refused.instead} runs there"
+    if refused.what.startswith("the "):
+        return "another --weights or --runtime: `gpuwise check MODEL --on DEVICE` lists what runs there"
+    return f"--weights {refused.instead} runs there" if refused.instead else "another device"
+
+
+def precisions_here(plan: InferencePlan, hw: Hardware,
+                    precisions: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Of `precisions`, those `plan` runs at on `hw` (one the device cannot compute in gives
+    its place to the one it can: bf16 -> fp16 on a T4), and a line for each left out."""
+    kept: list[str] = []
+    refused: list[str] = []
+    for p in precisions:
+        here = weights_here(p, Device.of(hw))
+        why = plan_refusal(replace(plan, weights=here), hw)
+        if why is not None:
+            refused.append(f"{p}: not offered, {why.line()}")
+        elif here not in kept:
+            kept.append(here)
+    return tuple(kept), tuple(refused)
