@@ -100,12 +100,14 @@ def kernel_refusal(kernel: str, d: Device) -> Refusal | None:
     that one runs (fp8 W8A8 -> FP8 Marlin W8A16 on an A100)."""
     n = needs("kernel", kernel)
     why = lacks(n, d) if n is not None else ""
-    if not why:
+    if n is None or not why:
         return None
-    fallback = needs("kernel", n.instead) if n is not None and n.instead else None
-    instead = n.instead if n is not None and n.instead and (
-        fallback is None or not lacks(fallback, d)) else ""
-    return Refusal(f"the {kernel} kernel", d.name, why, instead)
+    fallback = needs("kernel", n.instead) if n.instead else None
+    if fallback is None:
+        return Refusal(f"the {kernel} kernel", d.name, why, n.instead)
+    if also := lacks(fallback, d):  # nor what runs in its place elsewhere
+        return Refusal(f"the {kernel} kernel", d.name, f"{why}; nor its {n.instead} ({also})")
+    return Refusal(f"the {kernel} kernel", d.name, why, n.instead)
 
 
 def plan_refusal(plan: InferencePlan, hw: Hardware) -> Refusal | None:
