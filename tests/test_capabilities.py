@@ -137,3 +137,16 @@ def test_the_runtimes_kernels_are_all_described():
     for rt in ("transformers", "compiled", "vllm", "sglang"):
         for kernel in runtime_speed(rt).kernels.values():
             assert kernel in kernel_names()
+
+
+def test_training_runs_in_what_the_device_computes_and_qlora_needs_an_nvidia_gpu(capsys):
+    code, out, _ = run(["train", "llama-3.2-1b", "--on", "t4", "--json"], capsys)
+    assert code == 0 and json.loads(out)["plan"]["dtype"] == "mixed-fp16"
+    code, out, err = run(["train", "llama-3.2-1b", "--on", "t4", "--dtype", "mixed-bf16"], capsys)
+    assert code == 2 and "--dtype mixed-fp16 runs there" in out + err
+    code, out, err = run(["train", "llama-3.2-1b", "--on", "tpu-v5e", "--finetune", "qlora"],
+                         capsys)
+    assert code == 2 and "QLoRA (a bitsandbytes 4-bit base) does not run" in out + err
+    code, out, _ = run(["train", "llama-3.2-1b", "--on", "a10g", "--finetune", "qlora", "--json"],
+                       capsys)
+    assert code == 0

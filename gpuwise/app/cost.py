@@ -187,7 +187,7 @@ def measured_utilisation(text: str) -> float:
 
 
 def training_plan(kw: dict[str, Any]) -> TrainingPlan:
-    return TrainingPlan(batch=kw["batch"], seq=kw["seq"], dtype=kw["dtype"],
+    return TrainingPlan(batch=kw["batch"], seq=kw["seq"], dtype=kw["dtype"] or "mixed-bf16",
                         optimizer=kw["optimizer"], finetune=kw["finetune"],
                         lora_rank=kw["lora_rank"], checkpointing=kw["checkpointing"])
 
@@ -208,7 +208,7 @@ def _header(model: ResolvedModel, load: ServeLoad | TrainLoad, kw: dict[str, Any
         amount = (f"{format_count(load.tokens_per_month)} tokens/month" if load.tokens_per_month
                   else f"{load.hours_per_month:g} h/month")
         text = (f"training {model.name}: {amount}, batch {kw['batch']} x seq {kw['seq']}, "
-                f"{kw['dtype']}, {kw['optimizer']}, {kw['finetune']}")
+                f"{kw['dtype'] or 'mixed-bf16'}, {kw['optimizer']}, {kw['finetune']}")
     else:
         text = (f"serving {model.name}: {load.requests_per_day:,.0f} requests/day "
                 f"({format_count(load.tokens_per_month)} tokens/month) of {load.prompt_tokens} "

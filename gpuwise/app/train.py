@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from gpuwise.app.fp32_line import Fp32Alternative
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
+from gpuwise.estimate.capability import check_training, training_dtype_here
 from gpuwise.estimate.memory import fits
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.training import estimate_training
@@ -57,10 +58,16 @@ class TrainAnswer:
     train_tokens: float
 
 
+def default_dtype(hw: Hardware) -> str:
+    """`--dtype` where none is given: mixed-bf16, or what the device computes in instead."""
+    return training_dtype_here("mixed-bf16", hw)
+
+
 def train(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: TrainingPlan,
           train_tokens: float = 0) -> TrainAnswer:
     """Memory, what fits, and (where the device has rates) the step's time and its faults."""
     check_tensor_parallel(arch, plan)
+    check_training(plan, hw)
     check_number(train_tokens, "--train-tokens", MAX_TRAIN_TOKENS, zero_ok=True,
                  hint="give the number of tokens to train on, e.g. 2e9 (0: none)")
     found = TrainingFits(fits.max_training_batch(arch, plan, hw),

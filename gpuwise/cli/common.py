@@ -116,8 +116,10 @@ Attention = Annotated[str, typer.Option("--attention", help="attention kernel: e
                                         "flash")]
 Ops = Annotated[bool, typer.Option("--ops", help="print the per-operation roofline table")]
 Seq = Annotated[int, typer.Option("--seq", help="tokens per training sequence")]
-Dtype = Annotated[str, typer.Option("--dtype", help="training precision: fp32, bf16, fp16, "
-                                    "mixed-bf16 or mixed-fp16")]
+Dtype = Annotated[str | None, typer.Option(
+    "--dtype", help="training precision: fp32, bf16, fp16, mixed-bf16 or mixed-fp16 (default: "
+    "mixed-bf16, or mixed-fp16 on a device without bf16 matrix units: a T4, a V100)",
+    show_default=False)]
 Optimizer = Annotated[str, typer.Option("--optimizer", help="adamw, adamw_fused (torch fused=True), "
                                         "sgd, adafactor, adamw8bit or paged_adamw8bit "
                                         "(bitsandbytes)")]

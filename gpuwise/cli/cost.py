@@ -58,8 +58,9 @@ WORKLOAD = [
          "tokens must be trained (default: no deadline)"),
     _opt("batch", int, 1, "training: sequences per batch per device"),
     _opt("seq", int, 2048, "training: tokens per training sequence"),
-    _opt("dtype", str, "mixed-bf16", "training: precision: fp32, bf16, fp16, mixed-bf16 or "
-         "mixed-fp16"),
+    _opt("dtype", str | None, None, "training: precision: fp32, bf16, fp16, mixed-bf16 or "
+         "mixed-fp16 (default: mixed-bf16, or mixed-fp16 on a device without bf16 matrix units: "
+         "a T4, a V100)"),
     _opt("optimizer", str, "adamw", "training: adamw, sgd, adafactor or adamw8bit"),
     _opt("finetune", str, "full", "training: full, lora or qlora (LoRA on a 4-bit base)"),
     _opt("lora_rank", int, 16, "training: LoRA rank r (with --finetune lora or qlora)"),

@@ -160,7 +160,7 @@ def infer(
 @app.command()
 def train(
     model: Model, on: On = "local", batch: Batch = 1, seq: Seq = 2048,
-    dtype: Dtype = "mixed-bf16", optimizer: Optimizer = "adamw",
+    dtype: Dtype = None, optimizer: Optimizer = "adamw",
     finetune: Annotated[str, typer.Option(help="full, lora or qlora (LoRA on a 4-bit base)")] = "full",
     lora_rank: Annotated[int, typer.Option(help="LoRA rank r (with --finetune lora or "
                                            "qlora)")] = 16,
@@ -186,11 +186,14 @@ def train(
 ) -> None:
     """Memory of one training step: weights, gradients, optimizer, activations, under the
     memory features of the stack named (torchtune, Liger, DeepSpeed, FSDP2, torchtitan)."""
+    from gpuwise.app.train import default_dtype
     from gpuwise.app.train import train as train_model
     from gpuwise.report.estimate_views import train_view
 
     html = html_output(html)
-    plan = _training_plan(batch, seq, dtype, optimizer, finetune, lora_rank, lora_targets,
+    hw = hardware_named(on)
+    plan = _training_plan(batch, seq, dtype or default_dtype(hw), optimizer, finetune, lora_rank,
+                          lora_targets,
                           checkpointing, tp if gpus is None else gpus, zero, tp, attention,
                           runtime, allocator)
     plan = replace(plan, **stack_fields(
@@ -200,7 +203,7 @@ def train(
     if train_tokens is not None and not (0 <= train_tokens < math.inf):
         raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
                            "give the number of tokens to train on, e.g. 2e9")
-    answer = train_model(*model_named(model), hardware_named(on), plan, train_tokens or 0.0)
+    answer = train_model(*model_named(model), hw, plan, train_tokens or 0.0)
     emit(train_view(answer, ops), as_json)
     if html is not None:
         from gpuwise.app.train import batch_sweep

@@ -14,7 +14,7 @@ from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.errors import GpuwiseError
-from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 
 @dataclass(frozen=True)
@@ -173,3 +173,31 @@ def precisions_here(plan: InferencePlan, hw: Hardware,
         elif here not in kept:
             kept.append(here)
     return tuple(kept), tuple(refused)
+
+
+def training_refusal(plan: TrainingPlan, hw: Hardware) -> Refusal | None:
+    """Why a training plan cannot run on `hw` (None: it can): its compute dtype (bf16 on a T4:
+    `--dtype mixed-fp16` runs there), QLoRA's bitsandbytes 4-bit base (NVIDIA GPUs only), its
+    attention."""
+    d = Device.of(hw)
+    if refused := dtype_refusal(plan.compute_dtype, d):
+        instead = plan.dtype.replace(plan.compute_dtype, refused.instead) if refused.instead else ""
+        return replace(refused, what=f"--dtype {plan.dtype}",
+                       instead=f"--dtype {instead}" if instead else "")
+    if plan.finetune == "qlora" and (refused := kernel_refusal("bnb-nf4", d)):
+        return replace(refused, what="QLoRA (a bitsandbytes 4-bit base)")
+    return attention_refusal(plan.attention, d)
+
+
+def training_dtype_here(dtype: str, hw: Hardware) -> str:
+    """A training dtype `hw` computes in: `dtype`, or its stand-in (mixed-fp16 on a T4)."""
+    compute = dtype.removeprefix("mixed-")
+    refused = dtype_refusal(compute, Device.of(hw))
+    return dtype.replace(compute, refused.instead) if refused and refused.instead else dtype
+
+
+def check_training(plan: TrainingPlan, hw: Hardware) -> None:
+    refused = training_refusal(plan, hw)
+    if refused is not None:
+        hint = f"{refused.instead} runs there" if refused.instead else "another device"
+        raise GpuwiseError(refused.line(), hint)

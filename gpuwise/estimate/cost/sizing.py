@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.capability import training_dtype_here, training_refusal
 from gpuwise.estimate.cost.prices import Usage
 from gpuwise.estimate.memory.fits import devices_for_training
 from gpuwise.estimate.speed.device_rates import DeviceRates
@@ -64,6 +65,9 @@ def size_training(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
     """Devices that fit the model (ZeRO-3 beyond one), doubled until a month's tokens train
     within the deadline. A string says why there is no sizing (no speed figures, no fit)."""
     hw = cand.hw
+    plan = replace(plan, dtype=training_dtype_here(plan.dtype, hw))  # mixed-fp16 on a T4
+    if (refused := training_refusal(plan, hw)) is not None:
+        return refused.line()
     n = devices_for_training(arch, plan, hw)
     alone = hw.kind not in ("gpu", "tpu")  # no device interconnect: one device only
     if cand.rates is None:
