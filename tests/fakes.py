@@ -32,6 +32,7 @@ class FakeGpu:
     sm_active_percent: float = 64.0  # what GPM reports between two samples
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     processes: tuple[tuple[int, int], ...] = ()  # (pid, device memory bytes)
+    compute_capability: tuple[int, int] = (8, 0)
 
 
 class FakeNvmlError(Exception):
@@ -84,6 +85,10 @@ class FakeNvml:
     def nvmlDeviceGetName(self, gpu: FakeGpu) -> str | bytes:  # noqa: N802
         self._call("nvmlDeviceGetName")
         return gpu.name
+
+    def nvmlDeviceGetCudaComputeCapability(self, gpu: FakeGpu) -> tuple[int, int]:  # noqa: N802
+        self._call("nvmlDeviceGetCudaComputeCapability")
+        return gpu.compute_capability
 
     def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu) -> Any:  # noqa: N802
         self._call("nvmlDeviceGetMemoryInfo")

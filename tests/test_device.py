@@ -242,10 +242,11 @@ def test_nvml_failing_per_device_keeps_what_it_could_read() -> None:
 
 def test_nvml_reads_a_working_device() -> None:
     h100 = FakeGpu(name=H100_NVML_NAME, memory_total_bytes=H100_MIB * MIB,
-                   memory_used_bytes=600 * MIB)
+                   memory_used_bytes=600 * MIB, compute_capability=(9, 0))
     gpus, reason = gpu_readers.nvml_gpus(fake_nvml(h100, h100, driver="560.1"))
     assert reason is None and [g.index for g in gpus] == [0, 1]
-    assert gpus[1] == GpuInfo(1, H100_NVML_NAME, H100_MIB * MIB, 600 * MIB, "560.1", "nvidia-ml-py")
+    assert gpus[1] == GpuInfo(1, H100_NVML_NAME, H100_MIB * MIB, 600 * MIB, "560.1", "nvidia-ml-py",
+                              compute_capability=9.0)
 
 
 def test_missing_pynvml_is_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -318,3 +319,18 @@ def test_match_real_catalogue(
         pytest.skip(f"no catalogue entry for {name}")
     found = match_catalogue(name, mib * MIB)
     assert found is not None and _fits(found.id, need, avoid), found
+
+
+def test_a_detected_gpu_carries_its_compute_capability_where_the_catalogue_has_none():
+    """An NVIDIA GPU the catalogue lacks still says what it can run: NVML's compute capability
+    (a T4-class part: no bf16, so fp16 runs there; estimate/capability.py)."""
+    from gpuwise.estimate.capability import Device, weights_here
+    from gpuwise.measure.hardware.detect import gpu_hardware
+
+    odd = FakeGpu(name=b"NVIDIA Quadro RTX 8000", memory_total_bytes=48 * 2**30,
+                  compute_capability=(7, 5))
+    gpus, reason = detect_gpus(use_torch=False, nvml=fake_nvml(odd))
+    assert reason is None and gpus[0].compute_capability == 7.5
+    hw = gpu_hardware(gpus[0])
+    assert hw.source == "detected" and hw.compute_capability == 7.5
+    assert weights_here("fp16", Device.of(hw)) == "fp16"

@@ -54,6 +54,7 @@ def gpu_hardware(gpu: GpuInfo, gpu_count: int = 1) -> Hardware:
             memory_bandwidth_gbs=0.0,
             source="detected",
             notes=f"{where}; not in the catalogue, so bandwidth and peaks are unknown",
+            compute_capability=gpu.compute_capability,
         )
     memory = gpu.memory_total_bytes
     memory_note = "memory total as measured"

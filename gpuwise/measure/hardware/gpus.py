@@ -27,6 +27,7 @@ class GpuInfo:
     driver: str | None
     via: str  # "nvidia-ml-py" or "torch.cuda"
     reading_errors: tuple[str, ...] = ()  # readings that failed, with the reason
+    compute_capability: float = 0.0  # CUDA major.minor; 0: not read
 
 
 def nvidia_driver_present() -> bool:
@@ -57,8 +58,9 @@ def _nvml_device(nvml: Nvml, index: int, driver: str | None) -> GpuInfo:
     if memory.value is None:
         errors.append(f"memory: {memory.reason}")
     total, used = (memory.value.total_bytes, memory.value.used_bytes) if memory.value else (0, None)
+    cc = nvml.compute_capability(handle.value).value or 0.0
     return GpuInfo(index, name.value or "unknown NVIDIA GPU", total, used, driver, "nvidia-ml-py",
-                   tuple(errors))
+                   tuple(errors), cc)
 
 
 def nvml_gpus(nvml: Nvml) -> tuple[list[GpuInfo], str | None]:
@@ -87,10 +89,11 @@ def _driver_from_proc() -> str | None:
 
 def _torch_device(torch: Any, index: int, driver: str | None) -> GpuInfo:
     errors: list[str] = []
-    name, total, used = "unknown CUDA GPU", 0, None
+    name, total, used, cc = "unknown CUDA GPU", 0, None, 0.0
     try:
         props = torch.cuda.get_device_properties(index)
         name, total = str(props.name), int(props.total_memory)
+        cc = float(f"{int(props.major)}.{int(props.minor)}")
     except Exception as exc:
         errors.append(f"properties: {error_text(exc)}")
     try:
@@ -98,7 +101,7 @@ def _torch_device(torch: Any, index: int, driver: str | None) -> GpuInfo:
         used = int(total_now) - int(free)
     except Exception as exc:
         errors.append(f"memory used: {error_text(exc)}")
-    return GpuInfo(index, name, total, used, driver, "torch.cuda", tuple(errors))
+    return GpuInfo(index, name, total, used, driver, "torch.cuda", tuple(errors), cc)
 
 
 def torch_gpus() -> tuple[list[GpuInfo], str | None]:

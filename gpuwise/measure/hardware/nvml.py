@@ -102,6 +102,14 @@ class Nvml:
     def name(self, handle: Any) -> Reading[str]:
         return self._read(lambda nv: _text(nv.nvmlDeviceGetName(handle)))
 
+    def compute_capability(self, handle: Any) -> Reading[float]:
+        """CUDA compute capability, major.minor (what runtimes and kernels check)."""
+        def read(nv: Any) -> float:
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
+            return float(f"{int(major)}.{int(minor)}")
+
+        return self._read(read)
+
     def memory(self, handle: Any) -> Reading[GpuMemory]:
         def read(nv: Any) -> GpuMemory:
             info = nv.nvmlDeviceGetMemoryInfo(handle)
