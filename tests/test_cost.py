@@ -305,3 +305,31 @@ def test_hours_per_month_training_and_not_considered(capsys):
     assert rec["held_hours_per_device_month"] == pytest.approx(100)
     assert rec["tokens_per_month"] == pytest.approx(rec["tokens_per_s_per_replica"] * 100 * 3600)
     assert any("does not fit" in s["reason"] for s in obj["not_considered"])
+
+
+def _owned(*extra: str, on: str = "rtx-4090", capsys) -> dict:
+    code, out, err = run(["cost", "qwen2.5-0.5b", "--on", on, "--requests-per-day", "20000",
+                          "--prompt", "256", "--new-tokens", "64", "--owned", *extra, "--json"],
+                         capsys)
+    assert code == 0, err
+    return json.loads(out)["option"]
+
+
+def test_a_geforce_card_is_costed_at_home_and_a_datacentre_gpu_in_a_datacentre(capsys):
+    """A home RTX 4090 pays no colocation and no facility overhead, at the residential
+    price; `--site datacentre` prices it as an H100; a flag's value wins over the site's."""
+    home = _owned(capsys=capsys)
+    assert home["cost_breakdown_usd"]["hosting"] == 0.0
+    assert any(n.startswith("costed at home: PUE 1,") for n in home["notes"])
+    dc = _owned("--site", "datacentre", capsys=capsys)
+    assert dc["cost_breakdown_usd"]["hosting"] > 0 and not dc["notes"]
+    assert dc["kwh_per_month"] == pytest.approx(home["kwh_per_month"] * 1.56)
+    assert home["cost_breakdown_usd"]["electricity"] == pytest.approx(
+        home["kwh_per_month"] * 0.16)
+    pue = _owned("--pue", "1.2", capsys=capsys)
+    assert pue["kwh_per_month"] == pytest.approx(home["kwh_per_month"] * 1.2)
+    h100 = _owned(on="h100", capsys=capsys)
+    assert h100["cost_breakdown_usd"]["hosting"] > 0
+    code, _, err = run(["cost", "qwen2.5-0.5b", "--on", "h100", "--requests-per-day", "100",
+                        "--site", "moon"], capsys)
+    assert code == 2 and "--site 'moon' is not a site" in err

@@ -10,7 +10,7 @@ from typing import Any
 from gpuwise.app.deployment import Deployment, Workload, build_plan
 from gpuwise.app.lookup import hardware_named, model_named
 from gpuwise.app.side_by_side import Progress, side_by_side
-from gpuwise.catalog.costs import CostAssumptions, load_costs, with_overrides
+from gpuwise.catalog.costs import SITES, CostAssumptions, load_costs, with_overrides
 from gpuwise.catalog.hardware import Hardware, load_hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
@@ -111,7 +111,12 @@ def candidates(local: Hardware | None, local_price: float | None,
 
 
 def assumptions(kw: dict[str, Any]) -> CostAssumptions:
-    return with_overrides(load_costs(), **{v: kw[k] for k, v in ASSUMPTION_FLAGS.items()})
+    site = kw.get("site")
+    if site is not None and site not in SITES:
+        raise GpuwiseError(f"--site {shown(repr(site))} is not a site",
+                           f"choose one of: {', '.join(SITES)}")
+    a = with_overrides(load_costs(), **{v: kw[k] for k, v in ASSUMPTION_FLAGS.items()})
+    return replace(a, site=site)
 
 
 def api_prices(text: str | None) -> tuple[float, float] | None:

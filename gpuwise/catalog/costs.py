@@ -56,6 +56,7 @@ class CostAssumptions:
     host_power_fraction: dict[str, float] = field(default_factory=dict)
     host_price_fraction: dict[str, float] = field(default_factory=dict)
     sources: dict[str, Assumption] = field(default_factory=dict)
+    site: str | None = None  # where owned devices run (--site); None: each device's own
 
     def host_power(self, kind: str) -> float:
         return self.host_power_fraction.get(kind, self.host_power_fraction.get("gpu", 0.0))
@@ -77,7 +78,7 @@ def _data() -> dict[str, Any]:
 def load_costs() -> CostAssumptions:
     """The catalogue's default assumptions."""
     data = _data()
-    values = {k: float(data[k]["value"]) for k in SCALARS}
+    values: dict[str, Any] = {k: float(data[k]["value"]) for k in SCALARS}
     sources = {k: Assumption(k, values[k], data[k]["source"], data[k]["date"], data[k]["flag"])
                for k in SCALARS}
     host = data["host"]
@@ -121,3 +122,25 @@ def with_overrides(base: CostAssumptions, **overrides: float | None) -> CostAssu
         changes[name] = value = _checked(name, float(value), old.flag)
         sources[name] = replace(old, value=value, source=f"your {old.flag}", date="")
     return replace(base, **changes, sources=sources)
+
+
+SITES = ("home", "datacentre")
+SITE_FIELDS = ("pue", "hosting_usd_per_kw_month", "electricity_usd_per_kwh")
+
+
+def at_site(a: CostAssumptions, site: str) -> CostAssumptions:
+    """`a` for an owned device at `site`: a data centre's are `a` itself; a home's replace the
+    PUE, hosting and electricity price (costs.toml [site.home]) where no flag gave them."""
+    if site != "home":
+        return a
+    rec = _data()["site"]["home"]
+    changes: dict[str, Any] = {}
+    sources = dict(a.sources)
+    for name in SITE_FIELDS:
+        old = sources[name]
+        if old.source.startswith("your "):
+            continue  # the user's value wins
+        changes[name] = float(rec[name])
+        sources[name] = replace(old, value=float(rec[name]), source=f"home: {rec['source']}",
+                                date=rec["date"])
+    return replace(a, **changes, sources=sources)

@@ -43,6 +43,7 @@ class Hardware:
     source: str = "spec"  # "spec" (catalogue) or "measured" (this machine)
     arch: str = ""  # the chip's architecture (hardware.toml); "" where not known (detected)
     compute_capability: float = 0.0  # NVIDIA's CUDA compute capability; 0: not NVIDIA or not known
+    site: str = "datacentre"  # where an owned one runs: "home" (GeForce cards, Macs) or "datacentre"
 
     @property
     def memory_gib(self) -> float:

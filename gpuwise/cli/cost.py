@@ -93,6 +93,9 @@ DEPLOYMENT = [
 ]
 ASSUMPTIONS = [
     _opt("electricity", float | None, None, "electricity price, USD per kWh"),
+    _opt("site", str | None, None, "where owned devices run: home (PUE 1.0, no colocation, "
+         "residential electricity) or datacentre (default: GeForce cards and Macs at home, the "
+         "rest in a data centre)"),
     _opt("pue", float | None, None, "power usage effectiveness: wall power / IT power"),
     _opt("depreciation_years", float | None, None, "years an owned device is paid off over"),
     _opt("hosting_per_kw_month", float | None, None, "colocation, USD per kW of IT power a month"),

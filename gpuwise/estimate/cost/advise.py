@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import partial
 
-from gpuwise.catalog.costs import CostAssumptions
+from gpuwise.catalog.costs import CostAssumptions, at_site
 from gpuwise.catalog.thresholds import advise_thresholds
 from gpuwise.estimate.cost.prices import (
     OptionCost,
@@ -77,10 +77,16 @@ def price_options(sizing: Sizing, a: CostAssumptions,
     cand, hw, usage = sizing.candidate, sizing.candidate.hw, sizing.usage
     price = hw.list_price_usd if cand.price_usd is None else cand.price_usd
     rate = hw.cloud_usd_per_hour if cand.rate_usd_per_hour is None else cand.rate_usd_per_hour
-    even = break_even_utilisation(hw, a, price, rate)
+    site = a.site or hw.site
+    here = at_site(a, site)  # an owned device's costs where it runs
+    even = break_even_utilisation(hw, here, price, rate)
     out = []
     if price > 0 or hw.source == "detected":
-        owned = owned_cost(hw, usage, a, price)
+        owned = owned_cost(hw, usage, here, price)
+        if site == "home":
+            owned = replace(owned, notes=(*owned.notes, (
+                f"costed at home: PUE {here.pue:g}, hosting ${here.hosting_usd_per_kw_month:g}/kW-"
+                f"month, electricity ${here.electricity_usd_per_kwh:g}/kWh (--site)")))
         if price <= 0:  # this machine: already bought
             note = "already owned: purchase price not counted (pass --local-price)"
             owned = replace(owned, notes=(*owned.notes, note))
