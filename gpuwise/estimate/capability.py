@@ -119,21 +119,27 @@ def plan_refusal(plan: InferencePlan, hw: Hardware) -> Refusal | None:
     fmt = plan.weight_format
     if not fmt.quantised and (refused := dtype_refusal(fmt.compute_dtype, d)):
         return refused
-    if hw.kind == "gpu" and fmt.quantised and not fmt.other_bits:
-        kernel = plan.quant_kernel or runtime_speed(plan.runtime).kernels.get(fmt.id, "")
+    if (own := _runtime_kernel(plan, hw)) is not None:
+        kernel = plan.quant_kernel or own
         refused = kernel_refusal(kernel, d) if kernel else None
         if refused is not None and not (refused.instead and not plan.quant_kernel):
             return refused
     return attention_refusal(plan.attention, d)
 
 
+def _runtime_kernel(plan: InferencePlan, hw: Hardware) -> str | None:
+    """The weight kernel the plan's runtime runs for its format ("" where it has none); None
+    where no weight kernel runs (off a GPU, unquantised or GGUF weights)."""
+    fmt = plan.weight_format
+    if hw.kind != "gpu" or not fmt.quantised or fmt.other_bits:
+        return None
+    return runtime_speed(plan.runtime).kernels.get(fmt.id, "")
+
+
 def kernel_here(plan: InferencePlan, hw: Hardware) -> InferencePlan:
     """`plan` with the weight kernel its runtime runs on `hw`: the runtime's own, or where that
     one cannot run there, the one it runs in its place (vLLM's fp8 on an A100: FP8 Marlin)."""
-    fmt = plan.weight_format
-    if plan.quant_kernel or hw.kind != "gpu" or not fmt.quantised or fmt.other_bits:
-        return plan
-    kernel = runtime_speed(plan.runtime).kernels.get(fmt.id, "")
+    kernel = None if plan.quant_kernel else _runtime_kernel(plan, hw)
     refused = kernel_refusal(kernel, Device.of(hw)) if kernel else None
     if refused is None or not refused.instead:
         return plan
@@ -181,9 +187,9 @@ def training_refusal(plan: TrainingPlan, hw: Hardware) -> Refusal | None:
     attention."""
     d = Device.of(hw)
     if refused := dtype_refusal(plan.compute_dtype, d):
-        instead = plan.dtype.replace(plan.compute_dtype, refused.instead) if refused.instead else ""
+        instead = training_dtype_here(plan.dtype, hw)
         return replace(refused, what=f"--dtype {plan.dtype}",
-                       instead=f"--dtype {instead}" if instead else "")
+                       instead=f"--dtype {instead}" if instead != plan.dtype else "")
     if plan.finetune == "qlora" and (refused := kernel_refusal("bnb-nf4", d)):
         return replace(refused, what="QLoRA (a bitsandbytes 4-bit base)")
     return attention_refusal(plan.attention, d)

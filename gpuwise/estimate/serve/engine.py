@@ -40,7 +40,6 @@ class KvPool:
     block_tokens: int
     used: int = 0
     peak: int = 0
-    lazy: bool = False  # a steady run's blocks left to steady.apply_run to take
     timeline: list[tuple[float, float]] = field(default_factory=list)
 
     def need(self, seq: Seq, positions: int) -> int:

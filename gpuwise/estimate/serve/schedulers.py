@@ -89,12 +89,12 @@ def _all_fit(running: list[Seq], kv: KvPool, budget: int, step: Step, group: Dec
     rest = [(s, s.target - s.computed) for s in group.others]  # their prompts' rest
     if len(group) + sum(n for _, n in rest) > budget:
         return False
-    blocks = group.blocks(1) + sum(kv.need(s, s.computed + n) for s, n in rest)
-    if not kv.fits(blocks):
+    decoding = group.blocks(1)
+    if not kv.fits(decoding + sum(kv.need(s, s.computed + n) for s, n in rest)):
         return False
     for seq, n in rest:
         kv.take(seq, kv.need(seq, seq.computed + n))
-    kv.used += group.blocks(1)
+    kv.used += decoding
     kv.peak = max(kv.peak, kv.used)
     step.group = bool(len(group))
     step.work = rest

@@ -100,7 +100,7 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             parts, k = run
             if cells:
                 cells.take_run([s.id for s in running], k)
-            finished = apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl, kv,
+            finished = apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl,
                                  group)
             if engine.limits.overlap:
                 receive_through(waiting, pending if not clients else deque(),

@@ -73,7 +73,7 @@ def steady_run(engine: Engine, running: list[Seq], waiting: deque[Seq], kv: KvPo
     if not least <= k < math.inf:
         return None
     k = int(k)
-    if not _take_blocks(engine, running, k, kv, group):
+    if not _take_blocks(running, k, kv, group):
         return None
     middle = engine.step_parts(n, 0, kv_now + n * (k + 1) / 2, 0.0, 0.0)
     return (k * middle[0], k * middle[1], k * (middle[2] + n * engine.token_host_s)), k
@@ -123,11 +123,9 @@ def _blocked(engine: Engine, running: list[Seq], head: Seq, kv: KvPool, left: in
     return not kv.fits(need)
 
 
-def _take_blocks(engine: Engine, running: list[Seq], k: int, kv: KvPool,
-                 group: Decoding) -> bool:
-    """The blocks `k` more positions of each running sequence need, if the pool has them. A
-    sequence holds the blocks of its positions, so it needs at most ceil(k / block) more: where
-    the pool has that many for each, apply_run takes them as it goes (`kv.lazy`)."""
+def _take_blocks(running: list[Seq], k: int, kv: KvPool, group: Decoding) -> bool:
+    """The blocks `k` more positions of each running sequence need, taken if the pool has
+    them (the decoding group's from its phases, else each sequence's)."""
     bt = kv.block_tokens
     if group.enabled:
         blocks = group.blocks(k)
@@ -135,9 +133,6 @@ def _take_blocks(engine: Engine, running: list[Seq], k: int, kv: KvPool,
             return False
         kv.used += blocks
         kv.peak = max(kv.peak, kv.used)
-        return True
-    if engine.policy != "slots" and kv.fits(len(running) * -(-k // bt)):
-        kv.lazy = True
         return True
     needs = [max(0, -(-(s.computed + k - s.base) // bt) - s.blocks) for s in running]  # kv.need
     blocks = sum(needs)
@@ -151,24 +146,17 @@ def _take_blocks(engine: Engine, running: list[Seq], k: int, kv: KvPool,
 
 
 def apply_run(running: list[Seq], k: int, start: float, end: float, policy: str,
-              itl: Histogram, kv: KvPool, group: Decoding) -> list[Seq]:
+              itl: Histogram, group: Decoding) -> list[Seq]:
     """`k` decode steps of every running sequence from `start` to `end`, evenly spaced (their
-    blocks taken here where steady_run left them to it); the sequences done at its end."""
+    blocks taken by steady_run); the sequences done at its end."""
     if group.enabled:
         return group.step(k, start, end, itl, run=True)
     gap = (end - start) / k
     since: dict[float, int] = {}
     after_last_step = 0  # tokens whose previous one came out at `start` (most)
     finished: list[Seq] = []
-    lazy, bt, taken = kv.lazy, kv.block_tokens, 0
-    kv.lazy = False
     for seq in running:
         seq.computed += k
-        if lazy:
-            more = -(-(seq.computed - seq.base) // bt) - seq.blocks  # as kv.need
-            if more > 0:
-                seq.blocks += more
-                taken += more
         output = seq.req.output
         if seq.generated < output:
             seq.generated += k
@@ -181,9 +169,6 @@ def apply_run(running: list[Seq], k: int, start: float, end: float, policy: str,
             if seq.generated == output:
                 seq.done_s = end
                 finished.append(seq)
-    if taken:
-        kv.used += taken
-        kv.peak = max(kv.peak, kv.used)
     if after_last_step:
         since[start] = after_last_step
     for last, count in since.items():
