@@ -10,12 +10,11 @@ import pytest
 from test_cli import run
 
 from gpuwise.catalog import find_hardware, resolve_model
-from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.serving_runtimes import vllm_runtime
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.activations import saved_with_policy
 from gpuwise.estimate.memory.quant_workspace import quant_workspace
-from gpuwise.estimate.memory.serving_runtimes import vllm_pool
+from gpuwise.estimate.memory.serving_runtimes import vllm_pool, vllm_scheduler
 from gpuwise.estimate.memory.stack_features import (
     fused_chunk_rows,
     loss_memory,
@@ -166,9 +165,9 @@ def test_vllm_profile_run_and_cuda_graphs():
     plan = InferencePlan(runtime="vllm")
     budget, weights, acts, pool = vllm_pool(LLAMA8, plan, H100)
     rt = vllm_runtime()
-    compute = weight_format("bf16").bytes_per_element
+    seqs = vllm_scheduler(H100).max_seqs  # vLLM's default on an H100: 1024
     # the sampler's dummy logits for max_num_seqs sequences are part of the profiled peak
-    assert acts > rt.max_num_seqs * LLAMA8.vocab_size * (compute + 12)
+    assert seqs == 1024 and acts > seqs * LLAMA8.vocab_size * rt.sampler_bytes_per_logit
     _, _, _, before = vllm_pool(LLAMA8, plan, H100, cudagraphs_in_budget=False)
     assert before - pool == rt.cuda_graph_bytes
     more = replace(plan, gpu_memory_utilization=0.95)

@@ -25,6 +25,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.capability import Device, weights_here
 from gpuwise.estimate.cost.serving_sim import SIZING_REQUESTS, runtime_for, size_serving_simulated
 from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.serve.replica import (
     ReplicaOptions,
     build_engine,
@@ -127,7 +128,8 @@ def test_serves_no_load_step_is_infers_decode_to_the_bit(d, w, name, device, wei
         answer = infer(model, arch, hw, plan)
         rates, _ = rates_for(hw)
         assert rates is not None
-        engine = build_engine(arch, plan, hw, rates, ReplicaOptions(), offload_host(plan, hw))
+        run = runtime_unit(plan.runtime).as_run(arch, plan, hw)  # llama-server's context, layers
+        engine = build_engine(arch, plan, hw, rates, ReplicaOptions(), offload_host(run, hw))
     except GpuwiseError:
         return  # refused: by infer and serve alike (test_checks_row_... covers the refusals)
     assert answer.time is not None

@@ -70,9 +70,11 @@ def test_vllm_budget_and_pool():
     assert (
         estimate_inference(LLAMA3_8B, lower, hw).breakdown["kv_cache"] < est.breakdown["kv_cache"]
     )
+    # vLLM's defaults by device: 1024 sequences at once on an H100, 256 on an A100 (80 GB too)
+    assert any("vLLM runs at most 1024 at once" in n for n in est.notes)
     room = estimate_inference(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192,
-                                                       batch=400), hw)
-    assert room.fits and any("at most 256 at once" in n for n in room.notes)
+                                                       batch=400), find_hardware("a100-sxm-80gb"))
+    assert room.fits and any("at most 256 sequences run at once" in n for n in room.notes)
     from gpuwise.estimate.memory.fits import max_inference_batch
 
     most = max_inference_batch(LLAMA3_8B, InferencePlan(runtime="vllm", context_alloc=8192), hw)

@@ -17,6 +17,7 @@ from gpuwise.estimate.memory.check_rows import (
     precision_row,
 )
 from gpuwise.estimate.memory.fits import precision_that_fits
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.inference_time import estimate_inference_time
 from gpuwise.measure.probe.rates_source import rates_for
@@ -50,10 +51,12 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
         rows.insert(0, replace(precision_row(arch, plan, hw),
                                weights=f"{plan.stored_weights.label}, exact"))
     rates, how = rates_for(hw)
-    host = offload_host(plan, hw)
-    rows = [replace(row, decode=_decode(arch, p, rates, host) if rates else DecodeCell(
-        unavailable=how)) for row, p in zip(rows, plans, strict=True)]
-    return CheckAnswer(model, arch, hw, plan, rows, precision_that_fits(arch, plan, hw),
+    unit = runtime_unit(plan.runtime)
+    runs = [unit.as_run(arch, p, hw) for p in plans]  # the context (and layers) it picks
+    rows = [replace(row, decode=_decode(arch, p, rates, offload_host(p, hw)) if rates else
+                    DecodeCell(unavailable=how)) for row, p in zip(rows, runs, strict=True)]
+    fitting = precision_that_fits(arch, unit.as_run(arch, plan, hw), hw)
+    return CheckAnswer(model, arch, hw, plan, rows, fitting,
                        (*refused, *ignored_options(plan)), how)
 
 

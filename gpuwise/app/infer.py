@@ -28,6 +28,7 @@ class InferenceFits:
     max_context_batch1: int
     precision_that_fits: str | None
     devices_needed: int | None
+    context: int | None = None  # the context they hold, where the runtime allocates it up front
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,18 @@ def infer(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     estimate's notes."""
     tp = plan.tp
     check_tp_degree(arch, tp)
+    memory = estimate_inference(arch, plan, hw)
+    unit = runtime_unit(plan.runtime)
+    plan = unit.as_run(arch, plan, hw)  # the context (llama.cpp: and layers) it picks, if any
+    held = (plan.context_alloc or arch.max_position) if unit.own_memory_rules else None
     found = InferenceFits(fits.max_inference_batch(arch, plan, hw), fits.max_context(arch, plan, hw),
                           fits.precision_that_fits(arch, plan, hw),
-                          fits.devices_for_inference(arch, plan, hw))
+                          fits.devices_for_inference(arch, plan, hw), held)
     rates, how = rates_for(hw)
     host = offload_host(plan, hw)
     timing = estimate_inference_time(arch, plan, rates, tp=tp, host=host) if rates else None
     curve = throughput_curve(arch, plan, hw, rates, tp) if rates else []
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing and tp == 1 else None
-    memory = estimate_inference(arch, plan, hw)
     memory = replace(memory, notes=(*memory.notes, *ignored_options(plan), *tp_notes(plan),
                                     *replica_notes(replicas)))
     faults = page_faults_s(arch, plan, rates, timing, tp, host) if rates and timing else None

@@ -4,7 +4,7 @@ scheduler and time model (docs/serve.md)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpuwise.app.infer import offload_host
@@ -12,6 +12,7 @@ from gpuwise.catalog.costs import load_costs
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.serve.metrics import Power, ServeSummary, Slo, scaled, summary
 from gpuwise.estimate.serve.replica import NoLoad, ReplicaOptions, build_engine, no_load
 from gpuwise.estimate.serve.simulate import simulate
@@ -119,7 +120,8 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
     if rates is None:
         raise GpuwiseError(f"no speed figures for {hw.name}: {how}",
                            "run `gpuwise probe` here, or pick catalogue hardware")
-    engine = build_engine(arch, plan, hw, rates, opts, offload_host(plan, hw))  # -ngl as infer
+    run = runtime_unit(plan.runtime).as_run(arch, replace(plan, tp=opts.tp), hw)
+    engine = build_engine(arch, plan, hw, rates, opts, offload_host(run, hw))  # -ngl as infer
     replicas = max(1, gpus // opts.tp)
     reqs, clients = requests_for(load, replicas)
     prompt = round(sum(r.prompt for r in reqs) / len(reqs))

@@ -21,8 +21,8 @@ class Hardware:
     vendor: str
     memory_bytes: int
     memory_bandwidth_gbs: float
-    peak_tflops: dict[str, float] = field(default_factory=dict)  # its keys: what its matmul units run
-    sparse_peak_tflops: dict[str, float] = field(default_factory=dict)
+    peak_tflops: dict[str, float] = field(default_factory=dict, hash=False)  # its keys: what its matmul units run
+    sparse_peak_tflops: dict[str, float] = field(default_factory=dict, hash=False)
     compute_units: int = 0
     compute_unit_name: str = ""
     boost_clock_mhz: float = 0.0  # the clock the peaks are computed at (GPUs)

@@ -17,6 +17,8 @@ class LlamaCppRuntime:
     name: str
     ctx_pad: int
     n_ubatch: int
+    fit_margin_bytes: int  # llama-server's --fit-target: free memory it leaves on a device
+    fit_min_ctx: int  # --fit-ctx: the least context the fit cuts to
     kv_type: str
     flash_attention: bool
     legacy_graph: bool
@@ -53,8 +55,7 @@ class VllmRuntime:
     name: str
     gpu_memory_utilization: float
     block_size: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
+    sampler_bytes_per_logit: float
     cuda_graph_bytes: int
     cuda_graph_source: str
     non_torch_bytes: int

@@ -107,7 +107,9 @@ def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
                    f"batch 1: {format_tokens(ctx) if ctx else 'none'}"
                    + (" (the model's limit)" if arch.max_position and ctx >= arch.max_position
                       else ""),
-        "precision": f"highest weight precision that fits: {found.precision_that_fits or 'none'}"
+        "precision": f"highest weight precision that fits"
+                     f"{f' at --ctx {found.context}' if found.context else ''}: "
+                     f"{found.precision_that_fits or 'none'}"
                      f"; devices needed (tensor parallel): {found.devices_needed or 'too many'}",
     }
     extra.update(time_lines(time_rec))

@@ -62,9 +62,17 @@ def format_check(name: str, hw: Hardware, rows: list[PrecisionRow], context: str
         table.add_column(col, justify="left" if col == "weights" else "right")
     for r in rows:
         table.add_row(r.weights, format_bytes(r.weight_bytes), format_bytes(r.total_bytes),
-                      fits_text(r.fits), format_bytes(r.headroom_bytes),
+                      _fits_cell(r), format_bytes(r.headroom_bytes),
                       _context_cell(r.max_context, r.model_max_context), _decode_cell(r.decode))
     return table
+
+
+def _fits_cell(row: PrecisionRow) -> Text:
+    """yes/no, and where the runtime fit it by moving layers off the device, how many stay."""
+    on, of = row.device_layers
+    if not of or not row.fits:
+        return fits_text(row.fits)
+    return Text(f"yes, {on}/{of} layers", style="yellow")
 
 
 def _decode_cell(decode: DecodeCell | None) -> str:

@@ -13,6 +13,7 @@ from gpuwise.estimate.capability import Device, kernel_here, plan_refusal, weigh
 from gpuwise.estimate.cost.prices import Usage
 from gpuwise.estimate.cost.sizing import MAX_TENSOR_PARALLEL, Candidate, Sizing
 from gpuwise.estimate.memory.fits import devices_for_inference
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.serve.metrics import Slo, summary
 from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
 from gpuwise.estimate.serve.simulate import Engine, simulate
@@ -51,6 +52,9 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
         if (refused := plan_refusal(plan, hw)) is not None:
             return refused.line()
         plan = kernel_here(plan, hw)
+        if "gpu_layers" in runtime_unit(rt).reads and plan.gpu_layers is None:
+            # a fleet is sized with every layer on its devices, none moved to the host
+            plan = replace(plan, gpu_layers=arch.num_layers)
         tp = devices_for_inference(arch, plan, hw)
         most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
         if tp is None or tp > most:

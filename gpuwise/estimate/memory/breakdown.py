@@ -25,6 +25,9 @@ class MemoryEstimate:
     notes: tuple[str, ...] = ()
     source: str = "estimated"
     margin_bytes: int = 0  # "tight" below this much headroom (memory.md: does it fit)
+    # where the runtime takes its whole budget up front (vLLM's KV pool), the headroom is
+    # inside it: the pool beyond what the plan needs (None: the capacity less the total)
+    spare_bytes: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -39,6 +42,8 @@ class MemoryEstimate:
 
     @property
     def headroom_bytes(self) -> int:
+        if self.spare_bytes is not None:
+            return self.spare_bytes
         return self.capacity_bytes - self.total_bytes
 
     @property

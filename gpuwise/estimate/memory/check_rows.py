@@ -9,7 +9,7 @@ from typing import Any
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.in_turn import MapAll, in_turn
 from gpuwise.estimate.memory.fits import max_context
-from gpuwise.estimate.runtimes import estimate_inference
+from gpuwise.estimate.runtimes import estimate_inference, runtime_unit
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import InferencePlan
 
@@ -57,11 +57,17 @@ class PrecisionRow:
     model: str = ""  # the main job's rows: the catalogue model
     params: int = 0
     decode: DecodeCell | None = None  # check's rows: the decode step
+    # where the runtime moved layers off the device to fit (llama-server's --fit): how many
+    # it kept there, of how many (0, 0: it moved none)
+    device_layers: tuple[int, int] = (0, 0)
 
     def record(self) -> dict[str, Any]:
         """The JSON row: the fields, without the ones this kind of row has not."""
         rec = {k: v for k, v in self.__dict__.items()
-               if k not in ("model", "params", "decode")}
+               if k not in ("model", "params", "decode", "device_layers")}
+        if self.device_layers[1]:
+            rec["device_layers"] = {"on_device": self.device_layers[0],
+                                    "of": self.device_layers[1]}
         if self.model:
             rec.update(model=self.model, params=self.params)
         if self.decode is not None:
@@ -71,9 +77,12 @@ class PrecisionRow:
 
 def precision_row(arch: Architecture, plan: InferencePlan, hw: Hardware) -> PrecisionRow:
     est = estimate_inference(arch, plan, hw)
+    run = runtime_unit(plan.runtime).as_run(arch, plan, hw)
+    moved = plan.gpu_layers is None and run.gpu_layers is not None
     return PrecisionRow(plan.weights, est.breakdown["weights"], est.total_bytes, est.fits,
                         est.verdict, est.margin_bytes, est.capacity_bytes, est.headroom_bytes,
-                        max_context(arch, plan, hw), arch.max_position, est.breakdown)
+                        max_context(arch, run, hw), arch.max_position, est.breakdown,
+                        device_layers=(run.gpu_layers or 0, arch.num_layers) if moved else (0, 0))
 
 
 def check_rows(arch: Architecture, plan: InferencePlan, hw: Hardware,

@@ -94,9 +94,12 @@ def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
     """Largest prompt + generated tokens that fit at batch 1, up to the model's own limit
     (the positions it was trained for: no runtime serves more without rope scaling)."""
     new = plan.new_tokens
+    # a runtime that allocates its context up front is asked for this one (--ctx)
+    allocates = runtime_unit(plan.runtime).own_memory_rules
 
     def sized(ctx: int) -> InferencePlan:
-        return replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1))
+        return replace(plan, batch=1, prompt_tokens=max(1, ctx - new), new_tokens=min(new, ctx - 1),
+                       context_alloc=ctx if allocates else plan.context_alloc)
 
     limit = arch.max_position
     if (new + 1 <= limit < MAX_TOKENS and not _over_without_slack(arch, sized(limit), hw, None)

@@ -10,8 +10,11 @@ Sources and a check against a logged run: docs/checkpoints.md.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from gpuwise.catalog.cuda_allocator import cuda_allocator
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.schedulers import SchedulerDefaults, scheduler_defaults
 from gpuwise.catalog.serving_runtimes import vllm_runtime
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.activations import prefill_transient
@@ -31,6 +34,12 @@ from gpuwise.workload.plans import InferencePlan
 def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
     """Bytes of keys and values a position holds in vLLM's pool: the plan's own figure."""
     return plan.kv_bytes_per_position(arch)
+
+
+def vllm_scheduler(hw: Hardware) -> SchedulerDefaults:
+    """vLLM's scheduler defaults on `hw` (larger on H100-class devices): its profile run's
+    sizes as well as its limits."""
+    return scheduler_defaults("vllm").on(hw.memory_bytes, hw.id)
 
 
 def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1,
@@ -54,11 +63,11 @@ def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1
     weights, _, _ = weights_and_embedding(arch, plan)
     weights /= tp
     compute = plan.compute_format.bytes_per_element
-    acts = prefill_transient(arch, 1, rt.max_num_batched_tokens, compute, "flash")
-    # The dummy sampler run: logits for max_num_seqs sequences, upcast to fp32, with fp32
-    # probabilities and log-probabilities beside them (matches the logged 1.19-1.24 GiB peak
-    # of Llama-3.1-8B at 8192 batched tokens, docs/checkpoints.md).
-    acts += rt.max_num_seqs * arch.vocab_size * (compute + 3 * 4)
+    sched = vllm_scheduler(hw)
+    acts = prefill_transient(arch, 1, sched.max_batched_tokens, compute, "flash")
+    # The dummy sampler run over max_num_seqs sequences (matches the logged 1.19-1.24 GiB
+    # peak of Llama-3.1-8B on an H100, docs/checkpoints.md).
+    acts += sched.max_seqs * arch.vocab_size * rt.sampler_bytes_per_logit
     graphs = rt.cuda_graph_bytes if cudagraphs_in_budget else 0
     fixed = weights + acts + graphs + rt.non_torch_bytes
     return budget, weights, acts, max(0.0, budget - fixed)
@@ -94,11 +103,20 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
              f"{format_tokens(blocks * rt.block_size)} tokens: room for "
              f"{blocks // per_seq if per_seq else 0:,} sequences of "
              f"{format_tokens(plan.context_tokens)} tokens (vLLM runs at most "
-             f"{rt.max_num_seqs} at once)"]
+             f"{vllm_scheduler(hw).max_seqs} at once)"]
+    longest = min(blocks * rt.block_size, arch.max_position or blocks * rt.block_size)
     if blocks * rt.block_size < max_len:
-        notes.append(f"vLLM refuses to start: max_model_len {format_tokens(max_len)} needs more "
-                     f"KV than the pool holds (pass --ctx to lower it)")
-    if plan.batch > rt.max_num_seqs:
-        notes.append(f"at most {rt.max_num_seqs} sequences run at once; the rest wait")
+        whose = "--ctx" if plan.context_alloc else "its default, the model's"
+        notes.append(f"vLLM refuses to start: max_model_len {max_len:,} ({whose}) needs "
+                     f"more KV than the pool's {blocks * rt.block_size:,} tokens; "
+                     + (f"--ctx {longest} starts it (as --max-model-len auto would)"
+                        if longest else "no context fits"))
+    else:
+        notes.append(f"headroom: the KV pool beyond one max_model_len ({max_len:,}) sequence; "
+                     "vLLM takes its whole budget up front")
+    if plan.batch > vllm_scheduler(hw).max_seqs:
+        notes.append(f"at most {vllm_scheduler(hw).max_seqs} sequences run at once; the rest wait")
     total = sum(parts.values())
-    return make_estimate(parts, capacity, rt.name, "serving", {"serving": total}, tuple(notes))
+    est = make_estimate(parts, capacity, rt.name, "serving", {"serving": total}, tuple(notes))
+    spare = int(pool - needed * block_bytes)
+    return replace(est, spare_bytes=spare, margin_bytes=int(cuda_allocator().tight_fraction * budget))

@@ -4,11 +4,13 @@ cells the slots share, its own step model (docs/memory.md, "llama.cpp"; docs/spe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
-from gpuwise.estimate.memory.serving_runtimes import estimate_llama_cpp
+from gpuwise.estimate.memory.llama_cpp_fit import Fitted, fit_llama_cpp
+from gpuwise.estimate.memory.llama_cpp_memory import estimate_llama_cpp, llama_cpp_kv_cells
 from gpuwise.estimate.runtimes.unit import RuntimeUnit
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.ggml_step import GgmlStep
@@ -20,7 +22,14 @@ from gpuwise.workload.plans import InferencePlan
 class LlamaCpp(RuntimeUnit):
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:
-        return estimate_llama_cpp(arch, plan, hw)
+        if plan.context_alloc is not None:  # the user's context: nothing to fit
+            return estimate_llama_cpp(arch, plan, hw)
+        fitted = _fitted(arch, plan, hw)
+        est = fitted.estimate
+        return replace(est, notes=(*est.notes[:1], fitted.note, *est.notes[1:]))
+
+    def as_run(self, arch: Architecture, plan: InferencePlan, hw: Hardware) -> InferencePlan:
+        return plan if plan.context_alloc is not None else _fitted(arch, plan, hw).plan
 
     def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
              host: DeviceRates | None = None) -> GgmlStep:
@@ -28,8 +37,15 @@ class LlamaCpp(RuntimeUnit):
 
     def kv_positions(self, arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int,
                      slots: int) -> int:
-        """One context of n_ctx cells, shared by the slots (llama-server's -c)."""
-        return plan.context_alloc or max(4096, slots * plan.context_tokens)
+        """One context of n_ctx cells, shared by the slots (llama-server's -c; unset, the
+        context its --fit picks)."""
+        return llama_cpp_kv_cells(arch, self.as_run(arch, plan, hw))
+
+
+@lru_cache(maxsize=1024)  # a search and a command's views ask for one plan many times
+def _fitted(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Fitted:
+    """The fit of a plan without a context: a few estimates, kept."""
+    return fit_llama_cpp(arch, plan, hw)
 
 
 UNITS = (LlamaCpp("llama.cpp", reads=frozenset({"ctx", "gpu_layers", "threads"}),

@@ -52,9 +52,18 @@ class RuntimeUnit:
     def scheduler(self) -> SchedulerDefaults:
         return scheduler_defaults(self.serves_as or self.id)
 
+    def scheduler_on(self, hw: Hardware) -> SchedulerDefaults:
+        """Its scheduler's defaults as it picks them on `hw` (vLLM's larger on H100s)."""
+        return self.scheduler.on(hw.memory_bytes, hw.id)
+
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:
         raise NotImplementedError
+
+    def as_run(self, arch: Architecture, plan: InferencePlan, hw: Hardware) -> InferencePlan:
+        """The plan with what the runtime picks itself where the user left it (llama-server's
+        context and layers): what its steps are timed on."""
+        return plan
 
     def step(self, arch: Architecture, plan: InferencePlan, rates: DeviceRates, tp: int = 1,
              host: DeviceRates | None = None) -> StepModel:

@@ -36,9 +36,11 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
                  opts: ReplicaOptions, host: DeviceRates | None = None) -> Engine:
     """The replica's engine; its steps timed by the plan's one step model (infer's), the
     layers llama.cpp keeps off the GPU (`plan.gpu_layers`) on `host`."""
-    plan = replace(plan, tp=opts.tp)  # the replica's devices: its memory and steps are theirs
     unit = runtime_unit(plan.runtime)
-    sched = unit.scheduler
+    # the replica's devices: its memory and steps are theirs; the context (llama.cpp: and
+    # layers) the runtime picks where the plan leaves it
+    plan = unit.as_run(arch, replace(plan, tp=opts.tp), hw)
+    sched = unit.scheduler_on(hw)
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
                     opts.max_seqs or sched.max_seqs, sched.reserve_output,
                     sched.overlap if opts.overlap is None else opts.overlap)
