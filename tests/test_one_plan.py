@@ -23,7 +23,7 @@ from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.cli.common import app
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.capability import Device, weights_here
-from gpuwise.estimate.cost.serving_sim import SIZING_REQUESTS, runtime_for, size_serving_simulated
+from gpuwise.estimate.cost.serving_sim import runtime_for, size_serving_simulated
 from gpuwise.estimate.memory.check_rows import CHECK_PRECISIONS
 from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.serve.replica import (
@@ -163,8 +163,9 @@ def test_advises_option_is_what_serve_says_for_that_deployment(name, device, wei
     tp, replicas = sizing.devices_per_replica, sizing.replicas
     plan = replace(template, runtime=runtime_for(hw.kind, "auto"), tp=tp)
     slo = Slo(None if ttft is None else ttft / 1e3, None if tpot is None else tpot / 1e3)
+    count, warm = sizing.run_requests  # the steady-state run it sized with, as serve takes it
     args = (model, arch, hw, plan, ReplicaOptions(tp=tp),
-            Load(Lengths(256, 64), rate=load.arrivals_per_s, requests=SIZING_REQUESTS))
+            Load(Lengths(256, 64), rate=load.arrivals_per_s, requests=count, warmup=warm))
     if {"TTFT", "ms/tok"} & set(sizing.misses):  # one request alone misses it: serve says so
         with pytest.raises(GpuwiseError, match="can never be met"):
             serve(*args, slo, tp * replicas)

@@ -47,6 +47,7 @@ class Load:
     requests: int = 1000
     duration_s: float | None = None
     seed: int = 0
+    warmup: int = 0  # requests at the start left out of the latencies (a run's warm-up)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ def _check_load(load: Load, slo: Slo, gpus: int, tp: int, shared_prefix: int = 0
                     hint="the shared part of a prompt is at most --prompt tokens")
     if load.duration_s is not None:
         check_number(load.duration_s, "--duration", 1e7)
+    if load.warmup:
+        check_count(load.warmup, "--warmup", max(0, load.requests - 1), low=0,
+                    hint="the warm-up leaves at least one of --requests to measure")
     for name, value in (("--ttft-ms", slo.ttft_s), ("--tpot-ms", slo.tpot_s)):
         if value is not None:
             check_number(value * 1e3, name, 1e9)
@@ -134,7 +138,8 @@ def serve(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Inferenc
                   tdp * costs.memory_power_fraction) if tdp > 0 else None
     if progress:
         progress("simulating", 0.0)
-    result = scaled(summary(simulate(engine, reqs, clients), slo, power), replicas)
+    after = reqs[load.warmup].arrival_s if 0 < load.warmup < len(reqs) else None
+    result = scaled(summary(simulate(engine, reqs, clients), slo, power, after), replicas)
     swept = None
     if do_sweep:
         one = sweep(engine, load.lengths, min(load.requests, 2000), slo, load.seed, progress)

@@ -59,6 +59,9 @@ def serve(
     output_dist: Annotated[str | None, typer.Option("--new-tokens-dist",
                            help="as --prompt-dist", show_default=False)] = None,
     requests: Annotated[int, typer.Option(help="requests to simulate")] = 1000,
+    warmup: Annotated[int, typer.Option(help="requests at the start left out of the latencies "
+                                        "and the targets' attainment, while the batch fills "
+                                        "(advise's --json gives the runs it sized with)")] = 0,
     duration: Annotated[float | None, typer.Option(help="seconds of arrivals to simulate "
                                                    "(with --rate; instead of --requests)")] = None,
     ttft_ms: Annotated[float | None, typer.Option("--ttft-ms", "--slo-ttft-ms",
@@ -111,7 +114,7 @@ def serve(
     plan = build_plan(resolved, deployment, Workload(1, prompt, new_tokens), hw).plan
     recorded = "trace" if trace is not None else "fixed"
     lengths = Lengths(prompt, new_tokens, prompt_dist or recorded, output_dist or recorded)
-    load = Load(lengths, rate, concurrency, trace, requests, duration, seed)
+    load = Load(lengths, rate, concurrency, trace, requests, duration, seed, warmup)
     slo = Slo(None if ttft_ms is None else ttft_ms / 1e3, None if tpot_ms is None else tpot_ms / 1e3)
     opts = ReplicaOptions(tp, max_seqs, max_batched_tokens, shared_prefix, prefix_cache,
                           overlap_schedule)

@@ -52,6 +52,8 @@ def option_record(o: Option) -> dict[str, Any]:
             "devices_per_replica": s.devices_per_replica, "replicas": s.replicas,
             "batch": s.batch,
             "ttft_s": s.ttft_s, "time_per_output_token_s": s.tpot_s,
+            "slo_attainment": s.attainment, "simulated_requests": s.run_requests[0],
+            "warmup_requests": s.run_requests[1],
             "tokens_per_s_per_replica": s.tokens_per_s, "job_hours": s.job_hours,
             "busy_hours_per_device_month": s.usage.busy_hours,
             "held_hours_per_device_month": s.usage.held_hours,
@@ -96,8 +98,12 @@ def _speed(o: Option, training: bool) -> list[str]:
 def _options_table(options: tuple[Option, ...], training: bool, title: str) -> Table:
     """Compact enough for 100 columns; per-request and CO2 figures are in the JSON and in
     `gpuwise cost`."""
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    speed = ("job h",) if training else ("ms/tok", "TTFT ms")
+    caption = (None if training else
+               "p90 ms/tok, p90 TTFT: at the load, each replica simulated in steady state; "
+               "busy: the share of the service's hours a device runs steps")
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False,
+                  caption=caption, caption_justify="left")
+    speed = ("job h",) if training else ("p90 ms/tok", "p90 TTFT")
     for col in ("option", "meets", *speed, "busy", "$/month", "$/Mtok", "kWh/mo", "kW"):
         table.add_column(col, justify="left" if col in ("option", "meets") else "right")
     for o in options:

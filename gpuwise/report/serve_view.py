@@ -20,7 +20,7 @@ from gpuwise.report.terminal import View, format_seconds
 SUMMARY_KEYS = ("requests", "duration_s", "ttft_s", "tpot_s", "itl_s", "e2e_s",
                 "output_tokens_per_s", "requests_per_s", "goodput_requests_per_s",
                 "slo_met_fraction", "preemptions", "kv_peak_fraction", "busy_fraction", "steps",
-                "saturated", "kv_timeline", "energy", "steady_state")
+                "saturated", "kv_timeline", "energy", "steady_state", "warmup_requests")
 SWEEP_KEYS = ("curve", "max_rate_meeting_slo", "attainment", "rate_ceiling")
 
 

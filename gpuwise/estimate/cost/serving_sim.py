@@ -7,23 +7,29 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.capability import Device, kernel_here, plan_refusal, weights_here
 from gpuwise.estimate.cost.prices import Usage
 from gpuwise.estimate.cost.sizing import MAX_TENSOR_PARALLEL, Candidate, Sizing
-from gpuwise.estimate.memory.fits import devices_for_inference
-from gpuwise.estimate.runtimes import runtime_unit
-from gpuwise.estimate.serve.metrics import Slo, summary
-from gpuwise.estimate.serve.replica import ReplicaOptions, build_engine, no_load_latency
-from gpuwise.estimate.serve.simulate import Engine, simulate
-from gpuwise.estimate.serve.sweep import Sweep, knee
+from gpuwise.estimate.memory.fits import devices_for_inference, max_context
+from gpuwise.estimate.runtimes import estimate_inference, runtime_unit
+from gpuwise.estimate.serve.metrics import ServeSummary, Slo
+from gpuwise.estimate.serve.replica import (
+    ReplicaOptions,
+    build_engine,
+    no_load_latency,
+    rate_ceiling,
+)
+from gpuwise.estimate.serve.simulate import Engine
+from gpuwise.estimate.serve.steady_load import steady_counts, steady_run
+from gpuwise.estimate.serve.sweep import meets
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.plans import InferencePlan
-from gpuwise.workload.requests import Lengths, poisson_requests
+from gpuwise.workload.requests import Lengths
 
-SIZING_REQUESTS = 200  # a sizing sweep's requests a rate: p90s within ~5% of 1000 requests
 # What each kind of device serves with when the user does not say (issue 23): vLLM on GPUs,
 # llama.cpp on CPUs and Apple silicon, transformers elsewhere.
 DEFAULT_RUNTIME = {"gpu": "vllm", "cpu": "llama.cpp", "apple": "llama.cpp"}
@@ -55,31 +61,112 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
         if "gpu_layers" in runtime_unit(rt).reads and plan.gpu_layers is None:
             # a fleet is sized with every layer on its devices, none moved to the host
             plan = replace(plan, gpu_layers=arch.num_layers)
+        plan = _longest_context_that_fits(arch, plan, hw)
         tp = devices_for_inference(arch, plan, hw)
         most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
         if tp is None or tp > most:
             return f"{weights} weights do not fit on {most} device(s) under {rt}"
-        engine = build_engine(arch, replace(plan, tp=tp), hw, cand.rates, ReplicaOptions(tp=tp))
+        tp, engine = _fast_enough(arch, load, plan, hw, cand, tp, most)
         return _sized(arch, load, cand, replace(plan, tp=tp), engine)
     except GpuwiseError as exc:
         return str(exc)
 
 
-# The knee of one replica does not depend on the volume of requests: computed once for the
-# sizings of a sweep of loads (advise's candidates, a property test's examples).
-_KNEES: dict[tuple[object, ...], Sweep] = {}
+def _fast_enough(arch: Architecture, load: ServeLoad, plan: InferencePlan, hw: Hardware,
+                 cand: Candidate, tp: int, most: int) -> tuple[int, Engine]:
+    """The fewest tensor-parallel devices, from the `tp` the weights need, whose request alone
+    meets the latency targets (a wider replica cuts each step), doubling up to `most`; `tp`
+    where none does."""
+    assert cand.rates is not None
+    first = None
+    while tp <= most:
+        engine = build_engine(arch, replace(plan, tp=tp), hw, cand.rates, ReplicaOptions(tp=tp))
+        first = first or (tp, engine)
+        ttft0, tpot0 = no_load_latency(engine, load.prompt_tokens, load.output_tokens)
+        if not _misses(load, ttft0, tpot0)[0]:
+            return tp, engine
+        tp *= 2
+    assert first is not None
+    return first
 
 
-def _knee(engine: Engine, key: tuple[object, ...], lengths: Lengths, slo: Slo) -> Sweep:
-    if key not in _KNEES:
-        if len(_KNEES) > 256:
-            _KNEES.clear()
-        _KNEES[key] = knee(engine, lengths, SIZING_REQUESTS, slo)
-    return _KNEES[key]
+def _longest_context_that_fits(arch: Architecture, plan: InferencePlan,
+                               hw: Hardware) -> InferencePlan:
+    """Where the runtime allocates its context up front and the model's own does not fit one
+    device but the requests do, the longest that fits (vLLM's --max-model-len auto), as one
+    sizing a fleet sets it, not a second device for a context no request uses."""
+    if plan.context_alloc is not None or runtime_unit(plan.runtime).as_run(arch, plan, hw) != plan:
+        return plan  # given, or the runtime picks its own (llama-server's --fit)
+    if not runtime_unit(plan.runtime).own_memory_rules or estimate_inference(arch, plan, hw).fits:
+        return plan
+    longest = max_context(arch, plan, hw)
+    return replace(plan, context_alloc=longest) if longest >= plan.context_tokens else plan
+
+
+# A replica's runs do not depend on the volume of requests: kept for the sizings of a sweep of
+# loads (advise's candidates, a property test's examples), by what the engine is and the rate.
+_RUNS: dict[tuple[object, ...], ServeSummary] = {}
+MOST_REPLICAS = 1 << 16  # the search gives up past this many
+
+
+def _run(engine: Engine, key: tuple[object, ...], rate: float, lengths: Lengths,
+         slo: Slo) -> ServeSummary:
+    at = (*key, rate)
+    if at not in _RUNS:
+        if len(_RUNS) > 4096:
+            _RUNS.clear()
+        _RUNS[at] = steady_run(engine, rate, lengths, slo)
+    return _RUNS[at]
+
+
+def fewest_replicas(engine: Engine, key: tuple[object, ...], need: float, lengths: Lengths,
+                    slo: Slo) -> int | None:
+    """The fewest replicas that between them meet the targets at `need` requests a second
+    (each replica at its share, in steady state); None past MOST_REPLICAS. No replica can
+    sustain more than its ceiling, so the search starts at need / ceiling; a run that misses
+    says by how much (the rate it offered over the rate it served, or its worst p90 over its
+    target), which sets the next count to try, until one meets; then it halves the gap, to
+    one replica or 2% of the fleet."""
+    ceiling = rate_ceiling(engine, lengths.prompt, lengths.output)
+    alone = no_load_latency(engine, lengths.prompt, lengths.output)
+    low = max(1, math.ceil(need / ceiling)) if ceiling > 0 else 1
+    rec = _run(engine, key, need / low, lengths, slo)
+    if meets(rec, slo):
+        return low
+    high = _next_count(low, need / low, rec, slo, alone)
+    while not meets(rec := _run(engine, key, need / high, lengths, slo), slo):
+        low, high = high, _next_count(high, need / high, rec, slo, alone)
+        if high > MOST_REPLICAS:
+            return None
+    while high - low > max(1, high // 50):  # low misses, high meets: to 2% of the fleet
+        mid = (low + high) // 2
+        hit = meets(_run(engine, key, need / mid, lengths, slo), slo)
+        low, high = (low, mid) if hit else (mid, high)
+    return high
+
+
+def _next_count(k: int, rate: float, rec: ServeSummary, slo: Slo,
+                alone: tuple[float, float]) -> int:
+    """The next count to try after `k` replicas missed at `rate` each. A saturated run: k times
+    the rate offered over the rate served. Else each missed p90 is taken as growing in a line
+    from a request's own latency at no load, and the load cut to where that line meets the
+    target (at least 5% fewer requests a replica, at most 8 times fewer)."""
+    if rec.saturated and rec.requests_per_s > 0:
+        ratio = rate / rec.requests_per_s
+    else:
+        ratio = 1.25  # every p90 within its target, the joint share short: a step
+        for p90, target, own in zip((rec.ttft_s.p90, rec.tpot_s.p90), (slo.ttft_s, slo.tpot_s),
+                                    alone, strict=True):
+            if p90 is not None and target and p90 > target:
+                ratio = max(ratio, (p90 - own) / max(target - own, 1e-3 * target))
+    return max(k + 1, math.ceil(k * min(8.0, max(1.05, ratio))))
 
 
 def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: InferencePlan,
            engine: Engine) -> Sizing:
+    """Replicas so that each runs at `max_utilisation` of the highest rate it sustains within
+    the targets: the fewest that meet them at the load / max_utilisation; then the fleet at the
+    load itself, each replica's share of it simulated in steady state."""
     weights, rt, tp = plan.weights, plan.runtime, plan.tp
     lengths = Lengths(load.prompt_tokens, load.output_tokens)
     slo = Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
@@ -87,29 +174,34 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
     ttft0, tpot0 = no_load_latency(engine, load.prompt_tokens, load.output_tokens)
     rates = cand.rates
     assert rates is not None
-    # What the knee depends on, by value (an object's id may be reused once it is freed).
+    # What the runs depend on, by value (an object's id may be reused once it is freed).
     key = (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
            tuple(sorted(rates.peak_flops.items())), plan, lengths, slo)
-    knee = _knee(engine, key, lengths, slo)
-    per_replica = (knee.max_rate_meeting_slo or knee.rate_ceiling / 5) * load.max_utilisation
-    replicas = max(1, math.ceil(load.arrivals_per_s / per_replica))
-    misses, ratio = _misses(load, ttft0, tpot0, knee.max_rate_meeting_slo)
+    misses, ratio = _misses(load, ttft0, tpot0)
+    need = load.arrivals_per_s / load.max_utilisation
+    found = None if misses else fewest_replicas(engine, key, need, lengths, slo)
+    if found is None:  # no rate meets the targets: sized for a fifth of the ceiling
+        per_replica = rate_ceiling(engine, load.prompt_tokens, load.output_tokens) / 5
+        found = max(1, math.ceil(load.arrivals_per_s / (per_replica * load.max_utilisation)))
+        misses = misses or ["no rate meets the targets"]
+    replicas = found
     if cand.max_replicas is not None and replicas > cand.max_replicas:
         misses.append(f"load needs {replicas}")
         ratio, replicas = max(ratio, replicas / cand.max_replicas), cand.max_replicas
     rate = load.arrivals_per_s / replicas
-    rec = summary(simulate(engine, poisson_requests(rate, SIZING_REQUESTS, lengths)), slo)
+    rec = _run(engine, key, rate, lengths, slo)
+    count, warm = steady_counts(engine, rate, lengths, slo)
     usage = Usage(tp * replicas, rec.busy_fraction * load.service_hours_per_month,
                   load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)
     tpot = rec.tpot_s.p50 or 0.0
     batch = max(1, round(rec.output_tokens_per_s * tpot))  # sequences decoding at once
     return Sizing(cand, f"{weights} ({rt})", tp, replicas, batch, usage, not misses,
                   tuple(misses), ratio, rec.ttft_s.p90, rec.tpot_s.p90,
-                  rec.output_tokens_per_s)
+                  rec.output_tokens_per_s, attainment=rec.slo_met_fraction,
+                  run_requests=(count, warm))
 
 
-def _misses(load: ServeLoad, ttft0: float, tpot0: float,
-            knee: float | None) -> tuple[list[str], float]:
+def _misses(load: ServeLoad, ttft0: float, tpot0: float) -> tuple[list[str], float]:
     """What no rate meets: a target below one request's own latency."""
     misses, ratios = [], [0.0]
     if load.tpot_ms is not None:
@@ -120,6 +212,4 @@ def _misses(load: ServeLoad, ttft0: float, tpot0: float,
         ratios.append(ttft0 * 1e3 / load.ttft_ms)
         if ratios[-1] > 1:
             misses.append("TTFT")
-    if not misses and not knee:
-        misses.append("no rate meets the targets")
     return misses, max(ratios)

@@ -54,6 +54,11 @@ class Sizing:
     tpot_s: float | None = None
     tokens_per_s: float = 0.0  # per replica (inference: generated; training: trained)
     job_hours: float | None = None
+    # serving: the share of requests within the targets at the load, in steady state
+    attainment: float | None = None
+    # serving: the run at the load (requests, of which the warm-up): `gpuwise serve --rate
+    # LOAD --gpus DEVICES --requests N --warmup W` gives the same figures
+    run_requests: tuple[int, int] = (0, 0)
 
     @property
     def devices(self) -> int:

@@ -95,6 +95,9 @@ class ServeSummary:
     kv_timeline: tuple[tuple[float, float], ...]  # (seconds, share of the KV cache in use)
     energy: Energy | None  # None: no power model
     steady_state: SteadyState
+    # the first requests left out of the latencies and the targets' attainment: the warm-up
+    # of a run meant to show the steady state (estimate/serve/steady_load.py)
+    warmup_requests: int = 0
 
 
 def nearest_rank(xs: list[float], p: int) -> float:
@@ -118,34 +121,41 @@ def saturated(trace: Trace) -> bool:
     return trace.queue_at_last_arrival >= max(2, len(trace.seqs) // 10)
 
 
-def summary(trace: Trace, slo: Slo, power: Power | None = None) -> ServeSummary:
-    """The run's figures in seconds, tokens and requests, as `gpuwise serve --json` gives them."""
+def summary(trace: Trace, slo: Slo, power: Power | None = None,
+            after_s: float | None = None) -> ServeSummary:
+    """The run's figures in seconds, tokens and requests, as `gpuwise serve --json` gives them;
+    the latencies and the targets' attainment of the requests that arrived at `after_s` or
+    later where it is given (the rest: a warm-up)."""
     seqs = trace.seqs
+    start = min(s.req.arrival_s for s in seqs)
+    counted = [s for s in seqs if after_s is None or s.req.arrival_s >= after_s] or seqs
+    warmup = len(seqs) - len(counted)
+    seqs = counted
     ttft = [s.first_token_s - s.req.arrival_s for s in seqs]
     e2e = [s.done_s - s.req.arrival_s for s in seqs]
     tpot = [(s.done_s - s.first_token_s) / (s.req.output - 1) for s in seqs if s.req.output > 1]
-    start = min(s.req.arrival_s for s in seqs)
     window = max(trace.end_s - start, 1e-12)
-    out_tokens = sum(s.req.output for s in seqs)
+    out_tokens = sum(s.req.output for s in trace.seqs)
     good = sum(slo.met(t, (s.done_s - s.first_token_s) / max(1, s.req.output - 1))
                for t, s in zip(ttft, seqs, strict=True))
     p50, p90, p99 = (trace.itl.percentile(p) for p in PERCENTILES)
     steady, spent = steady_state(trace), None
     if power is not None:
-        spent = energy(trace, window, len(seqs), out_tokens, power)
+        spent = energy(trace, window, len(trace.seqs), out_tokens, power)
         busy_w = busy_joules(trace, power) / max(trace.busy_s, 1e-12)
         steady = replace(steady, per_output_token_j=busy_w / max(steady.output_tokens_per_s, 1e-12))
     return ServeSummary(
-        requests=len(seqs), duration_s=window, ttft_s=distribution(ttft),
+        requests=len(trace.seqs), duration_s=window, ttft_s=distribution(ttft),
         tpot_s=distribution(tpot), itl_s=Percentiles(trace.itl.mean(), p50, p90, p99),
         e2e_s=distribution(e2e), output_tokens_per_s=out_tokens / window,
-        requests_per_s=len(seqs) / window, goodput_requests_per_s=good / window,
+        requests_per_s=len(trace.seqs) / window,
+        goodput_requests_per_s=good * len(trace.seqs) / len(seqs) / window,
         slo_met_fraction=good / len(seqs), preemptions=trace.preemptions,
         kv_peak_fraction=trace.kv_peak_fraction,
         busy_fraction=min(1.0, trace.busy_s / window),
         steps=trace.steps, saturated=saturated(trace),
         kv_timeline=tuple((round(t, 4), round(f, 4)) for t, f in trace.kv_timeline),
-        energy=spent, steady_state=steady)
+        energy=spent, steady_state=steady, warmup_requests=warmup)
 
 
 def scaled(rec: ServeSummary, replicas: int) -> ServeSummary:
