@@ -19,6 +19,7 @@ from gpuwise.estimate.cost.advise import (
     Option,
     advise,
     price_options,
+    runtime_list,
     serving_options,
     training_options,
 )
@@ -240,12 +241,15 @@ def advise_options(kw: dict[str, Any], progress: Progress | None = None) -> Advi
     if isinstance(load, TrainLoad):
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
+        runtime_list(kw["runtime"])  # every name known, before anything is sized
         options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
                                   limit, skipped, deployment(model, kw),
                                   partial(side_by_side, what="sizing option",
                                           progress=progress))
     if not options:
-        raise GpuwiseError(f"{model.name} fits on no priced hardware for this workload",
+        why = "; ".join(f"{what}: {reason}" for what, reason in skipped[:3])
+        raise GpuwiseError(f"{model.name} has no option for this workload"
+                           + (f" ({why}{'; ...' if len(skipped) > 3 else ''})" if why else ""),
                            "try --weights int4, a shorter --prompt/--seq, or LoRA")
     result = advise(options, a, load.measured_util, _target(load), skipped)
     return AdviceAnswer(_header(model, load, kw), result, a, isinstance(load, TrainLoad))
@@ -291,6 +295,9 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
     header = _header(model, load, kw)
     if kw["on"].strip().lower() == "api":
         return CostAnswer(header, _api_option(load, kw), a, isinstance(load, TrainLoad))
+    if len(runtime_list(kw["runtime"])) > 1:
+        raise GpuwiseError("cost prices one option: give one --runtime",
+                           f"`gpuwise advise ... --runtime {kw['runtime']}` compares them")
     hw = hardware_named(kw["on"])
     local = hw.source == "detected"
     cand = candidate(hw, kw["local_price"] if local else kw["price"], kw["rate"],

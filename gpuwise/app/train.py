@@ -20,6 +20,7 @@ from gpuwise.estimate.speed.training_time import (
     slow_faults_step_s,
     step_fault_s,
 )
+from gpuwise.estimate.training_search import FitSearch, search_fits
 from gpuwise.measure.probe.rates_source import rates_for
 from gpuwise.workload import Architecture
 from gpuwise.workload.limits import MAX_TRAIN_TOKENS, check_number
@@ -56,6 +57,8 @@ class TrainAnswer:
     faults: PageFaults
     fp32: Fp32Alternative[TrainingTime] | None
     train_tokens: float
+    # where the plan does not fit: the fastest plans with gpuwise's memory features that do
+    fit_search: FitSearch | None = None
 
 
 def default_dtype(hw: Hardware) -> str:
@@ -78,8 +81,13 @@ def train(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Training
     faults = _faults(arch, plan, rates, timing)
     fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
     memory = estimate_training(arch, plan, hw)  # its notes say how compile's layers are saved
+    searched = None
+    if not memory.fits:
+        def step_s(p: TrainingPlan) -> float | None:
+            return estimate_training_time(arch, p, rates).step_s if rates else None
+        searched = search_fits(arch, plan, hw, step_s)
     return TrainAnswer(model, arch, hw, plan, memory, found, timing, how, faults, fp32,
-                       train_tokens)
+                       train_tokens, searched)
 
 
 def _faults(arch: Architecture, plan: TrainingPlan, rates: DeviceRates | None,

@@ -47,10 +47,11 @@ WORKLOAD = [
          "targets each replica is sized for, 0.6 or 60% (the rest is headroom for peaks)",
          "--target-utilization"),
     _opt("hours_per_day", float, 24.0, "inference: hours a day the service runs"),
-    _opt("weights", str, "bf16", "inference: accelerator weight precision (CPUs try fp32, int8 "
-         "and int4)"),
+    _opt("weights", str, "bf16", "inference: weight precision (CPUs try int8 and int4, or "
+         "the GGUF type given, e.g. q4_k_m)"),
     _opt("runtime", str, "auto", "inference: the serving runtime: auto (vllm on GPUs, "
-         "llama.cpp on CPUs and Macs), vllm, sglang, llama.cpp, transformers or compiled"),
+         "llama.cpp on CPUs and Macs), vllm, sglang, llama.cpp, transformers or compiled; "
+         "advise compares several side by side: vllm,sglang,llama.cpp"),
     _opt("train_tokens", float | None, None, "training: tokens to train on per month"),
     _opt("hours_per_month", float | None, None, "training: hours a month the hardware trains, "
          "instead of --train-tokens"),

@@ -16,6 +16,7 @@ from gpuwise.app.infer import InferAnswer
 from gpuwise.app.local import LocalAnswer
 from gpuwise.app.train import TrainAnswer
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.training_search import FitSearch
 from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
 from gpuwise.report.precision_lines import inference_fp32, training_fp32
@@ -143,9 +144,12 @@ def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
         obj["ops"] = {"forward": ops_record(a.time.forward)}
     extra = {
         "answers": f"largest batch at seq {plan.seq}: {found.max_batch}; devices needed with "
-        f"ZeRO-3: {found.devices_needed_zero3 or 'more than 1024'}",
+        f"ZeRO-3: {found.devices_needed_zero3 or 'none up to 1,024 (what each keeps whole does not fit)'}",
     }
-    if not plan.checkpointing:
+    if a.fit_search is not None:
+        obj["fit_search"] = _fit_search_record(a.fit_search)
+        extra.update(_fit_lines(a.fit_search))
+    elif not plan.checkpointing:
         extra["tip"] = f"with --checkpointing: {format_bytes(found.with_checkpointing_bytes)}"
     extra.update(time_lines(time_rec))
     if a.time is not None and a.fp32 is not None:
@@ -160,6 +164,32 @@ def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
         view = Group(view, terminal.format_ops("forward operations (backward ~2x)",
                                                a.time.forward))
     return obj, view
+
+
+def _fit_search_record(f: FitSearch) -> dict[str, Any]:
+    return {"tried": f.tried, "zero3_devices": f.zero3_devices,
+            "checkpointed_batch": f.checkpointed_batch,
+            "options": [{"flags": list(o.flags), "total_bytes": o.total_bytes,
+                         "capacity_bytes": o.capacity_bytes, "step_s": o.step_s,
+                         "trains": o.trains, "plan": asdict(o.plan)} for o in f.options]}
+
+
+def _fit_lines(f: FitSearch) -> dict[str, str]:
+    """The fastest plans that fit, a line each (`fits with`, `or`, ...)."""
+    if not f.options:
+        line = f"none of {f.tried} combinations of gpuwise's memory features at this batch"
+        if f.checkpointed_batch:
+            line += (f"; with --checkpointing a batch of {f.checkpointed_batch} fits (accumulate "
+                     "gradients to reach this one)")
+        return {"fits with": line}
+    lines = {}
+    for i, o in enumerate(f.options):
+        step = f", {terminal.format_seconds(o.step_s)} a step" if o.step_s is not None else ""
+        trains = "" if o.trains == "the model" else f", trains {o.trains}"
+        lines["fits with" if i == 0 else f"or ({i + 1})"] = (
+            f"{' '.join(o.flags) or 'as asked'}: {format_bytes(o.total_bytes)} of "
+            f"{format_bytes(o.capacity_bytes)}{step}{trains}")
+    return lines
 
 
 def models_view(rows: list[ModelRow], wide: bool = False) -> View:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from gpuwise.catalog.costs import CostAssumptions, at_site
+from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.thresholds import advise_thresholds
 from gpuwise.estimate.cost.prices import (
     OptionCost,
@@ -23,7 +25,13 @@ from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
 from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
-CPU_WEIGHTS = ("fp32", "int8", "int4")
+CPU_WEIGHTS = ("int8", "int4")  # what a CPU serves an LLM in (llama.cpp's q8_0 and q4_0)
+
+
+def cpu_weights(asked: str) -> tuple[str, ...]:
+    """The weights CPUs are sized at: a GGUF type asked for (q4_k_m) as asked, else int8 and
+    int4 (no one serves a language model from a CPU in fp32 or bf16)."""
+    return (asked,) if weight_format(asked).other_bits else CPU_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -105,18 +113,20 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
                     api_usd_per_mtok: tuple[float, float] | None = None,
                     max_wall_kw: float | None = None, skipped: Skipped | None = None,
                     deployment: InferencePlan | None = None,
-                    map_all: MapAll[tuple[Candidate, str], Sizing | str] = in_turn,
+                    map_all: MapAll[tuple[Candidate, str, str], Sizing | str] = in_turn,
                     ) -> list[Option]:
-    """Every candidate that fits, at `weights` (CPUs: fp32, int8 and int4), priced; the
+    """Every candidate that fits, at `weights` (CPUs: `cpu_weights`), priced; the
     others go to `skipped` with the reason. `map_all` runs the sizings (one simulation
     each)."""
     options: list[Option] = []
-    jobs = [(cand, fmt) for cand in candidates
-            for fmt in (CPU_WEIGHTS if cand.hw.kind == "cpu" else (weights,))]
-    size = partial(_size_job, arch, load, runtime, deployment)
-    for (cand, fmt), sizing in zip(jobs, map_all(size, jobs), strict=True):
+    runtimes = runtime_list(runtime)
+    jobs = [(cand, fmt, rt) for cand in candidates for rt in runtimes
+            for fmt in (cpu_weights(weights) if cand.hw.kind == "cpu" else (weights,))]
+    size = partial(_size_job, arch, load, deployment)
+    for (cand, fmt, rt), sizing in zip(jobs, map_all(size, jobs), strict=True):
         if isinstance(sizing, str) and skipped is not None:
-            skipped.append((f"{cand.name} {fmt}", sizing))
+            under = f" ({rt})" if len(runtimes) > 1 else ""
+            skipped.append((f"{cand.name} {fmt}{under}", sizing))
         elif not isinstance(sizing, str):
             options += price_options(sizing, a, max_wall_kw)
     if api_usd_per_mtok is not None:
@@ -126,9 +136,19 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
     return options
 
 
-def _size_job(arch: Architecture, load: ServeLoad, runtime: str,
-              deployment: InferencePlan | None, job: tuple[Candidate, str]) -> Sizing | str:
-    cand, fmt = job
+def runtime_list(runtime: str) -> tuple[str, ...]:
+    """`--runtime` as a list: one name, `auto`, or several compared side by side
+    (`vllm,sglang,llama.cpp`), each checked."""
+    names = tuple(dict.fromkeys(n.strip() for n in runtime.split(",") if n.strip()))
+    for name in names:
+        if name != "auto":
+            runtime_speed(name)  # "did you mean" where unknown
+    return names or ("auto",)
+
+
+def _size_job(arch: Architecture, load: ServeLoad, deployment: InferencePlan | None,
+              job: tuple[Candidate, str, str]) -> Sizing | str:
+    cand, fmt, runtime = job
     return size_serving_simulated(arch, load, cand, fmt, runtime, deployment)
 
 
@@ -221,8 +241,10 @@ def _rent_or_buy_reasons(best: Option, a: CostAssumptions) -> list[str]:
         rule = (f"rent: the workload holds each {name} {_share(used)} of the month's hours, below "
                 f"the buy-vs-rent break-even of {even:.0%}")
     else:
-        rule = (f"buy: the workload uses each {name} {_share(used)} of the month's hours, above "
-                f"the buy-vs-rent break-even of {even:.0%}")
+        rule = (f"buy: the service holds each {name} {_share(used)} of the month's hours (busy "
+                f"{_share(s.usage.busy_hours / max(s.usage.held_hours, 1e-9))} of them), above the "
+                f"buy-vs-rent break-even of "
+                f"{even:.0%}")
     reserved = (f"a reservation beats on-demand above {1 - a.reserved_discount:.0%} of the "
                 f"hours (discount {a.reserved_discount:.0%})")
     return [rule, reserved]
