@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict
 from typing import Any
 
@@ -95,23 +96,32 @@ def _speed(o: Option, training: bool) -> list[str]:
     return [_num(tpot, ",.1f"), _num(ttft)]
 
 
+NARROW = 110  # columns below which the table keeps its first six columns (the rest: --json)
+
+
 def _options_table(options: tuple[Option, ...], training: bool, title: str) -> Table:
-    """Compact enough for 100 columns; per-request and CO2 figures are in the JSON and in
-    `gpuwise cost`."""
-    caption = (None if training else
-               "p90 ms/tok, p90 TTFT: at the load, each replica simulated in steady state; "
-               "busy: the share of the service's hours a device runs steps")
+    """One line an option at any width: below NARROW columns without $/Mtok, kWh/mo and kW
+    (in the JSON and in `gpuwise cost`), the caption says so."""
+    narrow = shutil.get_terminal_size().columns < NARROW
+    notes = [] if training else [
+        "p90 ms/tok, p90 TTFT: at the load, each replica simulated in steady state"]
+    notes.append("busy: the share of the service's hours a device runs steps")
+    if narrow:
+        notes.append("$/Mtok, kWh/mo, kW: --json, or a terminal of 110 columns")
     table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False,
-                  caption=caption, caption_justify="left")
+                  caption="; ".join(notes), caption_justify="left")
     speed = ("job h",) if training else ("p90 ms/tok", "p90 TTFT")
-    for col in ("option", "meets", *speed, "busy", "$/month", "$/Mtok", "kWh/mo", "kW"):
-        table.add_column(col, justify="left" if col in ("option", "meets") else "right")
+    wide = () if narrow else ("$/Mtok", "kWh/mo", "kW")
+    for col in ("option", "meets", *speed, "busy", "$/month", *wide):
+        table.add_column(col, justify="left" if col in ("option", "meets") else "right",
+                         no_wrap=col == "option")
     for o in options:
         c, s = o.cost, o.sizing
+        cells = [_num(c.usd_per_million_tokens, ",.3f"), _num(c.kwh_per_month),
+                 _num(c.wall_kw, ",.2f")]
         table.add_row(Text(o.label), _meets(o), *_speed(o, training),
                       _pct(s.usage.utilisation) if s else "NA", _num(c.usd_per_month),
-                      _num(c.usd_per_million_tokens, ",.3f"), _num(c.kwh_per_month),
-                      _num(c.wall_kw, ",.2f"))
+                      *cells[:len(wide)])
     return table
 
 

@@ -111,7 +111,8 @@ def infer_view(a: InferAnswer, show_ops: bool = False) -> View:
         "precision": f"highest weight precision that fits"
                      f"{f' at --ctx {found.context}' if found.context else ''}: "
                      f"{found.precision_that_fits or 'none'}"
-                     f"; devices needed (tensor parallel): {found.devices_needed or 'too many'}",
+                     + ("" if a.hardware.kind == "cpu" else  # a CPU host splits no layers
+                        f"; devices needed (tensor parallel): {found.devices_needed or 'too many'}"),
     }
     extra.update(time_lines(time_rec))
     if a.time is not None and a.fp32 is not None:
