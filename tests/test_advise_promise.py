@@ -5,6 +5,8 @@ targets for at least 90% of requests."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuwise.app.cost import candidate
@@ -67,3 +69,29 @@ def test_a_short_run_would_have_promised_a_rate_the_replica_cannot_sustain():
     reqs = poisson_requests(51.0, count, Lengths(512, 256))
     steady = summary(simulate(engine, reqs), slo, after_s=reqs[warm].arrival_s)
     assert steady.saturated or steady.slo_met_fraction < ATTAINMENT
+
+
+def test_this_machines_row_is_what_serve_says_for_it(tmp_path, monkeypatch, capsys):
+    """advise's row for this machine (probed) is `gpuwise serve --on local` of the same plan and
+    load: the same runtime (llama.cpp on a CPU), weights, replicas and steady-state run."""
+    from test_probe_trust import _good
+
+    from gpuwise.cli import main
+    from gpuwise.measure.probe.store import save_profile
+
+    monkeypatch.setenv("GPUWISE_CACHE_DIR", str(tmp_path))
+    save_profile(_good())
+    common = ["--prompt", "256", "--new-tokens", "32", "--json"]
+    # the test's profile is a slow machine's (0.5 s a token): a light load, no targets
+    main(["advise", "qwen2.5-0.5b", "--on", "local", "--rate", "0.001", *common])
+    out, _ = capsys.readouterr()
+    rows = [o for o in json.loads(out)["options"] if o.get("kind") == "cpu"]
+    assert rows, "this machine was not sized"
+    row = rows[0]
+    weights = row["precision"].split(" ")[0]
+    main(["serve", "qwen2.5-0.5b", "--on", "local", "--runtime", "llama.cpp", "--weights", weights,
+          "--rate", "0.001", "--gpus", str(row["devices"]), "--requests",
+          str(row["simulated_requests"]), "--warmup", str(row["warmup_requests"]), *common])
+    served = json.loads(capsys.readouterr()[0])
+    assert served["tpot_s"]["p90"] == row["time_per_output_token_s"]
+    assert served["ttft_s"]["p90"] == row["ttft_s"]
