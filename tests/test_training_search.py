@@ -75,3 +75,24 @@ def test_a_batch_too_large_for_any_feature_gives_the_batch_that_fits():
     smaller = replace(TrainingPlan(batch=found.checkpointed_batch), checkpointing=True)
     assert estimate_training(arch, smaller, hw).fits
     assert not estimate_training(arch, replace(smaller, batch=smaller.batch + 1), hw).fits
+
+
+def test_a_frozen_base_computes_no_weight_gradients_and_qlora_dequantises():
+    """MFU counts 4 N T for LoRA and QLoRA (forward and input gradients: the frozen base has no
+    weight gradients), 6 N T for a full fine-tune; QLoRA's step is LoRA's plus every nf4 weight
+    dequantised to bf16 in the forward, the backward and the recompute."""
+    from gpuwise.estimate.memory.weights import mean_weight_bytes
+    from gpuwise.estimate.speed.training_time import matmul_params
+
+    arch = from_config(resolve_model("llama-3.1-8b").config)
+    rates = rates_from_spec(find_hardware("h100"))
+    step = {f: estimate_training_time(arch, TrainingPlan(finetune=f, checkpointing=True), rates)
+            for f in ("full", "lora", "qlora")}
+    n, tokens = matmul_params(arch), 2048
+    attention = step["full"].model_flops - 6 * n * tokens
+    assert step["lora"].model_flops == 4 * n * tokens + attention
+    assert step["qlora"].model_flops == step["lora"].model_flops
+    weights = n - arch.vocab_size * arch.hidden_size  # the head stays bf16
+    moved = 3 * weights * (mean_weight_bytes(arch, "nf4") + 2)
+    extra = step["qlora"].step_s - step["lora"].step_s
+    assert moved / rates.bandwidth_bytes_per_s <= extra <= 2 * moved / rates.bandwidth_bytes_per_s

@@ -225,9 +225,9 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     dtype = plan.compute_dtype
     mode = op_count_mode(plan.dtype)
     c = weight_format(dtype).bytes_per_element
-    w = 4.0 if plan.mixed else c
-    if plan.finetune == "qlora":
-        w = mean_weight_bytes(arch, "nf4")
+    # QLoRA: bitsandbytes dequantises each nf4 weight to the compute dtype before its matmul,
+    # which then reads the 16-bit copy (the dequantisation is its own op, `_dequantised`)
+    w = c if plan.finetune == "qlora" else (4.0 if plan.mixed else c)
     attention = _training_attention(arch, plan, rates)
     shape = Shape(plan.batch, plan.seq, plan.seq, c, w, c, attention, plan.seq)
     ops = [tensor_parallel_share(op, plan.tp)
@@ -250,7 +250,9 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
     tokens = plan.batch * plan.seq * plan.data_parallel
     attn = 6 * arch.num_layers * plan.seq * arch.q_dim  # causal attention FLOPs per token x 2
-    model_flops = tokens * (6 * matmul_params(arch) + attn)
+    # a frozen base computes no weight gradients: forward and input gradients, 4 N T
+    per_param = 6 if plan.finetune == "full" else 4
+    model_flops = tokens * (per_param * matmul_params(arch) + attn)
     peak = rates.peak(dtype) * plan.gpus
     return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source,
                         rt.name, rt.id)
@@ -292,7 +294,24 @@ def _forward_backward(arch: Architecture, plan: TrainingPlan, ops: list[Op],
         bwd = _plus(bwd, phase_time("backward", embedding_grad_ops(arch, shape), rates, dtype, 0.0))
     if plan.finetune in ("lora", "qlora"):
         fwd, bwd = _with_adapters(arch, plan, fwd, bwd, rates)
+    if plan.finetune == "qlora":
+        fwd, bwd = _dequantised(arch, plan, fwd, bwd, rates)
     return fwd, bwd
+
+
+def _dequantised(arch: Architecture, plan: TrainingPlan, fwd: PhaseTime, bwd: PhaseTime,
+                 rates: DeviceRates) -> tuple[PhaseTime, PhaseTime]:
+    """QLoRA's dequantisation: every nf4 weight read and written out in the compute dtype
+    before each matmul that uses it: once in the forward, once in the backward (the input
+    gradient needs the weight again), and once more in a checkpointed backward's recompute."""
+    c = weight_format(plan.compute_dtype).bytes_per_element
+    weights = matmul_params(arch) - (arch.vocab_size * arch.hidden_size)  # the head stays 16-bit
+    per_pass = weights * (mean_weight_bytes(arch, "nf4") + c) / plan.tp
+    op = Op("dequantise nf4", "elementwise", 0.0, per_pass, count=1)
+    passes = 2 if plan.checkpointing else 1
+    more_fwd = phase_time("forward", [op], rates, plan.compute_dtype, 0.0)
+    more_bwd = phase_time("backward", [replace(op, count=passes)], rates, plan.compute_dtype, 0.0)
+    return _plus(fwd, more_fwd), _plus(bwd, more_bwd)
 
 
 def _with_adapters(arch: Architecture, plan: TrainingPlan, fwd: PhaseTime, bwd: PhaseTime,
