@@ -121,3 +121,18 @@ def test_lightning_callback_says_what_is_missing():
             lightning_callback()
     else:  # pragma: no cover - when lightning is installed the callback builds
         assert lightning_callback() is not None
+
+
+def test_a_job_whose_processes_are_gone_has_no_rss_reading_not_zero():
+    """`watch --no-inject`'s memory trend read `rss 299.64 MiB -> 0 B` where the last sample
+    came after the job's processes had exited: a tree with no process is no reading."""
+    import subprocess
+    import sys
+
+    from gpuwise.measure.watch.sensors import CpuSensor
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    sensor = CpuSensor(child.pid)
+    assert sensor.read()["rss_bytes"] > 0
+    child.wait()
+    assert sensor.read()["rss_bytes"] is None

@@ -65,13 +65,14 @@ class CpuSensor:
             except psutil.Error:
                 return None
         self._reads += 1
-        total = 0
+        total, read = 0, 0
         for proc in self._tree:
             try:
                 total += proc.memory_info().rss
+                read += 1
             except psutil.Error:
                 continue  # a worker that just exited
-        return total
+        return total if read else None  # the whole tree gone: no reading, not 0 B
 
 
 class GpuSensor:
