@@ -241,7 +241,6 @@ def advise_options(kw: dict[str, Any], progress: Progress | None = None) -> Advi
     if isinstance(load, TrainLoad):
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
-        runtime_list(kw["runtime"])  # every name known, before anything is sized
         options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
                                   limit, skipped, deployment(model, kw),
                                   partial(side_by_side, what="sizing option",

@@ -6,8 +6,8 @@ The features are those a user turns on without changing what is trained: activat
 checkpointing, a chunked loss (torchtune's), an 8-bit optimizer and the optimizer step in the
 backward (torchtune's optimizer_in_bwd, one device). Offloading to host memory is not tried:
 the time model does not charge its transfers, so it would rank as free. Where none of them
-fits a full fine-tune, LoRA and QLoRA (which train adapters, not
-the model) are tried with them; and ZeRO-3 over more devices is given with the count it needs.
+fits a full fine-tune, LoRA and QLoRA (which train adapters, not the model) are tried with
+them. ZeRO-3 over more devices is `train`'s own answer (`devices_for_training`).
 Every estimate is the memory model's, so an answer here is `gpuwise train` with those flags.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.capability import training_refusal
-from gpuwise.estimate.memory.fits import devices_for_training, max_training_batch
+from gpuwise.estimate.memory.fits import max_training_batch
 from gpuwise.estimate.memory.training import estimate_training
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import TrainingPlan
@@ -44,12 +44,10 @@ class FitOption:
 
 @dataclass(frozen=True)
 class FitSearch:
-    """The fastest plans that fit (empty: none on these devices), and ZeRO-3's device count
-    for the plan as asked (None: no count up to the search's limit fits)."""
+    """The fastest plans that fit (empty: none on these devices) and how many were tried."""
 
     options: tuple[FitOption, ...]
     tried: int
-    zero3_devices: int | None
     # where nothing fits at the plan's batch: the largest batch that does with checkpointing
     # (0: none; None: not searched), to reach the batch by accumulating gradients
     checkpointed_batch: int | None = None
@@ -60,7 +58,8 @@ def _variants(plan: TrainingPlan) -> Iterator[tuple[TrainingPlan, tuple[str, ...
     adam = plan.optimizer in ADAM
     one = plan.gpus == 1 and plan.zero == 0
     for ckpt, chunked, eight, in_bwd in itertools.product(
-            (False, True), (False, True), (False, adam), (False, one)):
+            (False, True), (False, True), (False, True) if adam else (False,),
+            (False, True) if one else (False,)):
         if (ckpt and plan.checkpointing) or (chunked and plan.loss != "full"):
             continue
         p, flags = plan, list[str]()
@@ -103,7 +102,7 @@ def search_fits(arch: Architecture, plan: TrainingPlan, hw: Hardware,
         if found:
             break
     smaller = None if found else max_training_batch(arch, replace(plan, checkpointing=True), hw)
-    return FitSearch(_fastest(found), tried, devices_for_training(arch, plan, hw), smaller)
+    return FitSearch(_fastest(found), tried, smaller)
 
 
 def _fastest(found: list[FitOption]) -> tuple[FitOption, ...]:

@@ -168,8 +168,7 @@ def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
 
 
 def _fit_search_record(f: FitSearch) -> dict[str, Any]:
-    return {"tried": f.tried, "zero3_devices": f.zero3_devices,
-            "checkpointed_batch": f.checkpointed_batch,
+    return {"tried": f.tried, "checkpointed_batch": f.checkpointed_batch,
             "options": [{"flags": list(o.flags), "total_bytes": o.total_bytes,
                          "capacity_bytes": o.capacity_bytes, "step_s": o.step_s,
                          "trains": o.trains, "plan": asdict(o.plan)} for o in f.options]}

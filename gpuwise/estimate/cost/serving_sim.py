@@ -23,7 +23,7 @@ from gpuwise.estimate.serve.replica import (
     rate_ceiling,
 )
 from gpuwise.estimate.serve.simulate import Engine
-from gpuwise.estimate.serve.steady_load import steady_counts, steady_run
+from gpuwise.estimate.serve.steady_load import steady_run
 from gpuwise.estimate.serve.sweep import meets
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
@@ -95,9 +95,8 @@ def _longest_context_that_fits(arch: Architecture, plan: InferencePlan,
     """Where the runtime allocates its context up front and the model's own does not fit one
     device but the requests do, the longest that fits (vLLM's --max-model-len auto), as one
     sizing a fleet sets it, not a second device for a context no request uses."""
-    if plan.context_alloc is not None or runtime_unit(plan.runtime).as_run(arch, plan, hw) != plan:
-        return plan  # given, or the runtime picks its own (llama-server's --fit)
-    if not runtime_unit(plan.runtime).own_memory_rules or estimate_inference(arch, plan, hw).fits:
+    if (plan.context_alloc is not None or not runtime_unit(plan.runtime).own_memory_rules
+            or estimate_inference(arch, plan, hw).fits):  # given, or the default fits (or is fitted)
         return plan
     longest = max_context(arch, plan, hw)
     return replace(plan, context_alloc=longest) if longest >= plan.context_tokens else plan
@@ -120,7 +119,7 @@ def _run(engine: Engine, key: tuple[object, ...], rate: float, lengths: Lengths,
 
 
 def fewest_replicas(engine: Engine, key: tuple[object, ...], need: float, lengths: Lengths,
-                    slo: Slo) -> int | None:
+                    slo: Slo, alone: tuple[float, float]) -> int | None:
     """The fewest replicas that between them meet the targets at `need` requests a second
     (each replica at its share, in steady state); None past MOST_REPLICAS. No replica can
     sustain more than its ceiling, so the search starts at need / ceiling; a run that misses
@@ -128,7 +127,6 @@ def fewest_replicas(engine: Engine, key: tuple[object, ...], need: float, length
     target), which sets the next count to try, until one meets; then it halves the gap, to
     one replica or 2% of the fleet."""
     ceiling = rate_ceiling(engine, lengths.prompt, lengths.output)
-    alone = no_load_latency(engine, lengths.prompt, lengths.output)
     low = max(1, math.ceil(need / ceiling)) if ceiling > 0 else 1
     rec = _run(engine, key, need / low, lengths, slo)
     if meets(rec, slo):
@@ -179,7 +177,7 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
            tuple(sorted(rates.peak_flops.items())), plan, lengths, slo)
     misses, ratio = _misses(load, ttft0, tpot0)
     need = load.arrivals_per_s / load.max_utilisation
-    found = None if misses else fewest_replicas(engine, key, need, lengths, slo)
+    found = None if misses else fewest_replicas(engine, key, need, lengths, slo, (ttft0, tpot0))
     if found is None:  # no rate meets the targets: sized for a fifth of the ceiling
         per_replica = rate_ceiling(engine, load.prompt_tokens, load.output_tokens) / 5
         found = max(1, math.ceil(load.arrivals_per_s / (per_replica * load.max_utilisation)))
@@ -190,7 +188,6 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
         ratio, replicas = max(ratio, replicas / cand.max_replicas), cand.max_replicas
     rate = load.arrivals_per_s / replicas
     rec = _run(engine, key, rate, lengths, slo)
-    count, warm = steady_counts(engine, rate, lengths, slo)
     usage = Usage(tp * replicas, rec.busy_fraction * load.service_hours_per_month,
                   load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)
     tpot = rec.tpot_s.p50 or 0.0
@@ -198,7 +195,7 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
     return Sizing(cand, f"{weights} ({rt})", tp, replicas, batch, usage, not misses,
                   tuple(misses), ratio, rec.ttft_s.p90, rec.tpot_s.p90,
                   rec.output_tokens_per_s, attainment=rec.slo_met_fraction,
-                  run_requests=(count, warm))
+                  run_requests=(rec.requests, rec.warmup_requests))
 
 
 def _misses(load: ServeLoad, ttft0: float, tpot0: float) -> tuple[list[str], float]:

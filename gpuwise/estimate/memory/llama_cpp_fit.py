@@ -20,6 +20,7 @@ from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.llama_cpp_memory import estimate_llama_cpp
+from gpuwise.units import format_bytes
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
@@ -44,7 +45,7 @@ def fit_llama_cpp(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Fitt
     trained = arch.max_position or rt.fit_min_ctx
     full = _at(arch, plan, hw, trained)
     where = "the host's memory" if hw.kind == "cpu" else "the device"
-    free = _gib(rt.fit_margin_bytes)
+    free = format_bytes(rt.fit_margin_bytes)
     if full.estimate.total_bytes <= target:
         return replace(full, note=f"n_ctx {trained:,}: llama-server's default, the model's "
                                   f"trained context (leaves {free} free on {where}; --ctx sets it)")
@@ -83,6 +84,3 @@ def _most_layers(arch: Architecture, plan: InferencePlan, hw: Hardware, target: 
         low, high = (mid, high) if used <= target else (low, mid - 1)
     return low
 
-
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / 2**30:,.2f} GiB".replace(".00 GiB", " GiB")

@@ -89,6 +89,7 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     blocks = int(pool // block_bytes)
     max_len = plan.context_alloc or arch.max_position or plan.context_tokens
     per_seq = math.ceil(plan.context_tokens / rt.block_size)
+    seqs = vllm_scheduler(hw).max_seqs  # the most it runs at once, by device
     # Fitting means every sequence of the batch resident at once, as for the other runtimes.
     needed = max(math.ceil(max_len / rt.block_size), plan.batch * per_seq)
     kv = max(pool, needed * block_bytes)
@@ -103,7 +104,7 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
              f"{format_tokens(blocks * rt.block_size)} tokens: room for "
              f"{blocks // per_seq if per_seq else 0:,} sequences of "
              f"{format_tokens(plan.context_tokens)} tokens (vLLM runs at most "
-             f"{vllm_scheduler(hw).max_seqs} at once)"]
+             f"{seqs} at once)"]
     longest = min(blocks * rt.block_size, arch.max_position or blocks * rt.block_size)
     if blocks * rt.block_size < max_len:
         whose = "--ctx" if plan.context_alloc else "its default, the model's"
@@ -114,8 +115,8 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     else:
         notes.append(f"headroom: the KV pool beyond one max_model_len ({max_len:,}) sequence; "
                      "vLLM takes its whole budget up front")
-    if plan.batch > vllm_scheduler(hw).max_seqs:
-        notes.append(f"at most {vllm_scheduler(hw).max_seqs} sequences run at once; the rest wait")
+    if plan.batch > seqs:
+        notes.append(f"at most {seqs} sequences run at once; the rest wait")
     total = sum(parts.values())
     est = make_estimate(parts, capacity, rt.name, "serving", {"serving": total}, tuple(notes))
     spare = int(pool - needed * block_bytes)
