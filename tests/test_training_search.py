@@ -25,7 +25,8 @@ def _search(name: str, device: str, plan: TrainingPlan):  # type: ignore[no-unty
     hw = find_hardware(device)
     rates = rates_from_spec(hw)
     return arch, hw, search_fits(arch, plan, hw,
-                                 lambda p: estimate_training_time(arch, p, rates).step_s)
+                                 lambda p, est: estimate_training_time(
+                                     arch, p, rates, paged_on_host_bytes=est.paged_on_host_bytes).step_s)
 
 
 def _train(name: str, device: str, args: list[str]) -> dict:  # type: ignore[type-arg]

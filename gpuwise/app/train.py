@@ -77,25 +77,32 @@ def train(model: ResolvedModel, arch: Architecture, hw: Hardware, plan: Training
                          fits.devices_for_training(arch, plan, hw),
                          estimate_training(arch, replace(plan, checkpointing=True), hw).total_bytes)
     rates, how = rates_for(hw)
-    timing = estimate_training_time(arch, plan, rates) if rates else None
-    faults = _faults(arch, plan, rates, timing)
-    fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
     memory = estimate_training(arch, plan, hw)  # its notes say how compile's layers are saved
+    timing = step_time(arch, plan, rates, memory) if rates else None
+    faults = _faults(arch, plan, rates, timing, memory.paged_on_host_bytes)
+    fp32 = _fp32(arch, plan, hw, rates, timing) if rates and timing else None
     searched = None
     if not memory.fits:
-        def step_s(p: TrainingPlan) -> float | None:
-            return estimate_training_time(arch, p, rates).step_s if rates else None
+        def step_s(p: TrainingPlan, est: MemoryEstimate) -> float | None:
+            return step_time(arch, p, rates, est).step_s if rates else None
         searched = search_fits(arch, plan, hw, step_s)
     return TrainAnswer(model, arch, hw, plan, memory, found, timing, how, faults, fp32,
                        train_tokens, searched)
 
 
+def step_time(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
+              memory: MemoryEstimate) -> TrainingTime:
+    """The plan's step on `rates` with the paged states `memory` puts in host memory."""
+    return estimate_training_time(arch, plan, rates,
+                                  paged_on_host_bytes=memory.paged_on_host_bytes)
+
+
 def _faults(arch: Architecture, plan: TrainingPlan, rates: DeviceRates | None,
-            timing: TrainingTime | None) -> PageFaults:
+            timing: TrainingTime | None, paged: float) -> PageFaults:
     if rates is None or timing is None:
         return PageFaults(0.0, None, 0.0)
-    fault_s = step_fault_s(arch, plan, rates, timing)
-    slow = slow_faults_step_s(arch, plan, rates) if fault_s else None
+    fault_s = step_fault_s(arch, plan, rates, timing, paged_on_host_bytes=paged)
+    slow = slow_faults_step_s(arch, plan, rates, paged_on_host_bytes=paged) if fault_s else None
     slow_rate = rates.kernels.slow_fresh_bytes_per_s if rates.kernels else 0.0
     return PageFaults(fault_s, slow, slow_rate)
 
@@ -134,6 +141,7 @@ def batch_sweep(answer: TrainAnswer) -> list[BatchPoint]:
     points = []
     for batch in batches:
         p = replace(plan, batch=batch)
-        t = estimate_training_time(arch, p, rates)
-        points.append(BatchPoint(batch, t.step_s, t.tokens_per_s, estimate_training(arch, p, hw)))
+        memory = estimate_training(arch, p, hw)
+        t = step_time(arch, p, rates, memory)
+        points.append(BatchPoint(batch, t.step_s, t.tokens_per_s, memory))
     return points

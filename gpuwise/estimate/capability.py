@@ -181,10 +181,14 @@ def precisions_here(plan: InferencePlan, hw: Hardware,
     return tuple(kept), tuple(refused)
 
 
+# bitsandbytes' optimizers run where its kernels do (catalog/data/capabilities.toml bnb-nf4)
+BITSANDBYTES_OPTIMIZERS = ("adamw8bit", "paged_adamw8bit")
+
+
 def training_refusal(plan: TrainingPlan, hw: Hardware) -> Refusal | None:
     """Why a training plan cannot run on `hw` (None: it can): its compute dtype (bf16 on a T4:
-    `--dtype mixed-fp16` runs there), QLoRA's bitsandbytes 4-bit base (NVIDIA GPUs only), its
-    attention."""
+    `--dtype mixed-fp16` runs there), QLoRA's bitsandbytes 4-bit base and its 8-bit
+    optimizers (NVIDIA GPUs only), its attention."""
     d = Device.of(hw)
     if refused := dtype_refusal(plan.compute_dtype, d):
         instead = training_dtype_here(plan.dtype, hw)
@@ -192,6 +196,9 @@ def training_refusal(plan: TrainingPlan, hw: Hardware) -> Refusal | None:
                        instead=f"--dtype {instead}" if instead != plan.dtype else "")
     if plan.finetune == "qlora" and (refused := kernel_refusal("bnb-nf4", d)):
         return replace(refused, what="QLoRA (a bitsandbytes 4-bit base)")
+    if plan.optimizer in BITSANDBYTES_OPTIMIZERS and (refused := kernel_refusal("bnb-nf4", d)):
+        return replace(refused, what=f"--optimizer {plan.optimizer} (bitsandbytes)",
+                       instead="--optimizer adamw")
     return attention_refusal(plan.attention, d)
 
 

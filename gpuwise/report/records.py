@@ -39,6 +39,8 @@ def memory_record(est: MemoryEstimate) -> dict[str, Any]:
         "headroom_bytes": est.headroom_bytes, "model_bytes": est.model_bytes,
         "peak_phase": est.peak_phase, "phases": est.phases, "runtime": est.runtime,
         "source": est.source, "notes": list(est.notes),
+        "paged_bytes": est.paged_bytes, "paged_on_host_bytes": est.paged_on_host_bytes,
+        "host_bytes": est.host_needed_bytes, "host_capacity_bytes": est.host_capacity_bytes,
     }
 
 
@@ -74,6 +76,8 @@ def training_time_record(t: Any, how: str, train_tokens: float = 0, fault_s: flo
         "page_faults_s": fault_s, "step_s_slow_page_faults": slow_faults_step_s,
         "forward_s": t.forward.seconds, "backward_s": t.backward.seconds,
         "optimizer_s": t.optimizer.seconds, "communication_s": t.comm_s,
+        "host_memory_s": {"offload_copies_s": t.host.copies_s, "host_step_s": t.host.host_step_s,
+                          "paging_s": t.host.paging_s},
         "bound": {"forward": t.forward.bound, "backward": t.backward.bound,
                   "optimizer": t.optimizer.bound},
         "source": t.source, "rates": how, "runtime": t.runtime,

@@ -19,7 +19,7 @@ def time_lines(rec: dict[str, Any]) -> dict[str, str]:
                         f"{rec['tokens_per_s']:,.0f} tokens/s, MFU {100 * rec['mfu']:.0f}% "
                         f"(backward {rec['bound']['backward']}-bound; {rec['source']}: "
                         f"{rec['rates']}); runtime {rec['runtime']}"
-                        + _time_to_train(rec)}
+                        + _host_memory(rec) + _time_to_train(rec)}
     kernel = f", {rec['kernel']} kernels" if rec.get("kernel") else ""
     return {"time": f"prefill {format_seconds(rec['prefill_s'])} "
                     f"({_range(rec, 'prefill_s', '; ')}{rec['bound']['prefill']}-bound), decode "
@@ -41,6 +41,19 @@ def _range(rec: dict[str, Any], key: str, then: str = "") -> str:
         low = low.rsplit(" ", 1)[0]
     text = f"{low}-{high}, 80%"
     return text + then if then else f" ({text})"
+
+
+HOST_PARTS = {"offload_copies_s": "offload's copies compute does not hide",
+              "host_step_s": "the optimizer step on the host", "paging_s": "paging states"}
+
+
+def _host_memory(rec: dict[str, Any]) -> str:
+    """'; 1.2 s of it host memory (...)' where host memory costs the step time."""
+    parts = {k: v for k, v in rec.get("host_memory_s", {}).items() if v > 0}
+    if not parts:
+        return ""
+    said = ", ".join(f"{HOST_PARTS[k]} {format_seconds(v)}" for k, v in parts.items())
+    return f"; {format_seconds(sum(parts.values()))} of it host memory ({said})"
 
 
 def _time_to_train(rec: dict[str, Any]) -> str:

@@ -28,10 +28,26 @@ class MemoryEstimate:
     # where the runtime takes its whole budget up front (vLLM's KV pool), the headroom is
     # inside it: the pool beyond what the plan needs (None: the capacity less the total)
     spare_bytes: int | None = None
+    # bitsandbytes' paged optimizer states: unified memory outside the framework's pool, on
+    # the device in the room the rest leaves and in host memory beyond it (not in the total)
+    paged_bytes: int = 0
+    # what the plan keeps in host memory (offloaded states, parameters, activations; paged
+    # states beyond the device: paged_on_host_bytes) and what the host has for this device
+    # (0: not checked, as on a CPU, where the device is the host)
+    host_bytes: int = 0
+    host_capacity_bytes: int = 0
 
     @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
+        return self.total_bytes <= self.capacity_bytes and self.host_fits
+
+    @property
+    def host_needed_bytes(self) -> int:
+        return self.host_bytes + self.paged_on_host_bytes
+
+    @property
+    def host_fits(self) -> bool:
+        return not self.host_capacity_bytes or self.host_needed_bytes <= self.host_capacity_bytes
 
     @property
     def verdict(self) -> str:
@@ -45,6 +61,16 @@ class MemoryEstimate:
         if self.spare_bytes is not None:
             return self.spare_bytes
         return self.capacity_bytes - self.total_bytes
+
+    @property
+    def paged_on_device_bytes(self) -> int:
+        """The paged states the device holds: as many as fit beside the rest."""
+        return min(self.paged_bytes, max(0, self.capacity_bytes - self.total_bytes))
+
+    @property
+    def paged_on_host_bytes(self) -> int:
+        """The paged states the driver keeps in host memory, moved in and out each step."""
+        return self.paged_bytes - self.paged_on_device_bytes
 
     @property
     def model_bytes(self) -> int:

@@ -50,6 +50,9 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
             if _over_without_slack(arch, plan, hw, held):
                 return False
             return estimate_inference(arch, plan, hw, held_slack=held).fits
+        if uses_cuda_allocator(hw) and not estimate_training(arch, plan, hw,
+                                                             without_slack=True).fits:
+            return False  # over even with no slack: ruled out without the replay
         return estimate_training(arch, plan, hw, held_slack=held).fits
 
     def slack(n: int) -> float:

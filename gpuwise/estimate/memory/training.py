@@ -14,7 +14,7 @@ a GPU the CUDA rows (cuda_rows.py) replace the runtime's fixed overhead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
@@ -29,6 +29,7 @@ from gpuwise.estimate.memory.cuda_rows import (
     uses_cuda_allocator,
 )
 from gpuwise.estimate.memory.host_allocator import host_allocator_rows
+from gpuwise.estimate.memory.host_memory import host_capacity
 from gpuwise.estimate.memory.stack_features import (
     LOSS_STACKS,
     LossMemory,
@@ -174,16 +175,15 @@ class _Placed:
     pb: ParamBytes
     host: float
     notes: tuple[str, ...]
+    paged: float = 0.0  # optimizer states in unified memory (bitsandbytes' paged optimizers)
 
 
 def _placed(arch: Architecture, plan: TrainingPlan, pb: ParamBytes) -> _Placed:
     """Paged states, offload and the optimizer in backward (catalog/data/stacks.toml)."""
     weights, grads, opt, host, notes = pb.weights, pb.gradients, pb.optimizer, 0.0, []
-    if optimizer_spec(plan.optimizer).paged:
-        notes.append(f"paged 8-bit states (bitsandbytes): {opt / GIB:,.2f} GiB in unified "
-                     "memory outside PyTorch's pool, moved to host memory when the GPU runs "
-                     "short; not counted here")
-        opt = 0.0
+    paged = 0.0
+    if optimizer_spec(plan.optimizer).paged:  # where they live: said once the total is known
+        paged, opt = opt, 0.0
     if "params" in plan.offload:  # FSDP2 CPUOffloadPolicy / ZeRO-3 offload_param
         host, weights, grads, opt = weights + grads + opt, 0.0, 0.0, 0.0
     elif "optimizer" in plan.offload:  # DeepSpeed ZeRO-Offload
@@ -192,15 +192,34 @@ def _placed(arch: Architecture, plan: TrainingPlan, pb: ParamBytes) -> _Placed:
             per = pb.gradients / max(1.0, pb.trainable)
             kept = min(grads, deepspeed_bucket(plan, per))
             host, grads = host + grads - kept, kept
-    if host:
-        notes.append(f"offloaded to host memory ({', '.join(plan.offload)}): {host / GIB:,.2f} "
-                     "GiB")
     if plan.optimizer_in_backward:  # torchtune optimizer_in_bwd: step and free each gradient
         grads = pb.largest_trainable * pb.gradients / max(1.0, pb.trainable)
         notes.append("optimizer step fused into backward (torchtune optimizer_in_bwd): one "
                      "parameter's gradient at a time")
     placed = ParamBytes(weights, grads, opt, pb.trainable, pb.largest_trainable)
-    return _Placed(placed, host, tuple(notes))
+    return _Placed(placed, host, tuple(notes), paged)
+
+
+def _paged_note(est: MemoryEstimate) -> str:
+    """Where bitsandbytes' paged states live: the device's room beside the rest, then host
+    memory, whose share the driver moves in and out every optimizer step."""
+    on_host = est.paged_on_host_bytes
+    text = (f"paged 8-bit states (bitsandbytes): {est.paged_bytes / GIB:,.2f} GiB in unified "
+            f"memory outside PyTorch's pool, {est.paged_on_device_bytes / GIB:,.2f} GiB of it "
+            "on the device beside the rest")
+    if on_host:
+        text += (f" and {on_host / GIB:,.2f} GiB in host memory, moved in and out by the "
+                 "driver every optimizer step (its time is in the step)")
+    return text
+
+
+def _host_note(est: MemoryEstimate, plan: TrainingPlan) -> str:
+    """What the plan keeps in host memory, against what the host has."""
+    what = ", ".join(plan.offload) if plan.offload else "paged states"
+    verdict = "fits" if est.host_fits else "does NOT fit"
+    return (f"host memory: {est.host_needed_bytes / GIB:,.2f} GiB ({what}) per device, which "
+            f"{verdict} in the {est.host_capacity_bytes / GIB:,.0f} GiB a host gives each GPU "
+            "(assumed: catalog/data/stacks.toml [host_transfer])")
 
 
 def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str, float | str]:
@@ -211,27 +230,33 @@ def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str,
     layers = saved["layers"]
     if "activations" in plan.offload:
         layers = offloaded_activations(layers, arch)
-    return {**saved, "acts": layers + saved["other"] + lora_cast_bytes(arch, plan)}
+    return {**saved, "acts": layers + saved["other"] + lora_cast_bytes(arch, plan),
+            "offloaded": saved["layers"] - layers}
 
 
 def _gpu_rows(arch: Architecture, plan: TrainingPlan, hw: Hardware, tensors: float,
-              vocab_rows: float, attention: str) -> dict[str, float]:
+              vocab_rows: float, attention: str, replayed: bool = True) -> dict[str, float]:
     """The CUDA rows (cuda_rows.py): slack from a replay of the step, workspace, context,
     and one NCCL communicator per parallel dimension."""
+    rows = device_rows(hw, 0.0, int(plan.data_parallel > 1) + int(plan.tp > 1))
+    if not replayed:  # no slack: a lower bound (fits.py rules plans out without the replay)
+        return {**rows, "allocator_slack": 0.0}
     compute = weight_format(plan.compute_dtype).bytes_per_element
     full = plan.finetune == "full"
     peak = training_peak(arch, plan.batch, plan.seq, compute, 4.0 if plan.mixed else compute,
                          attention, plan.checkpointing, vocab_rows,
                          full and not plan.optimizer_in_backward and "params" not in plan.offload,
                          plan.expandable_segments)
-    rows = device_rows(hw, 0.0, int(plan.data_parallel > 1) + int(plan.tp > 1))
     rows["allocator_slack"] = device_slack(peak, hw.memory_bytes, tensors + sum(rows.values()))
     return rows
 
 
 def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
-                      held_slack: float | None = None) -> MemoryEstimate:
-    """Peak memory of one training step on each device under the plan's stack. `held_slack`:
+                      held_slack: float | None = None,
+                      without_slack: bool = False) -> MemoryEstimate:
+    """Peak memory of one training step on each device under the plan's stack.
+    `without_slack`: the CUDA allocator's slack left out, not replayed (a lower bound: the
+    slack is never negative). `held_slack`:
     the host allocator's slack from an earlier replay, held while a search narrows (fits.py)."""
     rt = runtime(hw.kind)
     placed = _placed(arch, plan, param_bytes(arch, plan))
@@ -286,7 +311,8 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
         parts["fsdp_unsharded"] = working
     tensors = sum(parts.values())
     if uses_cuda_allocator(hw):
-        rows = _gpu_rows(arch, plan, hw, tensors, loss.vocab_rows, str(saved["attention"]))
+        rows = _gpu_rows(arch, plan, hw, tensors, loss.vocab_rows, str(saved["attention"]),
+                         replayed=not without_slack)
     else:
         dynamic = tensors - pb.weights - pb.optimizer
         rows = {**host_allocator_rows(arch, plan, hw, held_slack),  # glibc's heap on a CPU
@@ -295,8 +321,15 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
     notes = _notes(arch, plan, str(saved["attention"]), bool(saved["compiled_layer"]))
     notes += placed.notes
     total_phases = {k: v + sum(rows.values()) for k, v in phases.items()}
-    return make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
-                         total_phases, notes, host=hw.kind == "cpu")
+    est = make_estimate(parts, hw.memory_bytes, _runtime_name(rt.name, plan), phase,
+                        total_phases, notes, host=hw.kind == "cpu")
+    host = placed.host + float(saved["offloaded"])
+    if not (placed.paged or host) or hw.kind == "cpu":
+        return est
+    est = replace(est, paged_bytes=int(round(placed.paged)), host_bytes=int(round(host)),
+                  host_capacity_bytes=host_capacity(hw, plan.gpus))
+    more = (_paged_note(est),) if placed.paged else ()
+    return replace(est, notes=(*est.notes, *more, _host_note(est, plan)))
 
 
 def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuwise.catalog.efficiency import device_efficiency
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.stacks import stack_value
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.speed.probed_kernels import KernelRates
 
@@ -64,6 +65,9 @@ class DeviceRates:
     unit_cycles_per_s: float = 0.0
     split_k_min: int = 0  # K per split where a GEMM splits K over idle units (0: never)
     host_link_bytes_per_s: float = 0.0  # one way between host and device (0: not known)
+    # what an optimizer step on the device's host reads and writes a second (offload's host
+    # step; catalog/data/stacks.toml [host_transfer], by where the device runs)
+    host_memory_bytes_per_s: float = 0.0
     # llama.cpp timed on this machine by `gpuwise probe`, by "ggml type/threads": the
     # fields of estimate/speed/ggml_time.GgmlRates but `source`.
     ggml_measured: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -170,6 +174,7 @@ def rates_from_spec(hw: Hardware) -> DeviceRates:
         runtime_op_s=dict(d.runtime_op_s), runtime_step_s=dict(d.runtime_step_s),
         unit_cycles_per_s=units * hw.boost_clock_mhz * 1e6, split_k_min=d.split_k_min,
         host_link_bytes_per_s=hw.host_link_gbs * 1e9,
+        host_memory_bytes_per_s=host_memory_rate(hw),
     )
 
 
@@ -203,4 +208,13 @@ def rates_from_measurements(hw: Hardware, bandwidth_bytes_per_s: float,
         kernels=KernelRates.from_record(kernels) if kernels else None,
         ggml_measured=dict(llama_cpp or {}),
         unit_cycles_per_s=max(1, hw.compute_units) * hw.boost_clock_mhz * 1e6,
+        host_link_bytes_per_s=hw.host_link_gbs * 1e9,
+        host_memory_bytes_per_s=host_memory_rate(hw),
     )
+
+
+def host_memory_rate(hw: Hardware) -> float:
+    """Bytes a second an optimizer step on `hw`'s host streams (0 for a CPU: it is the host)."""
+    if hw.kind == "cpu":
+        return 0.0
+    return float(stack_value("host_transfer", f"host_memory_gbs_{hw.site}")) * 1e9

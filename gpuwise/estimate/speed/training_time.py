@@ -11,9 +11,13 @@ from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.optimizers import optimizer_spec
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.time_intervals import TimeInterval, time_interval
-from gpuwise.estimate.memory.training import lora_dims, lora_params
+from gpuwise.estimate.memory.activations import saved_with_policy
+from gpuwise.estimate.memory.stack_features import offloaded_activations
+from gpuwise.estimate.memory.training import lora_dims, lora_params, param_bytes
 from gpuwise.estimate.memory.weights import mean_weight_bytes
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.host_traffic import HostBytes, HostTraffic, host_traffic
 from gpuwise.estimate.speed.inference_time import RUNTIME
 from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.roofline import (
@@ -57,10 +61,12 @@ class TrainingTime:
     source: str
     runtime: str = RUNTIME
     runtime_id: str = "transformers"
+    host: HostTraffic = HostTraffic()  # offload's copies, a host optimizer step, paging
 
     @property
     def step_s(self) -> float:
-        return self.forward.seconds + self.backward.seconds + self.optimizer.seconds + self.comm_s
+        return (self.forward.seconds + self.backward.seconds + self.optimizer.seconds
+                + self.comm_s + self.host.seconds)
 
     @property
     def tokens_per_s(self) -> float:
@@ -216,10 +222,12 @@ def matmul_params(arch: Architecture) -> int:
     return counts.active - counts.embedding + head
 
 
-def estimate_training_time(arch: Architecture, plan: TrainingPlan,
-                           rates: DeviceRates) -> TrainingTime:
+def estimate_training_time(arch: Architecture, plan: TrainingPlan, rates: DeviceRates, *,
+                           paged_on_host_bytes: float = 0.0) -> TrainingTime:
     """One optimizer step: forward, backward (~2x forward), recompute, optimizer, comms,
-    under the plan's runtime: transformers (eager) or torch.compile (fused, no dispatch)."""
+    under the plan's runtime: transformers (eager) or torch.compile (fused, no dispatch),
+    and what host memory costs it (host_traffic.py): `paged_on_host_bytes`, the paged
+    optimizer states the device has no room for (MemoryEstimate.paged_on_host_bytes)."""
     rt = runtime_speed(plan.runtime)
     rt.check_device(rates.kind, rates.name)
     dtype = plan.compute_dtype
@@ -246,6 +254,10 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     optimizer = optimizer_phase(plan, trainable / plan.tp,
                                 parameter_tensors(arch) if whole else None, rates)
     bwd, optimizer = _with_step_faults(arch, plan, shape, bwd, optimizer, rates)
+    if _steps_on_host(plan):  # the host's cores step the states (host_traffic.py)
+        optimizer = PhaseTime("optimizer", 0.0, 0.0, 0.0)
+    moved = host_bytes(arch, plan, paged_on_host_bytes)
+    host = host_traffic(moved, plan, rates, fwd.seconds, bwd.seconds)
     grad_bytes = trainable * (4.0 if plan.mixed and not plan.zero else c)
     comm = _collectives(arch, plan, rates, grad_bytes, counts.total * c)
     tokens = plan.batch * plan.seq * plan.data_parallel
@@ -255,7 +267,42 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan,
     model_flops = tokens * (per_param * matmul_params(arch) + attn)
     peak = rates.peak(dtype) * plan.gpus
     return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source,
-                        rt.name, rt.id)
+                        rt.name, rt.id, host)
+
+
+def _steps_on_host(plan: TrainingPlan) -> bool:
+    return "optimizer" in plan.offload or "params" in plan.offload
+
+
+def _host_step_bytes(plan: TrainingPlan, trainable: float, device_kind: str) -> float:
+    return sum(op.bytes * op.count for op in _optimizer_ops(plan, trainable, device_kind))
+
+
+def host_bytes(arch: Architecture, plan: TrainingPlan, paged_on_host: float = 0.0) -> HostBytes:
+    """What one device's step moves over the host link and steps on the host, by the
+    plan's --offload (host_traffic.py says how each stack does it)."""
+    pb = param_bytes(arch, plan)
+    sharded = plan.zero >= 1 or (plan.sharding == "fsdp2" and plan.data_parallel > 1)
+    shard = pb.trainable / (plan.data_parallel if sharded else 1)
+    moved: dict[str, float] = {"paged_on_host": paged_on_host}
+    if "params" in plan.offload:  # FSDP2 CPUOffloadPolicy: torch.optim's loop on the host
+        moved.update(to_device_forward=pb.weights, to_host_backward=pb.gradients,
+                     to_device_backward=pb.weights if plan.reshard_after_forward else 0.0,
+                     host_step=_host_step_bytes(plan, shard, "cpu"))
+    elif "optimizer" in plan.offload:  # ZeRO-Offload: CPUAdam's one fused pass
+        moved.update(to_host_backward=pb.gradients,
+                     weights_back=pb.weights * shard / max(1.0, pb.trainable),
+                     host_step=_host_step_bytes(plan, shard, "gpu"))
+    if "activations" in plan.offload:
+        mode = "mixed-bf16" if plan.mixed else ("fp32" if plan.dtype == "fp32" else "bf16")
+        layers = float(saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
+                                         plan.checkpointing, plan.checkpointing_policy,
+                                         plan.tp, runtime_unit(plan.runtime).torch_compile,
+                                         )["layers"])
+        acts = layers - offloaded_activations(layers, arch)
+        moved["to_host_forward"] = acts
+        moved["to_device_backward"] = moved.get("to_device_backward", 0.0) + acts
+    return HostBytes(**moved)
 
 
 def _fused(ops: list[Op]) -> list[Op]:
@@ -341,18 +388,23 @@ def _plus(phase: PhaseTime, more: PhaseTime) -> PhaseTime:
                    ops=phase.ops + more.ops)
 
 
-def slow_faults_step_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates) -> float | None:
+def slow_faults_step_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates, *,
+                       paged_on_host_bytes: float = 0.0) -> float | None:
     """The step with its page faults at the slowest first touch the probe saw with memory
     in use (a VM whose host backs its memory lazily): the top of the range a step runs in
     there, as the host moves (docs/speed.md, "Page faults on a CPU"). None where the probe
     saw no such slowing, or off a CPU."""
     slow = with_slow_faults(rates)
-    return None if slow is None else estimate_training_time(arch, plan, slow).step_s
+    if slow is None:
+        return None
+    return estimate_training_time(arch, plan, slow, paged_on_host_bytes=paged_on_host_bytes).step_s
 
 
 def step_fault_s(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
-                 step: TrainingTime | None = None) -> float:
+                 step: TrainingTime | None = None, *, paged_on_host_bytes: float = 0.0) -> float:
     """Seconds of the training step that are page faults at the probed first-touch rate:
     memory the host allocator gives back and maps again every step (0 off a probed CPU)."""
-    step = step or estimate_training_time(arch, plan, rates)
-    return step.step_s - estimate_training_time(arch, plan, without_faults(rates)).step_s
+    paged = paged_on_host_bytes
+    step = step or estimate_training_time(arch, plan, rates, paged_on_host_bytes=paged)
+    free = estimate_training_time(arch, plan, without_faults(rates), paged_on_host_bytes=paged)
+    return step.step_s - free.step_s
