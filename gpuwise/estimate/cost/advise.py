@@ -123,7 +123,10 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
     jobs = [(cand, fmt, rt) for cand in candidates for rt in runtimes
             for fmt in (cpu_weights(weights) if cand.hw.kind == "cpu" else (weights,))]
     size = partial(_size_job, arch, load, deployment)
-    for (cand, fmt, rt), sizing in zip(jobs, map_all(size, jobs), strict=True):
+    # the slow sizings first (llama.cpp's on CPUs and Macs), so none is left for last alone
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].hw.kind in ("gpu", "tpu"))
+    done = dict(zip(order, map_all(size, [jobs[i] for i in order]), strict=True))
+    for (cand, fmt, rt), sizing in zip(jobs, (done[i] for i in range(len(jobs))), strict=True):
         if isinstance(sizing, str) and skipped is not None:
             under = f" ({rt})" if len(runtimes) > 1 else ""
             skipped.append((f"{cand.name} {fmt}{under}", sizing))

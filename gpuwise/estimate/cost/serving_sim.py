@@ -24,7 +24,7 @@ from gpuwise.estimate.serve.replica import (
 )
 from gpuwise.estimate.serve.simulate import Engine
 from gpuwise.estimate.serve.steady_load import steady_run
-from gpuwise.estimate.serve.sweep import meets
+from gpuwise.estimate.serve.sweep import ATTAINMENT, meets
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.plans import InferencePlan
@@ -136,11 +136,32 @@ def fewest_replicas(engine: Engine, key: tuple[object, ...], need: float, length
         low, high = high, _next_count(high, need / high, rec, slo, alone)
         if high > MOST_REPLICAS:
             return None
+    met = rec
+    missed = _run(engine, key, need / low, lengths, slo)
+    halve = False
     while high - low > max(1, high // 50):  # low misses, high meets: to 2% of the fleet
-        mid = (low + high) // 2
-        hit = meets(_run(engine, key, need / mid, lengths, slo), slo)
-        low, high = (low, mid) if hit else (mid, high)
+        # where the share of requests within the targets crosses the line, taken as a line in
+        # the rate a replica serves; halving the gap where the last guess did not halve it
+        mid = (low + high) // 2 if halve else _crossing(low, high, missed, met, need)
+        rec = _run(engine, key, need / mid, lengths, slo)
+        halve = not halve and 2 * min(mid - low, high - mid) < high - low
+        if meets(rec, slo):
+            high, met = mid, rec
+        else:
+            low, missed = mid, rec
     return high
+
+
+def _crossing(low: int, high: int, missed: ServeSummary, met: ServeSummary,
+              need: float) -> int:
+    """The count between `low` (its run `missed`) and `high` (`met`) at which the share of
+    requests within the targets, linear in the rate each replica serves, reaches ATTAINMENT."""
+    a_low, a_high = missed.slo_met_fraction, met.slo_met_fraction
+    if a_high <= a_low:
+        return (low + high) // 2
+    r_low, r_high = need / low, need / high
+    rate = r_high + (a_high - ATTAINMENT) * (r_low - r_high) / (a_high - a_low)
+    return min(high - 1, max(low + 1, math.ceil(need / rate)))
 
 
 def _next_count(k: int, rate: float, rec: ServeSummary, slo: Slo,
