@@ -152,7 +152,8 @@ def html_output(path: Path | None) -> Path | None:
 
 def write_html(path: Path | None, build: Callable[[Any], Any]) -> None:
     """Write the HTML report `build(gpuwise.report.html.pages)` makes to `path` (nothing
-    without --html: the pages and their figures are imported only here)."""
+    without --html: the pages and their figures are imported only here), and name it on
+    stderr (stdout may be --json)."""
     if path is None:
         return
     from dataclasses import replace
@@ -164,8 +165,13 @@ def write_html(path: Path | None, build: Callable[[Any], Any]) -> None:
     page = build(pages)
     stamp = f"gpuwise {version('gpuwise')}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     size = write_page(path, replace(page, subtitle=f"{page.subtitle} {stamp}".strip()))
-    if sys.stderr.isatty():
-        sys.stderr.write(f"HTML report: {path} ({size / 2**20:.1f} MiB)\n")
+    wrote(path, f"HTML report, {size / 2**20:.1f} MiB")
+
+
+def wrote(path: Path, what: str) -> None:
+    """Name a file a command wrote, on stderr: the terminal sees it, --json stays parseable."""
+    sys.stderr.write(f"wrote {path} ({what})\n")
+    sys.stderr.flush()
 
 
 def roofs(hw: Any) -> Any:

@@ -34,6 +34,7 @@ from gpuwise.cli.common import (
     model_named,
     roofs,
     write_html,
+    wrote,
 )
 from gpuwise.cli.runtime_options import (
     Ctx,
@@ -250,6 +251,9 @@ def probe(
     with progress_bar(quiet=as_json) as progress:
         answer = probe_machine(quick, repeat, progress, runtime)
     emit(probe_view(answer), as_json)
+    if as_json:  # the terminal view names it in its last line
+        wrote(answer.saved_to, "the probe profile" + ("" if answer.profile.trusted else
+                                                      ", not trusted: set aside"))
     if html is not None:
         from gpuwise.app.roofs import catalogue_roof
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuwise.cli.common import Command, Html, Json, app, emit, html_output, write_html
+from gpuwise.cli.common import Command, Html, Json, app, emit, html_output, write_html, wrote
 from gpuwise.errors import GpuwiseError
 
 DEFAULT_RESULTS = "gpuwise-repro.jsonl"
@@ -107,6 +107,8 @@ def repro(
                                "run the same command again to resume") from None
     view = repro_view(answer)
     emit(view, as_json)
+    if as_json:  # the terminal view names it in its first line
+        wrote(results, "each run's result; the same command resumes from it")
     write_html(html, lambda pages: pages.repro_page(answer))
 
 

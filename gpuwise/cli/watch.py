@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuwise.cli.common import Html, Json, app, emit, html_output, write_html
+from gpuwise.cli.common import Html, Json, app, emit, html_output, write_html, wrote
 from gpuwise.errors import GpuwiseError
 
 RUN_AFTER_DASHES = {"allow_interspersed_args": False, "ignore_unknown_options": True}
@@ -81,6 +81,7 @@ def watch(
         record, renderable = watch_view(answer)
         if as_json:  # the command owns stdout: the report is its last line
             sys.stdout.write(json.dumps(record, default=str) + "\n")
+            wrote(path, "the watch log; re-render: gpuwise watch --report LOG")
         else:
             from rich.console import Console
 

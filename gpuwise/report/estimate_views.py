@@ -4,6 +4,7 @@ as (JSON record, terminal renderable). Computes nothing: the numbers come from a
 from __future__ import annotations
 
 import platform
+from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
@@ -43,8 +44,11 @@ def _context_label(plan: InferencePlan) -> str:
 
 def local_view(a: LocalAnswer) -> View:
     m = a.machine
-    gpus = ", ".join(f"{g.name} ({format_bytes(g.memory_total_bytes)}, via {g.via})"
-                     for g in m.gpus) or f"none ({m.gpu_unavailable_reason})"
+    kinds = Counter((g.name, g.memory_total_bytes, g.via) for g in m.gpus)
+    gpus = "\n      ".join(  # a line a kind: each name whole at 80 columns
+        f"{f'{n} x ' if n > 1 else ''}{name} ({format_bytes(size)}{' each' if n > 1 else ''}, "
+        f"via {via})" for (name, size, via), n in kinds.items()) or (
+        f"none ({m.gpu_unavailable_reason})")
     lines = [
         f"CPU:  {m.cpu_model}, {m.physical_cores or '?'} cores / "
         f"{m.logical_cores} threads ({platform.machine()})",

@@ -35,8 +35,10 @@ def _outcome(answer: ProbeAnswer) -> str:
 
 
 def format_profile(profile: Any, outcome: str) -> Group:
-    table = Table(title=f"Probe of {profile.device} ({profile.backend}, "
-                  f"{profile.threads or '?'} threads; measured)", title_justify="left")
+    head = Text(f"Probe of {profile.device} ({profile.backend}, "
+                f"{profile.threads or '?'} threads; measured)")
+    table = Table(caption="of spec: the reading over the catalogue's figure for this device",
+                  caption_justify="left")
     for col in ("measurement", "value", "of spec"):
         table.add_column(col, justify="left" if col == "measurement" else "right")
     for r in profile.bandwidth + profile.links:
@@ -55,7 +57,7 @@ def format_profile(profile: Any, outcome: str) -> Group:
         if key in rt:
             table.add_row(f"transformers cost per op ({key.split('_')[0]})",
                           f"{rt[key] * 1e6:.1f} us", "")
-    if "cold_op_factor" in rt:
+    if "cold_op_factor" in rt and rt.get("device") != "cuda":  # a GPU's is set to 1, not measured
         table.add_row("  x with the caches cold (as in a model)", f"x{rt['cold_op_factor']:.2f}", "")
     if "decode_vocab_s" in rt:
         table.add_row("generate() logits step (per 1k vocab)",
@@ -70,7 +72,7 @@ def format_profile(profile: Any, outcome: str) -> Group:
     lines += [f"note: {n}" for n in profile.notes]
     lines += [f"warning: {w}" for w in getattr(profile, "warnings", ())]
     lines.append(outcome)
-    return Group(table, Text("\n".join(lines)))
+    return Group(head, table, Text("\n".join(lines)))
 
 
 def _fraction(value: float | None) -> str:

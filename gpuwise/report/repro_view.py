@@ -12,6 +12,7 @@ from rich.text import Text
 from gpuwise.app.repro import Placement, ReproAnswer
 from gpuwise.estimate.repro.analysis import ConditionSummary, StudyAnalysis
 from gpuwise.estimate.repro.stats import Share
+from gpuwise.report.terminal import ByWidth, left_out
 
 
 def repro_view(answer: ReproAnswer) -> tuple[Any, Any]:
@@ -38,15 +39,26 @@ def _identity(s: ConditionSummary) -> str:
 
 def _divergence(s: ConditionSummary) -> str:
     if not s.step_hashes_compared:
-        return "NA (no step hashes)"
+        return "NA"  # said under the table
     return "none" if s.first_divergent_step is None else str(s.first_divergent_step)
 
 
+# headers on short lines: the table fits 80 columns with each condition's name whole
+HEADERS = {"first diverging step": "first\ndiverging\nstep", "time/run s": "time/run\ns",
+           "energy/run J": "energy/run\nJ", "bit-identical": "bit-\nidentical"}
+
+
 def _conditions_table(a: StudyAnalysis) -> Table:
-    t = Table(title="Runs per condition (measured)", title_justify="left")
+    notes = ["bit-identical: the runs' parameters (without their hashes: metrics) equal to "
+             "the bit"]
+    if any(not s.step_hashes_compared for s in a.conditions.values()):
+        notes.append("first diverging step NA: the runs hashed no steps")
+    t = Table(title="Runs per condition (measured)", title_justify="left",
+              caption="; ".join(notes), caption_justify="left")
     for col in ("condition", "runs", "bit-identical", "first diverging step", "time/run s",
                 "energy/run J"):
-        t.add_column(col, justify="left" if col in ("condition", "bit-identical") else "right")
+        t.add_column(HEADERS.get(col, col), overflow="fold", no_wrap=col == "condition",
+                     justify="left" if col in ("condition", "bit-identical") else "right")
     for s in a.conditions.values():
         runs = f"{s.runs}" + (f" (+{s.failed} failed)" if s.failed else "")
         t.add_row(s.name, runs, _identity(s), _divergence(s),
@@ -58,7 +70,7 @@ def _conditions_table(a: StudyAnalysis) -> Table:
 def _metric_table(a: StudyAnalysis, metric: str) -> Table:
     t = Table(title=f"{metric} (measured)", title_justify="left")
     for col in ("condition", "mean", "sd", "min", "max", "range"):
-        t.add_column(col, justify="left" if col == "condition" else "right")
+        t.add_column(col, justify="left" if col == "condition" else "right", no_wrap=True)
     for s in a.conditions.values():
         m = s.metrics.get(metric)
         if m is not None:
@@ -81,7 +93,7 @@ def _shares_table(a: StudyAnalysis) -> Table:
     t = Table(title="Arithmetic share: variance with the seed fixed / with seeds varied "
                     "(measured; interval: F distribution)", title_justify="left")
     for col in ("metric", "seed fixed in", "share", f"{level:.0%} interval"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col != f"{level:.0%} interval")
     for metric, shares in a.shares.items():
         for name, share in shares.items():
             t.add_row(metric, name, *_share_text(share))
@@ -102,10 +114,10 @@ def _detect_table(a: StudyAnalysis) -> Table:
 
 
 def _placement_text(placement: list[Placement], ray: dict[str, Any] | None) -> Text:
-    where = "; ".join(f"{p.hardware}: {p.runs} run(s) on {len(p.nodes)} node(s) "
-                      f"({', '.join(p.nodes[:4])}{', ...' if len(p.nodes) > 4 else ''})"
-                      for p in placement)
-    text = f"Ran on: {where or 'NA (no finished run recorded where it ran)'}"
+    where = "".join(f"\n  {p.hardware}: {p.runs} run(s) on {len(p.nodes)} node(s) "
+                    f"({', '.join(p.nodes[:4])}{', ...' if len(p.nodes) > 4 else ''})"
+                    for p in placement)  # a line each: the hardware's name starts it, whole
+    text = f"Ran on:{where or ' NA (no finished run recorded where it ran)'}"
     if ray is not None:
         text += (f"\nRay: {ray['nodes']} node(s) at {ray['address'] or 'ray.init()'}, "
                  f"{ray['cpus_per_replica']:g} CPU(s) and {ray['gpus_per_replica']:g} GPU(s) "
@@ -113,17 +125,36 @@ def _placement_text(placement: list[Placement], ray: dict[str, Any] | None) -> T
     return Text(text)
 
 
-def _hardware_table(a: StudyAnalysis) -> Table:
+HARDWARE_OPTIONAL = ("runs per hardware", "F")
+
+
+def _hardware_table(a: StudyAnalysis) -> ByWidth:
+    """A row per metric and condition, each hardware's name whole on its own line in the
+    cell; where the terminal is too narrow for them, without the runs per hardware (where
+    the runs ran is above the table, a line a hardware) and F (its p is there)."""
+    return ByWidth(_hardware_rows(a, ()), lambda need: _hardware_rows(
+        a, HARDWARE_OPTIONAL, left_out(HARDWARE_OPTIONAL, need)))
+
+
+def _hardware_rows(a: StudyAnalysis, without: tuple[str, ...], note: str = "") -> Table:
+    caption = "; ".join(["between-hardware share: of the metric's variance; p: of the F test",
+                         *([note] if note else [])])
     t = Table(title="Hardware as a source of variance: runs grouped by the hardware they ran "
-                    "on (measured; one-way ANOVA, F test)", title_justify="left")
-    for col in ("metric", "condition", "runs per hardware", "between-hardware share", "F", "p",
-                "note"):
-        t.add_column(col, justify="right" if col in ("F", "p", "between-hardware share") else "left")
+                    "on (measured; one-way ANOVA, F test)", title_justify="left",
+              caption=caption, caption_justify="left")
+    columns = [c for c in ("metric", "condition", "runs per hardware", "between-hardware share",
+                           "F", "p", "note") if c not in without]
+    for col in columns:
+        t.add_column(col.replace("between-hardware ", "between-\nhardware\n"),
+                     justify="right" if col in ("F", "p", "between-hardware share") else "left",
+                     no_wrap=col in ("metric", "condition", "runs per hardware"))
     for h in a.hardware:
         g = h.groups
-        runs = ", ".join(f"{name}: {n}" for name, n in g.runs.items())
-        t.add_row(h.metric, h.condition, runs, _num(g.share, 3), _num(g.f, 3), _num(g.p, 2),
-                  g.note)
+        cells = {"metric": h.metric, "condition": h.condition,
+                 "runs per hardware": "\n".join(f"{name}: {n}" for name, n in g.runs.items()),
+                 "between-hardware share": _num(g.share, 3), "F": _num(g.f, 3),
+                 "p": _num(g.p, 2), "note": g.note}
+        t.add_row(*(cells[c] for c in columns))
     return t
 
 

@@ -68,7 +68,10 @@ def serve_record(a: ServeAnswer) -> dict[str, Any]:
 
 
 def _latency_table(s: ServeSummary) -> Table:
-    table = Table(title="latency (simulated)", title_justify="left")
+    after = f" after the first {s.warmup_requests:,} (a warm-up)" if s.warmup_requests else ""
+    table = Table(title="latency (simulated)", title_justify="left", caption_justify="left",
+                  caption=f"p50, p90, p99: percentiles over the requests{after}; time per output "
+                          "token: a request's time after its first token, a token")
     for col in ("", "p50", "p90", "p99"):
         table.add_column(col, justify="left" if not col else "right")
     for label, d in latencies(s):
@@ -76,27 +79,31 @@ def _latency_table(s: ServeSummary) -> Table:
     return table
 
 
-def _energy_line(e: Energy) -> str:
+def _energy_line(e: Energy, each: str = "") -> str:
     return (f"energy: {e.per_1000_requests_j / 3.6e3:,.2f} Wh per 1000 requests, "
             f"{e.per_output_token_j:.3g} J an output token, {e.average_w:,.0f} W "
-            f"on average (compute-bound {e.busy_w:,.0f} W, memory-bound "
+            f"on average{each} (compute-bound {e.busy_w:,.0f} W, memory-bound "
             f"{e.memory_w:,.0f} W, idle {e.idle_w:,.0f} W; "
             f"{e.compute_bound_share:.0%} of the busy time compute-bound)")
 
 
 def _lines(a: ServeAnswer) -> list[str]:
     s = a.result
+    # one replica is simulated: its requests, time, busy share, KV cache and power
+    each = f" a replica, of {a.replicas}" if a.replicas > 1 else ""
     lines = [f"throughput: {s.output_tokens_per_s:,.0f} output tokens/s, "
              f"{s.requests_per_s:,.2f} requests/s over {s.duration_s:,.1f} s "
-             f"({s.requests:,} requests; busy {s.busy_fraction:.0%})",
+             f"({s.requests:,} requests{each}); busy {s.busy_fraction:.0%}: the share of the "
+             f"time {'each' if a.replicas > 1 else 'the'} replica runs steps",
              _no_load_line(a)]
     if a.slo.ttft_s is not None or a.slo.tpot_s is not None:
         lines.append(f"goodput: {s.goodput_requests_per_s:,.2f} requests/s meet the "
                      f"targets ({s.slo_met_fraction:.0%} of requests)")
-    lines.append(f"KV cache: peak {s.kv_peak_fraction:.0%} in use; "
+    whose = " (a replica's)" if a.replicas > 1 else ""
+    lines.append(f"KV cache{whose}: peak {s.kv_peak_fraction:.0%} in use; "
                  f"{s.preemptions:,} preemptions")
     if s.energy is not None:
-        lines.append(_energy_line(s.energy))
+        lines.append(_energy_line(s.energy, " a replica" if a.replicas > 1 else ""))
     else:
         lines.append(f"energy: not estimated: {a.hardware.name}'s power is not known (a "
                      "catalogue device has its TDP)")
@@ -120,27 +127,47 @@ def _no_load_line(a: ServeAnswer) -> str:
 
 
 def devices_text(replicas: int, tp: int, name: str) -> str:
-    """`2 replicas of 4 x H100`, `4 x H100` (one replica), `H100`."""
-    one = f"{tp} x {name}" if tp > 1 else name
-    return one if replicas == 1 else f"{replicas} replicas of {one}"
+    """`H100`, `H100, 2 devices (tensor parallel)`, `H100, 4 devices: 2 replicas of 2 devices
+    each (tensor parallel)`: the name first, so that a line starting with it keeps it whole."""
+    if replicas == 1:
+        return name if tp == 1 else f"{name}, {tp} devices (tensor parallel)"
+    each = "one device each" if tp == 1 else f"{tp} devices each (tensor parallel)"
+    return f"{name}, {replicas * tp} devices: {replicas} replicas of {each}"
 
 
-def _curve_table(sweep: Sweep) -> Table:
-    table = Table(title="latency against load (--sweep)", title_justify="left")
-    for col in ("requests/s", "TTFT p90", "TPOT p90", "output tok/s", "met", "saturated"):
-        table.add_column(col, justify="right")
+def _curve_table(sweep: Sweep, targets: bool, replicas: int) -> Table:
+    one = f"; one replica's, of {replicas}: its requests/s and output tok/s" if replicas > 1 else ""
+    notes = ["met: the share of requests within the targets"] if targets else []
+    notes.append("saturated: the queue grows without bound")
+    table = Table(title=f"latency against load (--sweep{one})", title_justify="left",
+                  caption="; ".join(notes), caption_justify="left")
+    columns = ("requests/s", "TTFT p90", "TPOT p90", "output tok/s", *(("met",) if targets
+                                                                      else ()), "saturated")
+    for col in columns:
+        table.add_column(col, justify="right", no_wrap=True)
     for p in sweep.curve:
         s = p.summary
+        met = (f"{s.slo_met_fraction:.0%}",) if targets else ()
         table.add_row(f"{p.rate:.3g}", format_seconds(s.ttft_s.p90),
-                      format_seconds(s.tpot_s.p90), f"{s.output_tokens_per_s:,.0f}",
-                      f"{s.slo_met_fraction:.0%}", "yes" if s.saturated else "")
+                      format_seconds(s.tpot_s.p90), f"{s.output_tokens_per_s:,.0f}", *met,
+                      "yes" if s.saturated else "")
     return table
 
 
-def knee_text(sweep: Sweep) -> str:
+def knee_text(sweep: Sweep, targets: bool = True, replicas: int = 1) -> str:
+    """The highest rate that meets the targets (without targets: that keeps up), said as a
+    floor where the highest rate tried met them too."""
     knee = sweep.max_rate_meeting_slo
-    return (f"highest rate meeting the targets for {sweep.attainment:.0%} of requests: "
-            + (f"{knee:.3g} requests/s" if knee else "none of the rates tried"))
+    what = (f"highest rate meeting the targets for {sweep.attainment:.0%} of requests"
+            if targets else "highest rate not saturated (no latency targets given)")
+    if not knee:
+        return f"{what}: none of the rates tried"
+    last = sweep.curve[-1].summary if sweep.curve else None
+    floor = (last is not None and not last.saturated
+             and last.slo_met_fraction >= sweep.attainment)
+    fleet = f" for the {replicas} replicas" if replicas > 1 else ""
+    return (f"{what}: {'at least ' if floor else ''}{knee:.3g} requests/s{fleet}"
+            + (" (the highest rate tried)" if floor else ""))
 
 
 def load_text(a: ServeAnswer) -> str:
@@ -151,10 +178,12 @@ def load_text(a: ServeAnswer) -> str:
 
 def serve_view(a: ServeAnswer) -> View:
     load = a.load.lengths
-    title = (f"{a.model.name} served by {a.plan.runtime} on "
-             f"{devices_text(a.replicas, a.opts.tp, a.hardware.name)}: {load_text(a)}, prompt {load.prompt} + {load.output} new "
-             f"tokens ({a.rates_source})")
+    title = (f"{a.model.name} served by {a.plan.runtime}: {load_text(a)}, prompt {load.prompt} "
+             f"+ {load.output} new tokens ({a.rates_source})\n"
+             f"on {devices_text(a.replicas, a.opts.tp, a.hardware.name)}")
     parts: list[Any] = [Text(title), _latency_table(a.result), Text("\n".join(_lines(a)))]
     if a.sweep is not None:
-        parts += [_curve_table(a.sweep), Text(knee_text(a.sweep))]
+        targets = a.slo.ttft_s is not None or a.slo.tpot_s is not None
+        parts += [_curve_table(a.sweep, targets, a.replicas),
+                  Text(knee_text(a.sweep, targets, a.replicas))]
     return serve_record(a), Group(*parts)

@@ -70,9 +70,12 @@ def _headline(s: WatchSummary, meta: dict[str, Any]) -> str:
 
 def _phase_table(s: WatchSummary) -> Table:
     n = max(s.steps_timed, 1)
-    table = Table(title=f"Where each step's time went ({s.steps_timed} steps timed; measured)",
-                  title_justify="left")
     energy = bool(s.energy.per_phase_j)
+    notes = ["per step: the mean over the timed steps; share: of their time"]
+    if energy:
+        notes.append("energy: the measured energy in steps, split by time share")
+    table = Table(title=f"Where each step's time went ({s.steps_timed} steps timed; measured)",
+                  title_justify="left", caption="; ".join(notes), caption_justify="left")
     for col in ("phase", "per step", "share", "energy (estimated)")[: 4 if energy else 3]:
         table.add_column(col, justify="left" if col == "phase" else "right")
     for phase in ALL_PHASES:
@@ -89,8 +92,14 @@ def _phase_table(s: WatchSummary) -> Table:
     return table
 
 
+RESOURCE_MEANINGS = {
+    "GPU busy": "GPU busy: the share of time a kernel ran (NVML), not how much of the GPU "
+                "it used",
+    "SM active": "SM active: the share of the GPU's multiprocessors at work (GPM)"}
+
+
 def _resources_table(s: WatchSummary) -> Table:
-    table = Table(title="Machine during the steps", title_justify="left")
+    table = Table(title="Machine during the steps", title_justify="left", caption_justify="left")
     table.add_column("reading")
     table.add_column("value", justify="right")
     table.add_column("source")
@@ -112,16 +121,20 @@ def _resources_table(s: WatchSummary) -> Table:
         rows.append((f"{trend.what} memory first -> last {trend.per}",
                      f"{format_bytes(trend.first_bytes)} -> {format_bytes(trend.last_bytes)}",
                      "measured"))
-    for name, value, source in rows:
-        if value != "NA":  # what is missing is listed, with the reason, under the report
-            table.add_row(name, value, source)
+    shown = [(name, value, source) for name, value, source in rows if value != "NA"]
+    for name, value, source in shown:  # what is missing is listed, with the reason, below
+        table.add_row(name, value, source)
+    table.caption = "; ".join(RESOURCE_MEANINGS[name] for name, *_ in shown
+                              if name in RESOURCE_MEANINGS) or None
     return table
 
 
 def _ranks_table(s: WatchSummary) -> Table:
     assert s.ranks is not None
     table = Table(title=f"Ranks (spread of step times {s.ranks.step_spread:.0%}; measured)",
-                  title_justify="left")
+                  title_justify="left", caption_justify="left",
+                  caption="medians a step; before sync: all but backward and the optimizer; "
+                          "backward includes the wait for slower ranks in the all-reduce")
     for col in ("rank", "steps", "step", "before sync", "data", "backward (incl. wait)"):
         table.add_column(col, justify="right")
     for r in s.ranks.ranks:

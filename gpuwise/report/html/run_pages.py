@@ -35,7 +35,9 @@ def _sweep_sections(sweep: Sweep, rec: Mapping[str, Any]) -> list[Section]:
     rows = [(f"{p.rate:.3g}", seconds_text(p.summary.ttft_s.p90), seconds_text(p.summary.tpot_s.p90),
              f"{p.summary.output_tokens_per_s:,.0f}", f"{p.summary.slo_met_fraction:.0%}",
              "yes" if p.summary.saturated else "") for p in sweep.curve]
-    return [Section("Latency against load", figures=(sweep_figure(rec),), verdict=knee_text(sweep)),
+    return [Section("Latency against load", figures=(sweep_figure(rec),), verdict=knee_text(
+                sweep, rec["slo"]["ttft_s"] is not None or rec["slo"]["tpot_s"] is not None,
+                rec["replicas"])),
             Section("The sweep's points", table=(("requests/s", "TTFT p90", "TPOT p90", "output tok/s",
                                                   "met", "saturated"), *rows))]
 
