@@ -130,7 +130,7 @@ def search_fits(arch: Architecture, plan: TrainingPlan, hw: Hardware,
                 est = estimate_training(arch, variant, hw)
             except GpuwiseError:
                 continue
-            if est.fits:
+            if est.verdict == "yes":  # fits with the margin: not an out-of-memory gamble
                 found.append(FitOption(variant, (*extra, *flags), est.total_bytes,
                                        est.capacity_bytes, step_time(variant, est), TRAINS[way]))
         if found:

@@ -83,10 +83,14 @@ def format_memory(title: str, est: MemoryEstimate, hw: Hardware, extra: dict[str
         f"on:        {format_hardware_line(hw)}",
         f"runtime:   {est.runtime}; peak during {est.peak_phase}",
     ]
-    head = "headroom" if est.fits else "short by"
+    head = "headroom" if est.headroom_bytes >= 0 else "short by"
     verdict = {"yes": "yes", "tight": "tight", "no": "NO"}[est.verdict]
+    host = "" if est.host_fits else (
+        f"; host memory short by {format_bytes(est.host_needed_bytes - est.host_capacity_bytes)}"
+        f" of {format_bytes(est.host_capacity_bytes)}")
     lines.append(f"fits:      {verdict} ({head} "
-                 f"{format_bytes(abs(est.headroom_bytes))} of {format_bytes(est.capacity_bytes)})")
+                 f"{format_bytes(abs(est.headroom_bytes))} of {format_bytes(est.capacity_bytes)}"
+                 f"{host})")
     lines += [f"{k + ':':<10} {v}" for k, v in extra.items()]
     lines += [f"note:      {n}" for n in est.notes]
     return Group(Text(title), table, Text("\n".join(lines)))
