@@ -23,11 +23,16 @@ DATA = Path(__file__).resolve().parent.parent / "gpuwise" / "catalog" / "data"
 
 
 def build_param_count(config: dict) -> int:
+    """transformers' count; for a vision-language config (llama4, gemma3, mistral3), its
+    language model's (text_config), which is what gpuwise counts."""
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    cfg = CONFIG_MAPPING[config["model_type"]](**config)
+    if "text_config" in config and "hidden_size" not in config:
+        config = config["text_config"]
+    cfg = CONFIG_MAPPING[config["model_type"]](**{k: v for k, v in config.items()
+                                                   if k != "model_type"})
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(cfg)
     return sum(p.numel() for p in model.parameters())  # shared (tied) tensors count once

@@ -12,6 +12,10 @@ pytestmark = pytest.mark.torch
 
 
 def _real_count(config: dict) -> int:
+    """transformers' count of the model a config builds; for a vision-language config (llama4,
+    gemma3, mistral3), of its language model (text_config), which is what gpuwise counts."""
+    if "text_config" in config and "hidden_size" not in config:
+        config = config["text_config"]
     cfg = transformers.AutoConfig.for_model(**{k: v for k, v in config.items() if k != "auto_map"})
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
@@ -105,6 +109,62 @@ VARIANTS = {
         n_group=2,
         topk_group=1,
     ),
+    "qwen3-untied": dict(SMALL, model_type="qwen3", head_dim=24, tie_word_embeddings=False),
+    "qwen3-moe-dense-layers": dict(
+        SMALL,
+        model_type="qwen3_moe",
+        num_hidden_layers=4,
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=48,
+        decoder_sparse_step=2,
+        mlp_only_layers=[3],
+    ),
+    "gpt-oss": dict(
+        SMALL,
+        model_type="gpt_oss",
+        num_hidden_layers=3,
+        head_dim=16,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        sliding_window=8,
+    ),
+    "llama4-interleaved": dict(
+        SMALL,
+        model_type="llama4_text",
+        num_hidden_layers=4,
+        head_dim=16,
+        intermediate_size_mlp=96,
+        num_local_experts=4,
+        num_experts_per_tok=1,
+        interleave_moe_layer_step=2,
+        attention_chunk_size=16,
+    ),
+    "llama4-moe-layers-bias": dict(
+        SMALL,
+        model_type="llama4_text",
+        num_hidden_layers=3,
+        head_dim=16,
+        intermediate_size_mlp=96,
+        num_local_experts=3,
+        moe_layers=[0, 2],
+        attention_bias=True,
+    ),
+    "gemma3-text": dict(SMALL, model_type="gemma3_text", head_dim=32, num_hidden_layers=7),
+    "phimoe-bias": dict(
+        SMALL,
+        model_type="phimoe",
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        attention_bias=True,
+        lm_head_bias=True,
+    ),
+    "olmo2-gqa": dict(SMALL, model_type="olmo2"),
+    "olmo3": dict(SMALL, model_type="olmo3", num_hidden_layers=5, sliding_window=8),
+    "glm4": dict(SMALL, model_type="glm4", head_dim=16, pad_token_id=0),
+    "granite-bias": dict(SMALL, model_type="granite", attention_bias=True, mlp_bias=True),
+    "smollm3-sliding": dict(SMALL, model_type="smollm3", use_sliding_window=True,
+                            sliding_window=8, num_hidden_layers=4, pad_token_id=0),
 }
 
 

@@ -18,7 +18,8 @@ class MoE:
     shared_experts: int = 0
     shared_intermediate: int = 0
     shared_gate: bool = False  # qwen2_moe gates the shared expert with a d x 1 linear
-    router_bias: bool = False  # deepseek_v3 e_score_correction_bias
+    router_bias: bool = False  # deepseek_v3 e_score_correction_bias; gpt_oss's router bias
+    expert_bias: bool = False  # gpt_oss: every expert's gate/up and down projections have biases
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class Architecture:
     parallel_residual: bool
     position: str  # "rope" or "learned"
     rotary_dim: int
+    # Layers whose cache keeps only the last `sliding_window` positions: sliding-window layers,
+    # or chunked-attention layers (Llama 4, `attention_chunk` set), whose cache transformers
+    # keeps as it keeps a sliding one ("from a cache point of view, sliding and chunked are the
+    # same", cache_utils.py), so the KV cache rules need not tell them apart.
     sliding_window: int | None = None
     sliding_layers: int = 0
     attention_dropout: float = 0.0
@@ -65,7 +70,15 @@ class Architecture:
     moe: MoE | None = None
     mla: MLA | None = None
     norms_per_layer: int = 2
-    qk_norm: bool = False
+    qk_norm: bool = False  # a norm with weights on the queries and on the keys
+    qk_norm_all_heads: bool = False  # OLMo-2: over all heads' width; else one head's (Qwen3)
+    attention_sinks: bool = False  # gpt_oss: one learned sink logit a head, every layer
+    # Llama 4: the `sliding_layers` attend within chunks of this many positions (None: no
+    # chunked attention; the sliding layers, if any, slide).
+    attention_chunk: int | None = None
+    # A vision-language config's model_type (llama4, gemma3, mistral3) when this is its language
+    # model: the vision tower and projector are not counted nor estimated.
+    multimodal: str = ""
     conv1d: bool = False  # GPT-2's Conv1D: layer weights stored (in, out), run as x @ W
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -86,6 +99,11 @@ class Architecture:
             m = self.mla
             return self.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
         return 2 * self.num_kv_heads * self.head_dim
+
+    @property
+    def chunked_layers(self) -> int:
+        """How many layers attend within chunks of `attention_chunk` positions (Llama 4)."""
+        return self.sliding_layers if self.attention_chunk else 0
 
     @property
     def attention_kind(self) -> str:

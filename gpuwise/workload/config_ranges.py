@@ -45,11 +45,25 @@ FAMILY_KEYS = {
                   "shared_expert_intermediate_size": "intermediate_size",
                   "decoder_sparse_step": "layer_step"},
     "deepseek_v2": _DEEPSEEK, "deepseek_v3": _DEEPSEEK,
+    "phimoe": {"num_local_experts": "experts", "num_experts_per_tok": "experts"},
+    "gpt_oss": {"num_local_experts": "experts", "num_experts_per_tok": "experts",
+                "experts_per_token": "experts"},
+    "llama4_text": {"num_local_experts": "experts", "num_experts_per_tok": "experts",
+                    "intermediate_size_mlp": "intermediate_size",
+                    "interleave_moe_layer_step": "layer_step",
+                    "attention_chunk_size": "sliding_window",
+                    "no_rope_layer_interval": "layer_step"},
+    "gemma3_text": {"sliding_window_pattern": "layer_step", "_sliding_window_pattern": "layer_step"},
+    "smollm3": {"no_rope_layer_interval": "layer_step"},
 }
+FAMILY_KEYS["qwen3_moe"] = {"num_local_experts": "experts",
+                            **{k: v for k, v in FAMILY_KEYS["qwen2_moe"].items()
+                               if k != "shared_expert_intermediate_size"}}
+FAMILY_KEYS["qwen2_moe"]["num_local_experts"] = "experts"
 # Keys whose 0 means "none" in real configs (Qwen2-MoE test configs write sliding_window 0).
 ZERO_IS_NONE = ("sliding_window", "shared_expert_intermediate_size")
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
-LIST_KEYS = ("layer_types", "mlp_only_layers")
+LIST_KEYS = ("layer_types", "mlp_only_layers", "moe_layers", "no_rope_layers")
 STRING_KEYS = ("hidden_act", "hidden_activation", "activation_function")
 
 

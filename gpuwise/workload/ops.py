@@ -74,7 +74,7 @@ class Shape:
 # Families whose q, k and v come out of one projection (views of one output), and those whose
 # gated MLP runs gate and up as one; the others run a GEMM each (transformers' modelling).
 FUSED_QKV = frozenset({"gpt2", "gpt_bigcode", "gpt_neox", "falcon", "phi3"})
-FUSED_GATE_UP = frozenset({"phi3"})
+FUSED_GATE_UP = frozenset({"phi3", "glm4"})
 
 
 def _matmul(name: str, s: Shape, n: int, k: int, count: int, rows: int | None = None,
@@ -105,6 +105,17 @@ def _norm(arch: Architecture, s: Shape, count: int) -> Op:
         return _elementwise("layernorm", elements, 2, s.compute_bytes, count, "norm")
     # transformers' RMSNorm: upcast, pow, mean, rsqrt-scale, downcast, weight: ~7 fp32 sweeps.
     return _elementwise("rmsnorm", elements, 7, 4, count, "norm")
+
+
+def _qk_norm(arch: Architecture, s: Shape) -> list[Op]:
+    """The norms of the queries and keys (Qwen3, Gemma 3, OLMo 2): one a layer over every
+    head's q and k, as many sweeps as the model's other norms (heads divide under TP)."""
+    if not arch.qk_norm:
+        return []
+    norm = _norm(arch, s, arch.num_layers)
+    return [replace(norm, name="qk_norm",
+                    flops=norm.flops * (arch.q_dim + arch.kv_dim) / arch.hidden_size,
+                    bytes=norm.bytes * (arch.q_dim + arch.kv_dim) / arch.hidden_size)]
 
 
 def _attention(arch: Architecture, s: Shape, rotary: bool = True) -> list[Op]:
@@ -196,6 +207,7 @@ def forward_ops(arch: Architecture, s: Shape) -> list[Op]:
     layout = "nn" if arch.conv1d else ""
     ops.append(_matmul("qkv", s, arch.q_dim + 2 * arch.kv_dim, d, L, layout=layout,
                        splits=_qkv_splits(arch)))
+    ops += _qk_norm(arch, s)
     ops += _attention(arch, s)
     ops.append(_matmul("attn_out", s, d, arch.q_dim, L, layout=layout))
     ops += _mlp(arch, s)

@@ -49,16 +49,22 @@ def _attention(arch: Architecture) -> tuple[int, int]:
     q, kv = arch.q_dim, arch.kv_dim
     weights = d * (q + 2 * kv) + q * d
     biases = (q + 2 * kv if arch.qkv_bias else 0) + (d if arch.o_bias else 0)
-    qk_norm = 2 * _norm(arch, arch.head_dim) if arch.qk_norm else 0
-    return weights + biases + qk_norm, weights
+    qk_norm = 0
+    if arch.qk_norm:  # OLMo-2's norms span every head; Qwen3's and Gemma 3's one head
+        qk_norm = (_norm(arch, q) + _norm(arch, kv) if arch.qk_norm_all_heads
+                   else 2 * _norm(arch, arch.head_dim))
+    sinks = arch.num_heads if arch.attention_sinks else 0
+    return weights + biases + qk_norm + sinks, weights
 
 
-def _mlp(arch: Architecture, inner: int, gated: bool | None = None) -> tuple[int, int]:
+def _mlp(arch: Architecture, inner: int, gated: bool | None = None,
+         bias: bool | None = None) -> tuple[int, int]:
     """(parameters, matrix weights) of one MLP with the given inner width."""
     d = arch.hidden_size
     gated = arch.gated_mlp if gated is None else gated
+    bias = arch.mlp_bias if bias is None else bias
     weights = (3 if gated else 2) * d * inner
-    biases = ((2 * inner if gated else inner) + d) if arch.mlp_bias else 0
+    biases = ((2 * inner if gated else inner) + d) if bias else 0
     return weights + biases, weights
 
 
@@ -78,13 +84,14 @@ def count_params(arch: Architecture) -> ParamCounts:
     linear = layers * attn_w + (layers - sparse_layers) * dense_w
     expert_total = expert_unused = 0
     if moe:
-        one_expert, _ = _mlp(arch, moe.expert_intermediate, gated=True)
-        shared, _ = _mlp(arch, moe.shared_intermediate, gated=True) if moe.shared_experts else (
-            0, 0)
+        one_expert, expert_w = _mlp(arch, moe.expert_intermediate, gated=True,
+                                    bias=moe.expert_bias)
+        shared, shared_w = _mlp(arch, moe.shared_intermediate, gated=True) if (
+            moe.shared_experts) else (0, 0)
         router = d * moe.num_experts + (moe.num_experts if moe.router_bias else 0)
         per_layer = moe.num_experts * one_expert + shared + router + (d if moe.shared_gate else 0)
         mlp += sparse_layers * per_layer
-        linear += sparse_layers * (moe.num_experts * one_expert + shared)
+        linear += sparse_layers * (moe.num_experts * expert_w + shared_w)
         expert_total = sparse_layers * moe.num_experts * one_expert
         expert_unused = sparse_layers * (moe.num_experts - moe.experts_per_token) * one_expert
     total = embedding + lm_head + layers * attn + mlp + norms
