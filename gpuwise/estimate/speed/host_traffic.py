@@ -1,5 +1,4 @@
-"""What host memory costs a training step in time (docs/speed.md, "Host memory in a
-training step"): the copies offloading makes over the host link where compute does not hide
+"""What host memory costs a training step in time (docs/speed.md, "Training"): the copies offloading makes over the host link where compute does not hide
 them, an optimizer step run on the host's cores, and bitsandbytes' paged states the driver
 moves in and out of the device.
 
