@@ -58,7 +58,10 @@ def test_an_option_the_runtime_does_not_read_is_said_to_be_ignored():
     notes = ignored_options(plan)
     assert any(n.startswith("--threads applies to llama.cpp; ignored under vllm") for n in notes)
     assert not any("--ctx" in n for n in notes)  # vLLM reads --ctx (--max-model-len)
-    assert any("memory as vLLM's" in n for n in ignored_options(InferencePlan(runtime="sglang")))
+    # SGLang has its own memory rules (mem_fraction_static), no "memory as ..." note
+    assert not any("memory as" in n for n in ignored_options(InferencePlan(runtime="sglang")))
+    assert any("memory as transformers'" in n
+               for n in ignored_options(InferencePlan(runtime="compiled")))
 
 
 def test_an_unknown_runtime_gets_did_you_mean():

@@ -7,10 +7,26 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 from gpuwise.catalog.runtime_speed import RUNTIME_IDS
-from gpuwise.catalog.sourced import sourced_record
+from gpuwise.catalog.sourced import sourced_section
 
 FILE = "schedulers.toml"
 POLICIES = ("mixed", "prefill_first", "slots", "static")
+
+
+@dataclass(frozen=True)
+class MemoryTier:
+    """What a runtime picks on a device of less than `below_gib` of memory (SGLang's
+    server_args.py, by the device's total memory)."""
+
+    below_gib: float
+    max_batched_tokens: int  # SGLang's chunked_prefill_size
+    # the largest decode batch captured as a CUDA graph: (from this many tensor-parallel
+    # devices, the batch), ascending
+    cuda_graph_max_bs: tuple[tuple[int, int], ...]
+
+    def graph_batch(self, tp: int) -> int:
+        """cuda_graph_max_bs on one device of `tp`."""
+        return [bs for least, bs in self.cuda_graph_max_bs if tp >= least][-1]
 
 
 @dataclass(frozen=True)
@@ -37,10 +53,22 @@ class SchedulerDefaults:
     large_device_excluded: tuple[str, ...] = ()
     large_max_batched_tokens: int = 0
     large_max_seqs: int = 0
+    # by the device's memory, the first tier it is below: max_batched_tokens (and the CUDA
+    # graphs' largest batch) as SGLang picks them; (): none
+    memory_tiers: tuple[MemoryTier, ...] = ()
+    # max_seqs grows with the KV cache (SGLang's max_running_requests): the cache's tokens
+    # over the context, times `seqs_per_context`, between max_seqs and `max_seqs_cap`, and no
+    # more than the cache's tokens over `tokens_per_seq_least`; 0: max_seqs as it is
+    seqs_per_context: int = 0
+    max_seqs_cap: int = 0
+    tokens_per_seq_least: int = 1
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
     def on(self, memory_bytes: int, device_id: str) -> SchedulerDefaults:
         """The defaults the runtime picks on a device of `memory_bytes` named `device_id`."""
+        tier = self.tier(memory_bytes)
+        if tier is not None:
+            return replace(self, max_batched_tokens=tier.max_batched_tokens)
         large = (self.large_device_gib and memory_bytes >= self.large_device_gib * 2**30
                  and not any(x in device_id.lower() for x in self.large_device_excluded))
         if not large:
@@ -48,10 +76,28 @@ class SchedulerDefaults:
         return replace(self, max_batched_tokens=self.large_max_batched_tokens,
                        max_seqs=self.large_max_seqs)
 
+    def tier(self, memory_bytes: int) -> MemoryTier | None:
+        """The memory tier of a device of `memory_bytes` (None where the runtime has none)."""
+        return next((t for t in self.memory_tiers if memory_bytes < t.below_gib * 2**30), None)
+
+    def with_cache(self, cache_tokens: int, context: int) -> SchedulerDefaults:
+        """The defaults with max_seqs as the runtime sizes it by a KV cache of `cache_tokens`
+        and a context of `context` tokens (where it does)."""
+        if not self.seqs_per_context:
+            return self
+        grown = int(cache_tokens / context * self.seqs_per_context)
+        seqs = min(max(grown, self.max_seqs), self.max_seqs_cap)
+        return replace(self, max_seqs=max(1, min(seqs, cache_tokens // self.tokens_per_seq_least)))
+
 
 @cache
 def scheduler_defaults(runtime: str) -> SchedulerDefaults:
     """The runtime's scheduler as it ships (estimate/runtimes/ says whose a runtime uses)."""
     section = RUNTIME_IDS.get(runtime, runtime)
-    record = sourced_record(SchedulerDefaults, FILE, section, runtime=runtime)
-    return replace(record, large_device_excluded=tuple(record.large_device_excluded))
+    values, sources = sourced_section(FILE, section)
+    tiers = tuple(MemoryTier(t["below_gib"], t["max_batched_tokens"],
+                             tuple((least, bs) for least, bs in t["cuda_graph_max_bs"]))
+                  for t in values.pop("memory_tiers", ()))
+    excluded = tuple(values.pop("large_device_excluded", ()))
+    return SchedulerDefaults(**values, runtime=runtime, large_device_excluded=excluded,
+                             memory_tiers=tiers, sources=sources)

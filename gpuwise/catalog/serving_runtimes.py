@@ -63,6 +63,22 @@ class VllmRuntime:
     source: str
 
 
+@dataclass(frozen=True)
+class SglangRuntime:
+    """SGLang's default mem_fraction_static (data/runtimes.toml [sglang] says where)."""
+
+    name: str
+    reserved_mib: float
+    reserved_mib_per_chunk_token: float
+    reserved_least_chunk_tokens: int
+    reserved_mib_per_graph_batch: float
+    reserved_mib_per_8_devices: float
+    reserved_floor_above_gib: float
+    reserved_floor_mib: float
+    fraction_digits: int
+    source: str
+
+
 @cache
 def _sections() -> dict[str, Any]:
     text = resources.files("gpuwise.catalog").joinpath("data/runtimes.toml").read_text()
@@ -80,3 +96,8 @@ def llama_cpp_runtime() -> LlamaCppRuntime:
 @cache
 def vllm_runtime() -> VllmRuntime:
     return VllmRuntime(**_sections()["vllm"])
+
+
+@cache
+def sglang_runtime() -> SglangRuntime:
+    return SglangRuntime(**_sections()["sglang"])

@@ -1,4 +1,5 @@
-"""Memory under serving runtimes that allocate up front: llama.cpp and vLLM.
+"""Memory under serving runtimes that allocate up front: llama.cpp and vLLM (SGLang's own
+rules are in sglang_memory.py).
 
 llama.cpp's rules (per backend: the CPU's resident set, or the device's buffers) are in
 llama_cpp_memory.py; `estimate_llama_cpp` is re-exported here. vLLM takes
@@ -115,9 +116,20 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     else:
         notes.append(f"headroom: the KV pool beyond one max_model_len ({max_len:,}) sequence; "
                      "vLLM takes its whole budget up front")
-    if plan.batch > seqs:
-        notes.append(f"at most {seqs} sequences run at once; the rest wait")
-    total = sum(parts.values())
-    est = make_estimate(parts, capacity, rt.name, "serving", {"serving": total}, tuple(notes))
-    spare = int(pool - needed * block_bytes)
-    return replace(est, spare_bytes=spare, margin_bytes=int(cuda_allocator().tight_fraction * budget))
+    return up_front_estimate(parts, capacity, rt.name, notes, (plan.batch, seqs),
+                             pool - needed * block_bytes, budget)
+
+
+def up_front_estimate(parts: dict[str, float], capacity: int, runtime: str, notes: list[str],
+                      batch_and_limit: tuple[int, int], spare: float,
+                      budget: float) -> MemoryEstimate:
+    """The estimate of a runtime that takes its budget up front (vLLM, SGLang): the headroom
+    is inside its pool, `spare` (the pool beyond what the plan needs), "tight" below a share
+    of the budget; a batch beyond the running limit is said to wait."""
+    batch, limit = batch_and_limit
+    if batch > limit:
+        notes = [*notes, f"at most {limit} sequences run at once; the rest wait"]
+    est = make_estimate(parts, capacity, runtime, "serving", {"serving": sum(parts.values())},
+                        tuple(notes))
+    return replace(est, spare_bytes=int(spare),
+                   margin_bytes=int(cuda_allocator().tight_fraction * budget))

@@ -2,7 +2,7 @@
 about it in one object, which the rest of the code asks instead of comparing its name: its
 memory rules, its step time, its scheduler, the options it reads, the checkpoint formats it
 loads and what it runs on. One module of this folder a runtime (transformers.py, vllm.py,
-llama_cpp.py); a new runtime is a new module here and its catalogue entries."""
+sglang.py, llama_cpp.py); a new runtime is a new module here and its catalogue entries."""
 
 from __future__ import annotations
 
@@ -55,6 +55,12 @@ class RuntimeUnit:
     def scheduler_on(self, hw: Hardware) -> SchedulerDefaults:
         """Its scheduler's defaults as it picks them on `hw` (vLLM's larger on H100s)."""
         return self.scheduler.on(hw.memory_bytes, hw.id)
+
+    def scheduler_for(self, arch: Architecture, plan: InferencePlan,
+                      hw: Hardware) -> SchedulerDefaults:
+        """Its scheduler's defaults for `plan` on `hw`: the device's, with what the runtime
+        sizes by its memory (SGLang's running requests by its KV pool)."""
+        return self.scheduler_on(hw)
 
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:

@@ -1,5 +1,5 @@
-"""vLLM's V1 engine and SGLang: a fixed share of the device taken up front for a paged KV
-pool (docs/memory.md, "vLLM and SGLang"; docs/serve.md)."""
+"""vLLM's V1 engine: a fixed share of the device taken up front for a paged KV pool
+(docs/memory.md, "vLLM and SGLang"; docs/serve.md)."""
 
 from __future__ import annotations
 
@@ -32,12 +32,8 @@ class PagedPool(RuntimeUnit):
         return int(pool * tp // plan.kv_bytes_per_position(arch))
 
 
+# the options a paged-pool server reads: --ctx (max_model_len, SGLang's --context-length) and
+# --gpu-memory-utilization (SGLang's --mem-fraction-static)
 READS = frozenset({"ctx", "gpu_memory_utilization"})
 LOADS = frozenset({"safetensors", "gguf"})  # vLLM and SGLang load a GGUF file (--load-format gguf)
-UNITS = (
-    PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True),
-    PagedPool("sglang", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True,
-              memory_note="memory as vLLM's: SGLang also takes a fixed share of the device up "
-                          "front (mem_fraction_static, set here by --gpu-memory-utilization) "
-                          "for its KV pool"),
-)
+UNITS = (PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True),)

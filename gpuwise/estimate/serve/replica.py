@@ -40,7 +40,7 @@ def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: D
     # the replica's devices: its memory and steps are theirs; the context (llama.cpp: and
     # layers) the runtime picks where the plan leaves it
     plan = unit.as_run(arch, replace(plan, tp=opts.tp), hw)
-    sched = unit.scheduler_on(hw)
+    sched = unit.scheduler_for(arch, plan, hw)
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
                     opts.max_seqs or sched.max_seqs, sched.reserve_output,
                     sched.overlap if opts.overlap is None else opts.overlap)
