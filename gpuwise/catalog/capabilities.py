@@ -14,11 +14,12 @@ from importlib import resources
 class Needs:
     """What one kernel, attention or dtype needs, and what runs in its place elsewhere."""
 
-    kind: str  # "dtype", "kernel" or "attention"
+    kind: str  # "dtype", "kernel", "attention" or "ggml" (a GGUF block type)
     id: str
     vendors: tuple[str, ...] = ()  # empty: any
     kinds: tuple[str, ...] = ()  # empty: any
     min_cc: float = 0.0  # NVIDIA compute capability
+    max_cc: float = 0.0  # the highest it runs on (0: no limit)
     matmul: str = ""  # the matrix-unit dtype it computes in
     instead: str = ""
     source: str = ""
@@ -33,11 +34,12 @@ def _needs() -> dict[tuple[str, str], Needs]:
             sources = rec.get("sources", {})
             out[(kind, name)] = Needs(kind, name, tuple(rec.get("vendors", ())),
                                       tuple(rec.get("kinds", ())), float(rec.get("min_cc", 0.0)),
-                                      rec.get("matmul", ""), rec.get("instead", ""),
-                                      sources.get("*", ""))
+                                      float(rec.get("max_cc", 0.0)), rec.get("matmul", ""),
+                                      rec.get("instead", ""), sources.get("*", ""))
     return out
 
 
 def needs(kind: str, name: str) -> Needs | None:
-    """What `name` (a "dtype", "kernel" or "attention") needs; None: nothing beyond its runtime."""
+    """What `name` (a "dtype", "kernel", "attention" or "ggml" type) needs; None: nothing beyond
+    its runtime."""
     return _needs().get((kind, name))

@@ -1,13 +1,31 @@
-"""Storage formats (data/formats.toml): bytes per parameter including quantisation scales."""
+"""Storage formats (data/formats.toml): bytes per parameter including quantisation scales, the
+GGUF block types, and llama.cpp's GGUF file types (each a mix of block types)."""
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
-from gpuwise.errors import normalise_name, unknown_name_error
+from gpuwise.errors import GpuwiseError, normalise_name, unknown_name_error
+
+
+@dataclass(frozen=True)
+class GgmlType:
+    """A GGUF block type: `block` elements stored in `bytes` bytes (ggml-common.h)."""
+
+    id: str
+    block: int
+    bytes: int
+    layout: str = ""
+
+    @property
+    def bits(self) -> float:
+        """Bits a weight, the block's scales included."""
+        return self.bytes * 8 / self.block
 
 
 @dataclass(frozen=True)
@@ -22,10 +40,27 @@ class WeightFormat:
     other_bits: float = 0.0  # bits of the embeddings and head where quantised too (GGUF)
     aliases: tuple[str, ...] = ()
     source: str = ""
+    ggml_type: str = ""  # the ggml type llama.cpp stores the matrices in ("": none)
+    # GGUF file types: the token embedding's and the output head's bits, and the share of the
+    # matrix weights stored in each type other than `ggml_type` (llama-quant.cpp's mix)
+    embd_bits: float = 0.0
+    head_bits: float = 0.0
+    mix: tuple[tuple[str, float], ...] = ()
 
     @property
     def bytes_per_element(self) -> float:
         return self.bits / 8
+
+    @property
+    def matrix_bits(self) -> float:
+        """Mean bits a matrix weight, scales included."""
+        scales = self.scale_bytes_per_group / self.group_size if self.group_size else 0.0
+        return self.bits + 8 * scales
+
+    @property
+    def gguf(self) -> bool:
+        """A llama.cpp GGUF file type (the embeddings and head quantised too)."""
+        return bool(self.other_bits)
 
     def linear_bytes(self, rows: int, cols: int) -> float:
         """Stored bytes of one rows x cols matrix weight, scales included."""
@@ -41,10 +76,39 @@ class WeightFormat:
 
 
 @cache
+def _data() -> dict[str, Any]:
+    """formats.toml, parsed once (callers must not change it)."""
+    return tomllib.loads(resources.files("gpuwise.catalog").joinpath("data/formats.toml").read_text())
+
+
+@cache
+def ggml_types() -> dict[str, GgmlType]:
+    """The GGUF block types by their lower-case ggml name ("q4_k")."""
+    return {rec["id"]: GgmlType(**rec) for rec in _data()["ggml_type"]}
+
+
+def _gguf_fields(rec: dict[str, Any]) -> dict[str, Any]:
+    """A GGUF file type's bits, group and scales from its block types: the main type's integer
+    bits, and the rest of the matrices' mean bits (the main type's scales and the mix) as scale
+    bytes per main block; other_bits the mean of the embeddings' and the head's."""
+    types = ggml_types()
+    main = types[rec["ggml_type"]]
+    mix = rec.pop("mix")
+    matrix = main.bits + sum(share * (types[t].bits - main.bits) for t, share in mix.items())
+    bits = math.floor(main.bits)
+    embd, head = types[rec.pop("token_embd")].bits, types[rec.pop("output")].bits
+    return {**rec, "bits": bits, "group_size": main.block,
+            "scale_bytes_per_group": (matrix - bits) * main.block / 8,
+            "other_bits": (embd + head) / 2, "embd_bits": embd, "head_bits": head,
+            "mix": tuple(sorted(mix.items()))}
+
+
+@cache
 def _formats() -> dict[str, WeightFormat]:
-    text = resources.files("gpuwise.catalog").joinpath("data/formats.toml").read_text()
     out = {}
-    for rec in tomllib.loads(text)["format"]:
+    for rec in _data()["format"]:
+        if "output" in rec:
+            rec = _gguf_fields(dict(rec))
         rec = {k: v for k, v in rec.items() if k in WeightFormat.__dataclass_fields__}
         rec["aliases"] = tuple(rec.get("aliases", ()))
         fmt = WeightFormat(**rec)
@@ -52,9 +116,28 @@ def _formats() -> dict[str, WeightFormat]:
     return out
 
 
+@cache
+def _ambiguous() -> dict[str, tuple[tuple[str, str], ...]]:
+    """Names several formats answer to ("fp4"): each format and what it is."""
+    return {normalise_name(rec["name"]): tuple(zip(rec["means"], rec["what"], strict=True))
+            for rec in _data().get("ambiguous", ())}
+
+
+def weight_formats() -> list[str]:
+    """Every format's id, in the catalogue's order."""
+    return list(_formats())
+
+
 def weight_format(name: str) -> WeightFormat:
     fmt = _format_named(name)
     if fmt is None:
+        means = _ambiguous().get(normalise_name(name))
+        if means:
+            listed = ", ".join(f"{f} ({what})" for f, what in means)
+            names = [repr(f) for f, _ in means]
+            raise GpuwiseError(f"{name.strip()} is ambiguous: one of {listed}",
+                               f"did you mean {', '.join(names[:-1])} or {names[-1]}? "
+                               "Name the one the checkpoint holds")
         raise unknown_name_error("precision", name, list(_formats()), "gpuwise check MODEL")
     return fmt
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
-from gpuwise.catalog.sourced import data_file, sourced_record
+from gpuwise.catalog.sourced import data_file, sourced_record, sourced_section
 from gpuwise.errors import GpuwiseError, unknown_name_error
 
 FILE = "runtime_speed.toml"
@@ -78,6 +78,17 @@ class GgmlBackend:
 
 
 @dataclass(frozen=True)
+class GgmlLike:
+    """A ggml type without constants of its own: timed at `like`'s, token generation's rate
+    times `memory` and prompt processing's times `matmul` ([ggml.like])."""
+
+    like: str
+    memory: float
+    matmul: float
+    source: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
 class WeightKernel:
     """A weight-only (or W8A8) kernel: how fast it streams packed weights in a one-row matmul
     and how much of the matmul rate it reaches with many rows."""
@@ -106,6 +117,14 @@ def runtime_speed(name: str) -> RuntimeSpeed:
 def ggml_backend(kind: str) -> GgmlBackend:
     backend = GGML_BACKENDS.get(kind, "cuda")
     return sourced_record(GgmlBackend, FILE, f"ggml.{backend}", backend=backend)
+
+
+@cache
+def ggml_like() -> dict[str, GgmlLike]:
+    """The ggml types timed as another, by type."""
+    values, sources = sourced_section(FILE, "ggml.like")
+    return {t: GgmlLike(str(v[0]), float(v[1]), float(v[2]), sources[t])
+            for t, v in values.items()}
 
 
 def kernel_names() -> list[str]:

@@ -46,15 +46,21 @@ class Refusal:
         return f"{self.what} does not run on the {self.device}: {self.why}"
 
 
+KIND_NAMES = {"cpu": "CPU", "gpu": "GPU", "apple": "Mac", "tpu": "TPU"}
+
+
 def lacks(n: Needs, d: Device) -> str:
     """Why `d` cannot run what `n` describes ("" where it can)."""
     if n.kinds and d.kind not in n.kinds:
-        return f"it runs on a {' or '.join(n.kinds)} only"
+        return f"it runs on a {' or '.join(KIND_NAMES.get(k, k) for k in n.kinds)} only"
     if n.vendors and d.vendor not in n.vendors:
         names = " or ".join(v.upper() if v == "amd" else v.title() for v in n.vendors)
         return f"it runs on {names} GPUs only"
     if n.min_cc and d.vendor == "nvidia" and 0 < d.compute_capability < n.min_cc:
         return (f"it needs compute capability {n.min_cc:.1f} or later, this one has "
+                f"{d.compute_capability:.1f}")
+    if n.max_cc and d.vendor == "nvidia" and d.compute_capability > n.max_cc:
+        return (f"it runs up to compute capability {n.max_cc:.1f}, this one has "
                 f"{d.compute_capability:.1f}")
     if n.matmul and d.matmul_dtypes and n.matmul not in d.matmul_dtypes:
         return f"it computes in {n.matmul}, and this device has no {n.matmul} matrix units"
@@ -119,12 +125,24 @@ def plan_refusal(plan: InferencePlan, hw: Hardware) -> Refusal | None:
     fmt = plan.weight_format
     if not fmt.quantised and (refused := dtype_refusal(fmt.compute_dtype, d)):
         return refused
+    if (refused := ggml_refusal(plan, d)) is not None:
+        return refused
     if (own := _runtime_kernel(plan, hw)) is not None:
         kernel = plan.quant_kernel or own
         refused = kernel_refusal(kernel, d) if kernel else None
         if refused is not None and not (refused.instead and not plan.quant_kernel):
             return refused
     return attention_refusal(plan.attention, d)
+
+
+def ggml_refusal(plan: InferencePlan, d: Device) -> Refusal | None:
+    """A GGUF block type (a GGUF file's own, or the plan's GGUF format's) that no llama.cpp
+    backend for `d` multiplies (TQ1_0 and TQ2_0 have no CUDA matmul)."""
+    stored = plan.stored_weights.ggml_type if plan.stored_weights else ""
+    gtype = (stored or (plan.weight_format.ggml_type if plan.weight_format.gguf else "")).lower()
+    n = needs("ggml", gtype) if gtype else None
+    why = lacks(n, d) if n is not None else ""
+    return Refusal(f"the {gtype.upper()} kernel", d.name, why) if why else None
 
 
 def _runtime_kernel(plan: InferencePlan, hw: Hardware) -> str | None:

@@ -54,9 +54,9 @@ def weights_and_embedding(arch: Architecture, plan: InferencePlan) -> tuple[floa
         sw = plan.stored_weights
         return sw.total_bytes, sw.embedding_bytes, "checkpoint (exact bytes)"
     fmt = plan.weight_format
-    embedding = (
-        arch.vocab_size * arch.hidden_size * weight_format(fmt.compute_dtype).bytes_per_element
-    )
+    # token_embd in its GGUF type (Q4_K in a Q4_K_M file), else in the compute dtype
+    per = fmt.embd_bits / 8 if fmt.gguf else weight_format(fmt.compute_dtype).bytes_per_element
+    embedding = arch.vocab_size * arch.hidden_size * per
     return weight_bytes(arch, fmt), embedding, f"estimated ({fmt.id})"
 
 

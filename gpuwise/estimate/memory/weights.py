@@ -29,9 +29,20 @@ def _weight_bytes(arch: Architecture, fmt: WeightFormat) -> float:
     scales = rows * fmt.scale_bytes_per_row
     if fmt.group_size:
         scales += counts.linear / fmt.group_size * fmt.scale_bytes_per_group
-    if fmt.other_bits:  # GGUF quantises the embeddings and the head too
-        compute = fmt.other_bits / 8
+    if fmt.gguf:
+        return counts.linear * fmt.bytes_per_element + scales + _gguf_other_bytes(arch, fmt)
     return counts.linear * fmt.bytes_per_element + scales + other * compute
+
+
+def _gguf_other_bytes(arch: Architecture, fmt: WeightFormat) -> float:
+    """A GGUF file's tensors beyond the matrices: token_embd in its type (a tied one in the
+    output head's: llama-quant.cpp quantises a shared tensor as the output), the head in its,
+    and the vectors (norms, biases) in F32, as llama-quant.cpp quantises 2-D and 3-D tensors
+    only (the MoE router, not quantised, is counted with them)."""
+    counts = count_params(arch)
+    embd = fmt.head_bits if arch.tie_embeddings else fmt.embd_bits
+    rest = counts.total - counts.linear - counts.embedding - counts.lm_head
+    return (counts.embedding * embd + counts.lm_head * fmt.head_bits) / 8 + rest * 4.0
 
 
 def _linear_rows(arch: Architecture) -> int:

@@ -6,10 +6,10 @@ graph evaluation pays the host's fixed cost and every node the backend's cost pe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from gpuwise.catalog.formats import weight_format
-from gpuwise.catalog.runtime_speed import GgmlBackend, ggml_backend
+from gpuwise.catalog.runtime_speed import GgmlBackend, GgmlLike, ggml_backend, ggml_like
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.weights import weight_bytes
@@ -17,14 +17,6 @@ from gpuwise.estimate.speed.cache_share import CacheSpan
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import InferencePlan
-
-# gpuwise's weight formats as llama.cpp stores them (int4: Q4_K_M, llama.cpp's usual 4-bit).
-GGML_TYPE_OF = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "q8_0", "int4": "q4_k",
-                "q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q4_k", "q5_k_m": "q5_k",
-                "q6_k": "q6_k"}
-# GGUF types the catalogue has no constants for, timed as the nearest one it has.
-NEAREST_TYPE = {"q4_1": "q4_0", "q5_0": "q5_k", "q5_1": "q5_k", "q3_k": "q4_k", "q2_k": "q4_k",
-                "iq4_xs": "q4_k", "iq4_nl": "q4_0", "q8_1": "q8_0"}
 
 
 @dataclass(frozen=True)
@@ -131,22 +123,39 @@ def decode_attention_rate(g: GgmlRates, seqs: int) -> float:
 
 
 def ggml_type(plan: InferencePlan) -> str:
-    """The ggml type of the plan's weights: a GGUF file's own, else its format's."""
+    """The ggml type of the plan's weights: a GGUF file's own, else the one its format's
+    matrices are stored in (formats.toml `ggml_type`: Q4_K for Q4_K_M and int4)."""
     stored = plan.stored_weights.ggml_type if plan.stored_weights else ""
-    name = stored.lower() or GGML_TYPE_OF.get(plan.weight_format.id, "")
+    name = stored.lower() or plan.weight_format.ggml_type
     if not name:
         raise GpuwiseError(f"llama.cpp has no {plan.weights} weights",
-                           "give --weights q4_k_m, q4_0, q8_0, int4, int8, fp16 or bf16")
-    return NEAREST_TYPE.get(name, name)
+                           "give --weights a GGUF type (q4_k_m, iq4_xs, q8_0, ...), mxfp4, "
+                           "int4, int8, fp16 or bf16")
+    return name
+
+
+def _timed_as(backend: GgmlBackend, gtype: str) -> GgmlLike:
+    """The calibrated type `gtype` is timed as, and its factors (itself, 1 and 1, where the
+    backend has constants for it)."""
+    if gtype in backend.memory:
+        return GgmlLike(gtype, 1.0, 1.0)
+    like = ggml_like().get(gtype)
+    if like is None or like.like not in backend.memory:
+        known = sorted({*backend.memory, *ggml_like()})
+        raise GpuwiseError(f"no llama.cpp constants for ggml type {gtype}",
+                           f"known: {', '.join(known)}")
+    return like
 
 
 def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
                     threads: int) -> GgmlRates:
     """The datasheet with the backend's shares; a CPU's `threads` share its bandwidth (each
-    core streams `core_bandwidth_gbs`) and run its fp32 peak in proportion."""
-    if gtype not in backend.memory:
-        raise GpuwiseError(f"no llama.cpp constants for ggml type {gtype}",
-                           f"known: {', '.join(backend.memory)}")
+    core streams `core_bandwidth_gbs`) and run its fp32 peak in proportion. A type without
+    constants of its own runs at a calibrated type's, times its factors ([ggml.like])."""
+    timed = _timed_as(backend, gtype)
+    if timed.like != gtype:
+        g = spec_ggml_rates(rates, backend, timed.like, threads)
+        return _scaled(g, timed)
     bandwidth = rates.bandwidth_bytes_per_s
     if rates.kind == "cpu":
         cores = max(1, rates.compute_units)
@@ -233,7 +242,20 @@ def ggml_rates(rates: DeviceRates, gtype: str, threads: int | None) -> GgmlRates
     """This machine's llama.cpp measurements for the type and thread count where the probe
     took them (`gpuwise probe`), else the datasheet with the backend's shares."""
     threads = threads or max(1, rates.compute_units)
-    measured = rates.ggml_measured.get(f"{gtype}/{threads}") if rates.kind == "cpu" else None
+    backend = ggml_backend(rates.kind)
+    timed = _timed_as(backend, gtype)
+    measured = (rates.ggml_measured.get(f"{timed.like}/{threads}") if rates.kind == "cpu"
+                else None)
     if measured:  # a probe from an older gpuwise may lack fields, or hold retired ones
-        return GgmlRates(**{k: v for k, v in measured.items() if k in _FIELDS}, source="measured")
-    return spec_ggml_rates(rates, ggml_backend(rates.kind), gtype, threads)
+        g = GgmlRates(**{k: v for k, v in measured.items() if k in _FIELDS}, source="measured")
+        return g if timed.like == gtype else _scaled(g, timed)
+    return spec_ggml_rates(rates, backend, gtype, threads)
+
+
+def _scaled(g: GgmlRates, timed: GgmlLike) -> GgmlRates:
+    """`g` (the rates of the type `timed` stands in for) at the type's own: the weights
+    streamed at `memory` times the rate, its matmuls at `matmul` times theirs."""
+    m = timed.matmul
+    return replace(g, weight_bytes_per_s=g.weight_bytes_per_s * timed.memory,
+                   matmul_flops=g.matmul_flops * m, batch_matmul_flops=g.batch_matmul_flops * m,
+                   half_matmul_flops=g.half_matmul_flops * m)
