@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
 from typer.testing import CliRunner
 
 from gpuwise.app.deployment import Deployment, Workload, build_plan
@@ -105,8 +106,9 @@ def test_infer_check_and_serve_hold_the_same_fitted_context():
                                    "llama.cpp", "--json"])
     assert out.exit_code == 0, out.output
     rows = {r["weights"]: r for r in json.loads(out.output)["precisions"]}
-    int4 = estimate_inference(arch, replace(plan, weights="int4"), hw)
-    assert rows["int4"]["total_bytes"] == int4.total_bytes
+    assert list(rows) == ["fp16", "q8_0", "q6_k", "q5_k_m", "q4_k_m"]  # llama.cpp's GGUF types
+    q4 = estimate_inference(arch, plan, hw)
+    assert rows["q4_k_m"]["total_bytes"] == q4.total_bytes
 
 
 def test_vllm_names_the_longest_context_its_pool_holds():
@@ -156,3 +158,26 @@ def test_vllm_picks_its_batch_defaults_by_device():
     h100 = estimate_inference(arch, plan, find_hardware("h100")).breakdown["activations"]
     l4 = estimate_inference(arch, replace(plan, context_alloc=8192), find_hardware("l4"))
     assert l4.breakdown["activations"] < h100 / 2
+
+
+def test_this_machine_on_a_cpu_is_what_llama_cpp_runs_and_check_says():
+    """`gpuwise` with no command on a CPU lists llama.cpp at the GGUF types models ship in (not
+    transformers at bitsandbytes formats a CPU cannot run), each row `check --runtime
+    llama.cpp --on local` for that type: the same memory and the same longest context."""
+    from gpuwise.app.check import check
+    from gpuwise.app.local import this_machine
+    from gpuwise.catalog.models import load_models
+
+    answer = this_machine()
+    if answer.hardware.kind != "cpu":
+        pytest.skip("this machine has a GPU: its rows stay under transformers")
+    assert answer.plan.runtime == "llama.cpp"
+    assert {r.weights for r in answer.rows} == {"fp16", "q8_0", "q4_k_m"}
+    entry = next(e for e in load_models() if e.id == "qwen2.5-0.5b")
+    model = resolve_model(entry.id)
+    arch = from_config(model.config)
+    rows = {r.weights: r for r in answer.rows if r.model == entry.id}
+    checked = {r.weights: r for r in check(model, arch, answer.hardware, answer.plan).rows}
+    for weights, row in rows.items():
+        assert row.total_bytes == checked[weights].total_bytes
+        assert row.max_context == checked[weights].max_context

@@ -43,7 +43,8 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
     check_tp_degree(arch, plan.tp)
     check_attention(plan, hw)
     precisions, refused = precisions_here(replace(plan, stored_weights=None), hw,
-                                          CHECK_PRECISIONS)
+                                          runtime_unit(plan.runtime).precisions
+                                          or CHECK_PRECISIONS)
     plans = [kernel_here(replace(plan, stored_weights=None, weights=p), hw) for p in precisions]
     rows = check_rows(arch, replace(plan, stored_weights=None), hw, precisions)
     if plan.stored_weights:

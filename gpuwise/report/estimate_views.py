@@ -58,7 +58,7 @@ def local_view(a: LocalAnswer) -> View:
     ]
     obj = {"machine": asdict(m), "hardware": hardware_record(a.hardware),
            "plan": asdict(a.plan), "models": [r.record() for r in a.rows]}
-    return obj, terminal.format_local(lines, a.rows, _context_label(a.plan))
+    return obj, terminal.format_local(lines, a.rows, _context_label(a.plan), a.plan.runtime)
 
 
 def check_view(a: CheckAnswer) -> View:

@@ -154,16 +154,24 @@ def _context_cell(ctx: int, model_max: int) -> str:
     return format_tokens(ctx)
 
 
-def format_local(machine_lines: list[str], rows: list[PrecisionRow], context: str) -> Group:
-    title = f"What runs here ({context}; estimated, transformers runtime)"
+# what the memory column holds, by runtime: llama.cpp's is what llama-server takes up front
+LOCAL_MEMORY = {"llama.cpp": "memory: what llama-server takes at its default context (--fit: "
+                             "the model's, cut to leave 1 GiB free)"}
+
+
+def format_local(machine_lines: list[str], rows: list[PrecisionRow], context: str,
+                 runtime: str = "transformers") -> Group:
+    title = f"What runs here ({context}; estimated, {runtime} runtime)"
+    memory = LOCAL_MEMORY.get(runtime, "memory: the peak")
     return Group(Text("\n".join(machine_lines)), ByWidth(
-        _local_table(rows, title, ()),
-        lambda need: _local_table(rows, title, ("params",), left_out(("params",), need))))
+        _local_table(rows, title, (), memory=memory),
+        lambda need: _local_table(rows, title, ("params",), left_out(("params",), need),
+                                  memory)))
 
 
 def _local_table(rows: list[PrecisionRow], title: str, without: tuple[str, ...],
-                 note: str = "") -> Table:
-    caption = "; ".join(["memory: the peak; max context: the longest prompt + new tokens that "
+                 note: str = "", memory: str = "memory: the peak") -> Table:
+    caption = "; ".join([f"{memory}; max context: the longest prompt + new tokens that "
                          "fit at batch 1", *([note] if note else [])])
     table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     columns = [c for c in ("model", "params", "weights", "memory", "fits", "max context")

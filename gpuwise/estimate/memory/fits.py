@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.capability import Device, plan_refusal, weights_here
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.cuda_rows import uses_cuda_allocator
 from gpuwise.estimate.memory.host_allocator import host_allocator_rows
 from gpuwise.estimate.memory.training import estimate_training
@@ -19,15 +20,37 @@ from gpuwise.workload.plans import MAX_TOKENS, InferencePlan, TrainingPlan
 PRECISIONS = ("bf16", "fp8", "int8", "int4")
 
 
-def _largest(fits, low: int, high: int) -> int:  # type: ignore[no-untyped-def]
-    """The largest n in [low, high] with fits(n), assuming fits is monotone; 0 if none."""
-    if not fits(low):
+Probe = Callable[[int], tuple[bool, float]]  # n -> (fits, bytes to spare: negative past it)
+
+
+def _largest(probe: Probe, low: int, high: int, guided: bool = True) -> int:
+    """The largest n in [low, high] that fits, assuming fitting is monotone in n; 0 if none.
+    Each try goes where the bytes to spare at the bracket's ends, taken as a line in n, reach
+    zero (memory grows about linearly with a batch or a context), the end kept twice running
+    counted at half (Illinois), and to the middle after two guesses that did not halve it.
+    Not `guided`: always the middle (where the bytes to spare jump: a replayed allocator's
+    slack grows by segments and fills what is left of a device)."""
+    fits_low, spare_low = probe(low)
+    if not fits_low:
         return 0
-    if fits(high):
+    fits_high, spare_high = probe(high)
+    if fits_high:
         return high
+    spare_low, spare_high = max(spare_low, 1.0), min(spare_high, -1.0)
+    stalls, side = 0, 0  # guesses running that did not halve the bracket; the end moved last
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
+        if guided and stalls < 2:
+            guess = low + (high - low) * spare_low / (spare_low - spare_high)
+            mid = min(high - 1, max(low + 1, round(guess)))
+        stalls = stalls + 1 if stalls < 2 and 2 * min(mid - low, high - mid) < high - low else 0
+        fits_mid, spare_mid = probe(mid)
+        if fits_mid:
+            low, spare_low = mid, max(spare_mid, 1.0)
+            spare_high, side = spare_high / 2 if side > 0 else spare_high, 1
+        else:
+            high, spare_high = mid, min(spare_mid, -1.0)
+            spare_low, side = spare_low / 2 if side < 0 else spare_low, -1
     return low
 
 
@@ -44,23 +67,34 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
     it is optimistic; the two answers bracket the true one and close in within a few replays.
     The last steps between the two replay at each step; if the slack does not grow with the
     plan after all, the whole search replays at every step."""
-    def estimate(n: int, held: float | None) -> bool:
+    def estimate(n: int, held: float | None) -> tuple[bool, float]:
         plan = sized(n)
         if isinstance(plan, InferencePlan):
-            if _over_without_slack(arch, plan, hw, held):
-                return False
-            return estimate_inference(arch, plan, hw, held_slack=held).fits
-        if uses_cuda_allocator(hw) and not estimate_training(arch, plan, hw,
-                                                             without_slack=True).fits:
-            return False  # over even with no slack: ruled out without the replay
-        return estimate_training(arch, plan, hw, held_slack=held).fits
+            lower = _without_slack(arch, plan, hw, held)
+            if lower is not None and not lower.fits:
+                return False, lower.headroom_bytes  # over even with no slack: no replay
+            est = estimate_inference(arch, plan, hw, held_slack=held)
+            return est.fits, est.headroom_bytes
+        if uses_cuda_allocator(hw):
+            lower_t = estimate_training(arch, plan, hw, without_slack=True)
+            if not lower_t.fits:
+                return False, lower_t.headroom_bytes  # over even with no slack: no replay
+        est = estimate_training(arch, plan, hw, held_slack=held)
+        return est.fits, est.headroom_bytes
 
     def slack(n: int) -> float:
         return host_allocator_rows(arch, sized(n), hw).get("allocator", 0.0)
 
+    # where the bytes to spare grow smoothly: a runtime's own rules, or a held host slack;
+    # not where each estimate replays an allocator (CUDA's, or the host's at the last steps)
+    first = sized(low)
+    own = isinstance(first, InferencePlan) and runtime_unit(first.runtime).own_memory_rules
+    smooth_held = own or not uses_cuda_allocator(hw)
+    smooth = own and hw.kind != "cpu"
+
     def held_search(at: int, lo: int, hi: int) -> int:
         held = slack(at)
-        return _largest(lambda n: estimate(n, held), lo, hi)
+        return _largest(lambda n: estimate(n, held), lo, hi, smooth_held)
 
     upper = held_search(low, low, high)
     lower = 0
@@ -71,22 +105,28 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
         if lower in (0, upper):
             break
         upper = held_search(lower, lower, upper)
-    if lower and estimate(lower, None):  # the last few steps each with its own replay
-        return _largest(lambda n: estimate(n, None), lower, max(lower, upper))
-    return _largest(lambda n: estimate(n, None), low, high)
+    if lower and estimate(lower, None)[0]:  # the last few steps each with its own replay
+        return _largest(lambda n: estimate(n, None), lower, max(lower, upper), smooth)
+    return _largest(lambda n: estimate(n, None), low, high, smooth)
+
+
+def _without_slack(arch: Architecture, plan: InferencePlan, hw: Hardware,
+                   held: float | None) -> MemoryEstimate | None:
+    """The plan's estimate with no allocator slack, a lower bound (the slack is never
+    negative and no other part depends on it): a plan over even so is ruled out without the
+    replay its estimate would run. None where no replay would run (a held host slack, a
+    serving runtime's own rules), as the estimate itself is as quick."""
+    if runtime_unit(plan.runtime).own_memory_rules:
+        return None
+    if not uses_cuda_allocator(hw) and (hw.kind != "cpu" or held is not None):
+        return None
+    return estimate_inference(arch, plan, hw, without_slack=True)
 
 
 def _over_without_slack(arch: Architecture, plan: InferencePlan, hw: Hardware,
                         held: float | None) -> bool:
-    """The plan does not fit even with no allocator slack, so it does not fit with any (the
-    slack is never negative and no other part depends on it): ruled out without the replay
-    its estimate would run. False where no replay would run (a held host slack, a serving
-    runtime's own rules), as the estimate itself is as quick."""
-    if runtime_unit(plan.runtime).own_memory_rules:
-        return False
-    if not uses_cuda_allocator(hw) and (hw.kind != "cpu" or held is not None):
-        return False
-    return not estimate_inference(arch, plan, hw, without_slack=True).fits
+    lower = _without_slack(arch, plan, hw, held)
+    return lower is not None and not lower.fits
 
 
 def max_inference_batch(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
@@ -110,6 +150,11 @@ def max_context(arch: Architecture, plan: InferencePlan, hw: Hardware) -> int:
         return limit  # else the search over every context, as without a limit
     if _over_without_slack(arch, sized(new + 1), hw, None):
         return 0  # not even the shortest context fits: no replay spent on the search
+    step = runtime_unit(plan.runtime).context_step()  # contexts within one take one memory
+    if step > 1:
+        top = _largest_settled(arch, hw, lambda k: sized(k * step), -(-(new + 1) // step),
+                               MAX_TOKENS // step)
+        return top * step
     return _largest_settled(arch, hw, sized, new + 1, MAX_TOKENS)
 
 
@@ -118,10 +163,10 @@ def max_training_batch(arch: Architecture, plan: TrainingPlan, hw: Hardware) -> 
 
 
 def precision_that_fits(arch: Architecture, plan: InferencePlan, hw: Hardware) -> str | None:
-    """The highest-precision weight format (bf16 down to int4) that runs on `hw` and fits,
-    or None."""
+    """The highest-precision weight format (bf16 down to int4, or the runtime's own: llama.cpp's
+    GGUF types) that runs on `hw` and fits, or None."""
     device = Device.of(hw)
-    for fmt in PRECISIONS:
+    for fmt in runtime_unit(plan.runtime).precisions or PRECISIONS:
         sized = replace(plan, weights=weights_here(fmt, device), stored_weights=None)
         if plan_refusal(sized, hw) is None and estimate_inference(arch, sized, hw).fits:
             return sized.weights

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.llama_cpp_fit import Fitted, fit_llama_cpp
 from gpuwise.estimate.memory.llama_cpp_memory import estimate_llama_cpp, llama_cpp_kv_cells
@@ -27,6 +28,9 @@ class LlamaCpp(RuntimeUnit):
         fitted = _fitted(arch, plan, hw)
         est = fitted.estimate
         return replace(est, notes=(*est.notes[:1], fitted.note, *est.notes[1:]))
+
+    def context_step(self) -> int:
+        return llama_cpp_runtime().ctx_pad
 
     def as_run(self, arch: Architecture, plan: InferencePlan, hw: Hardware) -> InferencePlan:
         return plan if plan.context_alloc is not None else _fitted(arch, plan, hw).plan
@@ -50,5 +54,6 @@ def _fitted(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Fitted:
 
 UNITS = (LlamaCpp("llama.cpp", reads=frozenset({"ctx", "gpu_layers", "threads"}),
                   loads=frozenset({"gguf"}), own_memory_rules=True, probe_part="llama_cpp",
+                  precisions=("fp16", "q8_0", "q6_k", "q5_k_m", "q4_k_m"),
                   convert_hint="convert with llama.cpp's convert_hf_to_gguf.py, or pick "
                                "--runtime transformers or vllm"),)

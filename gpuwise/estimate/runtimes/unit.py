@@ -42,7 +42,13 @@ class RuntimeUnit:
     # the part of `gpuwise probe --runtime` that times it: "" the machine's own probe (the
     # roofline's rates), a part's name where it has its own, None where nothing probes it
     probe_part: str | None = None
+    # the weight formats it runs, highest precision first, as `check` lists them (empty: the
+    # framework formats, check_rows.CHECK_PRECISIONS); llama.cpp's are GGUF types
+    precisions: tuple[str, ...] = ()
     serves_as: str = ""  # the runtime whose scheduler it serves with (itself where empty)
+    # the weight formats it runs, highest precision first, as `check` lists them (empty: the
+    # framework formats, check_rows.CHECK_PRECISIONS); llama.cpp's are GGUF types
+    precisions: tuple[str, ...] = ()
 
     @cached_property
     def speed(self) -> RuntimeSpeed:
@@ -65,6 +71,11 @@ class RuntimeUnit:
     def memory(self, arch: Architecture, plan: InferencePlan, hw: Hardware, *,
                held_slack: float | None = None, without_slack: bool = False) -> MemoryEstimate:
         raise NotImplementedError
+
+    def context_step(self) -> int:
+        """The granule its context is allocated in (llama.cpp pads n_ctx to 256): every
+        context within one takes the same memory."""
+        return 1
 
     def as_run(self, arch: Architecture, plan: InferencePlan, hw: Hardware) -> InferencePlan:
         """The plan with what the runtime picks itself where the user left it (llama-server's
