@@ -118,14 +118,30 @@ def _qk_norm(arch: Architecture, s: Shape) -> list[Op]:
                     bytes=norm.bytes * (arch.q_dim + arch.kv_dim) / arch.hidden_size)]
 
 
+def _attended(arch: Architecture, s: Shape) -> tuple[float, float]:
+    """(query-key pairs of one sequence's head, cached positions read) a layer, averaged over
+    the layers: a sliding-window or chunked layer (Gemma 2/3, gpt-oss, Mistral, Llama 4)
+    attends to at most its window, which its cache keeps (a chunk counted as a window)."""
+    t, n = s.tokens, s.context
+    prompt = t == n and t > 1  # a causal prompt from the start: half the square
+    full = t * n * (0.5 if prompt else 1.0)
+    w, sliding = arch.sliding_window or 0, arch.sliding_layers if arch.sliding_window else 0
+    if not sliding or n <= w:
+        return full, float(n)
+    windowed = t * w - w * (w - 1) / 2 if prompt else t * w
+    layers = arch.num_layers
+    return (((layers - sliding) * full + sliding * windowed) / layers,
+            ((layers - sliding) * n + sliding * w) / layers)
+
+
 def _attention(arch: Architecture, s: Shape, rotary: bool = True) -> list[Op]:
     L = arch.num_layers
     h, hd, c = arch.num_heads, arch.head_dim, s.compute_bytes
     qk_dim = arch.q_dim // h
-    causal = 0.5 if s.tokens == s.context and s.tokens > 1 else 1.0
-    pairs = s.batch * h * s.tokens * s.context * causal
+    pairs, context = _attended(arch, s)
+    pairs *= s.batch * h
     flops = 2 * pairs * (qk_dim + hd)
-    kv_elems = s.batch * s.context * arch.kv_cache_elements_per_token()
+    kv_elems = s.batch * context * arch.kv_cache_elements_per_token()
     kv_read = kv_elems * s.kv_bytes
     q_out = 2 * s.rows * arch.q_dim * c
     ops = []
@@ -135,7 +151,7 @@ def _attention(arch: Architecture, s: Shape, rotary: bool = True) -> list[Op]:
             ops.append(Op("repeat_kv", "elementwise", 0.0, kv_read * (1 + groups), L,
                           kernel="binary"))
             kv_read *= groups
-        scores = s.batch * h * s.tokens * s.context
+        scores = s.batch * h * s.tokens * context
         # scores matmul write, scale, mask add, fp32 softmax, downcast, read for P @ V
         ops.append(Op("attention", "attention", flops, kv_read + q_out + scores * (6 * c + 8), L,
                       s.batch * h * s.tokens, s.context, hd))
