@@ -39,8 +39,8 @@ GpuUtil = Annotated[
     float | None,
     typer.Option(
         "--gpu-memory-utilization",
-        help="vLLM's gpu_memory_utilization: the share of device memory it takes, 0-1 "
-        "(default 0.9; vllm only)",
+        help="the share of device memory vLLM (gpu_memory_utilization, default 0.9) or SGLang "
+        "(mem_fraction_static, default by device) takes, 0-1",
     ),
 ]
 Weights = Annotated[
