@@ -190,9 +190,12 @@ def test_check_times_a_decode_step_per_precision_under_its_runtime():
     plan = InferencePlan(runtime="llama.cpp")
     rows = check(model, LLAMA, find_hardware("rtx-4090"), plan).rows
     decode = {r.weights: r.decode.record() for r in rows if r.decode}
-    assert decode["int4"]["s_per_token"] < decode["bf16"]["s_per_token"]
-    assert decode["int4"]["low"] < decode["int4"]["s_per_token"] < decode["int4"]["high"]
-    assert "no nf4" in decode["nf4"]["unavailable"]  # llama.cpp has no nf4: said, not guessed
+    assert list(decode) == ["fp16", "q8_0", "q6_k", "q5_k_m", "q4_k_m"]  # its GGUF types
+    assert decode["q4_k_m"]["s_per_token"] < decode["q8_0"]["s_per_token"] < decode["fp16"][
+        "s_per_token"]
+    assert decode["q4_k_m"]["low"] < decode["q4_k_m"]["s_per_token"] < decode["q4_k_m"]["high"]
+    nf4 = check(model, LLAMA, find_hardware("rtx-4090"), replace(plan, weights="nf4"))
+    assert "nf4" not in {r.weights for r in nf4.rows}  # llama.cpp has no nf4: not offered
 
 
 def test_llama_cpp_layers_left_on_the_host_slow_decode_and_leave_the_gpu_memory():

@@ -46,9 +46,6 @@ class RuntimeUnit:
     # framework formats, check_rows.CHECK_PRECISIONS); llama.cpp's are GGUF types
     precisions: tuple[str, ...] = ()
     serves_as: str = ""  # the runtime whose scheduler it serves with (itself where empty)
-    # the weight formats it runs, highest precision first, as `check` lists them (empty: the
-    # framework formats, check_rows.CHECK_PRECISIONS); llama.cpp's are GGUF types
-    precisions: tuple[str, ...] = ()
 
     @cached_property
     def speed(self) -> RuntimeSpeed:
