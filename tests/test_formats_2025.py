@@ -217,3 +217,15 @@ def test_block_fp8_is_w8a8_from_ada_and_fp8_marlin_below():
     assert kernel_here(fp8, find_hardware("l4")).quant_kernel == ""
     assert kernel_here(fp8, find_hardware("a100-sxm-80gb")).quant_kernel == "marlin-fp8"
     assert plan_refusal(fp8, find_hardware("v100-sxm2-32gb")) is not None
+
+
+def test_mxfp4_quantises_gpt_oss_experts_alone_as_its_checkpoint_does():
+    """gpt-oss keeps attention, router, embeddings and head in bf16 and its routed experts in
+    MXFP4: the gpt-oss model card (OpenAI, 2025-08, table 1) gives checkpoint sizes of
+    12.8 GiB (20b) and 60.8 GiB (120b); all matrices in MXFP4 would be far smaller."""
+    from gpuwise.estimate.memory.weights import weight_bytes
+
+    for name, published in (("gpt-oss-20b", 12.8), ("gpt-oss-120b", 60.8)):
+        arch = from_config(resolve_model(name).config)
+        gib = weight_bytes(arch, "mxfp4") / 2**30
+        assert abs(gib - published) / published < 0.01, (name, gib)

@@ -46,6 +46,9 @@ class WeightFormat:
     embd_bits: float = 0.0
     head_bits: float = 0.0
     mix: tuple[tuple[str, float], ...] = ()
+    # which matrices it quantises: "all" attention and MLP matrices, or, in a mixture of
+    # experts, the routed "experts" alone (gpt-oss's MXFP4: attention and router stay bf16)
+    scope: str = "all"
 
     @property
     def bytes_per_element(self) -> float:

@@ -25,6 +25,9 @@ def _weight_bytes(arch: Architecture, fmt: WeightFormat) -> float:
         return counts.total * fmt.bytes_per_element
     other = counts.total - counts.linear
     compute = weight_format(fmt.compute_dtype).bytes_per_element
+    if fmt.scope == "experts" and arch.moe:  # the routed experts' matrices alone
+        experts = _expert_matrices(arch)
+        return (experts * fmt.matrix_bits / 8 + (counts.total - experts) * compute)
     rows = _linear_rows(arch)
     scales = rows * fmt.scale_bytes_per_row
     if fmt.group_size:
@@ -32,6 +35,15 @@ def _weight_bytes(arch: Architecture, fmt: WeightFormat) -> float:
     if fmt.gguf:
         return counts.linear * fmt.bytes_per_element + scales + _gguf_other_bytes(arch, fmt)
     return counts.linear * fmt.bytes_per_element + scales + other * compute
+
+
+def _expert_matrices(arch: Architecture) -> float:
+    """Weights of the routed experts' matrices (their biases apart): gate and up (gated) and
+    down, each hidden x the expert's width, every expert of every MoE layer."""
+    moe = arch.moe
+    assert moe is not None
+    per = (3 if arch.gated_mlp else 2) * arch.hidden_size * moe.expert_intermediate
+    return float(moe.layers * moe.num_experts * per)
 
 
 def _gguf_other_bytes(arch: Architecture, fmt: WeightFormat) -> float:
