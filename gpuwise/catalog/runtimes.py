@@ -44,13 +44,21 @@ PROFILE_FAMILY = {
     "gemma2": "gemma2", "phi": "phi", "phi3": "phi3", "gpt_neox": "gpt_neox", "gpt2": "gpt2",
     "gpt_bigcode": "gpt_bigcode", "falcon": "falcon", "mixtral": "mistral",
     "qwen2_moe": "qwen2", "deepseek_v2": "llama", "deepseek_v3": "llama",
+    # families without a measured profile of their own: the measured family whose decoder
+    # layer saves the same tensors (activation_profiles.json), said in the answer's note
+    "qwen3": "qwen2", "qwen3_moe": "qwen2", "gemma3_text": "gemma2", "phimoe": "phi3",
 }
+
+
+def profile_family(model_type: str) -> str:
+    """The measured family whose saved-tensor profile a family's training memory uses."""
+    return PROFILE_FAMILY.get(model_type, "llama")
 
 
 def activation_profile(model_type: str, mode: str, attention: str, checkpointing: bool,
                        dropout: bool) -> tuple[dict[str, Any], str]:
     """The saved-tensor profile for a family, and the attention it actually uses."""
-    family = PROFILE_FAMILY.get(model_type, "llama")
+    family = profile_family(model_type)
     mode = {"fp16": "bf16", "mixed-fp16": "mixed-bf16"}.get(mode, mode)
     if attention == "flash":
         attention = "sdpa"  # flash keeps no score matrix either; sdpa's profile stands in
@@ -74,7 +82,7 @@ def compiled_layer_profile(model_type: str, mode: str, attention: str,
     and settings the rules cover; None elsewhere (the eager profile stands in). Weight copies
     under autocast are the eager profile's: the partitioner saves each cast weight once, as
     autograd does."""
-    family = PROFILE_FAMILY.get(model_type, "llama")
+    family = profile_family(model_type)
     mode = {"fp16": "bf16", "mixed-fp16": "mixed-bf16"}.get(mode, mode)
     if family not in stack_value("compiled_layer", "families") or dropout:
         return None
@@ -102,7 +110,7 @@ def _op_counts() -> dict[str, Any]:
 
 def op_counts(model_type: str, mode: str, attention: str) -> dict[str, dict[str, int]]:
     """Aten ops per layer and per model that transformers dispatches, by phase."""
-    family = PROFILE_FAMILY.get(model_type, "llama")
+    family = profile_family(model_type)
     mode = {"fp16": "bf16", "mixed-fp16": "mixed-bf16"}.get(mode, mode)
     if attention == "flash":
         attention = "sdpa"

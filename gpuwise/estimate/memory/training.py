@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.optimizers import optimizer_spec
-from gpuwise.catalog.runtimes import runtime
+from gpuwise.catalog.runtimes import profile_family, runtime
 from gpuwise.estimate.memory.activations import saved_with_policy
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
 from gpuwise.estimate.memory.cuda_rows import (
@@ -380,12 +380,13 @@ def _runtime_name(base: str, plan: TrainingPlan) -> str:
 
 def _notes(arch: Architecture, plan: TrainingPlan, attention: str,
            compiled_layer: bool) -> tuple[str, ...]:
-    notes = [f"{attention} attention; saved activations from the measured "
-             f"{arch.model_type} profile of the transformers runtime"]
+    family = profile_family(arch.model_type)
+    whose = f"{family} profile" + ("" if family == arch.model_type else f" (for {arch.model_type})")
+    notes = [f"{attention} attention; saved activations from the measured {whose} of the "
+             "transformers runtime"]
     if compiled_layer:
         notes[0] = (f"{attention} attention; each decoder layer saves what torch.compile's "
-                    "min-cut partitioner keeps, the rest the measured "
-                    f"{arch.model_type} profile")
+                    f"min-cut partitioner keeps, the rest the measured {whose}")
     elif runtime_unit(plan.runtime).torch_compile:
         notes.append(f"torch.compile's saved tensors are not derived for {arch.model_type} "
                      "with this attention/dropout: the eager profile stands in")
