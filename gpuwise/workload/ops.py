@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuwise.workload.arch import Architecture
+from gpuwise.workload.arch import Architecture, MoE
 
 
 @dataclass(frozen=True)
@@ -165,32 +165,61 @@ def _attention(arch: Architecture, s: Shape, rotary: bool = True) -> list[Op]:
     return ops
 
 
+def experts_touched(moe: MoE, rows: float) -> float:
+    """The routed experts a layer's `rows` tokens reach between them, expected, each token
+    choosing `experts_per_token` (k) of the `num_experts` (E) uniformly: an expert is missed
+    by one token with probability 1 - k/E, so E (1 - (1 - k/E)^rows) are touched: k for one
+    token, all E as the batch grows (docs/speed.md, "Mixture of experts")."""
+    if rows <= 0:
+        return 0.0
+    e = moe.num_experts
+    return e * (1.0 - (1.0 - moe.experts_per_token / e) ** rows)
+
+
+def _routed_experts(arch: Architecture, s: Shape, moe: MoE, layout: str) -> list[Op]:
+    """A sparse layer's routed experts as its grouped GEMMs run them: the weights of each
+    expert the step touches read once (`experts_touched`), the FLOPs of tokens x k experts,
+    and each expert's GEMM over its share of the routed rows (tokens x k / touched, rounded),
+    the row count its matmul efficiency is read at."""
+    inner, d, c = moe.expert_intermediate, arch.hidden_size, s.compute_bytes
+    routed = s.rows * moe.experts_per_token
+    touched = experts_touched(moe, s.rows)
+    rows = max(1, round(routed / touched))
+    ops = []
+    for name, n, k in (("mlp_in", 2 * inner, d), ("mlp_out", d, inner)):
+        weights = touched * n * k * s.weight_bytes
+        ops.append(Op(name, "matmul", 2.0 * routed * n * k,
+                      weights + routed * (n + k) * c, moe.layers, rows,
+                      max(1, round(n * touched)) if name == "mlp_in" else n,
+                      k if name == "mlp_in" else max(1, round(k * touched)),
+                      weights, layout=layout))
+    return ops + _activation(arch, routed * inner, True, c, moe.layers)
+
+
 def _mlp(arch: Architecture, s: Shape) -> list[Op]:
-    L, d, c = arch.num_layers, arch.hidden_size, s.compute_bytes
-    moe = arch.moe
-    dense_layers = L - (moe.layers if moe else 0)
-    ops: list[Op] = []
-    widths = [(arch.intermediate_size, dense_layers, s.rows, arch.gated_mlp)]
+    L, moe = arch.num_layers, arch.moe
+    layout = "nn" if arch.conv1d else ""
+    ops = _dense_mlp(arch, s, arch.intermediate_size, L - (moe.layers if moe else 0),
+                     arch.gated_mlp, layout, arch.model_type not in FUSED_GATE_UP)
     if moe:
-        routed = s.rows * moe.experts_per_token
-        ops.append(_matmul("router", s, moe.num_experts, d, moe.layers))
-        # Each active expert reads its weights once; tokens are split among them, rounded up
-        # (rounded down, 333 tokens' top-2 routes lost 2 of 666 to the split).
-        active = min(moe.num_experts, routed)
-        widths.append((moe.expert_intermediate * active, moe.layers, -(-routed // active), True))
-        if moe.shared_experts:
-            widths.append((moe.shared_intermediate, moe.layers, s.rows, True))
-    for i, (inner, layers, rows, gated) in enumerate(widths):
-        if not layers:
-            continue
-        n_in = 2 * inner if gated else inner
-        layout = "nn" if arch.conv1d else ""
-        apart = gated and not i and arch.model_type not in FUSED_GATE_UP  # dense: gate, up
-        ops.append(_matmul("mlp_in", s, n_in, d, layers, rows, layout,
-                           (inner, inner) if apart else ()))
-        ops.append(_matmul("mlp_out", s, d, inner, layers, rows, layout))
-        ops += _activation(arch, rows * inner, gated, c, layers)
+        ops.append(_matmul("router", s, moe.num_experts, arch.hidden_size, moe.layers))
+        ops += _routed_experts(arch, s, moe, layout)
+        if moe.shared_experts:  # every token runs them: a dense MLP of their width
+            ops += _dense_mlp(arch, s, moe.shared_intermediate, moe.layers, True, layout, False)
     return ops
+
+
+def _dense_mlp(arch: Architecture, s: Shape, inner: int, layers: int, gated: bool, layout: str,
+               apart: bool) -> list[Op]:
+    """An MLP every token runs (`apart`: a gated one's gate and up as two GEMMs)."""
+    if not layers:
+        return []
+    n_in = 2 * inner if gated else inner
+    d, c = arch.hidden_size, s.compute_bytes
+    return [_matmul("mlp_in", s, n_in, d, layers, s.rows, layout,
+                    (inner, inner) if gated and apart else ()),
+            _matmul("mlp_out", s, d, inner, layers, s.rows, layout),
+            *_activation(arch, s.rows * inner, gated, c, layers)]
 
 
 # transformers' NewGELUActivation is Python: pow, mul, add, mul, tanh, add, mul, mul kernels:

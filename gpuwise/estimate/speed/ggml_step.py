@@ -139,7 +139,7 @@ class GgmlStep:
         if prompt_tokens:
             # Prompts run every layer on the device (ggml offloads a big batch's matmuls),
             # the host layers' weights copied over the host link for each ubatch.
-            copied = (1 - share) * _weights(self)[0]
+            copied = (1 - share) * _read(self, tokens)
             link = self.device.host_link_bytes_per_s or self.device.memory_bytes_per_s
             copy = OpTime(Op("host layers' weights to the GPU", "copy", 0.0, copied), 0.0, copied / link)
             return [*rows, copy], host
@@ -148,10 +148,19 @@ class GgmlStep:
         return mixed, share * host + (1 - share) * host_h
 
 
+@lru_cache(maxsize=4096)
+def _read(step: GgmlStep, tokens: int) -> float:
+    """The weight bytes a step of `tokens` tokens reads (a mixture of experts: the experts
+    its tokens reach; estimate/speed/ggml_time.py `weights_read`)."""
+    if tokens <= 1 or step.arch.moe is None:
+        return _weights(step)[0]
+    return weights_read(step.arch, step.plan, tokens)
+
+
 @lru_cache(maxsize=64)
 def _weights(step: GgmlStep) -> tuple[float, float, float, float]:
-    """The weight bytes a step reads, the matmul FLOPs a token costs through the layers,
-    those of one token's logits and the KV cache's bytes a position."""
+    """The weight bytes one token's step reads, the matmul FLOPs a token costs through the
+    layers, those of one token's logits and the KV cache's bytes a position."""
     arch = step.arch
     counts = count_params(arch)
     head = arch.vocab_size * arch.hidden_size
@@ -188,7 +197,8 @@ class DeviceTimes(NamedTuple):
 def _device_times(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int,
                   kv_read: float, pf: float, masked: float) -> DeviceTimes:
     arch, plan = step.arch, step.plan
-    read, per_token, per_logit, kv_position = _weights(step)
+    _, per_token, per_logit, kv_position = _weights(step)
+    read = _read(step, tokens)
     # logits of every token, or (llama.cpp's default) of decodes and each prompt's last
     logits = tokens if plan.logits == "all" else tokens - prompt_tokens + (prompt_tokens > 0)
     kv = kv_position * kv_read

@@ -16,6 +16,7 @@ from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.estimate.speed.cache_share import CacheSpan
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.ops import experts_touched
 from gpuwise.workload.plans import InferencePlan
 
 
@@ -179,9 +180,10 @@ def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
                      f16 * d.get("batch_attention", 0.0), matmul * d.get("batch_matmul", 0.0))
 
 
-def weights_read(arch: Architecture, plan: InferencePlan) -> float:
-    """Bytes of weights one forward reads: all of them but the input embedding's other rows
-    (and, in a mixture of experts, the experts not routed to)."""
+def weights_read(arch: Architecture, plan: InferencePlan, tokens: int = 1) -> float:
+    """Bytes of weights a step of `tokens` tokens reads: all of them but the input
+    embedding's other rows and, in a mixture of experts, the routed experts no token of the
+    step reaches (`experts_touched`: k for one token, all of them for a large batch)."""
     counts = count_params(arch)
     if plan.stored_weights:
         total = float(plan.stored_weights.total_bytes)
@@ -190,7 +192,11 @@ def weights_read(arch: Architecture, plan: InferencePlan) -> float:
         total = weight_bytes(arch, plan.weight_format)
         embedding = total * counts.embedding / counts.total
     rest = total - embedding
-    active = rest * (counts.active - counts.embedding) / max(1, counts.total - counts.embedding)
+    read = float(counts.active - counts.embedding)
+    if arch.moe and counts.expert:
+        moe = arch.moe
+        read += counts.expert * (experts_touched(moe, tokens) - moe.experts_per_token) / moe.num_experts
+    active = rest * read / max(1, counts.total - counts.embedding)
     return active + (embedding if arch.tie_embeddings else 0.0)
 
 

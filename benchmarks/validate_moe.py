@@ -1,0 +1,69 @@
+"""Mixture-of-experts decode vs published runs (docs/speed.md, "Mixture of experts").
+
+Each entry of benchmarks/data/moe_measurements.json is estimated as
+`gpuwise infer MODEL --on DEVICE --runtime RT --batch B --prompt P --new-tokens N --tp TP --json`
+gives it, from the datasheet with the default efficiencies; nothing is fitted to these entries.
+error = estimated / published - 1 (tokens/s: + means the estimate is faster).
+
+Mappings: gpt-fast (torch.compile) -> `compiled`; llama.cpp CUDA -> `llama.cpp`. A100 SXM 80GB
+(power-limited to 330 W, as gpt-fast's other entries in ../shared/validation/published.json)
+-> a100-sxm-80gb; RTX 3090 -> rtx-3090. Mixtral-8x7B-Instruct -> mixtral-8x7b (same shapes);
+DeepSeek-V2-Lite (llama.cpp's "deepseek2 16B") -> deepseek-v2-lite. Weights: int8 weight-only
+-> int8, bf16 -> bf16, Q4_0 -> q4_0. A llama-bench pp512 run at microbatch N is N tokens a
+step at a mean context of 256: a decode step of batch N at a prompt of 256.
+
+Run:  .venv/bin/python benchmarks/validate_moe.py [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from public_cli import gpuwise_json
+
+DATA = Path(__file__).resolve().parent / "data" / "moe_measurements.json"
+RUNTIMES = {"torch-compile": "compiled", "llama.cpp-cuda": "llama.cpp"}
+DEVICES = {"A100 SXM 80GB (330 W)": "a100-sxm-80gb", "RTX 3090 24GB": "rtx-3090"}
+MODELS = {"Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
+          "DeepSeek-V2-Lite (deepseek2 16B)": "deepseek-v2-lite"}
+WEIGHTS = {"int8 (weight-only)": "int8", "bf16": "bf16", "Q4_0": "q4_0"}
+
+
+def estimate(e: dict) -> float:
+    t = gpuwise_json("infer", MODELS[e["model"]], "--on", DEVICES[e["device"]],
+                     "--runtime", RUNTIMES[e["runtime"]], "--weights", WEIGHTS[e["weights"]],
+                     "--batch", str(e["batch"]), "--prompt", str(e["prompt_tokens"]),
+                     "--new-tokens", str(e["output_tokens"]), "--tp", str(e["tensor_parallel"]))
+    return e["batch"] / t["time"]["decode_s_per_token"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    args = parser.parse_args()
+    rows = []
+    print(f"{'id':7s} {'runtime':10s} {'device':14s} {'model':17s} {'wts':5s} {'batch':>5s} "
+          f"{'tp':>3s} {'published':>9s} {'estimated':>9s} {'err':>6s}")
+    for e in json.loads(DATA.read_text())["entries"]:
+        est = estimate(e)
+        err = est / e["value"] - 1
+        rows.append({"id": e["id"], "model": MODELS[e["model"]], "device": DEVICES[e["device"]],
+                     "runtime": RUNTIMES[e["runtime"]], "weights": WEIGHTS[e["weights"]],
+                     "batch": e["batch"], "tp": e["tensor_parallel"], "published": e["value"],
+                     "estimated": est, "error": err})
+        print(f"{e['id']:7s} {RUNTIMES[e['runtime']]:10s} {DEVICES[e['device']]:14s} "
+              f"{MODELS[e['model']]:17s} {WEIGHTS[e['weights']]:5s} {e['batch']:5d} "
+              f"{e['tensor_parallel']:3d} {e['value']:9.4g} {est:9.4g} {100 * err:+5.0f}%")
+    errs = [abs(r["error"]) for r in rows]
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    print(f"\nmedian |error| {100 * statistics.median(errs):.1f}% over {len(rows)} entries; "
+          f"worst {100 * worst['error']:+.1f}% ({worst['id']})")
+    if args.json:
+        args.json.write_text(json.dumps({"data": DATA.name, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
