@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from catalogue_archs import arch
 
-from gpuwise.catalog import find_hardware
+from gpuwise.catalog import find_hardware, resolve_model
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate import InferencePlan, estimate_inference, kv_cache_bytes
 from gpuwise.workload import count_params, from_config
@@ -206,3 +206,24 @@ def test_nonsense_in_a_llama4_config_is_refused(key, value):
     text = {**arch("llama-4-scout").config, key: value}
     with pytest.raises(GpuwiseError, match=key):
         from_config(text)
+
+
+def test_paged_pools_keep_windowed_layers_to_their_window():
+    """vLLM's hybrid KV cache manager gives gpt-oss's 12 sliding layers only their last 128
+    positions, so its pool holds twice the positions of one that keeps every layer's; SGLang's
+    hybrid SWA pool keeps 0.8 of a token on those layers for each full layer's token."""
+    from gpuwise.estimate.memory.serving_runtimes import vllm_pool
+    from gpuwise.estimate.memory.sglang_memory import sglang_budget
+    from gpuwise.estimate.runtimes import runtime_unit
+
+    arch = from_config(resolve_model("gpt-oss-20b").config)
+    hw = find_hardware("h100")
+    assert arch.sliding_layers == 12 and arch.num_layers == 24
+    every = InferencePlan(runtime="vllm").kv_bytes_per_position(arch)
+    plan = InferencePlan(runtime="vllm")
+    pool = vllm_pool(arch, plan, hw)[3]
+    assert runtime_unit("vllm").kv_positions(arch, plan, hw, 1, 256) == int(pool // (every / 2))
+    splan = InferencePlan(runtime="sglang")
+    spool = sglang_budget(arch, splan, hw, 1).pool
+    assert runtime_unit("sglang").kv_positions(arch, splan, hw, 1, 256) == int(
+        spool // (every * (12 + 0.8 * 12) / 24))

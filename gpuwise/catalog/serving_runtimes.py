@@ -60,6 +60,7 @@ class VllmRuntime:
     cuda_graph_source: str
     non_torch_bytes: int
     cuda_context_bytes: int
+    windowed_token_share: float
     source: str
 
 
@@ -76,6 +77,7 @@ class SglangRuntime:
     reserved_floor_above_gib: float
     reserved_floor_mib: float
     fraction_digits: int
+    windowed_token_share: float
     source: str
 
 

@@ -32,9 +32,42 @@ from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
 
 
+def pooled_bytes_per_position(arch: Architecture, plan: InferencePlan,
+                              windowed_share: float) -> float:
+    """Bytes a position of a paged pool holds when its sliding-window and chunked layers keep
+    `windowed_share` of a token for each full-attention layer's (vLLM's hybrid manager: 0, only
+    their window; SGLang's hybrid SWA pool: swa_full_tokens_ratio). A model of windowed layers
+    alone, or none, holds every layer's."""
+    every = plan.kv_bytes_per_position(arch)
+    windowed = arch.sliding_layers if arch.sliding_window else 0
+    full = arch.num_layers - windowed
+    if not windowed or not full:
+        return every
+    return every * (full + windowed_share * windowed) / arch.num_layers
+
+
+def window_bytes(arch: Architecture, plan: InferencePlan) -> float:
+    """What one sequence's windowed layers hold beyond the pooled positions: their window."""
+    windowed = arch.sliding_layers if arch.sliding_window else 0
+    if not windowed or windowed == arch.num_layers:
+        return 0.0
+    per_layer = plan.kv_bytes_per_position(arch) / arch.num_layers
+    return per_layer * windowed * (arch.sliding_window or 0)
+
+
+def _hybrid(arch: Architecture) -> str:
+    """' (full-attention layers; ...)' where windowed layers keep only their window."""
+    windowed = arch.sliding_layers if arch.sliding_window else 0
+    if not windowed or windowed == arch.num_layers:
+        return ""
+    return (f" of its {arch.num_layers - windowed} full-attention layers (the other {windowed} "
+            f"keep their last {arch.sliding_window:,} positions)")
+
+
 def vllm_kv_bytes_per_token(arch: Architecture, plan: InferencePlan) -> float:
-    """Bytes of keys and values a position holds in vLLM's pool: the plan's own figure."""
-    return plan.kv_bytes_per_position(arch)
+    """Bytes of keys and values a position holds in vLLM's pool (the full-attention layers'
+    alone where the model also has windowed ones: the hybrid KV cache manager)."""
+    return pooled_bytes_per_position(arch, plan, vllm_runtime().windowed_token_share)
 
 
 def vllm_scheduler(hw: Hardware) -> SchedulerDefaults:
@@ -91,8 +124,10 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
     max_len = plan.context_alloc or arch.max_position or plan.context_tokens
     per_seq = math.ceil(plan.context_tokens / rt.block_size)
     seqs = vllm_scheduler(hw).max_seqs  # the most it runs at once, by device
+    # each sequence's windowed layers keep their window beside (the hybrid KV cache manager)
+    window = math.ceil(window_bytes(arch, plan) / tp / block_bytes)
     # Fitting means every sequence of the batch resident at once, as for the other runtimes.
-    needed = max(math.ceil(max_len / rt.block_size), plan.batch * per_seq)
+    needed = max(math.ceil(max_len / rt.block_size) + window, plan.batch * (per_seq + window))
     kv = max(pool, needed * block_bytes)
     parts = {"weights": weights, "kv_cache": kv, "activations": acts,
              "cuda_graphs": float(rt.cuda_graph_bytes),
@@ -102,7 +137,7 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
              f"gpu_memory_utilization {util:g}: budget {budget / 2**30:.2f} GiB of "
              f"{hw.memory_bytes / 2**30:.2f} GiB; the KV pool is what is left of it",
              f"KV pool {blocks:,} blocks of {rt.block_size} tokens = "
-             f"{format_tokens(blocks * rt.block_size)} tokens: room for "
+             f"{format_tokens(blocks * rt.block_size)} tokens{_hybrid(arch)}: room for "
              f"{blocks // per_seq if per_seq else 0:,} sequences of "
              f"{format_tokens(plan.context_tokens)} tokens (vLLM runs at most "
              f"{seqs} at once)"]

@@ -20,7 +20,7 @@ from gpuwise.catalog.serving_runtimes import sglang_runtime
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.llama_cpp_memory import weights_and_embedding
-from gpuwise.estimate.memory.serving_runtimes import up_front_estimate
+from gpuwise.estimate.memory.serving_runtimes import pooled_bytes_per_position, up_front_estimate
 from gpuwise.units import format_tokens
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
@@ -90,10 +90,16 @@ def sglang_budget(arch: Architecture, plan: InferencePlan, hw: Hardware,
                         max(0.0, fraction * free - weights))
 
 
+def _cell(arch: Architecture, plan: InferencePlan) -> float:
+    """Bytes a token holds in SGLang's pool: its windowed layers' in the hybrid SWA pool of
+    swa_full_tokens_ratio times the full layers' tokens."""
+    return pooled_bytes_per_position(arch, plan, sglang_runtime().windowed_token_share)
+
+
 def sglang_cache_tokens(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int) -> int:
     """max_total_num_tokens: the tokens the pool of one device of `tp` holds (each device
     holds 1/tp of every token's heads)."""
-    cell = plan.kv_bytes_per_position(arch) / tp
+    cell = _cell(arch, plan) / tp
     return int(sglang_budget(arch, plan, hw, tp).pool // cell)
 
 
@@ -132,7 +138,7 @@ def estimate_sglang(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Me
     KV than the pool holds; then it grows past the device and does not fit."""
     tp = plan.tp
     b = sglang_budget(arch, plan, hw, tp)
-    cell = plan.kv_bytes_per_position(arch) / tp
+    cell = _cell(arch, plan) / tp
     tokens = int(b.pool // cell)
     context = _context(arch, plan)
     seqs = sglang_scheduler(arch, plan, hw, tp).max_seqs

@@ -7,7 +7,11 @@ from dataclasses import dataclass
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
-from gpuwise.estimate.memory.serving_runtimes import estimate_vllm, vllm_pool
+from gpuwise.estimate.memory.serving_runtimes import (
+    estimate_vllm,
+    vllm_kv_bytes_per_token,
+    vllm_pool,
+)
 from gpuwise.estimate.runtimes.unit import RuntimeUnit
 from gpuwise.estimate.speed.device_rates import DeviceRates
 from gpuwise.estimate.speed.step import RooflineStep
@@ -29,7 +33,7 @@ class PagedPool(RuntimeUnit):
                      slots: int) -> int:
         """The pool: what the utilisation share leaves after weights and activations."""
         pool = vllm_pool(arch, plan, hw, tp)[3]
-        return int(pool * tp // plan.kv_bytes_per_position(arch))
+        return int(pool * tp // vllm_kv_bytes_per_token(arch, plan))
 
 
 # the options a paged-pool server reads: --ctx (max_model_len, SGLang's --context-length) and
