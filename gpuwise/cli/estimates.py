@@ -36,6 +36,7 @@ from gpuwise.cli.common import (
     write_html,
     wrote,
 )
+from gpuwise.cli.config_option import ConfigFile, ConfigFormatName, config_used
 from gpuwise.cli.runtime_options import (
     Ctx,
     GpuLayers,
@@ -102,11 +103,12 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
           kv_dtype: KvDtype = None, attention: Attention = "sdpa", ctx: Ctx = None,
           gpu_memory_utilization: GpuUtil = None, threads: Threads = None,
           quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None, tp: Tp = 1, gpus: Gpus = None,
-          as_json: Json = False, html: Html = None) -> None:
+          as_json: Json = False, html: Html = None, config: ConfigFile = None,
+          config_format: ConfigFormatName = None) -> None:
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.app.check import check as check_model
     from gpuwise.app.deployment import Deployment, Workload, build_plan
-    from gpuwise.report.estimate_views import check_view
+    from gpuwise.report.estimate_views import check_view, with_config
 
     html = html_output(html)
     resolved, arch = model_named(model)
@@ -117,7 +119,7 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
     hw = hardware_named(on)
     plan = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens), hw).plan
     answer = check_model(resolved, arch, hw, plan)
-    emit(check_view(answer), as_json)
+    emit(with_config(check_view(answer), config_used()), as_json)
     write_html(html, lambda pages: pages.check_page(answer))
 
 
@@ -136,12 +138,13 @@ def infer(
         "load, the KV cache allocated whole for --ctx positions (default: the model's)")] = False,
     ops: Ops = False, allocator: Allocator = "glibc",
     expandable_segments: ExpandableSegments = False, as_json: Json = False, html: Html = None,
+    config: ConfigFile = None, config_format: ConfigFormatName = None,
 ) -> None:
     """Memory and time of generating text with a model, a .gguf or a .safetensors checkpoint,
     under transformers (default), torch.compile, vLLM, SGLang or llama.cpp."""
     from gpuwise.app.deployment import Deployment, Workload, build_plan
     from gpuwise.app.infer import infer as infer_model
-    from gpuwise.report.estimate_views import infer_view
+    from gpuwise.report.estimate_views import infer_view, with_config
 
     html = html_output(html)
     resolved, arch = model_named(model)
@@ -154,7 +157,7 @@ def infer(
     planned = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens), hw)
     answer = infer_model(resolved, arch, hw, planned.plan, planned.weights_source,
                          planned.replicas)
-    emit(infer_view(answer, ops), as_json)
+    emit(with_config(infer_view(answer, ops), config_used()), as_json)
     write_html(html, lambda pages: pages.infer_page(answer, roofs(answer.hardware)))
 
 
@@ -183,13 +186,15 @@ def train(
     checkpointing_policy: CheckpointingPolicy = "full", double_quant: DoubleQuant = True,
     quant_compute_dtype: QuantComputeDtype = None, kbit_prepare: KbitPrepare = True,
     adapter_dtype: AdapterDtype = "fp32", expandable_segments: ExpandableSegments = False,
-    as_json: Json = False, html: Html = None,
+    as_json: Json = False, html: Html = None, config: ConfigFile = None,
+    config_format: ConfigFormatName = None,
 ) -> None:
     """Memory of one training step: weights, gradients, optimizer, activations, under the
-    memory features of the stack named (torchtune, Liger, DeepSpeed, FSDP2, torchtitan)."""
+    memory features of the stack named (torchtune, Liger, DeepSpeed, FSDP2, torchtitan) or
+    the one a --config file runs."""
     from gpuwise.app.train import default_dtype
     from gpuwise.app.train import train as train_model
-    from gpuwise.report.estimate_views import train_view
+    from gpuwise.report.estimate_views import train_view, with_config
 
     html = html_output(html)
     hw = hardware_named(on)
@@ -205,7 +210,10 @@ def train(
         raise GpuwiseError(f"--train-tokens must be positive, got {train_tokens:g}",
                            "give the number of tokens to train on, e.g. 2e9")
     answer = train_model(*model_named(model), hw, plan, train_tokens or 0.0)
-    emit(train_view(answer, ops), as_json)
+    used = config_used()
+    if used is not None:  # the answer names the stack the file runs
+        answer = replace(answer, stack=used.read.stack)
+    emit(with_config(train_view(answer, ops), used), as_json)
     if html is not None:
         from gpuwise.app.train import batch_sweep
 
@@ -261,14 +269,28 @@ def probe(
         write_html(html, lambda pages: pages.probe_page(answer, spec))
 
 
+Vendor = Annotated[str | None, typer.Option(
+    "--vendor", help="only this vendor's devices: nvidia, amd, apple, intel or google "
+    "(default: every vendor)")]
+HardwareKind = Annotated[str | None, typer.Option(
+    "--kind", help="only devices of this kind: gpu, apple, tpu or cpu (default: every kind)")]
+MinMemory = Annotated[float | None, typer.Option(
+    "--min-memory", help="only devices with at least this much memory, GiB (default: any)")]
+MaxPrice = Annotated[float | None, typer.Option(
+    "--max-price", help="only devices sold at a list price of at most this, USD; devices "
+                        "only rented are left out (default: any price)")]
+
+
 @app.command()
-def hardware(wide: Wide = False, as_json: Json = False) -> None:
+def hardware(vendor: Vendor = None, kind: HardwareKind = None, min_memory: MinMemory = None,
+             max_price: MaxPrice = None, wide: Wide = False, as_json: Json = False) -> None:
     """List the hardware catalogue: the ids and aliases `--on` takes, spec values with their
-    sources."""
+    sources; filters combine (`--vendor amd --min-memory 192`)."""
     from gpuwise.app import catalogue
     from gpuwise.report.estimate_views import hardware_view
 
-    emit(hardware_view(catalogue.hardware(), wide), as_json)
+    devices = catalogue.hardware(vendor, kind, min_memory, max_price)
+    emit(hardware_view(devices, wide), as_json)
 
 
 @app.command()
