@@ -227,3 +227,39 @@ def test_paged_pools_keep_windowed_layers_to_their_window():
     spool = sglang_budget(arch, splan, hw, 1).pool
     assert runtime_unit("sglang").kv_positions(arch, splan, hw, 1, 256) == int(
         spool // (every * (12 + 0.8 * 12) / 24))
+
+
+@pytest.mark.parametrize("arch_name,model_type", [("qwen3", "qwen3"), ("qwen3moe", "qwen3_moe"),
+                                                  ("gemma3", "gemma3_text")])
+def test_a_gguf_file_of_a_new_family_reads_as_its_family(tmp_path, arch_name, model_type):
+    """A GGUF file (llama.cpp's `{arch}.*` keys, as convert_hf_to_gguf.py writes them) of
+    Qwen3, Qwen3-MoE or Gemma 3 gives that family's Architecture, its experts included."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    from gpuwise.catalog.checkpoints import read_checkpoint
+
+    path = tmp_path / f"{arch_name}.gguf"
+    w = gguf.GGUFWriter(str(path), arch_name)
+    for key, value in (("block_count", 2), ("context_length", 4096), ("embedding_length", 64),
+                       ("feed_forward_length", 128), ("attention.head_count", 4),
+                       ("attention.head_count_kv", 2), ("attention.key_length", 16)):
+        w.add_uint32(f"{arch_name}.{key}", value)
+    if arch_name == "qwen3moe":
+        w.add_uint32("qwen3moe.expert_count", 8)
+        w.add_uint32("qwen3moe.expert_used_count", 2)
+        w.add_uint32("qwen3moe.expert_feed_forward_length", 32)
+    if arch_name == "gemma3":
+        w.add_uint32("gemma3.attention.sliding_window", 512)
+    w.add_tensor("token_embd.weight", np.zeros((96, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    arch = from_config(read_checkpoint(path).config)
+    assert arch.model_type == model_type and arch.num_layers == 2 and arch.head_dim == 16
+    if model_type == "qwen3_moe":
+        assert arch.moe is not None and arch.moe.num_experts == 8
+        assert arch.moe.experts_per_token == 2 and arch.moe.expert_intermediate == 32
+    if model_type == "gemma3_text":
+        assert arch.sliding_window == 512 and arch.sliding_layers == 2  # layers 1-5 of 6 slide

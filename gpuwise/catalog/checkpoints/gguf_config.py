@@ -12,7 +12,8 @@ from gpuwise.errors import GpuwiseError
 
 # GGUF general.architecture -> Hugging Face model_type (llama.cpp writes Mistral as "llama").
 ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "gemma": "gemma",
-                 "gemma2": "gemma2", "phi3": "phi3"}
+                 "gemma2": "gemma2", "phi3": "phi3", "qwen3": "qwen3", "qwen3moe": "qwen3_moe",
+                 "gemma3": "gemma3_text", "gpt-oss": "gpt_oss"}
 MAX_SCALAR_ARRAY = 4096  # per-layer arrays (head counts) are kept; vocabularies are only counted
 
 
@@ -89,4 +90,12 @@ def config_from_gguf(meta: dict[str, Any], tensors: dict[str, StoredTensor],
     if arch == "llama" and isinstance(experts, int) and experts > 1:
         cfg.update(model_type="mixtral", num_local_experts=experts,
                    num_experts_per_tok=_int(meta, f"{arch}.expert_used_count", path))
+    if arch in ("qwen3moe", "gpt-oss"):  # llama.cpp's keys for the routed experts
+        cfg.update(num_experts=_int(meta, f"{arch}.expert_count", path),
+                   num_local_experts=_int(meta, f"{arch}.expert_count", path),
+                   num_experts_per_tok=_int(meta, f"{arch}.expert_used_count", path),
+                   moe_intermediate_size=_int(meta, f"{arch}.expert_feed_forward_length", path))
+    if arch == "gpt-oss":  # the experts are intermediate_size wide; every layer routes
+        cfg["intermediate_size"] = cfg["moe_intermediate_size"]
+        cfg["attention_bias"] = "blk.0.attn_q.bias" in tensors
     return cfg
