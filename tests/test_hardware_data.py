@@ -46,7 +46,9 @@ REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
 
 VENDORS = {"nvidia", "amd", "apple", "google", "intel", "generic"}
 KINDS = {"gpu", "tpu", "apple", "cpu"}
-DTYPES = {"fp32", "tf32", "bf16", "fp16", "fp8", "int8"}
+DTYPES = {"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"}
+# fp4 (dense FP4 tensor peak): Blackwell's tensor cores, compute capability 10.0 and later.
+FP4_MIN_CC = 10.0
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 DATE_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 
@@ -229,6 +231,22 @@ def test_peak_tables_well_formed(devices: list[dict]) -> None:
         if extra:
             problems.append(f"{dev['id']}: sparse-only dtypes {sorted(extra)}")
     assert not problems, "\n".join(problems)
+
+
+def test_fp4_only_on_blackwell(devices: list[dict]) -> None:
+    # FP4 matrix units are Blackwell's (sm_100, sm_120); no other device lists an fp4 peak.
+    bad = [
+        d["id"]
+        for d in devices
+        for table in (d["peak_tflops"], d["sparse_peak_tflops"])
+        if "fp4" in table
+        and not (d["vendor"] == "nvidia" and d.get("compute_capability", 0) >= FP4_MIN_CC)
+    ]
+    assert not bad, bad
+    blackwell = [d for d in devices if "fp4" in d["peak_tflops"]]
+    assert {"b200", "rtx-5090"} <= {d["id"] for d in blackwell}
+    # FP4 runs at twice the fp8 rate on every Blackwell part listed.
+    assert all(d["peak_tflops"]["fp4"] >= d["peak_tflops"]["fp8"] for d in blackwell)
 
 
 def test_dense_never_exceeds_sparse(devices: list[dict]) -> None:
