@@ -12,9 +12,10 @@ from gpuwise.catalog.hardware import find_hardware, load_hardware
 
 NEW = ("rtx-4060-ti-16gb", "rtx-4070-ti-super", "rtx-4080-super", "rtx-5080", "rtx-3090-ti",
        "rtx-3060-12gb", "mi325x", "rx-7900-xtx")
+WORKSTATION_AND_DATACENTRE = ("l40", "rtx-6000-ada", "rtx-pro-6000", "gb200")
 
 
-@pytest.mark.parametrize("device", NEW)
+@pytest.mark.parametrize("device", NEW + WORKSTATION_AND_DATACENTRE)
 def test_each_new_device_has_its_sources_and_a_price(device):
     hw = find_hardware(device)
     assert hw.id == device
@@ -34,6 +35,16 @@ def test_the_dtypes_follow_the_compute_capability():
         cc = hw.compute_capability
         assert ("bf16" in hw.peak_tflops) == (cc >= 8.0), hw.id
         assert ("fp8" in hw.peak_tflops) == (cc >= 8.9), hw.id
+
+
+def test_blackwell_entries_carry_their_fp4_peak_at_twice_fp8():
+    """Dense FP4 from NVIDIA's figures (half the sparse ones): B200, GB200, RTX 5090, RTX PRO 6000."""
+    for device, fp4 in (("b200", 9000), ("gb200", 10000), ("rtx-5090", 1676),
+                        ("rtx-pro-6000", 2000)):
+        hw = find_hardware(device)
+        assert hw.peak_tflops["fp4"] == fp4 and hw.sparse_peak_tflops["fp4"] == 2 * fp4
+    assert find_hardware("gb200").peak_tflops["bf16"] == 2500  # NVIDIA: 5 PFLOPS sparse
+    assert "fp4" not in find_hardware("h200").peak_tflops
 
 
 def test_geforce_and_consumer_radeon_run_at_home():
