@@ -59,6 +59,7 @@ class TrainAnswer:
     train_tokens: float
     # where the plan does not fit: the fastest plans with gpuwise's memory features that do
     fit_search: FitSearch | None = None
+    stack: str = ""  # the stack a --config file named ("torchtune ... recipe"); "": none
 
 
 def default_dtype(hw: Hardware) -> str:

@@ -23,6 +23,7 @@ from gpuwise.cli.common import (
     html_output,
     write_html,
 )
+from gpuwise.cli.config_option import ConfigFile, ConfigFormatName, config_used
 
 _KW = inspect.Parameter.KEYWORD_ONLY
 
@@ -126,6 +127,8 @@ ASSUMPTIONS = [
 MODEL = inspect.Parameter("model", _KW, annotation=Model)
 AS_JSON = _opt("as_json", bool, False, "print one JSON object", "--json")
 HTML = inspect.Parameter("html", _KW, default=None, annotation=Html)
+CONFIG = [inspect.Parameter("config", _KW, default=None, annotation=ConfigFile),
+          inspect.Parameter("config_format", _KW, default=None, annotation=ConfigFormatName)]
 SHOW_ASSUMPTIONS = _opt("show_assumptions", bool, False, "list the cost assumptions with their "
                         "values and sources (always in --json)", "--assumptions")
 
@@ -151,12 +154,15 @@ def advise(**kw: Any) -> None:
     """Should I use a GPU at all, and rent or buy? Every option for a workload, priced."""
     from gpuwise.app.cost import advise_options
     from gpuwise.report.cost_view import advice_view
+    from gpuwise.report.estimate_views import with_config
     from gpuwise.report.progress import progress_bar
 
     html = html_output(kw.pop("html"))
+    kw.pop("config"), kw.pop("config_format")  # read already: their settings are in kw
     with progress_bar(quiet=kw["as_json"]) as progress:
         answer = advise_options(kw, progress)
-    emit(advice_view(answer, kw["show_all"], kw["show_assumptions"]), kw["as_json"])
+    emit(with_config(advice_view(answer, kw["show_all"], kw["show_assumptions"]), config_used()),
+         kw["as_json"])
     write_html(html, lambda pages: pages.advise_page(answer, kw["show_all"]))
 
 
@@ -179,7 +185,7 @@ advise.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
      *WORKLOAD, *DEPLOYMENT, *ASSUMPTIONS,
      _opt("show_all", bool, False, "show every option, not the first 15", "--all"),
      _opt("local", bool, True, "include this machine", "--local/--no-local"), SHOW_ASSUMPTIONS,
-     AS_JSON, HTML])
+     AS_JSON, HTML, *CONFIG])
 cost.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [MODEL, _opt("on", str, "local", "catalogue device id or alias (`gpuwise hardware`), "
                  "'local': this machine, or 'api': a hosted API"),

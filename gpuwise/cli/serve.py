@@ -21,6 +21,7 @@ from gpuwise.cli.common import (
     model_named,
     write_html,
 )
+from gpuwise.cli.config_option import ConfigFile, ConfigFormatName, config_used
 from gpuwise.cli.runtime_options import (
     Ctx,
     GpuLayers,
@@ -91,7 +92,8 @@ def serve(
     sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
                                         "targets, and print the latency-throughput curve")] = False,
     seed: Annotated[int, typer.Option(help="random seed of the arrivals and lengths")] = 0,
-    as_json: Json = False, html: Html = None,
+    as_json: Json = False, html: Html = None, config: ConfigFile = None,
+    config_format: ConfigFormatName = None,
 ) -> None:
     """Serving under load: continuous batching simulated step by step with the runtime's
     scheduler and time model; latency percentiles, throughput, goodput, energy."""
@@ -99,6 +101,7 @@ def serve(
     from gpuwise.app.lookup import hardware_named
     from gpuwise.app.serve import Load, ReplicaOptions, Slo
     from gpuwise.app.serve import serve as serve_model
+    from gpuwise.report.estimate_views import with_config
     from gpuwise.report.progress import progress_bar
     from gpuwise.report.serve_view import serve_view
     from gpuwise.workload.requests import Lengths
@@ -122,5 +125,5 @@ def serve(
         answer = serve_model(resolved, arch, hw, plan, opts, load, slo,
                              tp if gpus is None else gpus,
                              sweep, progress)
-    emit(serve_view(answer), as_json)
+    emit(with_config(serve_view(answer), config_used()), as_json)
     write_html(html, lambda pages: pages.serve_page(answer))

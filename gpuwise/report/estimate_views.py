@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from rich.console import Group
@@ -13,10 +13,13 @@ from rich.text import Text
 
 from gpuwise.app.catalogue import ModelRow
 from gpuwise.app.check import CheckAnswer
+from gpuwise.app.config_files import ConfigUse
 from gpuwise.app.infer import InferAnswer
 from gpuwise.app.local import LocalAnswer
 from gpuwise.app.train import TrainAnswer
 from gpuwise.catalog.hardware import Hardware
+from gpuwise.estimate.memory.breakdown import MemoryEstimate
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.training_search import FitSearch
 from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
@@ -34,7 +37,7 @@ from gpuwise.report.terminal import View
 from gpuwise.report.time_lines import faults_tip, time_lines
 from gpuwise.units import format_bytes, format_tokens
 from gpuwise.workload import count_params
-from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.plans import InferencePlan, TrainingPlan
 
 
 def _context_label(plan: InferencePlan) -> str:
@@ -142,8 +145,11 @@ def _train_time_record(a: TrainAnswer) -> dict[str, Any]:
 def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
     plan, found = a.plan, a.fits
     time_rec = _train_time_record(a)
+    memory = _as_stack(a.memory, a.stack, plan)
+    if a.stack and "runtime" in time_rec:  # the stack the --config file runs, timed so
+        time_rec["runtime"] = _stack_step(a.stack, plan)
     obj = {"model": model_record(a.model, a.arch), "hardware": hardware_record(a.hardware),
-           "plan": asdict(plan), "memory": memory_record(a.memory),
+           "plan": asdict(plan), "memory": memory_record(memory),
            "params": count_params(a.arch).total, "answers": asdict(found), "time": time_rec}
     if show_ops and a.time is not None:
         obj["ops"] = {"forward": ops_record(a.time.forward)}
@@ -164,11 +170,69 @@ def train_view(a: TrainAnswer, show_ops: bool = False) -> View:
         extra["page faults"] = tip
     title = (f"{a.model.name} training: batch {plan.batch} x seq {plan.seq}, {plan.dtype}, "
              f"{plan.optimizer}, {plan.finetune}")
-    view = terminal.format_memory(title, a.memory, a.hardware, extra)
+    view = terminal.format_memory(title, memory, a.hardware, extra)
     if show_ops and a.time is not None:
         view = Group(view, terminal.format_ops("forward operations (backward ~2x)",
                                                a.time.forward))
     return obj, view
+
+
+def _as_stack(memory: MemoryEstimate, stack: str, plan: TrainingPlan) -> MemoryEstimate:
+    """The estimate named for the stack a --config file ran (a torchtune recipe, not
+    transformers): its step as gpuwise times it, and the stack features that applied."""
+    if not stack:
+        return memory
+    features = memory.runtime.partition(" + ")[2]
+    return replace(memory, runtime=_stack_step(stack, plan) + (f" + {features}" if features
+                                                               else ""))
+
+
+def _stack_step(stack: str, plan: TrainingPlan) -> str:
+    step = "torch.compile" if runtime_unit(plan.runtime).torch_compile else "PyTorch eager"
+    return f"{stack}: {step} step"
+
+
+def with_config(view: View, use: ConfigUse | None) -> View:
+    """A command's view with what it read of its --config file: a `config` object in the JSON
+    and its lines under the terminal's answer (docs/configs.md)."""
+    if use is None:
+        return view
+    obj, renderable = view
+    return {**obj, "config": config_record(use)}, Group(renderable, Text(config_lines(use)))
+
+
+def config_record(use: ConfigUse) -> dict[str, Any]:
+    r = use.read
+    return {
+        "format": r.format, "stack": r.stack, "file": use.file, "options": dict(use.used),
+        "flags": list(use.flags),
+        "applied": [{"key": s.key, "value": s.value, "flags": list(s.flags)} for s in r.applied],
+        "overridden": [{"flag": o.flag, "setting": o.setting} for o in use.overridden],
+        "not_used": [{"key": s.key, "value": s.value, "flags": list(s.flags), "why": s.why}
+                     for s in use.not_used],
+        "not_modelled": [{"key": s.key, "value": s.value, "why": s.why}
+                         for s in r.not_modelled],
+        "no_effect": [{"key": s.key, "value": s.value} for s in r.no_effect],
+    }
+
+
+def config_lines(use: ConfigUse) -> str:
+    r = use.read
+    lines = [f"config:    {r.stack}, read from {use.file}",
+             f"  as:      {' '.join(use.flags) or '(nothing gpuwise takes)'}"]
+    lines += [f"  typed:   {o.flag} over the file's {o.setting}" for o in use.overridden]
+    lines += [f"  unused:  {s.key}: {s.value} ({s.why})" for s in use.not_used]
+    if r.not_modelled:
+        lines.append("  not modelled (what each changes is left out of the estimate):")
+        lines += [f"    {s.key}: {s.value} ({s.why})" for s in r.not_modelled]
+    if r.no_effect:
+        groups: dict[str, list[str]] = {}
+        for s in r.no_effect:
+            groups.setdefault(s.key.split(".")[0], []).append(s.key)
+        named = ", ".join(keys[0] if len(keys) == 1 else f"{head}.* ({len(keys)})"
+                          for head, keys in groups.items())
+        lines.append(f"  no bearing on memory or time: {named} (values in --json)")
+    return "\n".join(lines)
 
 
 def _fit_search_record(f: FitSearch) -> dict[str, Any]:
