@@ -37,7 +37,8 @@ stated; the SXM part is assumed.
   NVIDIA H100 80GB HBM3 (ML.ENERGY; HBM3 is the SXM5)   -> h100-sxm
   NVIDIA H200 141GB (datacrunch)                        -> h200-sxm
   NVIDIA B200 (ML.ENERGY; memory not stated)            -> b200 *
-  Not simulated: the Qwen3 entries' devices (their model is not in the catalogue) and NIM's.
+  NVIDIA H100 SXM (a Qwen3 entry's "single H100 SXM GPU")  -> h100-sxm *
+  Not simulated: NIM's, and an A100 whose memory the source leaves open.
 
 Model mapping (only identical layer shapes and vocabularies):
 
@@ -51,8 +52,9 @@ Model mapping (only identical layer shapes and vocabularies):
                                                                           3584, 28 layers, 28/4
                                                                           heads, FFN 18944, vocab
                                                                           152064)
-  Qwen3-8B, Qwen3-14B (and their FP8 checkpoints): not in the model catalogue (the nearest,
-  Qwen2.5-7B/14B, differ in layers, hidden size, heads and q/k norms), skipped.
+  Qwen3-8B, Qwen3-14B                                   -> qwen3-8b, qwen3-14b  exact (catalogue
+                                                                          since the families of
+                                                                          2025 were added)
 
 Runtimes. vLLM -> `vllm` (V1 mixed steps), SGLang -> `sglang` (prefill-first). NVIDIA NIM
 (TensorRT-LLM or vLLM profile, not stated): no time model, skipped. gpuwise models vLLM's V1
@@ -176,6 +178,7 @@ DEVICES = {
     "NVIDIA H100 80GB": "h100-sxm*",
     "NVIDIA H100 (single GPU; SXM/PCIe and memory not stated)": "h100-sxm*",
     "NVIDIA H100 80GB HBM3": "h100-sxm",
+    'NVIDIA H100 SXM (doc: "A single NVIDIA H100 SXM GPU."; memory not stated)': "h100-sxm*",
     "NVIDIA H200 141GB": "h200-sxm",
     "NVIDIA B200": "b200*",
 }
@@ -190,10 +193,10 @@ MODELS = {
     "meta-llama/Meta-Llama-3-70B-Instruct": "llama-3.1-70b",
     "meta-llama/Llama-3.3-70B-Instruct": "llama-3.1-70b",
     "Qwen/Qwen2-7B-Instruct": "qwen2.5-7b",
+    "Qwen/Qwen3-8B": "qwen3-8b",
+    "Qwen/Qwen3-14B": "qwen3-14b",
 }
 
-UNMAPPED_MODEL = ("Qwen3-8B/14B are not in the model catalogue (Qwen2.5-7B/14B differ in "
-                  "layers, hidden size, heads and q/k norms)")
 NO_TIME_MODEL = {"nim": "NVIDIA NIM (TensorRT-LLM or vLLM profile, not stated): no time model"}
 RUNTIMES = ("vllm", "sglang")
 
@@ -273,8 +276,6 @@ def skip_reason(e: dict) -> str | None:
         return "excluded by the data: " + e["excluded"].split(":")[0]
     if e["runtime"] in NO_TIME_MODEL:
         return NO_TIME_MODEL[e["runtime"]]
-    if "qwen3" in e["model"].lower():
-        return UNMAPPED_MODEL
     if model_of(e["model"]) is None:
         return f"model not mapped: {e['model']}"
     if device_of(device_text(e)) is None:
