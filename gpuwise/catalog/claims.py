@@ -60,3 +60,22 @@ def thread_watts(vendor: str) -> ThreadWatts:
                            + sources["intel"])
     idle, busy = values[key]
     return ThreadWatts(key, float(idle), float(busy), sources[key])
+
+
+@dataclass(frozen=True)
+class PeopleRun:
+    """The runtime and weights people use for a phase on a kind of device, and the source."""
+
+    runtime: str  # as --runtime takes it
+    weights: str  # as --weights (or train's --dtype) takes it
+    source: str
+
+
+def runtime_people_use(key: str) -> PeopleRun | None:
+    """What people run inference with on a device of kind `key` (hardware.toml `kind`), or
+    "training"; None for a kind the catalogue names nothing for."""
+    values, sources = sourced_section(FILE, "runtime_people_use")
+    if key not in values:
+        return None
+    runtime, weights = values[key]
+    return PeopleRun(str(runtime), str(weights), sources[key])

@@ -1,6 +1,7 @@
 """Renders `gpuwise claims`' answer: the JSON record (every measurement with where it came
-from, every verdict with its rule) and the terminal table (claim, measurement, verdict).
-Computes nothing: the numbers come from app/claims."""
+from, every verdict with its rule and what it was judged on) and the terminal table (claim,
+measurement, verdict with the runtime and rates it was judged on beneath it). Computes
+nothing: the numbers come from app/claims."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from gpuwise.app.claims import ClaimResult, ClaimsAnswer
+from gpuwise.app.claims import ClaimResult, ClaimsAnswer, JudgedOn
 
 VERDICT_STYLE = {True: "green", False: "yellow", None: "dim"}
 
@@ -20,10 +21,29 @@ def claim_record(r: ClaimResult) -> dict[str, Any]:
     return {"id": r.id, "title": r.title, "claim": r.claim, "experiment": r.experiment,
             "verdict": {"holds": r.verdict.holds, "text": r.verdict.text,
                         "reason": r.verdict.reason, "rule": r.verdict.rule},
+            "judged_on": judged_on_record(r.judged_on),
             "summary": r.summary,
             "measurements": [dataclasses.asdict(m) for m in r.measurements],
             "table": [list(row) for row in r.table], "notes": list(r.notes),
             "series": r.series, "seconds": round(r.seconds, 2)}
+
+
+def judged_on_record(j: JudgedOn | None) -> dict[str, Any] | None:
+    """The runtimes (by phase) and the rates a verdict was judged on, and the line saying so."""
+    if j is None:
+        return None
+    return {"text": j.text,
+            "runtimes": [{**dataclasses.asdict(u), "phases": list(u.phases), "text": u.text}
+                         for u in j.runtimes],
+            "rates": dataclasses.asdict(j.rates)}
+
+
+def verdict_cell(r: ClaimResult) -> Text:
+    """The verdict, and beneath it what it was judged on."""
+    cell = Text(r.verdict.text, style=VERDICT_STYLE[r.verdict.holds])
+    if r.judged_on is not None:
+        cell.append(f"\non: {r.judged_on.text}", style="dim")
+    return cell
 
 
 def claims_record(a: ClaimsAnswer) -> dict[str, Any]:
@@ -45,8 +65,7 @@ def claims_view(a: ClaimsAnswer) -> tuple[dict[str, Any], Any]:
     table.add_column("measured here", ratio=3)
     table.add_column("verdict", ratio=4)
     for r in a.results:
-        table.add_row(r.title, r.summary,
-                      Text(r.verdict.text, style=VERDICT_STYLE[r.verdict.holds]))
+        table.add_row(r.title, r.summary, verdict_cell(r))
     footer = Text("every number with its source: --json; the experiments, plots and each "
                   "verdict's rule: --html FILE (docs/claims.md)", style="dim")
     return claims_record(a), Group(table, footer)

@@ -1,9 +1,11 @@
 """Claim: bandwidth decides decode speed. The experiment: decode a few model sizes for real
 and set each token's time beside the bytes it reads over this machine's measured read
 bandwidth: the median of readings before, between and after the timings (a shared machine's
-bandwidth drifts by tens of percent within minutes). On a CPU with llama.cpp, random-weight f16 GGUFs timed as llama-bench times them;
-without llama.cpp, or on a GPU, transformers' generate() on random weights (fp32 on a CPU,
-bf16 on a GPU)."""
+bandwidth drifts by tens of percent within minutes). Decode is timed on the runtime people use
+for it here (judged_on.runtime_for): on a CPU llama.cpp, random-weight f16 GGUFs timed as
+llama-bench times them. Where that runtime cannot run in this process (llama.cpp not
+installed; vLLM on a GPU), transformers' generate() on random weights (fp32 on a CPU, bf16 on a
+GPU), and the result says so beside the verdict."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpuwise.app.claims.context import Context
+from gpuwise.app.claims.judged_on import runtime_for, timed_here, use
 from gpuwise.app.claims.llama_models import (
     QUICK_SIZES,
     SIZES,
@@ -19,7 +22,7 @@ from gpuwise.app.claims.llama_models import (
     time_decode,
 )
 from gpuwise.app.claims.machine_rates import Bandwidth, measure_bandwidth
-from gpuwise.app.claims.result import ClaimResult, Measurement, Verdict
+from gpuwise.app.claims.result import ClaimResult, JudgedOn, Measurement, RuntimeUse, Verdict
 from gpuwise.app.claims.torch_runs import decode_timing, llama_config
 from gpuwise.catalog.claims import claim_thresholds
 
@@ -78,15 +81,23 @@ def run(ctx: Context) -> ClaimResult:
         ctx.step("memory bandwidth")
         readings.append(measure_bandwidth())
 
+    people = runtime_for("decode", ctx.device_kind)
     if ctx.on_gpu:
         runtime = "transformers (bf16, GPU)"
+        used = use(people, ("decode",), "transformers", "bf16",
+                   "its engine is not run by this experiment, which times decode in-process")
         points = _torch_points(ctx, GPU_SIZES, "bf16", bandwidth_now)
-    elif missing is None:
-        runtime, points = f"llama.cpp (f16, {ctx.cores} threads)", _llama_points(ctx, bandwidth_now)
+    elif people.runtime == "llama.cpp" and missing is None:
+        runtime = f"llama.cpp (f16, {ctx.cores} threads)"
+        used = use(people, ("decode",), weights="f16")
+        points = _llama_points(ctx, bandwidth_now)
     else:
-        notes.append(f"llama.cpp is not available ({missing}): transformers' generate() timed "
-                     "instead, whose per-operator dispatch adds to every token")
+        if missing is not None:
+            notes.append(f"llama.cpp is not available ({missing}): transformers' generate() "
+                         "timed instead, whose per-operator dispatch adds to every token")
         runtime = "transformers (fp32, CPU)"
+        used = use(people, ("decode",), "transformers", "fp32",
+                   f"not available here ({missing}); eager dispatch adds to every token")
         points = _torch_points(ctx, CPU_TORCH_SIZES, "fp32", bandwidth_now)
     bandwidth_now()
     bw = _median(readings)
@@ -118,8 +129,16 @@ def run(ctx: Context) -> ClaimResult:
          "measured_s": [p.measured_s for p in points],
          "predicted_s": [p.predicted_s(bw.read_gbs) for p in points],
          "factor": claim_thresholds().decode_bandwidth_factor},
-        tuple(table), tuple(notes),
+        tuple(table), tuple(notes), judged_on=_judged_on(used, bw, readings),
     )
+
+
+def _judged_on(used: RuntimeUse, bw: Bandwidth, readings: list[Bandwidth]) -> JudgedOn:
+    """Decode and the bandwidth, both timed by this run (f16: every weight read as stored, so
+    bytes over bandwidth is the whole of what a token should cost)."""
+    return JudgedOn((used,), timed_here(
+        f"decode and STREAM read timed here ({bw.read_gbs:.1f} GB/s, the median of "
+        f"{len(readings)} readings)"))
 
 
 def _median(readings: list[Bandwidth]) -> Bandwidth:

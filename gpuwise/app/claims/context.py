@@ -53,6 +53,13 @@ class Context:
         return self.device == "cuda"
 
     @property
+    def device_kind(self) -> str:
+        """The kind of device the experiments judge inference on (hardware.toml's: gpu where
+        torch sees one, else this machine's best device's: cpu or apple): what
+        judged_on.runtime_for picks the runtime people use by."""
+        return "gpu" if self.on_gpu else self.machine.best_device().kind
+
+    @property
     def cores(self) -> int:
         return os.cpu_count() or 1
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwise.app.claims.context import Context
-from gpuwise.app.claims.result import ClaimResult, Measurement, Verdict
+from gpuwise.app.claims.judged_on import runtime_for, timed_here, use
+from gpuwise.app.claims.result import ClaimResult, JudgedOn, Measurement, Verdict
 from gpuwise.app.claims.torch_runs import TorchTiming, decode_timing, llama_config, training_timing
 from gpuwise.catalog.claims import claim_thresholds, thread_watts
 from gpuwise.workload import from_config
@@ -99,6 +100,16 @@ def run(ctx: Context) -> ClaimResult:
         table.append((p.label, f"{p.seconds * 1e3:.1f} ms", f"{p.flops / 1e9:.3g}",
                       _num(p.joules), _num(p.watts), _num(p.joules_per_gflop), p.source))
     hidden, layers = shape[0], shape[1]
+    energy_from = ("the energy counters" if train.source == "measured" else
+                   "estimated from the threads' busy share" if train.joules is not None else
+                   "no energy reading")
+    judged = JudgedOn(
+        (use(runtime_for("training step", ctx.device_kind), ("training step",), "transformers",
+             dtype),
+         use(runtime_for("decode", ctx.device_kind), ("decode",), "transformers", dtype,
+             "the token and the training step run one model in one process under one energy "
+             "meter; eager dispatch adds to every token")),
+        timed_here(f"times measured here, energy {energy_from}"))
     return ClaimResult(
         ID, TITLE, CLAIM,
         f"A random-weight llama model (hidden {hidden}, {layers} layers, {dtype}, "
@@ -118,7 +129,7 @@ def run(ctx: Context) -> ClaimResult:
          "joules_per_gflop": [p.joules_per_gflop for p in points],
          "watts": [p.watts for p in points], "source": train.source,
          "threshold": claim_thresholds().energy_per_flop_ratio},
-        tuple(table), tuple(notes),
+        tuple(table), tuple(notes), judged_on=judged,
     )
 
 

@@ -6,7 +6,7 @@ would, where there is none)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.app.claims.context import Context
 from gpuwise.app.lookup import hardware_named
@@ -17,6 +17,7 @@ from gpuwise.measure.probe.backends import auto_backend
 from gpuwise.measure.probe.measurements import Steps, attempt, measure_stream
 from gpuwise.measure.probe.profile import DEFAULT_CACHE_BYTES, ProbePlan
 from gpuwise.measure.probe.rates_source import rates_for
+from gpuwise.measure.probe.trusted import local_profile
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class LocalRates:
     rates: DeviceRates
     how: str  # where they came from (rates_for's words)
     probed_now: bool  # a quick probe was run by this command
+    probed_on: str = ""  # the probe profile's date (YYYY-MM-DD); "" for datasheet rates
+    quick: bool = False  # the profile is a quick probe's
 
 
 def local_rates(ctx: Context) -> LocalRates:
@@ -63,9 +66,19 @@ def _local_rates() -> LocalRates:
     hw = hardware_named("local")
     rates, how = rates_for(hw)
     if rates is not None and rates.source == "measured":
-        return LocalRates(rates, how, False)
+        return _with_profile(LocalRates(rates, how, False))
     probe(quick=True)
     rates, how = rates_for(hw)
     if rates is None:
         raise GpuwiseError(f"no rates for this machine ({how})", "run `gpuwise probe`")
-    return LocalRates(rates, how, True)
+    return _with_profile(LocalRates(rates, how, True))
+
+
+def _with_profile(local: LocalRates) -> LocalRates:
+    """The rates with the date of the probe they came from and whether it was a quick one."""
+    if local.rates.source != "measured":
+        return local
+    profile = local_profile().profile
+    if profile is None:
+        return local
+    return replace(local, probed_on=profile.created_at[:10], quick=profile.quick)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwise.app.claims.context import Context
-from gpuwise.app.claims.result import ClaimResult, Measurement, Verdict
+from gpuwise.app.claims.judged_on import timed_here
+from gpuwise.app.claims.result import ClaimResult, JudgedOn, Measurement, RuntimeUse, Verdict
 from gpuwise.app.watch import WatchAnswer, judge_logs, run_job
 from gpuwise.catalog.claims import claim_thresholds
 from gpuwise.catalog.thresholds import watch_thresholds
@@ -112,6 +113,9 @@ def run(ctx: Context) -> ClaimResult:
          "gpu_util_percent": [r.gpu_util_percent for r in runs],
          "threshold": watch_thresholds().input_bound_share},
         tuple(table), tuple(notes),
+        judged_on=JudgedOn((RuntimeUse("pytorch", "fp32", ("training loop",)),), timed_here(
+            f"watched here by `gpuwise watch` on the {device}"
+            + (" with NVML's busy %" if ctx.on_gpu else ""))),
     )
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwise.app.claims.context import Context
+from gpuwise.app.claims.judged_on import runtime_for, timed_here, use
 from gpuwise.app.claims.llama_models import SIZES, llama_cpp_missing, time_decode
 from gpuwise.app.claims.machine_rates import local_rates
-from gpuwise.app.claims.result import ClaimResult, Measurement, Verdict
+from gpuwise.app.claims.result import ClaimResult, JudgedOn, Measurement, Verdict
 from gpuwise.app.claims.torch_runs import decode_timing, llama_config
 from gpuwise.app.lookup import model_named
 from gpuwise.catalog.claims import claim_thresholds
@@ -59,17 +60,21 @@ def judge(speeds: list[Speed]) -> Verdict:
 def run(ctx: Context) -> ClaimResult:
     missing = llama_cpp_missing()
     notes: list[str] = []
+    people = runtime_for("decode", "cpu")  # the claim is about CPUs, whatever else is here
     if missing is None:
         size = ctx.pick("0.2B", "1.1B")
         speeds = _llama_speeds(ctx, size)
         runtime = f"llama.cpp on {ctx.cores} threads"
         what = f"a random-weight {size}-parameter llama model ({_shape(size)})"
+        used = use(people, ("decode",), "llama.cpp", " and ".join(QTYPES))
     else:
         size = "0.11B"
         notes.append(f"llama.cpp is not available ({missing}): transformers was timed in fp32 "
                      "and with torch's dynamic int8 quantization; 4 bits appears only in the "
                      "llama.cpp time model's estimates for catalogue models")
         speeds, runtime = _torch_speeds(ctx, size), "transformers (PyTorch eager) on the CPU"
+        used = use(people, ("decode",), "transformers", "fp32 and int8 (torch dynamic)",
+                   f"not available here ({missing}); eager dispatch adds to every token")
         what = f"a random-weight {size}-parameter llama model ({_shape(size)})"
     if ctx.quick:
         notes.append("--quick times a 0.2B model; a full run times TinyLlama-1.1B's shape")
@@ -96,6 +101,9 @@ def run(ctx: Context) -> ClaimResult:
          "tokens_per_s": [s.tokens_per_s for s in speeds],
          "sources": [s.source for s in speeds], "reading_tokens_per_s": reading},
         tuple(table), tuple(notes),
+        judged_on=JudgedOn((used,), timed_here(
+            f"decode timed here on {ctx.cores} threads (the catalogue models beside it are "
+            "estimates and do not decide)")),
     )
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from gpuwise.app import repro as repro_app
 from gpuwise.app.claims.context import Context
-from gpuwise.app.claims.result import ClaimResult, Measurement, Verdict
+from gpuwise.app.claims.judged_on import timed_here
+from gpuwise.app.claims.result import ClaimResult, JudgedOn, Measurement, RuntimeUse, Verdict
 from gpuwise.estimate.repro.analysis import StudyAnalysis
 
 ID = "reproducibility"
@@ -139,6 +140,8 @@ def run(ctx: Context) -> ClaimResult:
          "share_high": [c.share_high for c in found.values()],
          "arithmetic_condition": arithmetic_condition(on_gpu)},
         tuple(table), tuple(notes),
+        judged_on=JudgedOn((RuntimeUse("pytorch", "fp32", ("training runs",)),), timed_here(
+            f"runs compared here ({'GPU' if on_gpu else 'CPU'})")),
     )
 
 

@@ -10,6 +10,12 @@ from typing import Any
 SOURCES = ("measured", "detected", "estimated", "spec")
 
 
+def one_of(what: str, value: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a label that is not one of `allowed`."""
+    if value not in allowed:
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(allowed)}")
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One number of an experiment: `source` is measured, detected, estimated or spec."""
@@ -21,8 +27,7 @@ class Measurement:
     note: str = ""
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"source {self.source!r} is not one of {', '.join(SOURCES)}")
+        one_of("source", self.source, SOURCES)
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,68 @@ class Verdict:
         return "holds here" if self.holds else f"does not hold here, because {self.reason}"
 
 
+# Where the numbers a verdict rests on came from:
+# - "timed here": measured by the experiment itself, in this run;
+# - "probe with runtime costs": estimated from this machine's probe profile, which holds the
+#   own costs of every runtime the claim is judged on (llama.cpp's, transformers' dispatch);
+# - "probe without runtime costs": a probe profile lacking one of them (a quick probe, or one
+#   without `--runtime llama.cpp`): that runtime's costs are the datasheet's or the bare op's;
+# - "datasheet": the catalogue's figures for this device;
+# - "detected": what was read off the machine (its memory), no rate at all.
+RATES = ("timed here", "probe with runtime costs", "probe without runtime costs", "datasheet",
+         "detected")
+# The runtime names as a person reads them.
+NAMES = {"llama.cpp": "llama.cpp", "vllm": "vLLM", "sglang": "SGLang",
+         "transformers": "transformers", "compiled": "torch.compile", "pytorch": "PyTorch"}
+
+
+@dataclass(frozen=True)
+class RuntimeUse:
+    """A runtime a verdict was judged on, for some phases; `instead_of` names the runtime
+    people use for them here where the experiment could not run it, and `why`."""
+
+    runtime: str  # as --runtime takes it (llama.cpp, vllm, transformers), or pytorch: a bare loop
+    weights: str  # q4_k_m, f16, bf16, fp32, mixed-bf16
+    phases: tuple[str, ...]  # prefill, decode, training step, a training loop
+    instead_of: str = ""  # the runtime people use for these phases on this device, if another
+    why: str = ""  # why the experiment ran another
+
+    @property
+    def text(self) -> str:
+        said = f"{NAMES.get(self.runtime, self.runtime)} {self.weights} {' and '.join(self.phases)}"
+        if self.instead_of:
+            said += f" (not {NAMES.get(self.instead_of, self.instead_of)}: {self.why})"
+        return said
+
+
+@dataclass(frozen=True)
+class RatesUsed:
+    """Where the numbers came from (one of RATES), in words, and the command that would make
+    the verdict firmer ("" where none would)."""
+
+    kind: str
+    text: str
+    firmer: str = ""
+
+    def __post_init__(self) -> None:
+        one_of("rates", self.kind, RATES)
+
+
+@dataclass(frozen=True)
+class JudgedOn:
+    """What a verdict was judged on: the runtimes, by phase, and the rates."""
+
+    runtimes: tuple[RuntimeUse, ...]
+    rates: RatesUsed
+
+    @property
+    def text(self) -> str:
+        """'llama.cpp q4_k_m prefill and decode, transformers mixed-bf16 training step; probe
+        of 2026-12-06 with llama.cpp's and transformers' costs'."""
+        said = "; ".join((", ".join(r.text for r in self.runtimes), self.rates.text))
+        return said + (f" (firmer: `{self.rates.firmer}`)" if self.rates.firmer else "")
+
+
 @dataclass(frozen=True)
 class ClaimResult:
     """One claim of the explainer, tested on this machine."""
@@ -56,6 +123,9 @@ class ClaimResult:
     table: tuple[tuple[str, ...], ...] = ()  # rows, the first the header
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    # the runtimes and the rates (probe, datasheet, timed here) the verdict was judged on,
+    # printed beside it; None where the experiment did not run
+    judged_on: JudgedOn | None = None
 
 
 def not_measured(claim_id: str, title: str, claim: str, reason: str, rule: str = "",
