@@ -136,7 +136,7 @@ def test_data_movement_splits_decode_on_llama_cpp_as_infer_ops_gives_it(cache, o
         assert answer.time is not None and answer.time.runtime_id == "llama.cpp"
         assert answer.time.missing == ()  # the probe holds llama.cpp's rates for q4_k here
         decode = answer.time.decode
-        memory = sum(t.seconds for t in decode.ops if memory_bound.bound_of(t) == "memory")
+        memory = sum(t.seconds for t in decode.ops if t.bound == "memory")
         assert shares[f"{name} decode memory-bound share"] == round(memory / decode.seconds, 4)
         assert memory / decode.seconds > 0.5  # a token streams the weights
         i = result.series["labels"].index(f"{name} decode")
@@ -236,14 +236,13 @@ def test_no_claim_judges_decode_on_eager_transformers_on_a_cpu_unsaid(cache, on_
 # ------------------------------------------------------------------ beside the verdict
 
 
-def test_bound_of_counts_an_op_whose_time_is_its_reads_as_memory_bound():
+def test_an_op_whose_time_is_its_reads_is_memory_bound():
+    """llama.cpp's decode rows give both times the streaming time: memory-bound, everywhere
+    the roofline labels an op (infer --ops, the phase's bound, this claim)."""
     op = Op("weights (q4_k)", "matmul", 2e9, 8e8)
-    gemv = OpTime(op, 0.06, 0.06)  # llama.cpp's decode row: both times the streaming time
-    assert gemv.bound == "compute" and memory_bound.bound_of(gemv) == "memory"
-    assert memory_bound.bound_of(OpTime(op, 0.5, 0.06)) == "compute"
-    assert memory_bound.bound_of(OpTime(op, 0.01, 0.06)) == "memory"
-    assert memory_bound.bound_of(OpTime(op, 0.06, 0.06, measured=True)) == "compute"  # probed
-    assert memory_bound.bound_of(OpTime(op, 0.0, 0.0)) == "compute"
+    assert OpTime(op, 0.06, 0.06).bound == "memory"  # llama.cpp's decode row: a tie
+    assert OpTime(op, 0.5, 0.06).bound == "compute"
+    assert OpTime(op, 0.01, 0.06).bound == "memory"
 
 
 def _result(judged: JudgedOn | None) -> ClaimResult:

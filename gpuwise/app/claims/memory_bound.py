@@ -22,7 +22,7 @@ from gpuwise.catalog.claims import claim_thresholds
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.capability import training_dtype_here
 from gpuwise.estimate.speed.inference_time import eager_parts_missing
-from gpuwise.estimate.speed.roofline import OpTime, PhaseTime
+from gpuwise.estimate.speed.roofline import PhaseTime
 from gpuwise.estimate.speed.training_time import estimate_training_time
 from gpuwise.workload.plans import TrainingPlan
 
@@ -51,16 +51,6 @@ class PhaseSplit:
         return self.memory_s / self.seconds if self.seconds > 0 else 0.0
 
 
-def bound_of(t: OpTime) -> str:
-    """"memory" or "compute": where the roofline puts the operation. A row whose compute and
-    memory times are one figure (llama.cpp's decode matmuls: ggml runs a token's GEMV at the
-    speed it streams the weights, so the time model gives both the streaming time) is
-    memory-bound: its time is its reads. `OpTime.bound` calls that tie compute."""
-    if t.memory_s > 0 and t.memory_s == t.compute_s and not t.measured:
-        return "memory"
-    return t.bound
-
-
 def split(model: str, phase: str, parts: list[PhaseTime], runtime: str = "") -> PhaseSplit:
     """A phase's time (one or more PhaseTimes: a training step's forward, backward and
     optimizer) as compute-bound, memory-bound and fixed per-operation time."""
@@ -70,7 +60,7 @@ def split(model: str, phase: str, parts: list[PhaseTime], runtime: str = "") -> 
         for t in part.ops:
             if t.op.kind in RUNTIME_KINDS:
                 overhead += t.seconds
-            elif bound_of(t) == "compute":
+            elif t.bound == "compute":
                 compute += t.seconds
             else:
                 memory += t.seconds

@@ -31,7 +31,9 @@ class OpTime(NamedTuple):  # a named tuple: built 4x faster than a frozen datacl
 
     @property
     def bound(self) -> str:
-        return "compute" if self.compute_s >= self.memory_s else "memory"
+        """Compute-bound where its arithmetic takes longer than its bytes; a tie (llama.cpp's
+        weights streamed and multiplied in one pass) is memory-bound."""
+        return "compute" if self.compute_s > self.memory_s else "memory"
 
 
 @dataclass(frozen=True)

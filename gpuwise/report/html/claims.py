@@ -55,6 +55,8 @@ def overview(a: ClaimsAnswer) -> Section:
 
 def claim_section(r: ClaimResult) -> Section:
     verdict = r.verdict.text + (f": {r.verdict.reason}" if r.verdict.holds else "")
+    if r.judged_on is not None:
+        verdict += f" (judged on {r.judged_on.text})"
     text = "\n\n".join(p for p in (f"The claim: {r.claim}", f"The experiment: {r.experiment}",
                                    f"The verdict {r.verdict.rule}." if r.verdict.rule else "")
                        if p)
