@@ -169,7 +169,7 @@ def test_terminal_view_says_what_is_measured_and_what_is_not(tmp_path: Path) -> 
     assert "yes (parameters)" in text and "0 (exactly)" in text
     assert "0.0625" in text  # threads: variance 0.125 over the seeds' 2
     assert "runs needed per setting" in text and "(estimated" in text and "(measured)" in text
-    assert "NA: no RAPL counters" in text and "NA (no step hashes)" in text
+    assert "NA: no RAPL counters" in text and "NA: the runs hashed no steps" in text
 
 
 # --- hardware as a source of variance ---------------------------------------------------------

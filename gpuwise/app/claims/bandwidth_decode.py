@@ -25,6 +25,7 @@ from gpuwise.app.claims.machine_rates import Bandwidth, measure_bandwidth
 from gpuwise.app.claims.result import ClaimResult, JudgedOn, Measurement, RuntimeUse, Verdict
 from gpuwise.app.claims.torch_runs import decode_timing, llama_config
 from gpuwise.catalog.claims import claim_thresholds
+from gpuwise.estimate.runtimes import runtime_unit
 
 ID = "bandwidth"
 TITLE = "Bandwidth decides decode speed"
@@ -36,6 +37,10 @@ GPU_SIZES = {"0.4B": (1024, 24, 16, 8, 4096), "1.1B": (2048, 22, 32, 4, 5632),
              "2.7B": (2560, 32, 32, 8, 9728)}
 CPU_TORCH_SIZES = {"0.06B": (512, 8, 8, 4, 1408), "0.11B": (768, 10, 12, 4, 2048),
                    "0.2B": (1024, 12, 16, 4, 2816)}
+
+# the probe part of the runtime this experiment times itself: llama.cpp, through
+# gpuwise.measure.llama_cpp's bench (a GGUF written here, decoded token by token)
+LLAMA_CPP_PART = "llama_cpp"
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ def run(ctx: Context) -> ClaimResult:
         used = use(people, ("decode",), "transformers", "bf16",
                    "its engine is not run by this experiment, which times decode in-process")
         points = _torch_points(ctx, GPU_SIZES, "bf16", bandwidth_now)
-    elif people.runtime == "llama.cpp" and missing is None:
+    elif runtime_unit(people.runtime).probe_part == LLAMA_CPP_PART and missing is None:
         runtime = f"llama.cpp (f16, {ctx.cores} threads)"
         used = use(people, ("decode",), weights="f16")
         points = _llama_points(ctx, bandwidth_now)
