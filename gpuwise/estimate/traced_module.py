@@ -10,7 +10,7 @@ Time: every traced aten op becomes an `Op` with its FLOPs and bytes, timed as th
 families' ops are (`speed.roofline.time_op`: the probe's kernels at their shape where it
 measured them, else the roofline), plus the eager runtime's dispatch cost per op; backward uses
 the traced backward ops (not a multiple of forward); the optimizer step its memory traffic
-(`speed.training_time.optimizer_phase`) plus the dispatch cost of the ops it was counted to run.
+(`speed.optimizer_step.optimizer_phase`) plus the dispatch cost of the ops it was counted to run.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from gpuwise.catalog.runtimes import runtime
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
 from gpuwise.estimate.memory.training import ParamBytes, step_temporary
 from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.optimizer_step import optimizer_phase
 from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.roofline import (
     PhaseTime,
@@ -33,7 +34,6 @@ from gpuwise.estimate.speed.roofline import (
     phase_time,
     with_faults,
 )
-from gpuwise.estimate.speed.training_time import optimizer_phase
 from gpuwise.workload.ops import Op
 from gpuwise.workload.plans import TrainingPlan
 from gpuwise.workload.traced import HeapEvent, TracedModule, TracedOp

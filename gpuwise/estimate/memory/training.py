@@ -29,7 +29,7 @@ from gpuwise.estimate.memory.cuda_rows import (
     uses_cuda_allocator,
 )
 from gpuwise.estimate.memory.host_allocator import host_allocator_rows
-from gpuwise.estimate.memory.host_memory import host_capacity
+from gpuwise.estimate.memory.host_memory import host_capacity, host_note, paged_note
 from gpuwise.estimate.memory.stack_features import (
     LOSS_STACKS,
     LossMemory,
@@ -42,7 +42,6 @@ from gpuwise.estimate.memory.stack_features import (
 )
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.estimate.runtimes import runtime_unit
-from gpuwise.units import GIB
 from gpuwise.workload import Architecture, count_params
 from gpuwise.workload.plans import TrainingPlan
 
@@ -200,28 +199,6 @@ def _placed(arch: Architecture, plan: TrainingPlan, pb: ParamBytes) -> _Placed:
     return _Placed(placed, host, tuple(notes), paged)
 
 
-def _paged_note(est: MemoryEstimate) -> str:
-    """Where bitsandbytes' paged states live: the device's room beside the rest, then host
-    memory, whose share the driver moves in and out every optimizer step."""
-    on_host = est.paged_on_host_bytes
-    text = (f"paged 8-bit states (bitsandbytes): {est.paged_bytes / GIB:,.2f} GiB in unified "
-            f"memory outside PyTorch's pool, {est.paged_on_device_bytes / GIB:,.2f} GiB of it "
-            "on the device beside the rest")
-    if on_host:
-        text += (f" and {on_host / GIB:,.2f} GiB in host memory, moved in and out by the "
-                 "driver every optimizer step (its time is in the step)")
-    return text
-
-
-def _host_note(est: MemoryEstimate, plan: TrainingPlan) -> str:
-    """What the plan keeps in host memory, against what the host has."""
-    what = ", ".join(plan.offload) if plan.offload else "paged states"
-    verdict = "fits" if est.host_fits else "does NOT fit"
-    return (f"host memory: {est.host_needed_bytes / GIB:,.2f} GiB ({what}) per device, which "
-            f"{verdict} in the {est.host_capacity_bytes / GIB:,.0f} GiB a host gives each GPU "
-            "(assumed: catalog/data/stacks.toml [host_transfer])")
-
-
 def _activations(arch: Architecture, plan: TrainingPlan, mode: str) -> dict[str, float | str]:
     """Saved activations under the checkpointing policy and activation offload."""
     saved = saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
@@ -328,8 +305,8 @@ def estimate_training(arch: Architecture, plan: TrainingPlan, hw: Hardware, *,
         return est
     est = replace(est, paged_bytes=int(round(placed.paged)), host_bytes=int(round(host)),
                   host_capacity_bytes=host_capacity(hw, plan.gpus))
-    more = (_paged_note(est),) if placed.paged else ()
-    return replace(est, notes=(*est.notes, *more, _host_note(est, plan)))
+    more = (paged_note(est),) if placed.paged else ()
+    return replace(est, notes=(*est.notes, *more, host_note(est, plan)))
 
 
 def _backward_end(arch: Architecture, plan: TrainingPlan, gradients: float,

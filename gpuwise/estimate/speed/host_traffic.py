@@ -23,7 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwise.catalog.stacks import stack_value
+from gpuwise.estimate.memory.activations import saved_with_policy
+from gpuwise.estimate.memory.stack_features import offloaded_activations
+from gpuwise.estimate.memory.training import param_bytes
+from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.optimizer_step import optimizer_ops
+from gpuwise.workload import Architecture
 from gpuwise.workload.plans import TrainingPlan
 
 
@@ -86,3 +92,38 @@ def host_traffic(moved: HostBytes, plan: TrainingPlan, rates: DeviceRates, forwa
     if moved.paged_on_host:
         paging = 2 * moved.paged_on_host / _rate(rates, "managed_migration_efficiency")
     return HostTraffic(copies, step, paging)
+
+
+def steps_on_host(plan: TrainingPlan) -> bool:
+    return "optimizer" in plan.offload or "params" in plan.offload
+
+
+def _host_step_bytes(plan: TrainingPlan, trainable: float, device_kind: str) -> float:
+    return sum(op.bytes * op.count for op in optimizer_ops(plan, trainable, device_kind))
+
+
+def host_bytes(arch: Architecture, plan: TrainingPlan, paged_on_host: float = 0.0) -> HostBytes:
+    """What one device's step moves over the host link and steps on the host, by the
+    plan's --offload (host_traffic.py says how each stack does it)."""
+    pb = param_bytes(arch, plan)
+    sharded = plan.zero >= 1 or (plan.sharding == "fsdp2" and plan.data_parallel > 1)
+    shard = pb.trainable / (plan.data_parallel if sharded else 1)
+    moved: dict[str, float] = {"paged_on_host": paged_on_host}
+    if "params" in plan.offload:  # FSDP2 CPUOffloadPolicy: torch.optim's loop on the host
+        moved.update(to_device_forward=pb.weights, to_host_backward=pb.gradients,
+                     to_device_backward=pb.weights if plan.reshard_after_forward else 0.0,
+                     host_step=_host_step_bytes(plan, shard, "cpu"))
+    elif "optimizer" in plan.offload:  # ZeRO-Offload: CPUAdam's one fused pass
+        moved.update(to_host_backward=pb.gradients,
+                     weights_back=pb.weights * shard / max(1.0, pb.trainable),
+                     host_step=_host_step_bytes(plan, shard, "gpu"))
+    if "activations" in plan.offload:
+        mode = "mixed-bf16" if plan.mixed else ("fp32" if plan.dtype == "fp32" else "bf16")
+        layers = float(saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
+                                         plan.checkpointing, plan.checkpointing_policy,
+                                         plan.tp, runtime_unit(plan.runtime).torch_compile,
+                                         )["layers"])
+        acts = layers - offloaded_activations(layers, arch)
+        moved["to_host_forward"] = acts
+        moved["to_device_backward"] = moved.get("to_device_backward", 0.0) + acts
+    return HostBytes(**moved)

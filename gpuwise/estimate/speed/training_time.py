@@ -8,20 +8,16 @@ from functools import lru_cache
 
 from gpuwise.catalog.efficiency import time_model_rules
 from gpuwise.catalog.formats import weight_format
-from gpuwise.catalog.optimizers import optimizer_spec
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.time_intervals import TimeInterval, time_interval
-from gpuwise.estimate.memory.activations import saved_with_policy
-from gpuwise.estimate.memory.stack_features import offloaded_activations
-from gpuwise.estimate.memory.training import lora_dims, lora_params, param_bytes
+from gpuwise.estimate.memory.training import lora_dims, lora_params
 from gpuwise.estimate.memory.weights import mean_weight_bytes
-from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.estimate.speed.device_rates import DeviceRates
-from gpuwise.estimate.speed.host_traffic import HostBytes, HostTraffic, host_traffic
+from gpuwise.estimate.speed.host_traffic import HostTraffic, host_bytes, host_traffic, steps_on_host
 from gpuwise.estimate.speed.inference_time import RUNTIME
+from gpuwise.estimate.speed.optimizer_step import optimizer_phase
 from gpuwise.estimate.speed.page_faults import replay
 from gpuwise.estimate.speed.roofline import (
-    OpTime,
     PhaseTime,
     dispatch_cost,
     dispatch_overhead,
@@ -119,24 +115,6 @@ def _with_step_faults(arch: Architecture, plan: TrainingPlan, shape: Shape, bwd:
             with_faults(optimizer, faults.get("optimizer", 0), fresh))
 
 
-def optimizer_state_dtype(plan: TrainingPlan) -> str:
-    """fp32 master weights and states under mixed precision or adapters, else the compute's."""
-    return "fp32" if plan.mixed or plan.finetune != "full" else plan.compute_dtype
-
-
-def _optimizer_ops(plan: TrainingPlan, trainable: float, device_kind: str = "gpu") -> list[Op]:
-    """The optimizer's passes over its parameters and states (fp32 under mixed), by kernel
-    (catalog/data/optimizers.toml): on an accelerator torch.optim runs fused or foreach
-    kernels, on a CPU the single-tensor loop."""
-    dtype = optimizer_state_dtype(plan)
-    state = weight_format(dtype).bytes_per_element
-    passes = optimizer_spec(plan.optimizer).passes(device_kind)
-    return [Op("optimizer" if kernel == "binary" else f"optimizer_{kernel}", "elementwise",
-               trainable * n / 2, trainable * n * state, kernel=kernel, dtype=dtype,
-               streamed=True)
-            for kernel, n in passes.items()]
-
-
 def _dropout_ops(arch: Architecture, shape: Shape) -> tuple[list[Op], list[Op]]:
     """Dropout in training: hidden states (after the embedding, the attention output and the
     MLP) and attention probabilities (an eager or math-path attention's scores): (drawing
@@ -171,25 +149,6 @@ def _activations_streamed(ops: list[Op]) -> list[Op]:
     stream from memory rather than from a cache, so a cache-sized probed rate is capped."""
     return [replace(op, streamed=True) if op.kind in ("elementwise", "norm", "logits") else op
             for op in ops]
-
-
-def optimizer_phase(plan: TrainingPlan, trainable: float,
-                    tensors: tuple[tuple[int, int], ...] | None, rates: DeviceRates,
-                    overhead_s: float = 0.0) -> PhaseTime:
-    """The optimizer step: probed on this machine where it was (this optimizer and state
-    dtype, over `tensors`, the parameter tensors as (elements, how many); the probed step
-    includes its loop's dispatch), else its passes over the states on the roofline plus
-    `overhead_s` of dispatch."""
-    ops = _optimizer_ops(plan, trainable, rates.kind)
-    dtype = optimizer_state_dtype(plan)
-    probed = None
-    if rates.kernels is not None and tensors:
-        probed = rates.kernels.optimizer_s(plan.optimizer, tensors, dtype)
-    if probed is None:
-        return phase_time("optimizer", ops, rates, dtype, overhead_s)
-    op = Op("optimizer", "elementwise", sum(o.flops for o in ops), sum(o.bytes for o in ops))
-    return PhaseTime("optimizer", probed, probed, 0.0, 0.0, op.flops, op.bytes,
-                     (OpTime(op, 0.0, probed, measured=True),))
 
 
 def _collectives(arch: Architecture, plan: TrainingPlan, rates: DeviceRates,
@@ -254,7 +213,7 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan, rates: Device
     optimizer = optimizer_phase(plan, trainable / plan.tp,
                                 parameter_tensors(arch) if whole else None, rates)
     bwd, optimizer = _with_step_faults(arch, plan, shape, bwd, optimizer, rates)
-    if _steps_on_host(plan):  # the host's cores step the states (host_traffic.py)
+    if steps_on_host(plan):  # the host's cores step the states (host_traffic.py)
         optimizer = PhaseTime("optimizer", 0.0, 0.0, 0.0)
     moved = host_bytes(arch, plan, paged_on_host_bytes)
     host = host_traffic(moved, plan, rates, fwd.seconds, bwd.seconds)
@@ -268,41 +227,6 @@ def estimate_training_time(arch: Architecture, plan: TrainingPlan, rates: Device
     peak = rates.peak(dtype) * plan.gpus
     return TrainingTime(fwd, bwd, optimizer, comm, tokens, model_flops, peak, rates.source,
                         rt.name, rt.id, host)
-
-
-def _steps_on_host(plan: TrainingPlan) -> bool:
-    return "optimizer" in plan.offload or "params" in plan.offload
-
-
-def _host_step_bytes(plan: TrainingPlan, trainable: float, device_kind: str) -> float:
-    return sum(op.bytes * op.count for op in _optimizer_ops(plan, trainable, device_kind))
-
-
-def host_bytes(arch: Architecture, plan: TrainingPlan, paged_on_host: float = 0.0) -> HostBytes:
-    """What one device's step moves over the host link and steps on the host, by the
-    plan's --offload (host_traffic.py says how each stack does it)."""
-    pb = param_bytes(arch, plan)
-    sharded = plan.zero >= 1 or (plan.sharding == "fsdp2" and plan.data_parallel > 1)
-    shard = pb.trainable / (plan.data_parallel if sharded else 1)
-    moved: dict[str, float] = {"paged_on_host": paged_on_host}
-    if "params" in plan.offload:  # FSDP2 CPUOffloadPolicy: torch.optim's loop on the host
-        moved.update(to_device_forward=pb.weights, to_host_backward=pb.gradients,
-                     to_device_backward=pb.weights if plan.reshard_after_forward else 0.0,
-                     host_step=_host_step_bytes(plan, shard, "cpu"))
-    elif "optimizer" in plan.offload:  # ZeRO-Offload: CPUAdam's one fused pass
-        moved.update(to_host_backward=pb.gradients,
-                     weights_back=pb.weights * shard / max(1.0, pb.trainable),
-                     host_step=_host_step_bytes(plan, shard, "gpu"))
-    if "activations" in plan.offload:
-        mode = "mixed-bf16" if plan.mixed else ("fp32" if plan.dtype == "fp32" else "bf16")
-        layers = float(saved_with_policy(arch, plan.batch, plan.seq, mode, plan.attention,
-                                         plan.checkpointing, plan.checkpointing_policy,
-                                         plan.tp, runtime_unit(plan.runtime).torch_compile,
-                                         )["layers"])
-        acts = layers - offloaded_activations(layers, arch)
-        moved["to_host_forward"] = acts
-        moved["to_device_backward"] = moved.get("to_device_backward", 0.0) + acts
-    return HostBytes(**moved)
 
 
 def _fused(ops: list[Op]) -> list[Op]:

@@ -18,6 +18,7 @@ from gpuwise.workload.configs import (
     torchtune,
     vllm_args,
 )
+from gpuwise.workload.configs.command_line import program
 from gpuwise.workload.configs.reading import (
     FORMATS_HINT,
     SERVE,
@@ -27,7 +28,6 @@ from gpuwise.workload.configs.reading import (
     ReadOther,
     Setting,
     load_document,
-    program,
 )
 
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpuwise.workload.configs.command_line import arguments, environment, parse_flags
 from gpuwise.workload.configs.reading import (
     SERVE,
     ConfigRead,
     Document,
     Reader,
-    arguments,
     catalogue_id,
-    environment,
     format_id,
-    parse_flags,
     take_environment,
     whole,
 )

@@ -7,18 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuwise.workload.configs.command_line import arguments, environment, parse_flags
 from gpuwise.workload.configs.reading import (
     DTYPES,
     SERVE,
     ConfigRead,
     Document,
     Reader,
-    arguments,
     count,
-    environment,
     format_id,
     model_named,
-    parse_flags,
     share,
     take_environment,
     truthy,
