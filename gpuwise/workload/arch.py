@@ -101,6 +101,11 @@ class Architecture:
         return 2 * self.num_kv_heads * self.head_dim
 
     @property
+    def windowed_layers(self) -> int:
+        """How many layers keep only a window of positions (sliding or chunked attention)."""
+        return self.sliding_layers if self.sliding_window else 0
+
+    @property
     def chunked_layers(self) -> int:
         """How many layers attend within chunks of `attention_chunk` positions (Llama 4)."""
         return self.sliding_layers if self.attention_chunk else 0

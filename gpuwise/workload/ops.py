@@ -125,7 +125,7 @@ def _attended(arch: Architecture, s: Shape) -> tuple[float, float]:
     t, n = s.tokens, s.context
     prompt = t == n and t > 1  # a causal prompt from the start: half the square
     full = t * n * (0.5 if prompt else 1.0)
-    w, sliding = arch.sliding_window or 0, arch.sliding_layers if arch.sliding_window else 0
+    w, sliding = arch.sliding_window or 0, arch.windowed_layers
     if not sliding or n <= w:
         return full, float(n)
     windowed = t * w - w * (w - 1) / 2 if prompt else t * w

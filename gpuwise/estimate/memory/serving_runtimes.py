@@ -39,7 +39,7 @@ def pooled_bytes_per_position(arch: Architecture, plan: InferencePlan,
     their window; SGLang's hybrid SWA pool: swa_full_tokens_ratio). A model of windowed layers
     alone, or none, holds every layer's."""
     every = plan.kv_bytes_per_position(arch)
-    windowed = arch.sliding_layers if arch.sliding_window else 0
+    windowed = arch.windowed_layers
     full = arch.num_layers - windowed
     if not windowed or not full:
         return every
@@ -48,7 +48,7 @@ def pooled_bytes_per_position(arch: Architecture, plan: InferencePlan,
 
 def window_bytes(arch: Architecture, plan: InferencePlan) -> float:
     """What one sequence's windowed layers hold beyond the pooled positions: their window."""
-    windowed = arch.sliding_layers if arch.sliding_window else 0
+    windowed = arch.windowed_layers
     if not windowed or windowed == arch.num_layers:
         return 0.0
     per_layer = plan.kv_bytes_per_position(arch) / arch.num_layers
@@ -57,7 +57,7 @@ def window_bytes(arch: Architecture, plan: InferencePlan) -> float:
 
 def _hybrid(arch: Architecture) -> str:
     """' (full-attention layers; ...)' where windowed layers keep only their window."""
-    windowed = arch.sliding_layers if arch.sliding_window else 0
+    windowed = arch.windowed_layers
     if not windowed or windowed == arch.num_layers:
         return ""
     return (f" of its {arch.num_layers - windowed} full-attention layers (the other {windowed} "

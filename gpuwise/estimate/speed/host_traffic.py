@@ -105,6 +105,8 @@ def _host_step_bytes(plan: TrainingPlan, trainable: float, device_kind: str) -> 
 def host_bytes(arch: Architecture, plan: TrainingPlan, paged_on_host: float = 0.0) -> HostBytes:
     """What one device's step moves over the host link and steps on the host, by the
     plan's --offload (host_traffic.py says how each stack does it)."""
+    if not plan.offload:  # nothing moved but the paged states (a hot path: every step time)
+        return HostBytes(paged_on_host=paged_on_host)
     pb = param_bytes(arch, plan)
     sharded = plan.zero >= 1 or (plan.sharding == "fsdp2" and plan.data_parallel > 1)
     shard = pb.trainable / (plan.data_parallel if sharded else 1)
