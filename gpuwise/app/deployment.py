@@ -6,15 +6,17 @@ from (a checkpoint's exact bytes, or a format) is decided once, by plan_weights.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.app.checkpoint_weights import plan_weights
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.capability import plan_here
+from gpuwise.estimate.runtimes import runtime_unit, runtime_units
+from gpuwise.workload import from_config
 from gpuwise.workload.limits import check_count
-from gpuwise.workload.plans import InferencePlan
+from gpuwise.workload.plans import InferencePlan, check_experts
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class Deployment:
     quant_kernel: str = ""  # "": the runtime's own
     gpu_layers: int | None = None  # llama.cpp -ngl; None: all on the GPU
     tp: int = 1  # tensor-parallel devices a replica
+    expert_parallel: bool = False  # vLLM --enable-expert-parallel, SGLang --ep-size
+    cpu_moe: bool = False  # llama.cpp --cpu-moe: every layer's experts in host memory
+    n_cpu_moe: int | None = None  # llama.cpp --n-cpu-moe N: the first N layers' experts
     gpus: int | None = None  # devices in all: gpus / tp replicas; None: tp (one replica)
     logits: str = "last"
     allocator: str = "glibc"
@@ -69,7 +74,9 @@ def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload,
                          context_alloc=d.ctx, gpu_memory_utilization=d.gpu_memory_utilization,
                          threads=d.threads, quant_kernel=d.quant_kernel, gpu_layers=d.gpu_layers, tp=d.tp,
                          allocator=d.allocator, fuse_layers=d.fuse_layers,
-                         expandable_segments=d.expandable_segments)  # checks --tp first
+                         expandable_segments=d.expandable_segments,
+                         expert_parallel=d.expert_parallel)  # checks --tp first
+    plan = _with_experts(model, d, plan)
     if hw is not None:
         plan = plan_here(plan, hw, weights_asked=d.weights is not None)
     gpus = d.tp if d.gpus is None else d.gpus
@@ -78,3 +85,27 @@ def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload,
         raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {d.tp}",
                            "each replica runs on --tp devices")
     return Planned(plan, chosen["source"], gpus // d.tp)
+
+
+def _with_experts(model: ResolvedModel, d: Deployment, plan: InferencePlan) -> InferencePlan:
+    """The expert options on the plan: --cpu-moe as every layer's experts, --n-cpu-moe N as
+    the first N layers'; each refused in one line under a runtime that has no such option,
+    on a dense model, or past the model's layers."""
+    if not (d.expert_parallel or d.cpu_moe or d.n_cpu_moe is not None):
+        return plan
+    if d.cpu_moe and d.n_cpu_moe is not None:
+        raise GpuwiseError("--cpu-moe and --n-cpu-moe both say which experts stay on the host",
+                           "give one: --cpu-moe (every layer) or --n-cpu-moe N (the first N)")
+    unit = runtime_unit(plan.runtime)
+    for field, flag, given in (("expert_parallel", "--expert-parallel", d.expert_parallel),
+                               ("cpu_moe_layers", "--cpu-moe" if d.cpu_moe else "--n-cpu-moe",
+                                d.cpu_moe or d.n_cpu_moe is not None)):
+        if given and field not in unit.reads:
+            readers = sorted(u.id for u in runtime_units().values() if field in u.reads)
+            raise GpuwiseError(f"{flag} applies to {' and '.join(readers)}, not {unit.id}",
+                               f"run it with --runtime {' or '.join(readers)}, or drop {flag}")
+    arch = from_config(model.config, model.name)
+    layers = arch.num_layers if d.cpu_moe else d.n_cpu_moe
+    plan = replace(plan, cpu_moe_layers=layers)
+    check_experts(arch, plan)
+    return plan

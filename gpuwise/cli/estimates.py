@@ -38,11 +38,14 @@ from gpuwise.cli.common import (
 )
 from gpuwise.cli.config_option import ConfigFile, ConfigFormatName, config_used
 from gpuwise.cli.runtime_options import (
+    CpuMoe,
     Ctx,
+    ExpertParallel,
     GpuLayers,
     Gpus,
     GpuUtil,
     KvDtype,
+    NCpuMoe,
     QuantKernel,
     Runtime,
     Threads,
@@ -103,7 +106,8 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
           kv_dtype: KvDtype = None, attention: Attention = "sdpa", ctx: Ctx = None,
           gpu_memory_utilization: GpuUtil = None, threads: Threads = None,
           quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None, tp: Tp = 1, gpus: Gpus = None,
-          as_json: Json = False, html: Html = None, config: ConfigFile = None,
+          expert_parallel: ExpertParallel = False, cpu_moe: CpuMoe = False,
+          n_cpu_moe: NCpuMoe = None, as_json: Json = False, html: Html = None, config: ConfigFile = None,
           config_format: ConfigFormatName = None) -> None:
     """Can I run it? Memory across weight precisions, and the largest context that fits."""
     from gpuwise.app.check import check as check_model
@@ -115,7 +119,8 @@ def check(model: Model, on: On = "local", prompt: Prompt = PROMPT_TOKENS,
     deployment = Deployment(runtime=runtime, kv_dtype=kv_dtype, attention=attention, ctx=ctx,
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
                             quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
-                            gpus=gpus)
+                            gpus=gpus, expert_parallel=expert_parallel, cpu_moe=cpu_moe,
+                            n_cpu_moe=n_cpu_moe)
     hw = hardware_named(on)
     plan = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens), hw).plan
     answer = check_model(resolved, arch, hw, plan)
@@ -132,7 +137,8 @@ def infer(
                                         "all")] = "last",
     runtime: Runtime = "transformers", ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     threads: Threads = None, quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None,
-    tp: Tp = 1, gpus: Gpus = None,
+    tp: Tp = 1, gpus: Gpus = None, expert_parallel: ExpertParallel = False,
+    cpu_moe: CpuMoe = False, n_cpu_moe: NCpuMoe = None,
     fuse_layers: Annotated[bool, typer.Option(
         "--fuse-layers", help="AutoAWQ's from_quantized(fuse_layers=True): q, k and v fused at "
         "load, the KV cache allocated whole for --ctx positions (default: the model's)")] = False,
@@ -152,7 +158,9 @@ def infer(
                             attention=attention, gpu_memory_utilization=gpu_memory_utilization,
                             threads=threads, quant_kernel=quant_kernel, gpu_layers=gpu_layers,
                             logits=logits, allocator=allocator, fuse_layers=fuse_layers,
-                            expandable_segments=expandable_segments, tp=tp, gpus=gpus)
+                            expandable_segments=expandable_segments, tp=tp, gpus=gpus,
+                            expert_parallel=expert_parallel, cpu_moe=cpu_moe,
+                            n_cpu_moe=n_cpu_moe)
     hw = hardware_named(on)
     planned = build_plan(resolved, deployment, Workload(batch, prompt, new_tokens), hw)
     answer = infer_model(resolved, arch, hw, planned.plan, planned.weights_source,

@@ -70,3 +70,19 @@ GpuLayers = Annotated[
     typer.Option("--gpu-layers", help="llama.cpp's -ngl: layers on the GPU, the rest on the host "
                  "(default: all on the GPU)", show_default=False),
 ]
+ExpertParallel = Annotated[
+    bool,
+    typer.Option("--expert-parallel", help="a mixture of experts' routed experts split whole over "
+                 "the --tp devices, E/tp a device, tokens sent to them and back (vLLM "
+                 "--enable-expert-parallel, SGLang --ep-size; default: split as other matrices)"),
+]
+CpuMoe = Annotated[
+    bool,
+    typer.Option("--cpu-moe", help="llama.cpp's --cpu-moe: every layer's routed experts in host "
+                 "memory, run by the CPU; the rest on the GPU"),
+]
+NCpuMoe = Annotated[
+    int | None,
+    typer.Option("--n-cpu-moe", help="llama.cpp's --n-cpu-moe N: the routed experts of the first "
+                 "N layers in host memory (default: none)", show_default=False),
+]

@@ -23,11 +23,14 @@ from gpuwise.cli.common import (
 )
 from gpuwise.cli.config_option import ConfigFile, ConfigFormatName, config_used
 from gpuwise.cli.runtime_options import (
+    CpuMoe,
     Ctx,
+    ExpertParallel,
     GpuLayers,
     Gpus,
     GpuUtil,
     KvDtype,
+    NCpuMoe,
     QuantKernel,
     Threads,
     Tp,
@@ -89,6 +92,7 @@ def serve(
     kv_dtype: KvDtype = None, attention: Attention = "sdpa",
     ctx: Ctx = None, gpu_memory_utilization: GpuUtil = None,
     threads: Threads = None, quant_kernel: QuantKernel = "", gpu_layers: GpuLayers = None,
+    expert_parallel: ExpertParallel = False, cpu_moe: CpuMoe = False, n_cpu_moe: NCpuMoe = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="find the highest rate that meets the "
                                         "targets, and print the latency-throughput curve")] = False,
     seed: Annotated[int, typer.Option(help="random seed of the arrivals and lengths")] = 0,
@@ -112,7 +116,8 @@ def serve(
                             attention=attention, ctx=ctx,
                             gpu_memory_utilization=gpu_memory_utilization, threads=threads,
                             quant_kernel=quant_kernel, gpu_layers=gpu_layers, tp=tp,
-                            gpus=gpus)
+                            gpus=gpus, expert_parallel=expert_parallel, cpu_moe=cpu_moe,
+                            n_cpu_moe=n_cpu_moe)
     hw = hardware_named(on)
     plan = build_plan(resolved, deployment, Workload(1, prompt, new_tokens), hw).plan
     recorded = "trace" if trace is not None else "fixed"

@@ -46,6 +46,9 @@ class Op:
     # A matmul the runtime runs as several GEMMs on the same input (q, k and v; gate and
     # up): their output widths (summing to n). Probed kernels time each; () is one GEMM.
     splits: tuple[int, ...] = ()
+    # A sparse layer's routed experts: how many of them the op's weights are (the step's
+    # touched experts; 0: not routed). Expert parallelism divides them whole.
+    experts: float = 0.0
 
     @property
     def intensity(self) -> float:
@@ -192,7 +195,7 @@ def _routed_experts(arch: Architecture, s: Shape, moe: MoE, layout: str) -> list
                       weights + routed * (n + k) * c, moe.layers, rows,
                       max(1, round(n * touched)) if name == "mlp_in" else n,
                       k if name == "mlp_in" else max(1, round(k * touched)),
-                      weights, layout=layout))
+                      weights, layout=layout, experts=touched))
     return ops + _activation(arch, routed * inner, True, c, moe.layers)
 
 

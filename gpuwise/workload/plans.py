@@ -74,6 +74,12 @@ class InferencePlan:
     gpu_layers: int | None = None  # llama.cpp -ngl: layers on the device; None: all of them
     quant_kernel: str = ""  # the weight-only kernel; "": the runtime's own for the format
     tp: int = 1  # tensor-parallel devices the model runs on, each layer split over them
+    # vLLM --enable-expert-parallel / SGLang --ep-size tp: each of the tp devices holds E/tp
+    # whole routed experts (attention and shared experts stay split); docs/speed.md
+    expert_parallel: bool = False
+    # llama.cpp --n-cpu-moe N (--cpu-moe: every layer): the routed experts' tensors of the
+    # first N layers in host memory, run there; None: none
+    cpu_moe_layers: int | None = None
     # AutoAWQ from_quantized(fuse_layers=True): q, k, v fused at load, the KV cache pre-allocated
     # for context_alloc positions (None: the model's) and kept (quant_workspace.py)
     fuse_layers: bool = False
@@ -95,6 +101,8 @@ class InferencePlan:
         if self.gpu_layers is not None:
             _check_size("gpu_layers", self.gpu_layers, low=0, high=1 << 12)
         _check_size("tp", self.tp, high=1 << 10)
+        if self.cpu_moe_layers is not None:
+            _check_size("n_cpu_moe", self.cpu_moe_layers, low=0, high=1 << 12)
         util = self.gpu_memory_utilization
         if util is not None and not 0.0 < util <= 1.0:
             raise GpuwiseError(f"--gpu-memory-utilization must be in (0, 1], got "
@@ -221,6 +229,22 @@ def check_runnable(plan: InferencePlan | TrainingPlan) -> None:
     if isinstance(plan, InferencePlan):
         check_count(plan.new_tokens, "--new-tokens", MAX_TOKENS,
                     hint="a real run generates at least 1 token")
+
+
+def check_experts(arch: Architecture, plan: InferencePlan) -> None:
+    """The expert options need a mixture of experts, and --n-cpu-moe at most its layers."""
+    name = shown(arch.name)
+    if plan.expert_parallel and arch.moe is None:
+        raise GpuwiseError(f"--expert-parallel splits a mixture of experts; {name} has no "
+                           "experts", "drop it: --tp splits a dense model's layers")
+    moved = plan.cpu_moe_layers
+    if moved is not None and arch.moe is None:
+        raise GpuwiseError(f"--cpu-moe keeps a mixture of experts' expert tensors in host "
+                           f"memory; {name} has no experts",
+                           "--gpu-layers N keeps whole layers in host memory")
+    if moved is not None and moved > arch.num_layers:
+        raise GpuwiseError(f"--n-cpu-moe {moved} is more than {name}'s {arch.num_layers} layers",
+                           "--cpu-moe keeps every layer's experts in host memory")
 
 
 def check_tensor_parallel(arch: Architecture, plan: TrainingPlan) -> None:

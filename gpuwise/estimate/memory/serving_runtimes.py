@@ -27,6 +27,7 @@ from gpuwise.estimate.memory.llama_cpp_memory import (
     llama_cpp_kv_cells as llama_cpp_kv_cells,
 )
 from gpuwise.estimate.memory.llama_cpp_memory import weights_and_embedding
+from gpuwise.estimate.memory.weights import device_weight_bytes, expert_parallel_notes
 from gpuwise.units import format_tokens
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
@@ -94,8 +95,7 @@ def vllm_pool(arch: Architecture, plan: InferencePlan, hw: Hardware, tp: int = 1
     rt = vllm_runtime()
     util = plan.gpu_memory_utilization or rt.gpu_memory_utilization
     budget = math.ceil(hw.memory_bytes * util)
-    weights, _, _ = weights_and_embedding(arch, plan)
-    weights /= tp
+    weights = device_weight_bytes(arch, plan, weights_and_embedding(arch, plan)[0], tp)
     compute = plan.compute_format.bytes_per_element
     sched = vllm_scheduler(hw)
     acts = prefill_transient(arch, 1, sched.max_batched_tokens, compute, "flash")
@@ -140,7 +140,7 @@ def estimate_vllm(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Memo
              f"{format_tokens(blocks * rt.block_size)} tokens{_hybrid(arch)}: room for "
              f"{blocks // per_seq if per_seq else 0:,} sequences of "
              f"{format_tokens(plan.context_tokens)} tokens (vLLM runs at most "
-             f"{seqs} at once)"]
+             f"{seqs} at once)", *expert_parallel_notes(arch, plan, tp)]
     longest = min(blocks * rt.block_size, arch.max_position or blocks * rt.block_size)
     if blocks * rt.block_size < max_len:
         whose = "--ctx" if plan.context_alloc else "its default, the model's"

@@ -21,6 +21,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.memory.llama_cpp_memory import weights_and_embedding
 from gpuwise.estimate.memory.serving_runtimes import pooled_bytes_per_position, up_front_estimate
+from gpuwise.estimate.memory.weights import device_weight_bytes, expert_parallel_notes
 from gpuwise.units import format_tokens
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
@@ -85,7 +86,7 @@ def sglang_budget(arch: Architecture, plan: InferencePlan, hw: Hardware,
     fraction = given or mem_fraction_static(hw, tp)
     context = cuda_allocator().cuda_context_bytes
     free = hw.memory_bytes - context
-    weights = weights_and_embedding(arch, plan)[0] / tp
+    weights = device_weight_bytes(arch, plan, weights_and_embedding(arch, plan)[0], tp)
     return SglangBudget(fraction, given is not None, context, free, fraction * free, weights,
                         max(0.0, fraction * free - weights))
 
@@ -154,7 +155,7 @@ def estimate_sglang(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Me
     notes = [f"weights {source}", _fraction_note(b, hw, tp),
              f"KV pool {format_tokens(tokens)} tokens (max_total_num_tokens): room for "
              f"{tokens // per_seq:,} sequences of {format_tokens(per_seq)} tokens (SGLang runs at "
-             f"most {seqs} at once: max_running_requests)"]
+             f"most {seqs} at once: max_running_requests)", *expert_parallel_notes(arch, plan, tp)]
     if tokens <= 0:
         notes.append("SGLang refuses to start: the weights leave no KV pool in the budget "
                      "('Not enough memory. Please try to increase --mem-fraction-static.')")

@@ -6,6 +6,8 @@ from functools import lru_cache
 
 from gpuwise.catalog.formats import WeightFormat, weight_format
 from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.expert_parallel import experts_a_device
+from gpuwise.workload.plans import InferencePlan
 
 
 def weight_bytes(arch: Architecture, fmt: WeightFormat | str) -> float:
@@ -35,6 +37,24 @@ def _weight_bytes(arch: Architecture, fmt: WeightFormat) -> float:
     if fmt.gguf:
         return counts.linear * fmt.bytes_per_element + scales + _gguf_other_bytes(arch, fmt)
     return counts.linear * fmt.bytes_per_element + scales + other * compute
+
+
+def routed_expert_bytes(arch: Architecture, fmt: WeightFormat) -> float:
+    """Stored bytes of the routed experts' matrices (every sparse layer's), as `weight_bytes`
+    counts them: in an experts-only format (MXFP4) its bits, else the matrices' bytes with
+    their share of the scales."""
+    if arch.moe is None:
+        return 0.0
+    experts = _expert_matrices(arch)
+    if not fmt.quantised:
+        return experts * fmt.bytes_per_element
+    if fmt.scope == "experts":
+        return experts * fmt.matrix_bits / 8
+    counts = count_params(arch)
+    scales = _linear_rows(arch) * fmt.scale_bytes_per_row
+    if fmt.group_size:
+        scales += counts.linear / fmt.group_size * fmt.scale_bytes_per_group
+    return experts * (fmt.bytes_per_element + scales / counts.linear)
 
 
 def _expert_matrices(arch: Architecture) -> float:
@@ -74,3 +94,25 @@ def _linear_rows(arch: Architecture) -> int:
     dense_layers = arch.num_layers - moe.layers
     return arch.num_layers * attn + dense_layers * mlp + moe.layers * (
         moe.num_experts * expert + shared)
+
+
+def device_weight_bytes(arch: Architecture, plan: InferencePlan, total: float, tp: int) -> float:
+    """One of `tp` devices' share of `total` weight bytes: 1/tp of every matrix, or under
+    expert parallelism 1/tp of the rest and the fullest device's routed experts whole
+    (E/tp, rounded up: vLLM gives the first devices the remainder). The experts' bytes are
+    their share of the parameters."""
+    moe = arch.moe
+    if tp <= 1 or not (plan.expert_parallel and moe):
+        return total / max(1, tp)
+    counts = count_params(arch)
+    experts = total * counts.expert / counts.total
+    return (total - experts) / tp + experts * experts_a_device(moe, tp) / moe.num_experts
+
+
+def expert_parallel_notes(arch: Architecture, plan: InferencePlan, tp: int) -> list[str]:
+    """What --expert-parallel does to a device's memory, said once."""
+    if not (plan.expert_parallel and arch.moe) or tp <= 1:
+        return []
+    held = experts_a_device(arch.moe, tp)
+    return [f"--expert-parallel: {held} of {arch.moe.num_experts} routed experts a device, "
+            "whole; attention and shared experts split over the --tp devices"]

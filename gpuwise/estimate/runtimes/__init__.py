@@ -62,7 +62,8 @@ def ignored_options(plan: InferencePlan) -> tuple[str, ...]:
     unit = runtime_unit(plan.runtime)
     notes = []
     for name, flag in RUNTIME_OPTIONS.items():
-        if getattr(plan, PLAN_FIELDS.get(name, name)) is None or name in unit.reads:
+        value = getattr(plan, PLAN_FIELDS.get(name, name))
+        if value is None or value is False or name in unit.reads:
             continue
         readers = sorted(u.id for u in runtime_units().values() if name in u.reads)
         listed = ", ".join(readers[:-1]) + " and " + readers[-1] if len(readers) > 1 else readers[0]

@@ -52,7 +52,8 @@ def _fitted(arch: Architecture, plan: InferencePlan, hw: Hardware) -> Fitted:
     return fit_llama_cpp(arch, plan, hw)
 
 
-UNITS = (LlamaCpp("llama.cpp", reads=frozenset({"ctx", "gpu_layers", "threads"}),
+UNITS = (LlamaCpp("llama.cpp", reads=frozenset({"ctx", "gpu_layers", "threads",
+                                                   "cpu_moe_layers"}),
                   loads=frozenset({"gguf"}), own_memory_rules=True, probe_part="llama_cpp",
                   precisions=("fp16", "q8_0", "q6_k", "q5_k_m", "q4_k_m"),
                   convert_hint="convert with llama.cpp's convert_hf_to_gguf.py, or pick "

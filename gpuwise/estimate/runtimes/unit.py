@@ -23,7 +23,8 @@ from gpuwise.workload.plans import InferencePlan
 # those it reads in `reads`; the others are said to be ignored, never dropped silently.
 StepModel = GgmlStep | RooflineStep
 RUNTIME_OPTIONS = {"ctx": "--ctx", "gpu_memory_utilization": "--gpu-memory-utilization",
-                   "gpu_layers": "--gpu-layers", "threads": "--threads"}
+                   "gpu_layers": "--gpu-layers", "threads": "--threads",
+                   "expert_parallel": "--expert-parallel", "cpu_moe_layers": "--n-cpu-moe"}
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,8 @@ class PagedPool(RuntimeUnit):
 
 
 # the options a paged-pool server reads: --ctx (max_model_len, SGLang's --context-length) and
-# --gpu-memory-utilization (SGLang's --mem-fraction-static)
-READS = frozenset({"ctx", "gpu_memory_utilization"})
+# --gpu-memory-utilization (SGLang's --mem-fraction-static), and --expert-parallel (vLLM's
+# --enable-expert-parallel, SGLang's --ep-size)
+READS = frozenset({"ctx", "gpu_memory_utilization", "expert_parallel"})
 LOADS = frozenset({"safetensors", "gguf"})  # vLLM and SGLang load a GGUF file (--load-format gguf)
 UNITS = (PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True),)

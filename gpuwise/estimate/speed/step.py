@@ -30,6 +30,7 @@ from gpuwise.estimate.speed.roofline import (
 from gpuwise.estimate.speed.runtime_time import kernel_for, runtime_rates
 from gpuwise.estimate.speed.step_grid import Sums, bucket_above, bucket_below
 from gpuwise.workload import Architecture, count_params
+from gpuwise.workload.expert_parallel import expert_parallel_share
 from gpuwise.workload.ops import (
     Op,
     Shape,
@@ -72,9 +73,10 @@ def shape_bytes(plan: InferencePlan, arch: Architecture) -> tuple[float, float, 
 
 
 @lru_cache(maxsize=4096)
-def inference_ops(arch: Architecture, shape: Shape, fused: bool, tp: int) -> tuple[Op, ...]:
-    """The ops of one inference pass on one of `tp` devices; cached, as a sweep asks for the
-    same model and shape on every device."""
+def inference_ops(arch: Architecture, shape: Shape, fused: bool, tp: int,
+                  expert_parallel: bool = False) -> tuple[Op, ...]:
+    """The ops of one inference pass on one of `tp` devices (routed experts split whole under
+    `expert_parallel`); cached, as a sweep asks for the same model and shape on every device."""
     ops = forward_ops(arch, shape)
     if fused:
         # Compiled and serving runtimes fuse norms, rotary, activations and residuals into
@@ -83,17 +85,26 @@ def inference_ops(arch: Architecture, shape: Shape, fused: bool, tp: int) -> tup
         ops = [op for op in ops if op.kind in ("matmul", "attention", "embedding")]
     else:
         ops += kv_append_ops(arch, shape)
+    if expert_parallel:
+        return tuple(expert_parallel_share(op, tp, arch.moe, shape.rows) for op in ops)
     return tuple(tensor_parallel_share(op, tp) for op in ops)
 
 
 def tp_allreduce_s(arch: Architecture, rows: int, compute_bytes: float, rates: DeviceRates,
-                   tp: int) -> float:
-    """Two all-reduces of the hidden state per layer under tensor parallelism."""
+                   tp: int, expert_parallel: bool = False) -> float:
+    """Two all-reduces of the hidden state per layer under tensor parallelism. Under expert
+    parallelism a sparse layer's second is two all-to-alls, dispatching each token to the
+    devices of its experts and combining their outputs, each (tp - 1)/tp of the tokens'
+    hidden states: the all-reduce's bytes over the same link, one more latency."""
     if tp <= 1:
         return 0.0
     size = rows * arch.hidden_size * compute_bytes * 2 * (tp - 1) / tp
     bw = rates.interconnect_bytes_per_s or rates.memory_bytes_per_s
-    return 2 * arch.num_layers * (rates.collective_latency_s + size / bw)
+    sparse = arch.moe.layers if expert_parallel and arch.moe else 0
+    all_reduces = 2 * arch.num_layers - sparse
+    all_to_alls = 2 * sparse
+    return (all_reduces * (rates.collective_latency_s + size / bw)
+            + all_to_alls * (rates.collective_latency_s + size / 2 / bw))
 
 
 @dataclass(frozen=True, eq=False)  # hashed by identity: the caches below key on it
@@ -257,7 +268,8 @@ def _dense(step: RooflineStep, tokens: int) -> Sums:
     """The context-free ops of a step of `tokens` tokens (the output head apart)."""
     shape = step.shape(1, tokens, 1, 1)
     dtype = step.plan.weight_format.compute_dtype
-    ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp)
+    ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp,
+                                      step.plan.expert_parallel)
            if op.name not in CONTEXT_OPS]
     return Sums.of(tuple(time_op(op, step.rates, dtype) for op in ops))
 
@@ -307,7 +319,8 @@ def _head(step: RooflineStep, logits: int) -> Sums:
 @lru_cache(maxsize=8192)
 def _comm(step: RooflineStep, tokens: int) -> float:
     compute = weight_format(step.plan.weight_format.compute_dtype).bytes_per_element
-    return tp_allreduce_s(step.arch, tokens, compute, step.rates, step.tp)
+    return tp_allreduce_s(step.arch, tokens, compute, step.rates, step.tp,
+                          step.plan.expert_parallel)
 
 
 @lru_cache(maxsize=256)

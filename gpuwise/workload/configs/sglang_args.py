@@ -13,6 +13,7 @@ from gpuwise.workload.configs.reading import (
     share,
     take_environment,
     truthy,
+    whole,
 )
 from gpuwise.workload.configs.vllm_args import (
     Named,
@@ -27,10 +28,10 @@ BOOLS = frozenset({
     "enable-torch-compile", "trust-remote-code", "enable-metrics", "log-requests",
     "enable-p2p-check", "skip-tokenizer-init", "enable-dp-attention", "enable-mixed-chunk",
     "skip-server-warmup", "enable-deterministic-inference", "enable-fp32-lm-head",
-    "disable-hybrid-swa-memory", "is-embedding", "enable-multimodal"})
+    "disable-hybrid-swa-memory", "is-embedding", "enable-multimodal", "enable-ep-moe"})
 ALIASES = {"tp": "tp-size", "tensor-parallel-size": "tp-size", "dp": "dp-size",
            "data-parallel-size": "dp-size", "pp": "pp-size", "pipeline-parallel-size": "pp-size",
-           "model": "model-path"}
+           "model": "model-path", "ep": "ep-size", "expert-parallel-size": "ep-size"}
 NO_EFFECT = ("host", "port", "api-key", "served-model-name", "tokenizer-path", "tokenizer-mode",
              "trust-remote-code", "enable-metrics", "log-requests", "log-level", "random-seed",
              "chat-template", "revision", "enable-p2p-check", "skip-server-warmup",
@@ -73,6 +74,7 @@ def read(doc: Document) -> ConfigRead:
             "chunking off)")
     weights_and_kv(n, {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "bfloat16": "bf16", "bf16": "bf16",
                        "fp4_e2m1": None})
+    _expert_parallel(n)
     for name, option in (("disable-radix-cache", "prefix_cache"),
                          ("disable-overlap-schedule", "overlap_schedule")):
         if n.has(name):
@@ -80,3 +82,23 @@ def read(doc: Document) -> ConfigRead:
             n.apply(name, value, **{option: not truthy(value)})
     n.rest(NO_EFFECT, NOT_MODELLED)
     return r.finish("SGLang (sglang.launch_server)")
+
+
+def _expert_parallel(n: Named) -> None:
+    """--ep-size equal to --tp-size (or the older --enable-ep-moe, which sets it so): the
+    experts split whole over the tensor-parallel devices, gpuwise's --expert-parallel."""
+    tp = n.r.options.get("tp", 1)  # parallel() has read --tp-size
+    if n.has("enable-ep-moe"):
+        value = n.take("enable-ep-moe")
+        n.apply("enable-ep-moe", value, expert_parallel=truthy(value))
+    ep = n.peek("ep-size")
+    if ep is None:
+        return
+    size = whole(ep)
+    if size == tp:
+        n.apply("ep-size", n.take("ep-size"), expert_parallel=tp > 1)
+    elif size == 1:
+        n.apply("ep-size", n.take("ep-size"))
+    else:
+        n.not_modelled("ep-size", n.take("ep-size"), "expert parallelism over another "
+                       "count of devices than --tp-size")

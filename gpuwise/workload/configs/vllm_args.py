@@ -38,7 +38,7 @@ BOOLS = frozenset({
     "disable-custom-all-reduce", "disable-sliding-window", "calculate-kv-scales",
     "headless", "skip-tokenizer-init"})
 ALIASES = {"tp": "tensor-parallel-size", "pp": "pipeline-parallel-size",
-           "dp": "data-parallel-size", "q": "quantization"}
+           "dp": "data-parallel-size", "q": "quantization", "ep": "enable-expert-parallel"}
 NO_EFFECT = ("host", "port", "api-key", "served-model-name", "uvicorn-log-level",
              "disable-log-requests", "disable-log-stats", "enable-log-requests",
              "trust-remote-code", "seed", "tokenizer", "tokenizer-mode", "chat-template",
@@ -59,7 +59,6 @@ NOT_MODELLED = {
     "max-lora-rank": "LoRA adapters served beside the model",
     "max-loras": "LoRA adapters served beside the model",
     "lora-modules": "LoRA adapters served beside the model",
-    "enable-expert-parallel": "expert parallelism",
     "compilation-config": "its own CUDA graph sizes",
     "cuda-graph-sizes": "its own CUDA graph sizes",
     "no-enable-chunked-prefill": "whole prompts a step: gpuwise's vLLM chunks them",
@@ -206,6 +205,9 @@ def read(doc: Document) -> ConfigRead:
         if n.has(name):
             value = n.take(name)
             n.apply(name, value, prefix_cache=truthy(value) if on else not truthy(value))
+    if n.has("enable-expert-parallel"):
+        value = n.take("enable-expert-parallel")
+        n.apply("enable-expert-parallel", value, expert_parallel=truthy(value))
     if n.has("enable-chunked-prefill"):
         n.apply("enable-chunked-prefill", n.take("enable-chunked-prefill"))
     n.rest(NO_EFFECT, NOT_MODELLED)
