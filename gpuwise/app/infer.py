@@ -119,9 +119,10 @@ OFFLOAD_HOST = "cpu-cloud-32vcpu"
 
 
 def offload_host(plan: InferencePlan, hw: Hardware) -> DeviceRates | None:
-    """The rates layers past --gpu-layers run at: this machine's CPU where it is the GPU's
-    host (`--on local`), else a catalogue cloud host; None without --gpu-layers."""
-    if plan.gpu_layers is None or hw.kind == "cpu":
+    """The rates layers past --gpu-layers (and experts under --cpu-moe) run at: this
+    machine's CPU where it is the GPU's host (`--on local`), else a catalogue cloud host;
+    None without either."""
+    if (plan.gpu_layers is None and not plan.cpu_moe_layers) or hw.kind == "cpu":
         return None
     if hw.source == "measured":
         from gpuwise.measure.hardware.detect import cpu_hardware, detect_local

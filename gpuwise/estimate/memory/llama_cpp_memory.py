@@ -30,6 +30,7 @@ from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.serving_runtimes import LlamaCppRuntime, llama_cpp_runtime
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
+from gpuwise.estimate.memory.llama_cpp_experts import cpu_moe_layers, expert_layer_bytes
 from gpuwise.estimate.memory.llama_cpp_graph import GraphDims, compute_buffer
 from gpuwise.estimate.memory.llama_cpp_repack import (
     cpu_features,
@@ -226,6 +227,12 @@ def _gpu_parts(arch: Architecture, plan: InferencePlan, hw: Hardware, weights: f
         notes.append(f"--gpu-layers {plan.gpu_layers}: {arch.num_layers - (plan.gpu_layers or 0)} "
                      f"of {arch.num_layers} layers, {on_host / 2**30:,.2f} GiB of weights and "
                      "their KV cache, stay in host memory")
+    moved = cpu_moe_layers(arch, plan, round(share * arch.num_layers))
+    if moved:
+        experts = moved * expert_layer_bytes(arch, plan)
+        weights -= experts
+        notes.append(f"--n-cpu-moe {plan.cpu_moe_layers}: the routed experts of {moved} layers, "
+                     f"{experts / 2**30:,.2f} GiB, stay in host memory (the CPU runs them)")
     # The output buffer is pinned host memory when offloaded: not on the device.
     parts = {"weights": weights, "kv_cache": kv, "compute_buffer": float(reserved),
              "overhead": float(rt.baseline_bytes_cuda)}

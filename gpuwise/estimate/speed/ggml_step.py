@@ -12,7 +12,9 @@ from typing import NamedTuple
 
 from gpuwise.catalog.runtime_speed import RuntimeSpeed, runtime_speed
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
+from gpuwise.estimate.memory.llama_cpp_experts import cpu_moe_layers
 from gpuwise.estimate.speed.device_rates import DeviceRates
+from gpuwise.estimate.speed.ggml_experts import host_expert_rows, less_weights
 from gpuwise.estimate.speed.ggml_time import (
     GgmlRates,
     chunk_pairs,
@@ -45,6 +47,7 @@ class GgmlStep:
     rt: RuntimeSpeed = field(init=False, repr=False)
     g: GgmlRates = field(init=False, repr=False)
     host_g: GgmlRates | None = field(init=False, repr=False)
+    moved: int = field(init=False, repr=False)  # sparse layers whose experts the host runs
 
     def __post_init__(self) -> None:
         rt = runtime_speed("llama.cpp")
@@ -53,8 +56,12 @@ class GgmlStep:
         threads = self.plan.threads if self.device.kind == "cpu" else None
         object.__setattr__(self, "rt", rt)
         object.__setattr__(self, "g", ggml_rates(self.device, gtype, threads))
+        on_gpu = self.device.kind != "cpu" and self.host is not None
+        moved = (cpu_moe_layers(self.arch, self.plan, round(self.offloaded_share * self.arch.num_layers))
+                 if on_gpu else 0)
+        object.__setattr__(self, "moved", moved)
         host_g = None
-        if self.offloaded_share < 1.0 and self.host is not None:
+        if (self.offloaded_share < 1.0 or moved) and self.host is not None:
             host_g = ggml_rates(self.host, gtype, self.plan.threads)
         object.__setattr__(self, "host_g", host_g)
 
@@ -84,7 +91,7 @@ class GgmlStep:
         spans `masked` (prompt token, other sequence's cell) pairs."""
         if tokens <= 0:
             return 0.0, 0.0, 0.0
-        if self.offloaded_share < 1.0 and self.host_g is not None:
+        if (self.offloaded_share < 1.0 or self.moved) and self.host_g is not None:
             rows, host = self._rows(tokens, prompt_tokens, kv_read, prompt_attention_flops,
                                     masked)
             c = sum(t.seconds for t in rows if t.bound == "compute")
@@ -134,6 +141,18 @@ class GgmlStep:
               masked: float) -> tuple[list[OpTime], float]:
         share = self.offloaded_share
         rows, host = _device_rows(self, self.g, tokens, prompt_tokens, kv_read, pf, masked)
+        if self.moved and self.host is not None and self.host_g is not None:
+            device_read = share * _read(self, tokens)
+            added, read = host_expert_rows(self.arch, self.plan, self.moved, tokens, prompt_tokens,
+                                           self.device, self.host, self.host_g, device_read)
+            rows, host = self._layers_rows(rows, host, tokens, prompt_tokens, kv_read, pf, masked)
+            return [*less_weights(rows, read, device_read), *added], host
+        return self._layers_rows(rows, host, tokens, prompt_tokens, kv_read, pf, masked)
+
+    def _layers_rows(self, rows: list[OpTime], host: float, tokens: int, prompt_tokens: int,
+                     kv_read: float, pf: float, masked: float) -> tuple[list[OpTime], float]:
+        """The device's rows with `--gpu-layers`' host layers: their share on the host."""
+        share = self.offloaded_share
         if share >= 1.0 or self.host_g is None:
             return rows, host
         if prompt_tokens:

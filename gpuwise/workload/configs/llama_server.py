@@ -50,8 +50,6 @@ NOT_MODELLED = {
     "model-draft": "speculative decoding with a draft model",
     "n-predict": "a cap on generated tokens: gpuwise takes --new-tokens",
     "override-tensor": "tensors placed by pattern",
-    "cpu-moe": "experts' weights kept in host memory",
-    "n-cpu-moe": "experts' weights kept in host memory",
     "split-mode": "layers or rows split over several GPUs",
     "tensor-split": "layers or rows split over several GPUs",
     "main-gpu": "which GPU of several",
@@ -98,6 +96,7 @@ def read(doc: Document) -> ConfigRead:
             r.apply("--n-gpu-layers", layers, gpu_layers=count)
         else:  # all, auto: every layer that fits, as gpuwise's default
             r.apply("--n-gpu-layers", layers)
+    _experts(r)
     _kv(r)
     attention = r.take("--flash-attn")
     if attention is not None:
@@ -160,3 +159,24 @@ def _kv(r: Reader) -> None:
         if value is not None:
             r.not_modelled(key, value, "keys and values in different or unknown types: "
                            "gpuwise takes one --kv-dtype")
+
+
+def _experts(r: Reader) -> None:
+    """--cpu-moe, --n-cpu-moe N and -ot with every layer's experts to the CPU (`exps=CPU`,
+    `.ffn_.*_exps.=CPU`: what --cpu-moe adds): the routed experts kept in host memory."""
+    if r.has("--cpu-moe"):
+        r.apply("--cpu-moe", r.take("--cpu-moe"), cpu_moe=True)
+    layers = r.take("--n-cpu-moe")
+    if layers is not None:
+        count = whole(layers)
+        if count is not None and count >= 0:
+            r.apply("--n-cpu-moe", layers, n_cpu_moe=count)
+        else:
+            r.not_modelled("--n-cpu-moe", layers, "not a count of layers")
+    pattern = r.peek("--override-tensor")
+    if pattern is None:
+        return
+    rules = [rule.rpartition("=") for rule in str(pattern).split(",")]
+    if rules and all("exps" in p and "blk" not in p and buft.upper() == "CPU"
+                     for p, _, buft in rules):
+        r.apply("--override-tensor", r.take("--override-tensor"), cpu_moe=True)
