@@ -59,11 +59,38 @@ def _from_record(rec: dict) -> Hardware:
                     **{k: v for k, v in rec.items() if k in known})
 
 
+def _gb(gib: float) -> str:
+    return f"{gib:g}gb"
+
+
+def _with_sizes(rec: dict) -> list[dict]:
+    """A record and, where it lists `sizes` (an Apple chip bin's other unified-memory sizes),
+    one record a size: id `<id>-<n>gb`, the name's size changed, the size table's keys (memory,
+    a bin's cores, bandwidth and peaks, its price and source) over the entry's; no price unless
+    the size gives one. The entry itself keeps its id and gets the alias `<id>-<its n>gb`."""
+    rec = dict(rec)
+    sizes = rec.pop("sizes", ())
+    if not sizes:
+        return [rec]
+    own = _gb(rec["memory_gib"])
+    rec["aliases"] = [*rec.get("aliases", ()), f"{rec['id']}-{own}"]
+    out = [rec]
+    for size in sizes:
+        gib = _gb(size["memory_gib"])
+        out.append({**rec, "aliases": [], "list_price_usd": 0.0,
+                    "price_source": "no US price found for this size in this pass (0 = not known)",
+                    "name": rec["name"].replace(f"{rec['memory_gib']:g}GB", f"{size['memory_gib']:g}GB"),
+                    **size, "id": f"{rec['id']}-{gib}"})
+    return out
+
+
 @cache
 def load_hardware() -> tuple[Hardware, ...]:
-    """Every device in the catalogue, in file order."""
+    """Every device in the catalogue, in file order; an entry with `sizes` gives one device a
+    memory size."""
     text = resources.files("gpuwise.catalog").joinpath("data/hardware.toml").read_text()
-    return tuple(_from_record(r) for r in tomllib.loads(text)["device"])
+    return tuple(_from_record(r) for rec in tomllib.loads(text)["device"]
+                 for r in _with_sizes(rec))
 
 
 def find_hardware(name: str) -> Hardware:
