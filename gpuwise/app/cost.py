@@ -4,18 +4,19 @@ their flags, checked; then every option priced (advise) or one (cost). docs/cost
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 from gpuwise.app.deployment import Deployment, Workload, build_plan
 from gpuwise.app.lookup import hardware_named, model_named
-from gpuwise.app.side_by_side import Progress, side_by_side
+from gpuwise.app.side_by_side import Progress, Workers
 from gpuwise.catalog.costs import SITES, CostAssumptions, load_costs, with_overrides
 from gpuwise.catalog.hardware import Hardware, load_hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import (
+    ROWS_SHOWN,
     Advice,
+    Job,
     Option,
     advise,
     price_options,
@@ -23,6 +24,7 @@ from gpuwise.estimate.cost.advise import (
     serving_options,
     training_options,
 )
+from gpuwise.estimate.cost.option_search import Unsized
 from gpuwise.estimate.cost.prices import api_cost
 from gpuwise.estimate.cost.serving_sim import size_serving_simulated
 from gpuwise.estimate.cost.sizing import Candidate, size_training
@@ -237,20 +239,21 @@ def advise_options(kw: dict[str, Any], progress: Progress | None = None) -> Advi
     api = api_prices(kw["api_price_per_mtok"])
     cands = _considered(kw)
     skipped: list[tuple[str, str]] = []
+    unsized: list[Unsized[Job]] = []
     limit = kw["max_kw"]
     if isinstance(load, TrainLoad):
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
-        options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
-                                  limit, skipped, deployment(model, kw),
-                                  partial(side_by_side, what="sizing option",
-                                          progress=progress))
+        with Workers("sizing option", progress) as workers:
+            options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
+                                      limit, skipped, deployment(model, kw), workers,
+                                      None if kw["show_all"] else ROWS_SHOWN, unsized)
     if not options:
         why = "; ".join(f"{what}: {reason}" for what, reason in skipped[:3])
         raise GpuwiseError(f"{model.name} has no option for this workload"
                            + (f" ({why}{'; ...' if len(skipped) > 3 else ''})" if why else ""),
                            "try --weights int4, a shorter --prompt/--seq, or LoRA")
-    result = advise(options, a, load.measured_util, _target(load), skipped)
+    result = advise(options, a, load.measured_util, _target(load), skipped, unsized)
     return AdviceAnswer(_header(model, load, kw), result, a, isinstance(load, TrainLoad))
 
 

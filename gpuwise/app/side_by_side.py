@@ -21,21 +21,50 @@ def side_by_side(fn: Callable[[T], R], items: list[T], what: str,
     """[fn(x) for x in items], on every core this process may use. `fn` and the items
     must pickle (a module-level function, frozen dataclasses); `what` names the items
     in the progress line."""
-    workers = min(len(items), _cores())
-    if workers < 2 or len(items) < FEWEST:
-        out = []
-        for i, item in enumerate(items):
-            _report(progress, what, i, len(items))
-            out.append(fn(item))
-        return out
-    # fork where there is one (the workers inherit the loaded catalogue, no imports again)
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else None)
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = [pool.submit(fn, item) for item in items]
-        for done, _ in enumerate(as_completed(futures)):
-            _report(progress, what, done, len(items))
+    with Workers(what, progress) as run:
+        return run(fn, items)
+
+
+class Workers:
+    """One pool of worker processes for several lists of work in turn (advise's waves of
+    sizings), started by the first list long enough to need it, so that the workers fork
+    from the process as it is then (what it has computed and kept, they have)."""
+
+    def __init__(self, what: str, progress: Progress | None = None) -> None:
+        self.what, self.progress = what, progress
+        self.done = 0  # items finished over every list, for the progress line
+        self._pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def __call__(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
+        total = self.done + len(items)
+        if _cores() < 2 or (self._pool is None and len(items) < FEWEST):
+            out = []
+            for item in items:
+                _report(self.progress, self.what, self.done, total)
+                out.append(fn(item))
+                self.done += 1
+            return out
+        futures = [self._workers().submit(fn, item) for item in items]
+        for _ in as_completed(futures):
+            _report(self.progress, self.what, self.done, total)
+            self.done += 1
         return [f.result() for f in futures]
+
+    def _workers(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            # fork where there is one (the workers inherit the loaded catalogue, no imports
+            # again)
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else None)
+            self._pool = ProcessPoolExecutor(_cores(), mp_context=context)
+        return self._pool
 
 
 def _report(progress: Progress | None, what: str, done: int, total: int) -> None:

@@ -12,10 +12,10 @@ from rich.text import Text
 
 from gpuwise.app.cost import AdviceAnswer, CostAnswer, Header
 from gpuwise.catalog.costs import CostAssumptions
-from gpuwise.estimate.cost.advise import Option
+from gpuwise.estimate.cost.advise import ROWS_SHOWN, Option
 from gpuwise.report.terminal import View, fits_text
 
-SHOWN = 15  # rows of the options table unless --all
+SHOWN = ROWS_SHOWN  # rows of the options table unless --all
 
 
 def _num(value: float | None, fmt: str = ",.0f", none: str = "NA") -> str:
@@ -175,6 +175,7 @@ def advice_view(answer: AdviceAnswer, show_all: bool, show_assumptions: bool = F
            "reasons": list(advice.reasons),
            "closest": [option_record(o) for o in advice.closest],
            "not_considered": [{"hardware": n, "reason": r} for n, r in advice.skipped],
+           "not_sized": [{"hardware": n, "usd_per_month_at_least": c} for n, c in advice.unsized],
            "assumptions": assumptions_record(a)}
     shown = advice.options if show_all else advice.options[:SHOWN]
     title = (f"{header.title} - {len(shown)} of {len(advice.options)} options (estimated: "
@@ -188,6 +189,11 @@ def advice_view(answer: AdviceAnswer, show_all: bool, show_assumptions: bool = F
     if advice.skipped:
         lines.append(f"not considered: {len(advice.skipped)} (hardware, precision) pairs that "
                      "do not fit or have no speed figures (--json: not_considered)")
+    if advice.unsized:
+        least = min(c for _, c in advice.unsized)
+        lines.append(f"not sized: {len(advice.unsized)} (hardware, precision) pairs whose fewest "
+                     f"devices cost more (${least:,.0f}/month or more) than the options shown "
+                     "and change no reason (--all sizes every one; --json: not_sized)")
     parts += [Text("recommendation:\n" + "\n".join(lines)), _assumptions(a, show_assumptions)]
     return obj, Group(*parts)
 

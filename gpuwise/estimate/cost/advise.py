@@ -3,6 +3,7 @@ recommendation with its reasons. Pure: the caller passes the candidates and thei
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -10,14 +11,16 @@ from gpuwise.catalog.costs import CostAssumptions, at_site
 from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.thresholds import advise_thresholds
+from gpuwise.estimate.cost.option_search import Floor, Priced, Unsized, sized_in_waves
 from gpuwise.estimate.cost.prices import (
     OptionCost,
+    Usage,
     api_cost,
     break_even_utilisation,
     owned_cost,
     rent_cost,
 )
-from gpuwise.estimate.cost.serving_sim import size_serving_simulated
+from gpuwise.estimate.cost.serving_sim import Prepared, prepare_serving, size_serving_simulated
 from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_training
 from gpuwise.estimate.in_turn import MapAll, in_turn
 from gpuwise.units import HOURS_PER_MONTH
@@ -76,6 +79,9 @@ class Advice:
     reasons: tuple[str, ...]
     closest: tuple[Option, ...]  # when nothing meets the target
     skipped: tuple[tuple[str, str], ...] = ()  # (candidate, why it has no option)
+    # (candidate, the least it can cost a month): not sized, as no option of it could
+    # change the options shown or the reasons (option_search.py)
+    unsized: tuple[tuple[str, float], ...] = ()
 
 
 def price_options(sizing: Sizing, a: CostAssumptions,
@@ -107,36 +113,74 @@ def price_options(sizing: Sizing, a: CostAssumptions,
 
 
 Skipped = list[tuple[str, str]]
+ROWS_SHOWN = 15  # options advise's table shows (all with --all); the search sizes for these
+Job = tuple[Candidate, str, str]  # a candidate, its weights, its runtime
+
 
 def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candidate],
                     a: CostAssumptions, weights: str = "bf16", runtime: str = "auto",
                     api_usd_per_mtok: tuple[float, float] | None = None,
                     max_wall_kw: float | None = None, skipped: Skipped | None = None,
                     deployment: InferencePlan | None = None,
-                    map_all: MapAll[tuple[Candidate, str, str], Sizing | str] = in_turn,
+                    map_all: MapAll[Job, Sizing | str] = in_turn,
+                    rows: int | None = None, unsized: list[Unsized[Job]] | None = None,
                     ) -> list[Option]:
     """Every candidate that fits, at `weights` (CPUs: `cpu_weights`), priced; the
     others go to `skipped` with the reason. `map_all` runs the sizings (one simulation
-    each)."""
-    options: list[Option] = []
+    each). `rows`: size only what can change the `rows` cheapest options that meet the
+    targets and the reasons (option_search.py), the others to `unsized` with their floors;
+    None: size every one."""
     runtimes = runtime_list(runtime)
     jobs = [(cand, fmt, rt) for cand in candidates for rt in runtimes
             for fmt in (cpu_weights(weights) if cand.hw.kind == "cpu" else (weights,))]
+    ready = [prepare_serving(arch, load, c, fmt, rt, deployment) for c, fmt, rt in jobs]
+    floors = [None if isinstance(p, str) else _floor(j[0], p, load, a, max_wall_kw)
+              for j, p in zip(jobs, ready, strict=True)]
     size = partial(_size_job, arch, load, deployment)
-    # the slow sizings first (llama.cpp's on CPUs and Macs), so none is left for last alone
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].hw.kind in ("gpu", "tpu"))
-    done = dict(zip(order, map_all(size, [jobs[i] for i in order]), strict=True))
-    for (cand, fmt, rt), sizing in zip(jobs, (done[i] for i in range(len(jobs))), strict=True):
+    priced_of = partial(_priced, a=a, max_wall_kw=max_wall_kw)
+    done, left = sized_in_waves(jobs, floors, rows, partial(_slow_first, map_all, size),
+                                priced_of)
+    options: list[Option] = []
+    for i, (cand, fmt, rt) in enumerate(jobs):
+        sizing = done.get(i)
         if isinstance(sizing, str) and skipped is not None:
             under = f" ({rt})" if len(runtimes) > 1 else ""
             skipped.append((f"{cand.name} {fmt}{under}", sizing))
-        elif not isinstance(sizing, str):
+        elif isinstance(sizing, Sizing):
             options += price_options(sizing, a, max_wall_kw)
+    if unsized is not None:
+        unsized += left
     if api_usd_per_mtok is not None:
         cost = api_cost(load.input_tokens_per_month, load.output_tokens_per_month,
                         *api_usd_per_mtok, load.requests_per_month)
         options.append(Option(None, cost))
     return options
+
+
+def _slow_first(map_all: MapAll[Job, Sizing | str], size: Callable[[Job], Sizing | str],
+                jobs: list[Job]) -> list[Sizing | str]:
+    """The slow sizings first (llama.cpp's on CPUs and Macs), so none is left for last alone."""
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].hw.kind in ("gpu", "tpu"))
+    done = dict(zip(order, map_all(size, [jobs[i] for i in order]), strict=True))
+    return [done[i] for i in range(len(jobs))]
+
+
+def _floor(cand: Candidate, prep: Prepared, load: ServeLoad, a: CostAssumptions,
+           max_wall_kw: float | None) -> Floor:
+    """The fewest devices the candidate's sizing can have, at the least they cost: powered,
+    idle, for the service's hours (each cost grows with devices and busy hours)."""
+    usage = Usage(prep.devices_floor, 0.0, load.service_hours_per_month, 0.0)
+    sizing = Sizing(cand, "", prep.plan.tp, prep.replicas_floor, 1, usage, False, (), 0.0)
+    cost = min(o.cost.usd_per_month for o in price_options(sizing, a, max_wall_kw))
+    return Floor(prep.devices_floor, cost, cand.hw.kind == "cpu")
+
+
+def _priced(sizing: Sizing | str, a: CostAssumptions,
+            max_wall_kw: float | None) -> list[Priced]:
+    if isinstance(sizing, str):
+        return []
+    return [Priced(o.meets, sizing.devices, o.cost.usd_per_month, o.kind == "cpu")
+            for o in price_options(sizing, a, max_wall_kw)]
 
 
 def runtime_list(runtime: str) -> tuple[str, ...]:
@@ -175,9 +219,11 @@ def _order(options: list[Option]) -> tuple[Option, ...]:
 
 
 def advise(options: list[Option], a: CostAssumptions, measured_util: float | None = None,
-           target: str = "the load", skipped: Skipped | None = None) -> Advice:
+           target: str = "the load", skipped: Skipped | None = None,
+           unsized: list[Unsized[Job]] | None = None) -> Advice:
     """The cheapest option that meets the target, and why; the closest ones when none does."""
     ordered = _order(options)
+    left = tuple((f"{u.job[0].name} {u.job[1]}", u.floor.usd_per_month) for u in unsized or ())
     meeting = [o for o in ordered if o.meets]
     reasons: list[str] = []
     # Below `pipeline_util`, measured while a job runs, the chip mostly waits for its input.
@@ -188,13 +234,13 @@ def advise(options: list[Option], a: CostAssumptions, measured_util: float | Non
         closest = sorted(hardware, key=lambda o: (o.miss_ratio, o.cost.usd_per_month))[:3]
         reasons.insert(0, f"no option meets the target ({target}); the three closest (smallest "
                           "estimate / target) are listed")
-        return Advice(ordered, None, tuple(reasons), tuple(closest), tuple(skipped or ()))
+        return Advice(ordered, None, tuple(reasons), tuple(closest), tuple(skipped or ()), left)
     best = meeting[0]
     reasons.insert(0, f"cheapest option that meets the target ({target}): {best.label}, "
                       f"${best.cost.usd_per_month:,.0f}/month")
     reasons += _smallest_reason(meeting, best) + _cpu_reason(meeting, best)
     reasons += _rent_or_buy_reasons(best, a) + _api_reason(ordered, best)
-    return Advice(ordered, best, tuple(reasons), (), tuple(skipped or ()))
+    return Advice(ordered, best, tuple(reasons), (), tuple(skipped or ()), left)
 
 
 def _pipeline_reason(mu: float) -> str:

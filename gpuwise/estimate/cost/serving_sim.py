@@ -5,7 +5,7 @@ the latency targets, with the headroom asked for, under the runtime each device 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.runtime_speed import runtime_speed
@@ -39,6 +39,20 @@ def runtime_for(kind: str, asked: str) -> str:
     return DEFAULT_RUNTIME.get(kind, "transformers") if asked == "auto" else asked
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A candidate made ready to size: its plan (tensor-parallel width included), the
+    replica's engine, and the fewest replicas any sizing of it can have."""
+
+    plan: InferencePlan
+    engine: Engine
+    replicas_floor: int
+
+    @property
+    def devices_floor(self) -> int:
+        return self.plan.tp * self.replicas_floor
+
+
 def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
                            runtime: str = "auto",
                            deployment: InferencePlan | None = None) -> Sizing | str:
@@ -46,6 +60,36 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
     of requests; without targets, short of saturation), times the busy share asked for. A
     string says why there is no sizing. `deployment`: the plan's other settings (KV dtype,
     context, attention, threads...), as check, infer and serve take them."""
+    prep = prepare_serving(arch, load, cand, weights, runtime, deployment)
+    if isinstance(prep, str):
+        return prep
+    try:
+        return _sized(arch, load, cand, prep.plan, prep.engine)
+    except GpuwiseError as exc:
+        return str(exc)
+
+
+def prepare_serving(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
+                    runtime: str = "auto",
+                    deployment: InferencePlan | None = None) -> Prepared | str:
+    """Everything a sizing needs before its simulations (the plan this device and runtime
+    can run, the tensor-parallel width, the engine), with the fewest replicas it can have;
+    kept (`_PREPARED`), as a search asks first for these floors, then sizes some. A string
+    says why there is no sizing."""
+    key = (id(cand), arch, load, weights, runtime, deployment)
+    kept = _PREPARED.get(key)
+    if kept is None or kept[0] is not cand:  # the candidate kept alive by its entry
+        if len(_PREPARED) > 1024:
+            _PREPARED.clear()
+        kept = _PREPARED[key] = (cand, _prepare(arch, load, cand, weights, runtime, deployment))
+    return kept[1]
+
+
+_PREPARED: dict[tuple[object, ...], tuple[Candidate, Prepared | str]] = {}
+
+
+def _prepare(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
+             runtime: str, deployment: InferencePlan | None) -> Prepared | str:
     hw, rt = cand.hw, runtime_for(cand.hw.kind, runtime)
     if cand.rates is None:
         return f"speed not known: {cand.rates_how}"
@@ -67,9 +111,18 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
         if tp is None or tp > most:
             return f"{weights} weights do not fit on {most} device(s) under {rt}"
         tp, engine = _fast_enough(arch, load, plan, hw, cand, tp, most)
-        return _sized(arch, load, cand, replace(plan, tp=tp), engine)
+        return Prepared(replace(plan, tp=tp), engine, _replicas_floor(engine, load, cand))
     except GpuwiseError as exc:
         return str(exc)
+
+
+def _replicas_floor(engine: Engine, load: ServeLoad, cand: Candidate) -> int:
+    """The fewest replicas a sizing can have: the load over the headroom asked for, at the
+    rate no replica can exceed (where `fewest_replicas` starts), at most `max_replicas`."""
+    ceiling = rate_ceiling(engine, load.prompt_tokens, load.output_tokens)
+    need = load.arrivals_per_s / load.max_utilisation
+    floor = max(1, math.ceil(need / ceiling)) if ceiling > 0 else 1
+    return floor if cand.max_replicas is None else min(floor, cand.max_replicas)
 
 
 def _fast_enough(arch: Architecture, load: ServeLoad, plan: InferencePlan, hw: Hardware,
