@@ -9,7 +9,11 @@ Mappings: gpt-fast (torch.compile) -> `compiled`; llama.cpp CUDA -> `llama.cpp`.
 (power-limited to 330 W, as gpt-fast's other entries in ../shared/validation/published.json)
 -> a100-sxm-80gb; RTX 3090 -> rtx-3090. Mixtral-8x7B-Instruct -> mixtral-8x7b (same shapes);
 DeepSeek-V2-Lite (llama.cpp's "deepseek2 16B") -> deepseek-v2-lite. Weights: int8 weight-only
--> int8, bf16 -> bf16, Q4_0 -> q4_0. A llama-bench pp512 run at microbatch N is N tokens a
+-> int8, bf16 -> bf16, Q4_0 -> q4_0, the ggml-org gpt-oss GGUF -> mxfp4. vLLM on an "A100"
+(80 GB, form not stated) -> a100-sxm-80gb. An entry's `options` are gpuwise's flags for the
+run's own (llama-server --n-cpu-moe 36 -> --n-cpu-moe 36); such a run's host is the catalogue
+cloud host infer takes for a catalogue GPU (100 GB/s), not the poster's desktop, and a GPU the
+post does not name is estimated as an RTX 3090 (the experts on the host set its decode). A llama-bench pp512 run at microbatch N is N tokens a
 step at a mean context of 256: a decode step of batch N at a prompt of 256.
 
 Run:  .venv/bin/python benchmarks/validate_moe.py [--json OUT]
@@ -25,18 +29,29 @@ from pathlib import Path
 from public_cli import gpuwise_json
 
 DATA = Path(__file__).resolve().parent / "data" / "moe_measurements.json"
-RUNTIMES = {"torch-compile": "compiled", "llama.cpp-cuda": "llama.cpp"}
-DEVICES = {"A100 SXM 80GB (330 W)": "a100-sxm-80gb", "RTX 3090 24GB": "rtx-3090"}
+RUNTIMES = {"torch-compile": "compiled", "llama.cpp-cuda": "llama.cpp", "vllm": "vllm"}
+DEVICES = {"A100 SXM 80GB (330 W)": "a100-sxm-80gb", "RTX 3090 24GB": "rtx-3090",
+           "A100 80GB": "a100-sxm-80gb",
+           "CUDA GPU, unstated (about 8 GB of it used); Core i9-14900K host": "rtx-3090"}
 MODELS = {"Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
-          "DeepSeek-V2-Lite (deepseek2 16B)": "deepseek-v2-lite"}
-WEIGHTS = {"int8 (weight-only)": "int8", "bf16": "bf16", "Q4_0": "q4_0"}
+          "DeepSeek-V2-Lite (deepseek2 16B)": "deepseek-v2-lite", "gpt-oss-120b": "gpt-oss-120b",
+          "Qwen3-30B-A3B": "qwen3-30b-a3b"}
+WEIGHTS = {"int8 (weight-only)": "int8", "bf16": "bf16", "Q4_0": "q4_0",
+           "MXFP4 (ggml-org GGUF)": "mxfp4"}
+
+
+def group(e: dict) -> str:
+    """The rows a median is taken over: by runtime, expert offload apart."""
+    offload = any(o in ("--cpu-moe", "--n-cpu-moe") for o in e.get("options", ()))
+    return RUNTIMES[e["runtime"]] + (" --n-cpu-moe" if offload else "")
 
 
 def estimate(e: dict) -> float:
     t = gpuwise_json("infer", MODELS[e["model"]], "--on", DEVICES[e["device"]],
                      "--runtime", RUNTIMES[e["runtime"]], "--weights", WEIGHTS[e["weights"]],
                      "--batch", str(e["batch"]), "--prompt", str(e["prompt_tokens"]),
-                     "--new-tokens", str(e["output_tokens"]), "--tp", str(e["tensor_parallel"]))
+                     "--new-tokens", str(e["output_tokens"]), "--tp", str(e["tensor_parallel"]),
+                     *e.get("options", ()))
     return e["batch"] / t["time"]["decode_s_per_token"]
 
 
@@ -52,11 +67,16 @@ def main() -> None:
         err = est / e["value"] - 1
         rows.append({"id": e["id"], "model": MODELS[e["model"]], "device": DEVICES[e["device"]],
                      "runtime": RUNTIMES[e["runtime"]], "weights": WEIGHTS[e["weights"]],
-                     "batch": e["batch"], "tp": e["tensor_parallel"], "published": e["value"],
+                     "batch": e["batch"], "tp": e["tensor_parallel"], "group": group(e),
+                     "published": e["value"],
                      "estimated": est, "error": err})
         print(f"{e['id']:7s} {RUNTIMES[e['runtime']]:10s} {DEVICES[e['device']]:14s} "
               f"{MODELS[e['model']]:17s} {WEIGHTS[e['weights']]:5s} {e['batch']:5d} "
               f"{e['tensor_parallel']:3d} {e['value']:9.4g} {est:9.4g} {100 * err:+5.0f}%")
+    for name in sorted({r["group"] for r in rows}):
+        errors = [abs(r["error"]) for r in rows if r["group"] == name]
+        print(f"{name:22s} median |error| {100 * statistics.median(errors):5.1f}% "
+              f"over {len(errors)}")
     errs = [abs(r["error"]) for r in rows]
     worst = max(rows, key=lambda r: abs(r["error"]))
     print(f"\nmedian |error| {100 * statistics.median(errs):.1f}% over {len(rows)} entries; "
