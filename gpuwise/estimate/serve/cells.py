@@ -46,25 +46,47 @@ class Ubatch:
 
 @dataclass
 class _SeqTiles:
-    """A sequence's KV tiles in the order its positions first reach them, with that position."""
+    """A sequence's KV tiles in the order its positions first reach them, with that position;
+    scanned up to its `piece`-th piece's `offset`-th cell (`scanned` cells in all)."""
 
     order: list[int] = field(default_factory=list)
     firsts: list[int] = field(default_factory=list)
     seen: set[int] = field(default_factory=set)
     scanned: int = 0
+    piece: int = 0
+    offset: int = 0
 
     def update(self, pieces: list[Piece], held: int) -> None:
         """Its cells (`pieces`, `held` of them) from the first not yet scanned."""
         if self.scanned == held:
             return
-        new = islice(chain.from_iterable(pieces), self.scanned, None)
-        for pos, cell in enumerate(new, self.scanned):
-            tile = cell // FA_TILE
-            if tile not in self.seen:
-                self.seen.add(tile)
-                self.order.append(tile)
-                self.firsts.append(pos)
+        pos, skip = self.scanned - self.offset, self.offset  # where the piece starts
+        for i in range(self.piece, len(pieces)):
+            piece = pieces[i]
+            for tile, k in _tiles(piece, skip):
+                if tile not in self.seen:
+                    self.seen.add(tile)
+                    self.order.append(tile)
+                    self.firsts.append(pos + k)
+            pos, skip = pos + len(piece), 0
+            self.piece, self.offset = i, len(piece)
         self.scanned = held
+
+
+def _tiles(piece: Piece, skip: int) -> Iterator[tuple[int, int]]:
+    """The KV tiles a piece's cells from its `skip`-th on fall in, in order, each with the
+    index of its first such cell: a run (or every n-th cell) a tile at a time, others a
+    cell at a time."""
+    if isinstance(piece, range) and 0 < piece.step < FA_TILE:
+        if skip >= len(piece):
+            return
+        start, step = piece.start, piece.step
+        first, last = piece[skip] // FA_TILE, piece[-1] // FA_TILE
+        for tile in range(first, last + 1):
+            yield tile, max(skip, -(-(tile * FA_TILE - start) // step))
+        return
+    for k, cell in enumerate(islice(piece, skip, None), skip):
+        yield cell // FA_TILE, k
 
 
 @dataclass
