@@ -69,9 +69,10 @@ def _ids(out):
 
 def test_vendor_and_memory_filters_combine(capsys):
     code, out, _ = run(["hardware", "--vendor", "amd", "--min-memory", "192", "--json"], capsys)
-    assert code == 0 and _ids(out) == {"mi300x", "mi325x"}
+    assert code == 0 and _ids(out) == {"mi300x", "mi325x", "mi355x"}
     code, out, _ = run(["hardware", "--vendor", "AMD", "--json"], capsys)
-    assert _ids(out) == {"mi300x", "mi325x", "rx-7900-xtx", "mi250x", "rx-9070-xt", "rx-7900-xt"}
+    assert _ids(out) == {"mi300x", "mi325x", "mi355x", "rx-7900-xtx", "mi250x", "rx-9070-xt",
+                         "rx-7900-xt"}
     code, out, _ = run(["hardware", "--vendor", "apple", "--json"], capsys)
     assert code == 0 and {d["vendor"] for d in json.loads(out)} == {"apple"}
 

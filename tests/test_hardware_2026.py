@@ -150,3 +150,120 @@ def test_hardware_lists_the_new_devices_by_vendor(capsys):
                           if g in APPLE[c]} <= _ids(out)
     code, out, _ = run(["hardware", "--vendor", "nvidia", "--max-price", "500", "--json"], capsys)
     assert code == 0 and {"rtx-4060", "rtx-5060-ti-16gb", "jetson-orin-nano-super"} <= _ids(out)
+
+
+# Third pass: the parts the second left out for want of a price or a kind. id -> marketed memory
+# in GB (read as GiB; ROCm's 288 GiB for the MI355X).
+THIRD = {"rtx-5090-laptop": 24, "l20": 48, "jetson-agx-orin-64gb": 64, "mi355x": 288,
+         "arc-a770": 16, "gaudi3": 128, "gaudi2": 96}
+UNPRICED = ("l20", "jetson-agx-orin-64gb", "mi355x", "arc-a770", "gaudi2")
+
+
+@pytest.mark.parametrize("device", THIRD)
+def test_each_third_pass_device_has_its_sources_and_marketed_memory(device):
+    hw = find_hardware(device)
+    assert hw.id == device and hw.memory_gib == THIRD[device]
+    assert len(hw.spec_source) > 100 and len(hw.price_source) > 60 and len(hw.notes) > 200
+    assert hw.spec_date and hw.price_date
+    for alias in hw.aliases:
+        assert find_hardware(alias) is hw
+    if device in UNPRICED:  # allowed where price_source says why (test_hardware_data.py)
+        assert hw.list_price_usd == 0 and hw.cloud_usd_per_hour == 0
+        why = hw.price_source.lower()
+        assert any(r in why for r in ("no published price", "no price found", "no sourced price"))
+    else:
+        assert hw.list_price_usd > 0
+
+
+@pytest.mark.parametrize("device", [d for d in THIRD if find_hardware(d).kind == "gpu"])
+def test_third_pass_fp32_is_units_times_128_lanes_times_two_times_the_clock(device):
+    """128 FP32 lanes a unit: Ada/Blackwell/Ampere SMs, Xe-cores, CDNA 4 CUs (packed FP32)."""
+    hw = find_hardware(device)
+    expected = hw.compute_units * 128 * 2 * hw.boost_clock_mhz / 1e6
+    assert hw.peak_tflops["fp32"] == pytest.approx(expected, rel=0.005)
+
+
+def test_third_pass_matrix_peaks_follow_the_per_unit_rates():
+    laptop = find_hardware("rtx-5090-laptop")  # 512 FP16/FP32-acc FLOP a clock a SM
+    bf16 = 82 * 512 * 2160 / 1e6
+    assert laptop.peak_tflops["bf16"] == pytest.approx(bf16, rel=0.002)
+    for dtype, times in (("fp8", 2), ("int8", 4), ("fp4", 8)):
+        assert laptop.peak_tflops[dtype] == pytest.approx(times * bf16, rel=0.002)
+    orin = find_hardware("jetson-agx-orin-64gb")  # the nano entry's 4096 INT8 a clock a SM
+    assert orin.peak_tflops["int8"] == pytest.approx(16 * 4096 * 1300 / 1e6, rel=0.002)
+    assert orin.sparse_peak_tflops["int8"] == pytest.approx(2 * orin.peak_tflops["int8"], rel=0.01)
+    mi355x = find_hardware("mi355x")  # ISSCC 2026: 8192 FP8 FLOP a clock a CU
+    fp8 = 256 * 8192 * 2400 / 1e6
+    assert mi355x.peak_tflops["fp8"] == pytest.approx(fp8, rel=0.001)
+    assert mi355x.peak_tflops["bf16"] == pytest.approx(fp8 / 2, rel=0.001)
+    assert mi355x.peak_tflops["fp4"] == pytest.approx(2 * fp8, rel=0.001)  # MXFP4
+    assert mi355x.arch.startswith("cdna4") and mi355x.compute_units == 256
+    l20 = find_hardware("l20")  # NVIDIA's export-limited figures, taken as dense
+    assert l20.peak_tflops["bf16"] == 119.5 and l20.peak_tflops["fp8"] == 239.0
+    gaudi3 = find_hardware("gaudi3")  # Intel's MME rates: fp8 at the bf16 rate
+    assert gaudi3.peak_tflops == {"bf16": 1835.0, "fp8": 1835.0} and gaudi3.boost_clock_mhz == 0
+    assert find_hardware("gaudi2").peak_tflops["bf16"] == 432.0
+
+
+def test_laptops_and_modules_are_not_advise_candidates_but_on_still_takes_them():
+    from gpuwise.app.cost import _considered, candidates
+
+    ids = {c.hw.id for c in candidates(None, None, None)}
+    for hw in load_hardware():
+        if hw.form_factor in ("laptop", "module"):
+            assert hw.id not in ids, hw.id
+    assert {"rtx-4090-laptop", "rtx-4080-laptop", "rtx-5090-laptop"} <= {
+        hw.id for hw in load_hardware() if hw.form_factor == "laptop"}
+    assert {"jetson-orin-nano-super", "jetson-agx-orin-64gb"} <= {
+        hw.id for hw in load_hardware() if hw.form_factor == "module"}
+    assert "gaudi3" in ids and "rtx-4090" in ids  # priced, a card or board
+    assert not set(UNPRICED) & ids  # no price: not a candidate
+    kw = {"on": "rtx-4090-laptop", "local": False, "local_price": None, "local_power_w": None}
+    assert [c.hw.id for c in _considered(kw)] == ["rtx-4090-laptop"]
+
+
+def test_advise_on_a_laptop_still_prices_it(capsys):
+    code, out, err = run(["advise", "llama-3.2-1b", "--on", "rtx-4090-laptop",
+                          "--requests-per-day", "1000"], capsys)
+    assert code == 0, err
+    assert "rtx-4090-laptop" in out
+
+
+def test_gaudi_runs_vllm_and_transformers_not_llama_cpp(capsys):
+    for runtime in ("vllm", "transformers"):
+        code, out, err = run(["infer", "llama-3.1-8b", "--on", "gaudi3", "--runtime", runtime],
+                             capsys)
+        assert code == 0, err
+    for runtime in ("llama.cpp", "sglang"):
+        code, out, err = run(["infer", "llama-3.1-8b", "--on", "gaudi3", "--runtime", runtime],
+                             capsys)
+        assert code == 2 and out == ""
+        assert f"error: {runtime} does not run on Intel Gaudi 3" in err and "(hpu)" in err
+        assert "--runtime transformers or vllm" in err
+        assert len(err.strip().splitlines()) <= 2
+    code, out, _ = run(["hardware", "--kind", "hpu", "--json"], capsys)
+    assert code == 0 and _ids(out) == {"gaudi2", "gaudi3"}
+
+
+def test_gaudi_refuses_cuda_only_kernels_and_flash_attention():
+    gaudi = Device.of(find_hardware("gaudi3"))
+    assert gaudi.kind == "hpu" and dtype_refusal("bf16", gaudi) is None
+    assert dtype_refusal("fp16", gaudi).instead == "bf16"  # no published fp16 MME rate
+    assert kernel_refusal("marlin", gaudi) is not None
+    assert needs("attention", "flash").vendors == ("nvidia",)
+
+
+def test_mi355x_runs_mxfp4_and_refuses_nvfp4(capsys):
+    mi355x = Device.of(find_hardware("mi355x"))
+    assert "fp4" in mi355x.matmul_dtypes  # its MXFP4 rate, not NVIDIA's NVFP4
+    assert kernel_refusal("mxfp4-w4a16", mi355x) is None
+    assert kernel_refusal("nvfp4-w4a4", mi355x) is not None
+    code, out, err = run(["infer", "gpt-oss-120b", "--on", "mi355x", "--weights", "mxfp4",
+                          "--runtime", "vllm"], capsys)
+    assert code == 0, err
+    assert "mxfp4-w4a16" in out  # FlashInfer's MXFP4 x MXFP8 is Blackwell's
+    code, out, err = run(["infer", "gpt-oss-120b", "--on", "mi355x", "--weights", "nvfp4",
+                          "--runtime", "vllm"], capsys)
+    assert code == 2 and out == ""
+    assert "nvfp4-w4a4 kernel does not run on the AMD Instinct MI355X" in err
+    assert "Nvidia GPUs only" in err

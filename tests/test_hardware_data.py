@@ -45,10 +45,16 @@ REQUIRED_KEYS: dict[str, tuple[type, ...]] = {
 }
 
 VENDORS = {"nvidia", "amd", "apple", "google", "intel", "generic"}
-KINDS = {"gpu", "tpu", "apple", "cpu"}
+KINDS = {"gpu", "tpu", "hpu", "apple", "cpu"}
+# Optional `form_factor`: a laptop GPU or an edge module (absent: a card or a board).
+FORM_FACTORS = {"laptop", "module"}
 DTYPES = {"fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"}
-# fp4 (dense FP4 tensor peak): Blackwell's tensor cores, compute capability 10.0 and later.
+# fp4 (dense FP4 matrix peak): Blackwell's tensor cores, compute capability 10.0 and later, and
+# AMD CDNA 4's matrix cores (MXFP4).
 FP4_MIN_CC = 10.0
+FP4_AMD_ARCH = "cdna4"
+# A price of 0 for both list and cloud is allowed where price_source says why (one of these).
+UNPRICED_REASONS = ("no published price", "no price found", "no sourced price")
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 DATE_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?$")
 
@@ -233,20 +239,38 @@ def test_peak_tables_well_formed(devices: list[dict]) -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_fp4_only_on_blackwell(devices: list[dict]) -> None:
-    # FP4 matrix units are Blackwell's (sm_100, sm_120); no other device lists an fp4 peak.
+def _has_fp4_units(dev: dict) -> bool:
+    """Blackwell (NVIDIA compute capability 10.0 and later) or AMD CDNA 4 (MXFP4)."""
+    if dev["vendor"] == "nvidia":
+        return dev.get("compute_capability", 0) >= FP4_MIN_CC
+    return dev["vendor"] == "amd" and dev.get("arch", "").startswith(FP4_AMD_ARCH)
+
+
+def test_fp4_only_on_blackwell_and_cdna4(devices: list[dict]) -> None:
+    # FP4 matrix units are Blackwell's (sm_100, sm_120) and CDNA 4's (gfx950); no other
+    # device lists an fp4 peak.
     bad = [
         d["id"]
         for d in devices
         for table in (d["peak_tflops"], d["sparse_peak_tflops"])
-        if "fp4" in table
-        and not (d["vendor"] == "nvidia" and d.get("compute_capability", 0) >= FP4_MIN_CC)
+        if "fp4" in table and not _has_fp4_units(d)
     ]
     assert not bad, bad
-    blackwell = [d for d in devices if "fp4" in d["peak_tflops"]]
-    assert {"b200", "rtx-5090"} <= {d["id"] for d in blackwell}
-    # FP4 runs at twice the fp8 rate on every Blackwell part listed.
-    assert all(d["peak_tflops"]["fp4"] >= d["peak_tflops"]["fp8"] for d in blackwell)
+    fp4 = [d for d in devices if "fp4" in d["peak_tflops"]]
+    assert {"b200", "rtx-5090", "mi355x"} <= {d["id"] for d in fp4}
+    # FP4 runs at twice the fp8 rate (or more) on every part listed.
+    assert all(d["peak_tflops"]["fp4"] >= d["peak_tflops"]["fp8"] for d in fp4)
+
+
+def test_form_factors(devices: list[dict]) -> None:
+    bad = [(d["id"], d["form_factor"]) for d in devices
+           if "form_factor" in d and d["form_factor"] not in FORM_FACTORS]
+    assert not bad, bad
+    laptops = {d["id"] for d in devices if d.get("form_factor") == "laptop"}
+    modules = {d["id"] for d in devices if d.get("form_factor") == "module"}
+    assert {"rtx-4090-laptop", "rtx-4080-laptop", "rtx-5090-laptop"} <= laptops
+    assert all("laptop" in i for i in laptops)
+    assert all(i.startswith("jetson-") for i in modules) and len(modules) >= 2
 
 
 def test_dense_never_exceeds_sparse(devices: list[dict]) -> None:
@@ -321,25 +345,41 @@ def test_known_anchor_values(
 
 
 def test_unrented_and_unsold_are_zero_not_missing(devices: list[dict]) -> None:
-    # TPUs are only rented; a price of 0 must be explained in price_source.
+    # TPUs are only rented; a device with neither price (sold only through OEMs, only in
+    # China, no price found) must say why in price_source.
     for dev in devices:
         if dev["kind"] == "tpu":
             assert dev["list_price_usd"] == 0, dev["id"]
             assert dev["cloud_usd_per_hour"] > 0, dev["id"]
         if dev["list_price_usd"] == 0 and dev["cloud_usd_per_hour"] == 0:
-            pytest.fail(f"{dev['id']}: neither sold nor rented")
+            why = dev["price_source"].lower()
+            if not any(reason in why for reason in UNPRICED_REASONS):
+                pytest.fail(f"{dev['id']}: neither sold nor rented, and price_source does "
+                            f"not say why (one of {UNPRICED_REASONS})")
 
 
 def test_boost_clocks_are_the_clocks_the_fp32_peaks_are_computed_at(devices: list[dict]) -> None:
     """fp32 peak = compute units x FP32 lanes x 2 x boost clock, with 64, 128 or 256 lanes a
-    unit (Volta/Turing/GA100, Ampere-Ada-Hopper-Blackwell SMs, CDNA3 CUs)."""
+    unit (Volta/Turing/GA100, Ampere-Ada-Hopper-Blackwell SMs, CDNA3/CDNA4 CUs). A GPU must give
+    its clock; an hpu (Gaudi: no published clock nor FP32 rate) gives none."""
     problems = []
     for dev in devices:
         clock = dev.get("boost_clock_mhz", 0)
         if not clock:
             assert dev["kind"] != "gpu", f"{dev['id']}: a GPU without its boost clock"
             continue
+        assert dev["kind"] != "hpu", f"{dev['id']}: an hpu lists no clock"
         lanes = dev["peak_tflops"]["fp32"] * 1e12 / (dev["compute_units"] * 2 * clock * 1e6)
         if min(abs(lanes / n - 1) for n in (64, 128, 256)) > 0.02:
             problems.append(f"{dev['id']}: {lanes:.1f} FP32 lanes a unit at {clock} MHz")
     assert not problems, "\n".join(problems)
+
+
+def test_hpus_are_gaudis_with_a_bf16_matrix_peak(devices: list[dict]) -> None:
+    """kind "hpu" (Intel Gaudi, like "tpu" for Google's): matrix-engine peaks only, bf16 among
+    them; no clock, so the fp32 rule above does not apply."""
+    hpus = [d for d in devices if d["kind"] == "hpu"]
+    assert {"gaudi2", "gaudi3"} <= {d["id"] for d in hpus}
+    for dev in hpus:
+        assert dev["vendor"] == "intel" and dev["arch"].startswith("gaudi"), dev["id"]
+        assert "bf16" in dev["peak_tflops"] and not dev.get("boost_clock_mhz"), dev["id"]

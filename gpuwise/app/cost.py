@@ -106,8 +106,11 @@ def candidate(hw: Hardware, price: float | None = None, rate: float | None = Non
 
 def candidates(local: Hardware | None, local_price: float | None,
                local_power_w: float | None) -> list[Candidate]:
-    """Every catalogue device with a price, and this machine."""
-    out = [candidate(hw) for hw in load_hardware() if hw.list_price_usd or hw.cloud_usd_per_hour]
+    """Every catalogue device with a price, and this machine; not a laptop GPU or an edge
+    module (hardware.toml `form_factor`): `--on` names one where it is meant."""
+    out = [candidate(hw) for hw in load_hardware()
+           if (hw.list_price_usd or hw.cloud_usd_per_hour)
+           and hw.form_factor not in ("laptop", "module")]
     if local is not None:
         out.insert(0, candidate(local, local_price, None, local_power_w))
     return out

@@ -17,7 +17,7 @@ class Hardware:
 
     id: str
     name: str
-    kind: str  # gpu | tpu | apple | cpu
+    kind: str  # gpu | tpu | hpu (Intel Gaudi) | apple | cpu
     vendor: str
     memory_bytes: int
     memory_bandwidth_gbs: float
@@ -44,6 +44,9 @@ class Hardware:
     arch: str = ""  # the chip's architecture (hardware.toml); "" where not known (detected)
     compute_capability: float = 0.0  # NVIDIA's CUDA compute capability; 0: not NVIDIA or not known
     site: str = "datacentre"  # where an owned one runs: "home" (GeForce cards, Macs) or "datacentre"
+    # "laptop" (a laptop GPU), "module" (a Jetson); "": a card or board. `advise` does not
+    # choose a laptop or a module itself (nobody serves from a row of laptops); --on still takes one
+    form_factor: str = ""
 
     @property
     def memory_gib(self) -> float:
