@@ -6,21 +6,12 @@ from __future__ import annotations
 import platform
 from collections import Counter
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.text import Text
 
-from gpuwise.app.catalogue import ModelRow
-from gpuwise.app.check import CheckAnswer
-from gpuwise.app.config_files import ConfigUse
-from gpuwise.app.infer import InferAnswer
-from gpuwise.app.local import LocalAnswer
-from gpuwise.app.train import TrainAnswer
-from gpuwise.catalog.hardware import Hardware
-from gpuwise.estimate.memory.breakdown import MemoryEstimate
 from gpuwise.estimate.runtimes import runtime_unit
-from gpuwise.estimate.training_search import FitSearch
 from gpuwise.report import terminal
 from gpuwise.report.checkpoint_records import checkpoint_record
 from gpuwise.report.precision_lines import inference_fp32, training_fp32
@@ -38,6 +29,17 @@ from gpuwise.report.time_lines import faults_tip, time_lines
 from gpuwise.units import format_bytes, format_tokens
 from gpuwise.workload import count_params
 from gpuwise.workload.plans import InferencePlan, TrainingPlan
+
+if TYPE_CHECKING:  # the answers' types: each command imports its own app module
+    from gpuwise.app.catalogue import ModelRow
+    from gpuwise.app.check import CheckAnswer
+    from gpuwise.app.config_files import ConfigUse
+    from gpuwise.app.infer import InferAnswer
+    from gpuwise.app.local import LocalAnswer
+    from gpuwise.app.train import TrainAnswer
+    from gpuwise.catalog.hardware import Hardware
+    from gpuwise.estimate.memory.breakdown import MemoryEstimate
+    from gpuwise.estimate.training_search import FitSearch
 
 
 def _context_label(plan: InferencePlan) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuwise.app.train import PageFaults
 from gpuwise.report.terminal import format_seconds
+
+if TYPE_CHECKING:
+    from gpuwise.app.train import PageFaults
 
 # The share of a step in page faults from which `gpuwise train` says how to avoid them.
 FAULTS_WORTH_A_TIP = 0.05

@@ -89,8 +89,9 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
     # not where each estimate replays an allocator (CUDA's, or the host's at the last steps)
     first = sized(low)
     own = isinstance(first, InferencePlan) and runtime_unit(first.runtime).own_memory_rules
-    smooth_held = own or not uses_cuda_allocator(hw)
-    smooth = own and hw.kind != "cpu"
+    if own:  # its rules hold no allocator's slack: one search, each step its own estimate
+        return _largest(lambda n: estimate(n, None), low, high)
+    smooth_held = not uses_cuda_allocator(hw)  # a held host slack; not a CUDA replay
 
     def held_search(at: int, lo: int, hi: int) -> int:
         held = slack(at)
@@ -106,8 +107,8 @@ def _largest_settled(arch: Architecture, hw: Hardware, sized: Callable[[int], Pl
             break
         upper = held_search(lower, lower, upper)
     if lower and estimate(lower, None)[0]:  # the last few steps each with its own replay
-        return _largest(lambda n: estimate(n, None), lower, max(lower, upper), smooth)
-    return _largest(lambda n: estimate(n, None), low, high, smooth)
+        return _largest(lambda n: estimate(n, None), lower, max(lower, upper), False)
+    return _largest(lambda n: estimate(n, None), low, high, False)
 
 
 def _without_slack(arch: Architecture, plan: InferencePlan, hw: Hardware,

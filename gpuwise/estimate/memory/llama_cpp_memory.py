@@ -32,12 +32,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.memory.breakdown import MemoryEstimate, make_estimate
 from gpuwise.estimate.memory.llama_cpp_experts import cpu_moe_layers, expert_layer_bytes
 from gpuwise.estimate.memory.llama_cpp_graph import GraphDims, compute_buffer
-from gpuwise.estimate.memory.llama_cpp_repack import (
-    cpu_features,
-    gguf_tensors,
-    repacked,
-    unmapped_after_load,
-)
+from gpuwise.estimate.memory.llama_cpp_repack import cpu_features, weight_copies
 from gpuwise.estimate.memory.weights import weight_bytes
 from gpuwise.workload import Architecture
 from gpuwise.workload.plans import InferencePlan
@@ -247,9 +242,7 @@ def _cpu_parts(arch: Architecture, plan: InferencePlan, hw: Hardware, weights: f
     rt = llama_cpp_runtime()
     reserved, touched, runs, flash, kv_el, n_ctx = run
     features = cpu_features(hw)
-    tensors = gguf_tensors(arch, plan)
-    extra = repacked(tensors, features)
-    unmapped = unmapped_after_load(tensors, features) if extra else 0.0
+    extra, unmapped = weight_copies(arch, plan, features)
     work = work_bytes(arch, plan, runs, flash, kv_el)
     state = runtime_state(arch, n_ctx, rt)
     overhead = float(rt.baseline_bytes_cpu)

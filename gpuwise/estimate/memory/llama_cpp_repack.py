@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.serving_runtimes import llama_cpp_runtime
@@ -91,8 +92,13 @@ def estimated_tensors(arch: Architecture, plan: InferencePlan) -> tuple[GgufTens
     """The tensors of a GGUF of the plan's format in llama-quantize's order, typed as
     llama-quant.cpp types them (`llama_tensor_get_type`) for the file types gpuwise's formats
     name; () for other formats."""
+    return _format_tensors(arch, plan.weight_format.id)
+
+
+@lru_cache(maxsize=256)  # a search estimates one model and format many times
+def _format_tensors(arch: Architecture, fmt: str) -> tuple[GgufTensor, ...]:
     rt = llama_cpp_runtime()
-    mix = rt.ftype_mix.get(plan.weight_format.id)
+    mix = rt.ftype_mix.get(fmt)
     if mix is None:
         return ()
     main, more_bits = mix[0], (mix[1] if len(mix) > 1 else "")
@@ -123,6 +129,29 @@ def gguf_tensors(arch: Architecture, plan: InferencePlan) -> tuple[GgufTensor, .
         return tuple(GgufTensor(name, t.lower(), rows, cols, nbytes, experts)
                      for name, t, rows, cols, nbytes, experts in sw.gguf_tensors)
     return estimated_tensors(arch, plan)
+
+
+def weight_copies(arch: Architecture, plan: InferencePlan,
+                  features: frozenset[str]) -> tuple[dict[str, float], float]:
+    """(bytes copied into each CPU extra buffer, bytes of them unmapped after loading) of the
+    plan's GGUF; kept per model and format where the file is the format's."""
+    sw = plan.stored_weights
+    if sw is not None and sw.gguf_tensors:
+        return _copies(gguf_tensors(arch, plan), features)
+    extra, unmapped = _format_copies(arch, plan.weight_format.id, features)
+    return dict(extra), unmapped
+
+
+@lru_cache(maxsize=256)
+def _format_copies(arch: Architecture, fmt: str,
+                   features: frozenset[str]) -> tuple[dict[str, float], float]:
+    return _copies(_format_tensors(arch, fmt), features)
+
+
+def _copies(tensors: tuple[GgufTensor, ...],
+            features: frozenset[str]) -> tuple[dict[str, float], float]:
+    extra = repacked(tensors, features)
+    return extra, unmapped_after_load(tensors, features) if extra else 0.0
 
 
 def cpu_features(hw: Hardware) -> frozenset[str]:
