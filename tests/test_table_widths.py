@@ -264,7 +264,7 @@ def test_wide_catalogues_at_200_have_every_column_and_every_name_whole():
     lines = _readable(_invoke(WIDE, "hardware", "--wide")[0], [h.name for h in load_hardware()],
                       WIDE)
     header = _header(lines, "id").split(" | ")
-    for col in ("id", "name", "GiB", "GB/s", "bf16 TFLOP/s", "fp8", "TDP W", "$/h cloud", "link",
+    for col in ("id aliases (also taken by --on)", "name", "GiB", "GB/s", "bf16 TFLOP/s", "fp8", "TDP W", "$/h cloud", "link",
                 "list $"):
         assert col in header, header
     lines = _readable(_invoke(WIDE, "models", "--wide")[0], [m.hf_id for m in load_models()],

@@ -211,7 +211,7 @@ def _target(load: ServeLoad | TrainLoad) -> str:
     return ", ".join(parts) if parts else "the load (no latency target given)"
 
 
-RUNTIME_AUTO = "vllm on GPUs, llama.cpp on CPUs and Macs"
+RUNTIME_AUTO = "vllm on GPUs and Gaudi, llama.cpp on CPUs and Macs"
 
 
 def _header(model: ResolvedModel, load: ServeLoad | TrainLoad, kw: dict[str, Any]) -> Header:

@@ -10,6 +10,10 @@ from importlib import resources
 from gpuwise.errors import GpuwiseError, normalise_name, unknown_name_error
 from gpuwise.units import GIB
 
+# Kinds whose devices are linked to each other (NVLink, ICI, Gaudi's RoCE ports): a model may
+# be split over several (tensor parallelism, ZeRO-3); others run one device a replica.
+LINKED_KINDS = ("gpu", "tpu", "hpu")
+
 
 @dataclass(frozen=True)
 class Hardware:

@@ -46,7 +46,7 @@ class Refusal:
         return f"{self.what} does not run on the {self.device}: {self.why}"
 
 
-KIND_NAMES = {"cpu": "CPU", "gpu": "GPU", "apple": "Mac", "tpu": "TPU"}
+KIND_NAMES = {"cpu": "CPU", "gpu": "GPU", "apple": "Mac", "tpu": "TPU", "hpu": "Gaudi"}
 
 
 def lacks(n: Needs, d: Device) -> str:

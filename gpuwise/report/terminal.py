@@ -208,26 +208,30 @@ def format_hardware_table(devices: tuple[Hardware, ...], wide: bool = False) -> 
 def _hardware_table(devices: tuple[Hardware, ...], wide: bool, caption: str) -> Table:
     table = Table(title="Hardware catalogue (spec values; dense peaks)", title_justify="left",
                   show_edge=False, caption=caption, caption_justify="left")
-    table.add_column("id", no_wrap=True)
+    # each id with its aliases under it: as wide as the longest of either, so none is cut
+    width = max((len(n) for hw in devices for n in (hw.id, *hw.aliases)), default=0)
+    table.add_column("id\naliases (also taken by --on)", overflow="fold", min_width=width,
+                     max_width=width)
     if wide:
         table.add_column("name", no_wrap=True)
     for col in ("GiB", "GB/s", "bf16\nTFLOP/s", *(("fp8", "TDP W") if wide else ()), "$/h\ncloud"):
         table.add_column(col, justify="right", no_wrap=True)
     if wide:
-        table.add_column("link")
+        table.add_column("link", max_width=20)
         table.add_column("list $", justify="right", no_wrap=True)
-    table.add_column("aliases (also taken by --on)", overflow="fold",
-                     min_width=max((len(a) for hw in devices for a in hw.aliases), default=0))
     for hw in devices:
         pk = hw.peak_tflops
-        cells = [hw.id, *((hw.name,) if wide else ()), f"{hw.memory_gib:,.1f}",
+        named = Text(hw.id)
+        if hw.aliases:
+            named.append("\n" + ", ".join(hw.aliases), style="dim")
+        cells = [named, *((hw.name,) if wide else ()), f"{hw.memory_gib:,.1f}",
                  f"{hw.memory_bandwidth_gbs:,.0f}", _num(pk.get("bf16"))]
         if wide:
             cells += [_num(pk.get("fp8")), _num(hw.tdp_w)]
         cells.append(_num(hw.cloud_usd_per_hour, 2))
         if wide:
             cells += [hw.interconnect, _num(hw.list_price_usd)]
-        table.add_row(*cells, ", ".join(hw.aliases))
+        table.add_row(*cells)
     return table
 
 

@@ -19,7 +19,7 @@ FALLBACK = PeopleRun("transformers", "bf16", "no runtime for this kind of device
 
 
 # Each kind of device (hardware.toml `kind`) as the claims name it.
-DEVICE_WORDS = {"cpu": "CPU", "gpu": "GPU", "apple": "Mac", "tpu": "TPU"}
+DEVICE_WORDS = {"cpu": "CPU", "gpu": "GPU", "apple": "Mac", "tpu": "TPU", "hpu": "Gaudi"}
 
 
 def runtime_for(phase: str, kind: str) -> PeopleRun:

@@ -9,6 +9,7 @@ from functools import partial
 
 from gpuwise.catalog.costs import CostAssumptions, at_site
 from gpuwise.catalog.formats import weight_format
+from gpuwise.catalog.hardware import LINKED_KINDS
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.thresholds import advise_thresholds
 from gpuwise.estimate.cost.option_search import Floor, Priced, Unsized, sized_in_waves
@@ -160,7 +161,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
 def _slow_first(map_all: MapAll[Job, Sizing | str], size: Callable[[Job], Sizing | str],
                 jobs: list[Job]) -> list[Sizing | str]:
     """The slow sizings first (llama.cpp's on CPUs and Macs), so none is left for last alone."""
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].hw.kind in ("gpu", "tpu"))
+    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].hw.kind in LINKED_KINDS)
     done = dict(zip(order, map_all(size, [jobs[i] for i in order]), strict=True))
     return [done[i] for i in range(len(jobs))]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.hardware import LINKED_KINDS, Hardware
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.capability import Device, kernel_here, plan_refusal, weights_here
@@ -30,9 +30,10 @@ from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.plans import InferencePlan
 from gpuwise.workload.requests import Lengths
 
-# What each kind of device serves with when the user does not say (issue 23): vLLM on GPUs,
-# llama.cpp on CPUs and Apple silicon, transformers elsewhere.
-DEFAULT_RUNTIME = {"gpu": "vllm", "cpu": "llama.cpp", "apple": "llama.cpp"}
+# What each kind of device serves with when the user does not say (issue 23): vLLM on GPUs
+# and Gaudi (the vllm-gaudi plugin), llama.cpp on CPUs and Apple silicon, transformers
+# elsewhere.
+DEFAULT_RUNTIME = {"gpu": "vllm", "hpu": "vllm", "cpu": "llama.cpp", "apple": "llama.cpp"}
 
 
 def runtime_for(kind: str, asked: str) -> str:
@@ -107,7 +108,7 @@ def _prepare(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
             plan = replace(plan, gpu_layers=arch.num_layers)
         plan = _longest_context_that_fits(arch, plan, hw)
         tp = devices_for_inference(arch, plan, hw)
-        most = MAX_TENSOR_PARALLEL if hw.kind in ("gpu", "tpu") else 1
+        most = MAX_TENSOR_PARALLEL if hw.kind in LINKED_KINDS else 1
         if tp is None or tp > most:
             return f"{weights} weights do not fit on {most} device(s) under {rt}"
         tp, engine = _fast_enough(arch, load, plan, hw, cand, tp, most)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuwise.catalog.hardware import Hardware
+from gpuwise.catalog.hardware import LINKED_KINDS, Hardware
 from gpuwise.estimate.capability import training_dtype_here, training_refusal
 from gpuwise.estimate.cost.prices import Usage
 from gpuwise.estimate.memory.fits import devices_for_training
@@ -74,7 +74,7 @@ def size_training(arch: Architecture, plan: TrainingPlan, load: TrainLoad,
     if (refused := training_refusal(plan, hw)) is not None:
         return refused.line()
     n = devices_for_training(arch, plan, hw)
-    alone = hw.kind not in ("gpu", "tpu")  # no device interconnect: one device only
+    alone = hw.kind not in LINKED_KINDS  # no device interconnect: one device only
     if cand.rates is None:
         return f"speed not known: {cand.rates_how}"
     if n is None or (alone and n > 1):
