@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gpuwise.app.infer import ignored_options, offload_host
+from gpuwise.catalog.formats import shipped_weights
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
@@ -42,9 +43,11 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
     """One row per weight precision; a checkpoint's exact stored bytes first."""
     check_tp_degree(arch, plan.tp)
     check_attention(plan, hw)
-    precisions, refused = precisions_here(replace(plan, stored_weights=None), hw,
-                                          runtime_unit(plan.runtime).precisions
-                                          or CHECK_PRECISIONS)
+    listed = runtime_unit(plan.runtime).precisions or CHECK_PRECISIONS
+    shipped = shipped_weights(model.config)  # the format it ships in, where not listed
+    if shipped and shipped not in listed and not plan.stored_weights:
+        listed = (shipped, *listed)
+    precisions, refused = precisions_here(replace(plan, stored_weights=None), hw, listed)
     plans = [kernel_here(replace(plan, stored_weights=None, weights=p), hw) for p in precisions]
     rows = check_rows(arch, replace(plan, stored_weights=None), hw, precisions)
     if plan.stored_weights:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuwise.catalog.formats import shipped_weights
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.runtimes import runtime_unit
@@ -30,6 +31,9 @@ def gguf_tensors(ckpt: Any) -> tuple[tuple[str, str, int, int, int, int], ...]:
                  for t in ckpt.tensors)
 
 
+SHIPPED_WORD = "quantization_config"
+
+
 def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dict[str, Any]:
     """`weights` and `stored_weights` for an InferencePlan, and a line saying where they are from.
 
@@ -39,9 +43,13 @@ def plan_weights(model: ResolvedModel, runtime: str, weights: str | None) -> dic
     """
     ckpt = getattr(model, "checkpoint", None)
     if ckpt is None or weights is not None:
-        fmt = weights or "bf16"
-        why = " (--weights given)" if ckpt is not None else ""
-        return {"weights": fmt, "stored_weights": None, "source": f"estimated ({fmt}){why}"}
+        shipped = None if weights is not None else shipped_weights(model.config)
+        fmt = weights or shipped or "bf16"
+        why = " (--weights given)" if ckpt is not None and weights is not None else ""
+        if shipped:
+            why = f", the format its config.json ships ({SHIPPED_WORD})"
+        return {"weights": fmt, "stored_weights": None, "source": f"estimated ({fmt}){why}",
+                "shipped": bool(shipped)}
     unit = runtime_unit(runtime)
     if ckpt.format in unit.dequantises:
         return {

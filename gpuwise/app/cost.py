@@ -248,8 +248,9 @@ def advise_options(kw: dict[str, Any], progress: Progress | None = None) -> Advi
         options = training_options(arch, training_plan(kw), load, cands, a, limit, skipped)
     else:
         with Workers("sizing option", progress) as workers:
-            options = serving_options(arch, load, cands, a, kw["weights"], kw["runtime"], api,
-                                      limit, skipped, deployment(model, kw), workers,
+            dep = deployment(model, kw)
+            options = serving_options(arch, load, cands, a, dep.weights, kw["runtime"], api,
+                                      limit, skipped, dep, workers,
                                       None if kw["show_all"] else ROWS_SHOWN, unsized)
     if not options:
         why = "; ".join(f"{what}: {reason}" for what, reason in skipped[:3])
@@ -275,7 +276,8 @@ def _considered(kw: dict[str, Any]) -> list[Candidate]:
 
 def deployment(model: ResolvedModel, kw: dict[str, Any]) -> InferencePlan:
     """The settings each option is run with, from the deployment options check, infer and
-    serve take (app/deployment.py): the same builder, the runtime and weights set per option."""
+    serve take (app/deployment.py): the same builder, the runtime and weights set per option
+    (its weights, where --weights is not given: the format the model ships in, else bf16)."""
     d = Deployment(kv_dtype=kw.get("kv_dtype"), ctx=kw.get("ctx"),
                    attention=kw.get("attention") or "sdpa",
                    gpu_memory_utilization=kw.get("gpu_memory_utilization"),
@@ -310,8 +312,8 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
     if isinstance(load, TrainLoad):
         sizing = size_training(arch, training_plan(kw), load, cand)
     else:
-        sizing = size_serving_simulated(arch, load, cand, kw["weights"], kw["runtime"],
-                                        deployment(model, kw))
+        dep = deployment(model, kw)
+        sizing = size_serving_simulated(arch, load, cand, dep.weights, kw["runtime"], dep)
     if isinstance(sizing, str):
         raise GpuwiseError(f"no {model.name} option on {hw.name}: {sizing}",
                            f"see `gpuwise check {kw['model']} --on {kw['on']}`")

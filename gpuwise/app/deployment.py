@@ -25,7 +25,7 @@ class Deployment:
     `--weights`, `--kv-dtype`, ...). None: the runtime's or the checkpoint's own."""
 
     runtime: str = "transformers"
-    weights: str | None = None  # None: as stored in a checkpoint, else bf16
+    weights: str | None = None  # None: as stored in a checkpoint, else as shipped, else bf16
     kv_dtype: str | None = None  # None: the compute dtype (llama.cpp: f16)
     ctx: int | None = None  # context allocated up front (llama.cpp n_ctx, vLLM max_model_len)
     attention: str = "sdpa"
@@ -77,14 +77,24 @@ def build_plan(model: ResolvedModel, deployment: Deployment, workload: Workload,
                          expandable_segments=d.expandable_segments,
                          expert_parallel=d.expert_parallel)  # checks --tp first
     plan = _with_experts(model, d, plan)
+    source = chosen["source"]
     if hw is not None:
-        plan = plan_here(plan, hw, weights_asked=d.weights is not None)
+        try:
+            plan = plan_here(plan, hw, weights_asked=d.weights is not None)
+        except GpuwiseError as exc:
+            if not chosen.get("shipped"):
+                raise
+            # the format it ships in has no kernel here: its weights dequantised, as
+            # transformers does where MXFP4's kernels do not run (a bf16 copy for vLLM)
+            plan = plan_here(replace(plan, weights="bf16"), hw, weights_asked=False)
+            source = (f"estimated ({plan.weights}): the {chosen['weights']} it ships in does "
+                      f"not run here ({exc.message.removeprefix('the ')})")
     gpus = d.tp if d.gpus is None else d.gpus
     check_count(gpus, "--gpus", 1 << 16)
     if gpus % d.tp:
         raise GpuwiseError(f"--gpus {gpus} is not a multiple of --tp {d.tp}",
                            "each replica runs on --tp devices")
-    return Planned(plan, chosen["source"], gpus // d.tp)
+    return Planned(plan, source, gpus // d.tp)
 
 
 def _with_experts(model: ResolvedModel, d: Deployment, plan: InferencePlan) -> InferencePlan:

@@ -156,3 +156,20 @@ def _format_named(name: str) -> WeightFormat | None:
 def dtype_bytes(name: str) -> float:
     """Bytes per element of a plain (or quantised, without scales) dtype."""
     return weight_format(name).bytes_per_element
+
+
+def shipped_weights(config: dict[str, Any]) -> str | None:
+    """The format a model's config.json says its weights ship in (`quantization_config`, as
+    transformers and vLLM read it): gpt-oss's MXFP4, DeepSeek-V3's block-scaled fp8, an
+    AWQ/GPTQ checkpoint's int4 or int8; None where it names none gpuwise has (bf16 then)."""
+    q = config.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return "mxfp4"
+    if method == "fp8":
+        return "fp8-block" if q.get("weight_block_size") else "fp8"
+    if method in ("awq", "gptq"):
+        return {4: "int4", 8: "int8"}.get(int(q.get("bits", 4) or 4))
+    return None

@@ -48,8 +48,9 @@ WORKLOAD = [
          "targets each replica is sized for, 0.6 or 60% (the rest is headroom for peaks)",
          "--target-utilization"),
     _opt("hours_per_day", float, 24.0, "inference: hours a day the service runs"),
-    _opt("weights", str, "bf16", "inference: weight precision (CPUs try int8 and int4, or "
-         "the GGUF type given, e.g. q4_k_m)"),
+    _opt("weights", str | None, None, "inference: weight precision (default: the format the "
+         "model ships in, else bf16; CPUs try int8 and int4, or the GGUF type given, e.g. "
+         "q4_k_m)"),
     _opt("runtime", str, "auto", "inference: the serving runtime: auto (vllm on GPUs and Gaudi, "
          "llama.cpp on CPUs and Macs), vllm, sglang, llama.cpp, transformers or compiled; "
          "advise compares several side by side: vllm,sglang,llama.cpp"),

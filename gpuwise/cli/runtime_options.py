@@ -46,8 +46,8 @@ GpuUtil = Annotated[
 Weights = Annotated[
     str | None,
     typer.Option(
-        help="weight precision: fp32, bf16, fp16, fp8, int8, int4, nf4 (default: as stored in "
-        "a checkpoint, else bf16)"
+        help="weight precision: fp32, bf16, fp16, fp8, int8, int4, nf4, mxfp4, a GGUF type "
+        "(default: as stored in a checkpoint, else the format the model ships in, else bf16)"
     ),
 ]
 KvDtype = Annotated[
