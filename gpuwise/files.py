@@ -22,14 +22,26 @@ from typing import Any, BinaryIO
 from gpuwise.errors import GpuwiseError
 from gpuwise.units import KIB, format_bytes
 
-__all__ = ["file_type", "json_object", "own_output", "read_bytes", "read_json",
-           "read_text", "regular_file", "replace_atomically", "shown", "write_failed"]
+__all__ = ["CACHE_ENV", "cache_dir", "file_type", "json_object", "own_output", "read_bytes",
+           "read_json", "read_text", "regular_file", "replace_atomically", "shown",
+           "write_failed"]
+
+CACHE_ENV = "GPUWISE_CACHE_DIR"
 
 SHOWN_CHARS = 80  # a name in a message is cut to about this (a name can be megabytes long)
 FIRST_LINE_BYTES = 64 * KIB  # more than any header record gpuwise writes
 # What stat says is not there: a missing file, a path through a file, a name no file can have.
 NOTHING_THERE = (FileNotFoundError, NotADirectoryError)
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+
+
+def cache_dir() -> Path:
+    """gpuwise's own folder (probe profiles, the catalogue's parsed copies): $GPUWISE_CACHE_DIR,
+    else the XDG cache's gpuwise; not created until something is saved there."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gpuwise"
 
 
 def shown(text: str | os.PathLike[str], limit: int = SHOWN_CHARS) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
 from gpuwise.app.infer import ignored_options, offload_host
+from gpuwise.app.side_by_side import side_by_side
 from gpuwise.catalog.formats import shipped_weights
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
@@ -49,7 +51,8 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
         listed = (shipped, *listed)
     precisions, refused = precisions_here(replace(plan, stored_weights=None), hw, listed)
     plans = [kernel_here(replace(plan, stored_weights=None, weights=p), hw) for p in precisions]
-    rows = check_rows(arch, replace(plan, stored_weights=None), hw, precisions)
+    rows = check_rows(arch, replace(plan, stored_weights=None), hw, precisions,
+                      partial(side_by_side, what="precision"))
     if plan.stored_weights:
         plans.insert(0, plan)
         rows.insert(0, replace(precision_row(arch, plan, hw),

@@ -4,10 +4,11 @@ against both is estimate/capability.py."""
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+
+from gpuwise.catalog.toml_cache import parsed_toml
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Needs:
 def _needs() -> dict[tuple[str, str], Needs]:
     text = resources.files("gpuwise.catalog").joinpath("data/capabilities.toml").read_text()
     out = {}
-    for kind, table in tomllib.loads(text).items():
+    for kind, table in parsed_toml(text, "capabilities").items():
         for name, rec in table.items():
             sources = rec.get("sources", {})
             out[(kind, name)] = Needs(kind, name, tuple(rec.get("vendors", ())),

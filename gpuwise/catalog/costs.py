@@ -6,12 +6,12 @@ source becomes "your --flag".
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from gpuwise.catalog.toml_cache import parsed_toml
 from gpuwise.errors import GpuwiseError
 
 SCALARS = ("electricity_usd_per_kwh", "pue", "depreciation_years", "hosting_usd_per_kw_month",
@@ -72,7 +72,7 @@ class CostAssumptions:
 @cache
 def _data() -> dict[str, Any]:
     text = resources.files("gpuwise.catalog").joinpath("data/costs.toml").read_text()
-    return tomllib.loads(text)
+    return parsed_toml(text, "costs")
 
 
 def load_costs() -> CostAssumptions:

@@ -4,12 +4,12 @@ GGUF block types, and llama.cpp's GGUF file types (each a mix of block types).""
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from gpuwise.catalog.toml_cache import parsed_toml
 from gpuwise.errors import GpuwiseError, normalise_name, unknown_name_error
 
 
@@ -81,7 +81,8 @@ class WeightFormat:
 @cache
 def _data() -> dict[str, Any]:
     """formats.toml, parsed once (callers must not change it)."""
-    return tomllib.loads(resources.files("gpuwise.catalog").joinpath("data/formats.toml").read_text())
+    return parsed_toml(resources.files("gpuwise.catalog").joinpath("data/formats.toml").read_text(),
+                       "formats")
 
 
 @cache

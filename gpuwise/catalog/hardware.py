@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from gpuwise.catalog.toml_cache import parsed_toml
 from gpuwise.errors import GpuwiseError, normalise_name, unknown_name_error
 from gpuwise.units import GIB
 
@@ -96,7 +96,7 @@ def load_hardware() -> tuple[Hardware, ...]:
     """Every device in the catalogue, in file order; an entry with `sizes` gives one device a
     memory size."""
     text = resources.files("gpuwise.catalog").joinpath("data/hardware.toml").read_text()
-    return tuple(_from_record(r) for rec in tomllib.loads(text)["device"]
+    return tuple(_from_record(r) for rec in parsed_toml(text, "hardware")["device"]
                  for r in _with_sizes(rec))
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -21,6 +20,7 @@ from typing import Any
 
 from gpuwise.catalog.checkpoints import Checkpoint, checkpoint_kind, read_checkpoint
 from gpuwise.catalog.checkpoints.safetensors_reader import read_config_json
+from gpuwise.catalog.toml_cache import parsed_toml
 from gpuwise.errors import GpuwiseError, normalise_name, unknown_name_error
 from gpuwise.files import file_type, shown
 
@@ -63,7 +63,7 @@ class ResolvedModel:
 def load_models() -> tuple[ModelEntry, ...]:
     text = resources.files("gpuwise.catalog").joinpath("data/models.toml").read_text()
     out = []
-    for rec in tomllib.loads(text)["model"]:
+    for rec in parsed_toml(text, "models")["model"]:
         rec = {k: v for k, v in rec.items() if k in ModelEntry.__dataclass_fields__}
         rec["aliases"] = tuple(rec.get("aliases", ()))
         out.append(ModelEntry(**rec))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -11,6 +10,7 @@ from typing import Any
 
 from gpuwise.catalog.sourced import sourced_section
 from gpuwise.catalog.stacks import stack_value
+from gpuwise.catalog.toml_cache import parsed_toml
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def runtime(device_kind: str) -> Runtime:
     """The transformers runtime on a CPU ("cpu") or an accelerator (anything else)."""
     key = "transformers-cpu" if device_kind == "cpu" else "transformers-cuda"
     text = resources.files("gpuwise.catalog").joinpath("data/runtimes.toml").read_text()
-    rec = tomllib.loads(text)[key]
+    rec = parsed_toml(text, "runtimes")[key]
     return Runtime(id=key, **rec)
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
+
+from gpuwise.catalog.toml_cache import parsed_toml
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class SglangRuntime:
 @cache
 def _sections() -> dict[str, Any]:
     text = resources.files("gpuwise.catalog").joinpath("data/runtimes.toml").read_text()
-    return tomllib.loads(text)
+    return parsed_toml(text, "serving_runtimes")
 
 
 @cache

@@ -4,11 +4,12 @@ number enters an estimate without where it came from."""
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
+
+from gpuwise.catalog.toml_cache import parsed_toml
 
 T = TypeVar("T")
 
@@ -17,7 +18,7 @@ T = TypeVar("T")
 def data_file(name: str) -> dict[str, Any]:
     """A TOML file of gpuwise/catalog/data, parsed once (callers must not change it)."""
     text = resources.files("gpuwise.catalog").joinpath(f"data/{name}").read_text()
-    return tomllib.loads(text)
+    return parsed_toml(text, name.removesuffix(".toml"))
 
 
 def sourced_section(file: str, section: str) -> tuple[dict[str, Any], dict[str, str]]:

@@ -13,30 +13,20 @@ probe that just ran is never lost; a profile that cannot be read (a FIFO, binary
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 from pathlib import Path
 
 from gpuwise.errors import GpuwiseError
-from gpuwise.files import read_text, replace_atomically, shown
+from gpuwise.files import CACHE_ENV, cache_dir, read_text, replace_atomically, shown
 from gpuwise.measure.probe import Profile, machine_fingerprint
 from gpuwise.units import MIB
 
 __all__ = ["cache_dir", "load_profile", "profile_path", "read_profile", "save_profile"]
 
-CACHE_ENV = "GPUWISE_CACHE_DIR"
 # Which profile answers for this machine when no backend is named: the fastest device first.
 PREFERRED_BACKENDS = ("torch-cuda", "torch-cpu", "numpy-cpu")
 WHAT = "probe profile"
 MAX_PROFILE_BYTES = 64 * MIB  # a full probe's profile is ~100 KB
-
-
-def cache_dir() -> Path:
-    """Where profiles live (not created until a profile is saved)."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "gpuwise"
 
 
 def profile_path(fingerprint: str, backend: str, rejected: bool = False) -> Path:
