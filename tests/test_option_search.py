@@ -10,7 +10,7 @@ from gpuwise.app.cost import candidates
 from gpuwise.catalog import resolve_model
 from gpuwise.catalog.costs import load_costs
 from gpuwise.estimate.cost.advise import ROWS_SHOWN, Job, advise, serving_options
-from gpuwise.estimate.cost.option_search import Floor, Priced, Unsized, sized_in_waves
+from gpuwise.estimate.cost.option_search import Floor, Priced, Unsized, sized_cheapest_first
 from gpuwise.workload import from_config
 from gpuwise.workload.deployments import ServeLoad
 
@@ -65,12 +65,11 @@ def test_a_busy_load_leaves_the_dear_candidates_unsized() -> None:
 def _search(floors: list[Floor], results: list[list[Priced]], rows: int) -> list[int]:
     sized: list[int] = []
 
-    def size_wave(jobs: list[int]) -> list[int]:
-        sized.extend(jobs)
-        return jobs
+    def size(job: int) -> int:
+        sized.append(job)
+        return job
 
-    sized_in_waves(list(range(len(floors))), floors, rows, size_wave,
-                   lambda i: results[i], wave=1)
+    sized_cheapest_first(list(range(len(floors))), floors, rows, size, lambda i: results[i])
     return sized
 
 
@@ -80,12 +79,13 @@ def test_a_cheaper_cpu_or_a_smaller_fleet_is_still_sized() -> None:
               Floor(2, 70.0), Floor(4, 80.0)]
     results = [cheap, cheap, [Priced(True, 8, 55.0, cpu=True)], [Priced(True, 1, 65.0)],
                [Priced(True, 2, 75.0)], [Priced(True, 4, 85.0)]]
-    # two rows: both filled by the first two; the CPU (none met yet), the 1-device fleet
-    # (smaller than any) are sized; 2 devices after 1 cannot be smallest, nor can 4
-    assert _search(floors, results, 2) == [0, 1, 2, 3]
+    # two rows: both filled by the first two; the CPU (started first: it is always sized),
+    # the 1-device fleet (smaller than any) are sized; 2 devices after 1 cannot be
+    # smallest, nor can 4
+    assert _search(floors, results, 2) == [2, 0, 1, 3]
     # a CPU that meets cheaper than another CPU's floor leaves that one unsized
     floors[4] = Floor(8, 70.0, cpu=True)
     results[4] = [Priced(True, 8, 71.0, cpu=True)]
-    assert _search(floors, results, 2) == [0, 1, 2, 3]
+    assert _search(floors, results, 2) == [2, 0, 1, 3]
     # with more rows than options that meet, every candidate is sized
-    assert _search(floors, results, 20) == [0, 1, 2, 3, 4, 5]
+    assert _search(floors, results, 20) == [2, 0, 1, 3, 4, 5]

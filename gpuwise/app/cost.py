@@ -250,7 +250,7 @@ def advise_options(kw: dict[str, Any], progress: Progress | None = None) -> Advi
         with Workers("sizing option", progress) as workers:
             dep = deployment(model, kw)
             options = serving_options(arch, load, cands, a, dep.weights, kw["runtime"], api,
-                                      limit, skipped, dep, workers,
+                                      limit, skipped, dep, workers.stream,
                                       None if kw["show_all"] else ROWS_SHOWN, unsized)
     if not options:
         why = "; ".join(f"{what}: {reason}" for what, reason in skipped[:3])

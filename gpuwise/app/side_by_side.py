@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -56,6 +56,34 @@ class Workers:
             _report(self.progress, self.what, self.done, total)
             self.done += 1
         return [f.result() for f in futures]
+
+    def stream(self, fn: Callable[[T], R], items: Iterator[T]) -> Iterator[tuple[T, R]]:
+        """Each item with its result as it comes, one item a worker at a time: the next is
+        taken from `items` once a worker is free, so it is chosen knowing every result
+        before it (estimate/in_turn.py `Stream`)."""
+        if _cores() < 2:
+            for item in items:
+                _report(self.progress, self.what, self.done, self.done + 1)
+                yield item, fn(item)
+                self.done += 1
+            return
+        pending: dict[Future[R], T] = {}
+        ended = False
+        while True:
+            while not ended and len(pending) < _cores():
+                try:
+                    item = next(items)
+                except StopIteration:
+                    ended = True
+                    break
+                pending[self._workers().submit(fn, item)] = item
+            if not pending:
+                return
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                _report(self.progress, self.what, self.done, self.done + len(pending))
+                self.done += 1
+                yield pending.pop(f), f.result()
 
     def _workers(self) -> ProcessPoolExecutor:
         if self._pool is None:

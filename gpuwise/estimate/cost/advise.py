@@ -3,16 +3,14 @@ recommendation with its reasons. Pure: the caller passes the candidates and thei
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
 from gpuwise.catalog.costs import CostAssumptions, at_site
 from gpuwise.catalog.formats import weight_format
-from gpuwise.catalog.hardware import LINKED_KINDS
 from gpuwise.catalog.runtime_speed import runtime_speed
 from gpuwise.catalog.thresholds import advise_thresholds
-from gpuwise.estimate.cost.option_search import Floor, Priced, Unsized, sized_in_waves
+from gpuwise.estimate.cost.option_search import Floor, Priced, Unsized, sized_cheapest_first
 from gpuwise.estimate.cost.prices import (
     OptionCost,
     Usage,
@@ -23,7 +21,7 @@ from gpuwise.estimate.cost.prices import (
 )
 from gpuwise.estimate.cost.serving_sim import Prepared, prepare_serving, size_serving_simulated
 from gpuwise.estimate.cost.sizing import Candidate, Sizing, size_training
-from gpuwise.estimate.in_turn import MapAll, in_turn
+from gpuwise.estimate.in_turn import Stream, one_by_one
 from gpuwise.units import HOURS_PER_MONTH
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad, TrainLoad
@@ -123,12 +121,12 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
                     api_usd_per_mtok: tuple[float, float] | None = None,
                     max_wall_kw: float | None = None, skipped: Skipped | None = None,
                     deployment: InferencePlan | None = None,
-                    map_all: MapAll[Job, Sizing | str] = in_turn,
+                    stream: Stream[tuple[int, Job], Sizing | str] = one_by_one,
                     rows: int | None = None, unsized: list[Unsized[Job]] | None = None,
                     ) -> list[Option]:
     """Every candidate that fits, at `weights` (CPUs: `cpu_weights`), priced; the
-    others go to `skipped` with the reason. `map_all` runs the sizings (one simulation
-    each). `rows`: size only what can change the `rows` cheapest options that meet the
+    others go to `skipped` with the reason. `stream` runs the sizings (a few simulations
+    each), in turn or side by side. `rows`: size only what can change the `rows` cheapest options that meet the
     targets and the reasons (option_search.py), the others to `unsized` with their floors;
     None: size every one."""
     runtimes = runtime_list(runtime)
@@ -139,8 +137,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
               for j, p in zip(jobs, ready, strict=True)]
     size = partial(_size_job, arch, load, deployment)
     priced_of = partial(_priced, a=a, max_wall_kw=max_wall_kw)
-    done, left = sized_in_waves(jobs, floors, rows, partial(_slow_first, map_all, size),
-                                priced_of)
+    done, left = sized_cheapest_first(jobs, floors, rows, size, priced_of, stream)
     options: list[Option] = []
     for i, (cand, fmt, rt) in enumerate(jobs):
         sizing = done.get(i)
@@ -156,14 +153,6 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
                         *api_usd_per_mtok, load.requests_per_month)
         options.append(Option(None, cost))
     return options
-
-
-def _slow_first(map_all: MapAll[Job, Sizing | str], size: Callable[[Job], Sizing | str],
-                jobs: list[Job]) -> list[Sizing | str]:
-    """The slow sizings first (llama.cpp's on CPUs and Macs), so none is left for last alone."""
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0].hw.kind in LINKED_KINDS)
-    done = dict(zip(order, map_all(size, [jobs[i] for i in order]), strict=True))
-    return [done[i] for i in range(len(jobs))]
 
 
 def _floor(cand: Candidate, prep: Prepared, load: ServeLoad, a: CostAssumptions,

@@ -1,9 +1,9 @@
 """Which of advise's candidates are sized (docs/cost.md, "Which options are sized"). A sizing
 is a few serving simulations; its floor is not: the fewest devices it can have (those its
 weights need, times the replicas the load needs at the rate no replica exceeds) and what
-they cost at the least, powered but idle. Candidates are sized cheapest floor first, a wave
-at a time (side by side within a wave), and one is left unsized once no option of it can
-change the answer:
+they cost at the least, powered but idle. Candidates are sized cheapest floor first (the
+first CPU before them: it is always sized, and slow), each as a worker comes free, and one is
+left unsized once no option of it can change the answer:
 
 - its floor costs more than the last of the `rows` cheapest options that meet the targets
   (the table shows those; options that miss come after every one that meets);
@@ -17,13 +17,15 @@ reasons are those of sizing every candidate; `rows=None` sizes every one (`advis
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
+
+from gpuwise.estimate.in_turn import Stream, one_by_one
 
 J = TypeVar("J")
 S = TypeVar("S")
-WAVE = 8  # candidates a wave: side by side, enough to find `rows` that meet in a wave or two
 
 
 @dataclass(frozen=True)
@@ -74,35 +76,47 @@ class _Bar:
     def matters(self, f: Floor) -> bool:
         if len(self.costs) < self.rows or f.usd_per_month <= self.costs[self.rows - 1]:
             return True
-        if self.smallest is None or (f.devices, f.usd_per_month) < self.smallest:
+        # at most (not below): the candidate that set the bar still matters once it is set
+        if self.smallest is None or (f.devices, f.usd_per_month) <= self.smallest:
             return True
-        return f.cpu and f.usd_per_month < self.cpu
+        return f.cpu and f.usd_per_month <= self.cpu
 
 
-def sized_in_waves(jobs: list[J], floors: list[Floor | None], rows: int | None,
-                   size_wave: Callable[[list[J]], list[S]],
-                   priced: Callable[[S], Sequence[Priced]],
-                   wave: int = WAVE) -> tuple[dict[int, S], list[Unsized[J]]]:
+def sized_cheapest_first(jobs: list[J], floors: list[Floor | None], rows: int | None,
+                         size: Callable[[J], S], priced: Callable[[S], Sequence[Priced]],
+                         stream: Stream[tuple[int, J], S] = one_by_one,
+                         ) -> tuple[dict[int, S], list[Unsized[J]]]:
     """Each job's sizing by its index, and the jobs left unsized with their floors. A job
-    without a floor (None: no sizing can come of it, or its floor is not known) is sized in
-    the first wave. `size_wave` sizes a list of jobs (side by side); `priced` reads a
-    sizing's options."""
+    without a floor (None: no sizing can come of it, or its floor is not known) is always
+    sized. `stream` sizes the jobs it is handed, each chosen once those before it are in
+    (side by side, a few are in flight at once); `priced` reads a sizing's options. What is
+    kept is what matters once every result is in, so the answer does not depend on how many
+    ran at once."""
     order = sorted(range(len(jobs)), key=lambda i: _key(floors[i]))
+    cpus = [i for i in order if (f := floors[i]) is not None and f.cpu]
+    if cpus:  # the first CPU is always sized and is slow: started first, not left for last
+        order.remove(cpus[0])
+        order.insert(0, cpus[0])
+    run = partial(_second, size)
     if rows is None:
-        return dict(zip(order, size_wave([jobs[i] for i in order]), strict=True)), []
-    bar, done, left = _Bar(rows), {}, order
-    while left:
-        keep = [i for i in left if floors[i] is None or bar.matters(floors[i])]  # type: ignore[arg-type]
-        unsized = [i for i in left if i not in set(keep)]
-        if not keep:
-            left = unsized
-            break
-        now, left = keep[:wave], keep[wave:] + unsized
-        left.sort(key=lambda i: _key(floors[i]))
-        for i, s in zip(now, size_wave([jobs[i] for i in now]), strict=True):
-            done[i] = s
-            bar.add(priced(s))
-    return done, [Unsized(jobs[i], floors[i]) for i in left]  # type: ignore[arg-type]
+        return {i: s for (i, _), s in stream(run, ((i, jobs[i]) for i in order))}, []
+    bar, done = _Bar(rows), {}
+
+    def wanted() -> Iterator[tuple[int, J]]:
+        for i in order:
+            if floors[i] is None or bar.matters(floors[i]):  # type: ignore[arg-type]
+                yield i, jobs[i]
+
+    for (i, _), s in stream(run, wanted()):
+        done[i] = s
+        bar.add(priced(s))
+    kept = {i: s for i, s in done.items() if floors[i] is None or bar.matters(floors[i])}  # type: ignore[arg-type]
+    return kept, [Unsized(jobs[i], f) for i in order
+                  if i not in kept and (f := floors[i]) is not None]
+
+
+def _second(fn: Callable[[J], S], pair: tuple[int, J]) -> S:
+    return fn(pair[1])
 
 
 def _key(f: Floor | None) -> float:
