@@ -194,3 +194,27 @@ def test_config_files_set_the_expert_options(tmp_path: Path):
         read = read_config(path, None, "infer", ("serve",))
         assert {k: read.options.get(k) for k in options} == options
         assert not any("expert" in s.why for s in read.not_modelled)
+
+
+def test_advise_and_cost_take_the_expert_options_as_infer_does(capsys) -> None:
+    """One vocabulary: --cpu-moe and --expert-parallel on advise and cost too, the offloaded
+    experts run by the GPU host's CPU as infer runs them."""
+    import json
+
+    from gpuwise.cli import main
+
+    def advise(*extra: str) -> dict:
+        try:
+            main(["advise", "qwen3-30b-a3b", "--on", "rtx-4090", "--runtime", "llama.cpp",
+                  "--weights", "q4_k_m", "--requests-per-day", "2000", "--json", *extra])
+        except SystemExit as exc:
+            assert not exc.code
+        return json.loads(capsys.readouterr().out)["recommendation"]
+
+    on_gpu, offloaded = advise(), advise("--cpu-moe")
+    assert offloaded["time_per_output_token_s"] > 2 * on_gpu["time_per_output_token_s"]
+    try:
+        main(["cost", "qwen3-30b-a3b", "--on", "h100", "--cpu-moe", "--requests-per-day", "10"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    assert "give --runtime llama.cpp" in capsys.readouterr().err

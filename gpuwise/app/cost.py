@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuwise.app.deployment import Deployment, Workload, build_plan
+from gpuwise.app.infer import offload_host
 from gpuwise.app.lookup import hardware_named, model_named
 from gpuwise.app.side_by_side import Progress, Workers
 from gpuwise.catalog.costs import SITES, CostAssumptions, load_costs, with_overrides
@@ -249,6 +250,7 @@ def advise_options(kw: dict[str, Any], progress: Progress | None = None) -> Advi
     else:
         with Workers("sizing option", progress) as workers:
             dep = deployment(model, kw)
+            cands = _with_hosts(cands, dep)
             options = serving_options(arch, load, cands, a, dep.weights, kw["runtime"], api,
                                       limit, skipped, dep, workers.stream,
                                       None if kw["show_all"] else ROWS_SHOWN, unsized)
@@ -278,12 +280,34 @@ def deployment(model: ResolvedModel, kw: dict[str, Any]) -> InferencePlan:
     """The settings each option is run with, from the deployment options check, infer and
     serve take (app/deployment.py): the same builder, the runtime and weights set per option
     (its weights, where --weights is not given: the format the model ships in, else bf16)."""
-    d = Deployment(kv_dtype=kw.get("kv_dtype"), ctx=kw.get("ctx"),
+    d = Deployment(runtime=_deployment_runtime(kw), kv_dtype=kw.get("kv_dtype"), ctx=kw.get("ctx"),
                    attention=kw.get("attention") or "sdpa",
                    gpu_memory_utilization=kw.get("gpu_memory_utilization"),
                    threads=kw.get("threads"), quant_kernel=kw.get("quant_kernel") or "",
-                   gpu_layers=kw.get("gpu_layers"), weights=kw["weights"])
+                   gpu_layers=kw.get("gpu_layers"), weights=kw["weights"],
+                   expert_parallel=bool(kw.get("expert_parallel")),
+                   cpu_moe=bool(kw.get("cpu_moe")), n_cpu_moe=kw.get("n_cpu_moe"))
     return build_plan(model, d, Workload(1, kw["prompt"], kw["output"])).plan
+
+
+def _with_hosts(cands: list[Candidate], dep: InferencePlan) -> list[Candidate]:
+    """Each GPU with its host's CPU where llama.cpp runs layers or experts there (infer's)."""
+    if dep.gpu_layers is None and not dep.cpu_moe_layers:
+        return cands
+    return [replace(c, host=offload_host(dep, c.hw)) for c in cands]
+
+
+def _deployment_runtime(kw: dict[str, Any]) -> str:
+    """The runtime the deployment options are checked against: the one named, else vLLM
+    (what GPUs serve with); llama.cpp's expert offload asks for llama.cpp by name."""
+    named = [r for r in runtime_list(kw["runtime"]) if r != "auto"]
+    if len(named) == 1:
+        return named[0]
+    if kw.get("cpu_moe") or kw.get("n_cpu_moe") is not None:
+        flag = "--cpu-moe" if kw.get("cpu_moe") else "--n-cpu-moe"
+        raise GpuwiseError(f"{flag} sizes llama.cpp servers, and --runtime is "
+                           f"{kw['runtime']}", "give --runtime llama.cpp")
+    return "vllm"
 
 
 def _mode(kw: dict[str, Any]) -> str | None:
@@ -313,6 +337,7 @@ def cost_option(kw: dict[str, Any]) -> CostAnswer:
         sizing = size_training(arch, training_plan(kw), load, cand)
     else:
         dep = deployment(model, kw)
+        cand = _with_hosts([cand], dep)[0]
         sizing = size_serving_simulated(arch, load, cand, dep.weights, kw["runtime"], dep)
     if isinstance(sizing, str):
         raise GpuwiseError(f"no {model.name} option on {hw.name}: {sizing}",

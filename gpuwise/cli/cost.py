@@ -93,6 +93,13 @@ DEPLOYMENT = [
     _opt("quant_kernel", str, "", "inference: the weight-only kernel (default: the runtime's "
          "own)"),
     _opt("gpu_layers", int | None, None, "inference: llama.cpp's -ngl (default: all on the GPU)"),
+    _opt("expert_parallel", bool, False, "inference: a mixture of experts' routed experts split "
+         "whole over each replica's devices (vLLM --enable-expert-parallel, SGLang --ep-size; "
+         "default: split as other matrices)", "--expert-parallel"),
+    _opt("cpu_moe", bool, False, "inference: llama.cpp's --cpu-moe: every layer's routed "
+         "experts in host memory, run by the CPU", "--cpu-moe"),
+    _opt("n_cpu_moe", int | None, None, "inference: llama.cpp's --n-cpu-moe N: the routed "
+         "experts of the first N layers in host memory (default: none)"),
 ]
 ASSUMPTIONS = [
     _opt("electricity", float | None, None, "electricity price, USD per kWh"),

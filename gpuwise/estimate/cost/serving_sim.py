@@ -134,7 +134,8 @@ def _fast_enough(arch: Architecture, load: ServeLoad, plan: InferencePlan, hw: H
     assert cand.rates is not None
     first = None
     while tp <= most:
-        engine = build_engine(arch, replace(plan, tp=tp), hw, cand.rates, ReplicaOptions(tp=tp))
+        engine = build_engine(arch, replace(plan, tp=tp), hw, cand.rates, ReplicaOptions(tp=tp),
+                              cand.host)
         first = first or (tp, engine)
         ttft0, tpot0 = no_load_latency(engine, load.prompt_tokens, load.output_tokens)
         if not _misses(load, ttft0, tpot0)[0]:

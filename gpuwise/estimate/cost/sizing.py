@@ -31,6 +31,7 @@ class Candidate:
     rate_usd_per_hour: float | None = None  # overrides the catalogue's on-demand rate
     label: str = ""
     max_replicas: int | None = None  # this machine: there is only one of it
+    host: DeviceRates | None = None  # its host's CPU: llama.cpp's offloaded layers and experts
 
     @property
     def name(self) -> str:
