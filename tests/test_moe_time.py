@@ -140,3 +140,81 @@ def test_infers_decode_is_serves_no_load_step_for_a_moe_plan(runtime, weights, d
     run = runtime_unit(plan.runtime).as_run(arch, plan, hw)
     engine = build_engine(arch, plan, hw, rates, ReplicaOptions(), offload_host(run, hw))
     assert no_load_step(engine, plan.prompt_tokens, plan.new_tokens) == answer.time.decode_s_per_token
+
+
+def test_the_routed_experts_share_applies_to_routed_experts_only(monkeypatch):
+    """A slower grouped MoE kernel slows the routed experts' matmuls, not the shared expert's
+    nor a dense layer's (DeepSeek-V2-Lite: one dense layer, two shared experts a layer)."""
+    from dataclasses import replace as dc_replace
+
+    from gpuwise.catalog import runtime_speed as rs
+    from gpuwise.estimate.speed import step as step_mod
+    arch = _arch("deepseek-v2-lite")
+    base = rs.runtime_speed("vllm")
+    rows = {}
+    for share in (1.0, 0.5):
+        slow = dc_replace(base, expert_memory=share, moe_layer_s=0.0)
+        monkeypatch.setattr(step_mod, "runtime_speed", lambda _name, s=slow: s)
+        plan = _plan("deepseek-v2-lite", "a100-sxm-80gb", "vllm", "bf16", 1, 256, 2)
+        s = step_mod.RooflineStep(arch, plan, rates_for(find_hardware("a100-sxm-80gb"))[0])
+        rows[share] = {(t.op.name, t.op.n, t.op.count, t.op.experts): t.seconds
+                       for t in s.phase("decode", 1, 0, 257.0).ops}
+    changed = [k for k in rows[1.0] if abs(rows[0.5][k] - rows[1.0][k]) > 1e-12]
+    assert changed and all(k[3] > 0 for k in changed)  # routed experts only
+    for k in changed:  # their weights now stream at half the rate: about twice the time
+        assert 1.6 < rows[0.5][k] / rows[1.0][k] <= 2.0
+
+
+def test_the_routing_cost_scales_with_the_sparse_layers():
+    from gpuwise.catalog.runtime_speed import runtime_speed
+    per_layer = runtime_speed("vllm").moe_layer_s
+    assert per_layer > 0
+    for name in ("qwen3-30b-a3b", "deepseek-v2-lite", "mixtral-8x7b"):
+        arch = _arch(name)
+        assert arch.moe is not None
+        plan = _plan(name, "h100-sxm", "vllm", "bf16", 1, 256, 2)
+        from gpuwise.estimate.speed.step import RooflineStep
+        step = RooflineStep(arch, plan, rates_for(find_hardware("h100-sxm"))[0])
+        routing = [t for t in step.phase("decode", 1, 0, 257.0).ops if t.op.name == "moe routing"]
+        assert len(routing) == 1
+        assert routing[0].seconds == pytest.approx(arch.moe.layers * per_layer)
+    # a dense model has none, and transformers pays no such row
+    dense = _plan("qwen3-8b", "h100-sxm", "vllm", "bf16", 1, 256, 2)
+    from gpuwise.estimate.speed.step import RooflineStep
+    step = RooflineStep(_arch("qwen3-8b"), dense, rates_for(find_hardware("h100-sxm"))[0])
+    assert not [t for t in step.phase("decode", 1, 0, 257.0).ops if t.op.name == "moe routing"]
+
+
+def test_llama_cpp_streams_only_the_routed_experts_at_their_share():
+    from gpuwise.catalog.runtime_speed import ggml_backend
+    from gpuwise.estimate.speed.ggml_time import routed_read
+    arch = _arch("deepseek-v2-lite")
+    plan = _plan("deepseek-v2-lite", "rtx-3090", "llama.cpp", "q4_0")
+    assert 0 < routed_read(arch, plan, 1) < weights_read(arch, plan, 1)
+    assert routed_read(_arch("qwen3-8b"), _plan("qwen3-8b", "rtx-3090", "llama.cpp", "q4_0"), 1) == 0.0
+    assert ggml_backend("gpu").expert_memory < 1.0
+    assert ggml_backend("cpu").expert_memory == 1.0  # measured CPU rates are left as they are
+
+
+@pytest.mark.parametrize("isl,osl,tpot_ms", [(4096, 128, 10.3)])
+def test_held_out_vllm_qwen3_moe_decode_on_an_a100_is_within_25_percent(isl, osl, tpot_ms):
+    """moe-18 (tenstorrent/tt-inference-server#340, ISL 4096): held out, nothing was fitted to
+    it (moe_layer_s is fitted to fused_moe kernel runs). Without the routing cost the estimate
+    was 70% too fast; the dense Qwen3-14B of the same sweep is estimated ~35% too fast, so the
+    bound is 25%, not 15%."""
+    plan = _plan("qwen3-30b-a3b", "a100-sxm-80gb", "vllm", "bf16", 1, isl, osl)
+    answer = infer(resolve_model("qwen3-30b-a3b"), _arch("qwen3-30b-a3b"),
+                   find_hardware("a100-sxm-80gb"), plan)
+    assert answer.time is not None
+    assert abs(tpot_ms / 1000 / answer.time.decode_s_per_token - 1) < 0.25
+
+
+@pytest.mark.parametrize("ubatch,published", [(16, 784.29), (32, 1209.58)])
+def test_held_out_llama_cpp_deepseek_v2_lite_batches_are_within_20_percent(ubatch, published):
+    """moe-14, moe-15 (llama.cpp PR 15525, RTX 3090): held out; expert_memory was fitted to
+    ubatch 1, 8 and 64. Before it, +50% and +56% too fast."""
+    plan = _plan("deepseek-v2-lite", "rtx-3090", "llama.cpp", "q4_0", ubatch, 256, 1)
+    answer = infer(resolve_model("deepseek-v2-lite"), _arch("deepseek-v2-lite"),
+                   find_hardware("rtx-3090"), plan)
+    assert answer.time is not None
+    assert abs(ubatch / answer.time.decode_s_per_token / published - 1) < 0.2

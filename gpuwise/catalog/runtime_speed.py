@@ -41,6 +41,11 @@ class RuntimeSpeed:
     prefill_matmul: float
     attention_memory: float
     kernels: dict[str, str]
+    # Mixture of experts: the share of the dense kernel's weight streaming rate the routed
+    # experts' grouped kernel reaches, and seconds per sparse layer a step for its routing
+    # kernels (top-k, sorting tokens by expert, the weighted sum) beyond their launches.
+    expert_memory: float = 1.0
+    moe_layer_s: float = 0.0
     option: str = ""  # the `--runtime` name where the section's key cannot be it
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -74,6 +79,8 @@ class GgmlBackend:
     # "batch_attention", "prompt_attention": of the f16 rate). {}: a batch costs about one
     # token's time and attention runs at the matmul rate (GPUs).
     decode_shares: dict[str, float] = field(default_factory=dict)
+    # Share of the type's token-generation rate the routed experts' MUL_MAT_ID streams at.
+    expert_memory: float = 1.0
     sources: dict[str, str] = field(default_factory=dict, repr=False)
 
 

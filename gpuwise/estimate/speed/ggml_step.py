@@ -24,6 +24,7 @@ from gpuwise.estimate.speed.ggml_time import (
     kv_bytes,
     layer_token_s,
     matmul_seconds,
+    routed_read,
     stream_seconds,
     tiled_attention,
     weights_read,
@@ -176,6 +177,12 @@ def _read(step: GgmlStep, tokens: int) -> float:
     return weights_read(step.arch, step.plan, tokens)
 
 
+@lru_cache(maxsize=4096)
+def _routed(step: GgmlStep, tokens: int) -> float:
+    """Of `_read`, the routed experts' bytes (ggml_time.py `routed_read`)."""
+    return routed_read(step.arch, step.plan, max(1, tokens)) if step.arch.moe else 0.0
+
+
 @lru_cache(maxsize=64)
 def _weights(step: GgmlStep) -> tuple[float, float, float, float]:
     """The weight bytes one token's step reads, the matmul FLOPs a token costs through the
@@ -223,6 +230,11 @@ def _device_times(step: GgmlStep, g: GgmlRates, tokens: int, prompt_tokens: int,
     kv = kv_position * kv_read
     flops = tokens * per_token + logits * per_logit
     streamed = stream_seconds(g, read, read + kv, g.weight_bytes_per_s)
+    experts = _routed(step, tokens) if g.expert_bytes_per_s else 0.0
+    if experts:  # the routed experts' MUL_MAT_ID at its own share of the bandwidth
+        experts = min(experts, read)
+        streamed += (stream_seconds(g, experts, read + kv, g.expert_bytes_per_s)
+                     - stream_seconds(g, experts, read + kv, g.weight_bytes_per_s))
     weights_c = matmul_seconds(g, tokens, flops, streamed)
     decoding = tokens - prompt_tokens
     attention = pf / g.attention_flops if pf else 0.0

@@ -51,6 +51,8 @@ class GgmlRates:
     cache_bytes_per_s: float = 0.0
     cache_full_bytes: float = 0.0
     cache_none_bytes: float = 0.0
+    # the routed experts' weights in token generation (MUL_MAT_ID; 0.0: weight_bytes_per_s)
+    expert_bytes_per_s: float = 0.0
 
 
 _FIELDS = {f.name for f in fields(GgmlRates)} - {"source"}
@@ -173,11 +175,13 @@ def spec_ggml_rates(rates: DeviceRates, backend: GgmlBackend, gtype: str,
     b, f = backend.unit_bytes_per_cycle, backend.unit_flops_per_cycle
     matmul, f16 = rate(peak, backend.matmul, f, gtype), rate(peak, backend.matmul, f, "f16")
     d = backend.decode_shares
-    return GgmlRates(rate(bandwidth, backend.memory, b, gtype), rate(bandwidth, backend.memory, b, "f16"),
+    weights = rate(bandwidth, backend.memory, b, gtype)
+    return GgmlRates(weights, rate(bandwidth, backend.memory, b, "f16"),
                      matmul, f16 * d.get("prompt_attention", 1.0),
                      backend.nodes_per_layer * backend.kernel_s, backend.token_s, 0.0,
                      "spec", f16 * d.get("decode_attention", 0.0),
-                     f16 * d.get("batch_attention", 0.0), matmul * d.get("batch_matmul", 0.0))
+                     f16 * d.get("batch_attention", 0.0), matmul * d.get("batch_matmul", 0.0),
+                     expert_bytes_per_s=weights * backend.expert_memory)
 
 
 def weights_read(arch: Architecture, plan: InferencePlan, tokens: int = 1) -> float:
@@ -198,6 +202,22 @@ def weights_read(arch: Architecture, plan: InferencePlan, tokens: int = 1) -> fl
         read += counts.expert * (experts_touched(moe, tokens) - moe.experts_per_token) / moe.num_experts
     active = rest * read / max(1, counts.total - counts.embedding)
     return active + (embedding if arch.tie_embeddings else 0.0)
+
+
+def routed_read(arch: Architecture, plan: InferencePlan, tokens: int = 1) -> float:
+    """Of `weights_read`, the bytes of the routed experts the step's tokens reach (0.0 for a
+    dense model): MUL_MAT_ID streams them at the backend's `expert_memory` share."""
+    counts = count_params(arch)
+    if not arch.moe or not counts.expert:
+        return 0.0
+    if plan.stored_weights:
+        total = float(plan.stored_weights.total_bytes)
+        rest = total - float(plan.stored_weights.embedding_bytes)
+    else:
+        total = weight_bytes(arch, plan.weight_format)
+        rest = total - total * counts.embedding / counts.total
+    touched = experts_touched(arch.moe, tokens) / arch.moe.num_experts
+    return rest * counts.expert * touched / max(1, counts.total - counts.embedding)
 
 
 def kv_bytes(arch: Architecture, plan: InferencePlan, context: float) -> float:
@@ -263,5 +283,6 @@ def _scaled(g: GgmlRates, timed: GgmlLike) -> GgmlRates:
     streamed at `memory` times the rate, its matmuls at `matmul` times theirs."""
     m = timed.matmul
     return replace(g, weight_bytes_per_s=g.weight_bytes_per_s * timed.memory,
+                   expert_bytes_per_s=g.expert_bytes_per_s * timed.memory,
                    matmul_flops=g.matmul_flops * m, batch_matmul_flops=g.batch_matmul_flops * m,
                    half_matmul_flops=g.half_matmul_flops * m)

@@ -271,7 +271,24 @@ def _dense(step: RooflineStep, tokens: int) -> Sums:
     ops = [op for op in inference_ops(step.arch, shape, step.rt.fused, step.tp,
                                       step.plan.expert_parallel)
            if op.name not in CONTEXT_OPS]
-    return Sums.of(tuple(time_op(op, step.rates, dtype) for op in ops))
+    experts = _expert_rates(step)
+    times = [time_op(op, experts if op.experts else step.rates, dtype) for op in ops]
+    moe = step.arch.moe
+    if moe and step.rt.moe_layer_s:  # the routing kernels of each sparse layer, each step
+        routing = Op("moe routing", "runtime", 0.0, 0.0, moe.layers)
+        times.append(OpTime(routing, 0.0, step.rt.moe_layer_s))
+    return Sums.of(tuple(times))
+
+
+@lru_cache(maxsize=256)
+def _expert_rates(step: RooflineStep) -> DeviceRates:
+    """The rates a routed expert's matmul runs at: the runtime's grouped MoE kernel streams
+    the experts' weights at `expert_memory` times its dense kernel's share (docs/speed.md,
+    "Mixture of experts")."""
+    share = step.rt.expert_memory
+    if share == 1.0:
+        return step.rates
+    return replace(step.rates, weight_stream_share=step.rates.weight_stream_share * share)
 
 
 def _dense_at(step: RooflineStep, tokens: int) -> Sums:
