@@ -21,6 +21,10 @@ class LaunchFlags:
     read: str  # when the lists were read from the sources
     flags: frozenset[str]
     cache_types: tuple[str, ...] = ()  # llama.cpp's -ctk/-ctv values
+    name: str = ""  # the server's name in a message ("vLLM", "llama-server")
+    one_process: bool = False  # one server process: no pipeline, expert or prefill split
+    loads_gguf: bool = False  # runs a .gguf file
+    experts_over_replicas: bool = False  # expert parallelism spans tp x data-parallel ranks
 
 
 @cache
@@ -30,4 +34,7 @@ def launch_flags(runtime: str) -> LaunchFlags:
     return LaunchFlags(runtime=runtime, program=tuple(rec["program"]), version=rec["version"],
                        sources=tuple(rec["sources"]), read=rec["read"],
                        flags=frozenset(rec["flags"]),
-                       cache_types=tuple(rec.get("cache_types", ())))
+                       cache_types=tuple(rec.get("cache_types", ())), name=rec["name"],
+                       one_process=rec.get("one_process", False),
+                       loads_gguf=rec.get("loads_gguf", False),
+                       experts_over_replicas=rec.get("experts_over_replicas", False))

@@ -114,8 +114,9 @@ def _format_id(name: str) -> str:
 
 def _checks(launch: Launch) -> None:
     """Refuse, in one line, what the runtime cannot run."""
-    name = {"vllm": "vLLM", "sglang": "SGLang", "llama.cpp": "llama-server"}[launch.runtime]
-    if launch.runtime == "llama.cpp":
+    flags = launch_flags(launch.runtime)
+    name = flags.name
+    if flags.one_process:
         if launch.expert_parallel:
             raise GpuwiseError("llama.cpp has no expert parallelism",
                                "its experts go to host memory with cpu_moe or n_cpu_moe")
@@ -137,9 +138,9 @@ def _checks(launch: Launch) -> None:
     if llama_only:
         raise GpuwiseError(f"{', '.join(llama_only)}: llama-server's, not {name}'s",
                            "runtime='llama.cpp'")
-    groups = launch.tp if launch.runtime == "sglang" else launch.tp * launch.replicas
+    groups = launch.tp * (launch.replicas if flags.experts_over_replicas else 1)
     if launch.expert_parallel and groups < 2:
-        spread = "tp" if launch.runtime == "sglang" else "tp x replicas"
+        spread = "tp x replicas" if flags.experts_over_replicas else "tp"
         raise GpuwiseError(f"{name} spreads the experts over {spread} GPUs: one GPU has all",
                            "expert_parallel=False")
 
@@ -147,9 +148,9 @@ def _checks(launch: Launch) -> None:
 def _weights(launch: Launch) -> tuple[str, list[str]]:
     """(what the server loads, the flags its weights need) for vLLM and SGLang."""
     fmt = weight_format(launch.weights)
-    name = {"vllm": "vLLM", "sglang": "SGLang"}[launch.runtime]
+    name = launch_flags(launch.runtime).name
     if fmt.gguf or launch.gguf_file:
-        if launch.runtime != "vllm":
+        if not launch_flags(launch.runtime).loads_gguf:
             raise GpuwiseError(f"a GGUF file is run here by llama.cpp or vLLM, not {name}",
                                "runtime='llama.cpp' or 'vllm'")
         if not fmt.gguf:
@@ -176,8 +177,7 @@ def _kv(launch: Launch) -> str | None:
     if launch.kv_dtype is None:
         return None
     table = dict(KV_DTYPES[launch.runtime])
-    if launch.runtime == "llama.cpp":
-        table |= {t: t for t in launch_flags("llama.cpp").cache_types if t != "f16"}
+    table |= {t: t for t in launch_flags(launch.runtime).cache_types if t != "f16"}
     key = launch.kv_dtype.lower()
     if key not in table:
         raise GpuwiseError(f"{launch.runtime} has no {launch.kv_dtype!r} KV cache",
@@ -196,8 +196,7 @@ def _checked(launch: Launch, argv: list[str]) -> list[str]:
 
 def vllm_command(launch: Launch) -> list[str]:
     """`vllm serve MODEL ...`: the plan's choices, and nothing it leaves to vLLM."""
-    if launch.runtime != "vllm":
-        launch = replace(launch, runtime="vllm")
+    launch = replace(launch, runtime="vllm")
     _checks(launch)
     model, weight_flags = _weights(launch)
     argv = [*launch_flags("vllm").program, model, *weight_flags]
@@ -223,8 +222,7 @@ def vllm_command(launch: Launch) -> list[str]:
 
 def sglang_command(launch: Launch) -> list[str]:
     """`python -m sglang.launch_server --model-path MODEL ...`."""
-    if launch.runtime != "sglang":
-        launch = replace(launch, runtime="sglang")
+    launch = replace(launch, runtime="sglang")
     _checks(launch)
     model, weight_flags = _weights(launch)
     argv = [*launch_flags("sglang").program, "--model-path", model, *weight_flags]
@@ -248,8 +246,7 @@ def llama_server_command(launch: Launch) -> list[str]:
     """`llama-server -m FILE.gguf ...`. Several GPUs (tp) split the layers and the KV cache
     between them: --split-mode layer, llama-server's default, so no flag (row and tensor
     splits are not what gpuwise models). Replicas are separate servers (a Deployment)."""
-    if launch.runtime != "llama.cpp":
-        launch = replace(launch, runtime="llama.cpp")
+    launch = replace(launch, runtime="llama.cpp")
     _checks(launch)
     fmt = weight_format(launch.weights)
     if not (fmt.gguf or fmt.id in SIXTEEN_BIT):
@@ -313,7 +310,8 @@ def replicas_snippet(launch: Launch, image: str | None = None) -> str:
     pod = replace(launch, replicas=1, host="0.0.0.0", port=launch.port or DEPLOYMENT_PORT)
     argv = command(pod)
     program = launch_flags(launch.runtime).program
-    cpu_only = launch.runtime == "llama.cpp" and launch.gpu_layers == 0
+    one_process = launch_flags(launch.runtime).one_process
+    cpu_only = one_process and launch.gpu_layers == 0
     gpus = 0 if cpu_only else launch.gpus_per_replica
     name = _k8s_name(launch)
     q = json.dumps
@@ -346,9 +344,9 @@ def replicas_snippet(launch: Launch, image: str | None = None) -> str:
         f"            httpGet: {{path: /health, port: {pod.port}}}",
         "            periodSeconds: 10",
     ]
-    if launch.runtime == "llama.cpp":
+    if launch.gguf_file:
         lines.insert(1, f"# {launch.gguf_file} must be in the container: mount its volume")
-    if gpus > 1 and launch.runtime != "llama.cpp":  # NCCL between a pod's GPUs: more shared memory
+    if gpus > 1 and not one_process:  # NCCL between a pod's GPUs: more shared memory
         lines += ["          volumeMounts: [{name: dshm, mountPath: /dev/shm}]",
                   "      volumes: [{name: dshm, emptyDir: {medium: Memory}}]"]
     return "\n".join(lines) + "\n"
