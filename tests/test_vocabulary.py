@@ -41,6 +41,8 @@ DIFFERENT_DEFAULT = {
     ("advise", "--runtime"): "auto (vllm on GPUs",
     ("cost", "--runtime"): "auto (vllm on GPUs",
     ("advise", "--on"): "every priced device and this machine",
+    ("plan", "--on"): "every priced device",
+    ("plan", "--runtime"): "each that runs on the device",
 }
 
 

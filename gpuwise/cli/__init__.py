@@ -20,6 +20,7 @@ from gpuwise.cli import (
     cost,  # noqa: F401  (registers its commands)
     estimates,  # noqa: F401  (registers its commands)
     module,  # noqa: F401  (registers its commands)
+    plan,  # noqa: F401  (registers its commands)
     repro,  # noqa: F401  (registers its commands)
     serve,  # noqa: F401  (registers its commands)
     watch,  # noqa: F401  (registers its commands)

@@ -133,7 +133,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
     jobs = [(cand, fmt, rt) for cand in candidates for rt in runtimes
             for fmt in (cpu_weights(weights) if cand.hw.kind == "cpu" else (weights,))]
     ready = [prepare_serving(arch, load, c, fmt, rt, deployment) for c, fmt, rt in jobs]
-    floors = [None if isinstance(p, str) else _floor(j[0], p, load, a, max_wall_kw)
+    floors = [None if isinstance(p, str) else floor_of(j[0], p, load, a, max_wall_kw)
               for j, p in zip(jobs, ready, strict=True)]
     size = partial(_size_job, arch, load, deployment)
     priced_of = partial(_priced, a=a, max_wall_kw=max_wall_kw)
@@ -155,7 +155,7 @@ def serving_options(arch: Architecture, load: ServeLoad, candidates: list[Candid
     return options
 
 
-def _floor(cand: Candidate, prep: Prepared, load: ServeLoad, a: CostAssumptions,
+def floor_of(cand: Candidate, prep: Prepared, load: ServeLoad, a: CostAssumptions,
            max_wall_kw: float | None) -> Floor:
     """The fewest devices the candidate's sizing can have, at the least they cost: powered,
     idle, for the service's hours (each cost grows with devices and busy hours)."""

@@ -55,13 +55,15 @@ class Prepared:
 
 
 def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
-                           runtime: str = "auto",
-                           deployment: InferencePlan | None = None) -> Sizing | str:
+                           runtime: str = "auto", deployment: InferencePlan | None = None,
+                           knobs: ReplicaOptions | None = None) -> Sizing | str:
     """Replicas of `tp` devices at the highest rate a replica meets the targets at (for 90%
     of requests; without targets, short of saturation), times the busy share asked for. A
     string says why there is no sizing. `deployment`: the plan's other settings (KV dtype,
-    context, attention, threads...), as check, infer and serve take them."""
-    prep = prepare_serving(arch, load, cand, weights, runtime, deployment)
+    context, attention, threads...), as check, infer and serve take them. `knobs`: the
+    replica's tensor-parallel width and scheduler limits as given (gpuwise plan's search),
+    instead of the fewest devices that fit and are fast enough under the runtime's defaults."""
+    prep = prepare_serving(arch, load, cand, weights, runtime, deployment, knobs)
     if isinstance(prep, str):
         return prep
     try:
@@ -71,18 +73,19 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
 
 
 def prepare_serving(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
-                    runtime: str = "auto",
-                    deployment: InferencePlan | None = None) -> Prepared | str:
+                    runtime: str = "auto", deployment: InferencePlan | None = None,
+                    knobs: ReplicaOptions | None = None) -> Prepared | str:
     """Everything a sizing needs before its simulations (the plan this device and runtime
     can run, the tensor-parallel width, the engine), with the fewest replicas it can have;
     kept (`_PREPARED`), as a search asks first for these floors, then sizes some. A string
     says why there is no sizing."""
-    key = (id(cand), arch, load, weights, runtime, deployment)
+    key = (id(cand), arch, load, weights, runtime, deployment, knobs)
     kept = _PREPARED.get(key)
     if kept is None or kept[0] is not cand:  # the candidate kept alive by its entry
-        if len(_PREPARED) > 1024:
+        if len(_PREPARED) > 4096:
             _PREPARED.clear()
-        kept = _PREPARED[key] = (cand, _prepare(arch, load, cand, weights, runtime, deployment))
+        kept = _PREPARED[key] = (cand, _prepare(arch, load, cand, weights, runtime, deployment,
+                                                knobs))
     return kept[1]
 
 
@@ -90,7 +93,8 @@ _PREPARED: dict[tuple[object, ...], tuple[Candidate, Prepared | str]] = {}
 
 
 def _prepare(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
-             runtime: str, deployment: InferencePlan | None) -> Prepared | str:
+             runtime: str, deployment: InferencePlan | None,
+             knobs: ReplicaOptions | None = None) -> Prepared | str:
     hw, rt = cand.hw, runtime_for(cand.hw.kind, runtime)
     if cand.rates is None:
         return f"speed not known: {cand.rates_how}"
@@ -111,6 +115,13 @@ def _prepare(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
         most = MAX_TENSOR_PARALLEL if hw.kind in LINKED_KINDS else 1
         if tp is None or tp > most:
             return f"{weights} weights do not fit on {most} device(s) under {rt}"
+        if knobs is not None:  # the width asked for, if the weights fit on it
+            if tp > knobs.tp or knobs.tp > most:
+                return f"{weights} weights do not fit on {knobs.tp} device(s) under {rt}"
+            engine = build_engine(arch, replace(plan, tp=knobs.tp), hw, cand.rates, knobs,
+                                  cand.host)
+            return Prepared(replace(plan, tp=knobs.tp), engine,
+                            _replicas_floor(engine, load, cand))
         tp, engine = _fast_enough(arch, load, plan, hw, cand, tp, most)
         return Prepared(replace(plan, tp=tp), engine, _replicas_floor(engine, load, cand))
     except GpuwiseError as exc:
@@ -249,8 +260,10 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
     rates = cand.rates
     assert rates is not None
     # What the runs depend on, by value (an object's id may be reused once it is freed).
+    lim = engine.limits  # the scheduler's limits: a plan's narrower settings differ in them
     key = (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
-           tuple(sorted(rates.peak_flops.items())), plan, lengths, slo)
+           tuple(sorted(rates.peak_flops.items())), plan, lengths, slo,
+           lim.max_batched_tokens, lim.max_seqs, lim.reserve_output, lim.overlap)
     misses, ratio = _misses(load, ttft0, tpot0)
     need = load.arrivals_per_s / load.max_utilisation
     found = None if misses else fewest_replicas(engine, key, need, lengths, slo, (ttft0, tpot0))

@@ -1,0 +1,206 @@
+"""`gpuwise plan`: search the deployment space for a model and a load, and hand back the
+command to run (docs/plan.md). The search is estimate/plan/; the command, workload/launch.py."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuwise.app.cost import assumptions, candidate, candidates
+from gpuwise.app.deployment import Deployment, Workload, build_plan
+from gpuwise.app.lookup import hardware_named, model_named
+from gpuwise.app.side_by_side import Progress, Workers
+from gpuwise.catalog.formats import shipped_weights, weight_format
+from gpuwise.catalog.models import ResolvedModel
+from gpuwise.errors import GpuwiseError
+from gpuwise.estimate.cost.advise import runtime_list
+from gpuwise.estimate.cost.serving_sim import prepare_serving
+from gpuwise.estimate.cost.sizing import Candidate
+from gpuwise.estimate.plan.frontier import SpeedPoint, cost_frontier, speed_frontier
+from gpuwise.estimate.plan.search import Evaluated, Limits, Problem, Searched, knobs_for, search
+from gpuwise.estimate.plan.space import base_configs
+from gpuwise.estimate.serve.metrics import ServeSummary, Slo
+from gpuwise.estimate.serve.simulate import Engine
+from gpuwise.estimate.serve.steady_load import steady_run
+from gpuwise.estimate.serve.sweep import knee
+from gpuwise.units import parse_fraction
+from gpuwise.workload import Architecture
+from gpuwise.workload.deployments import ServeLoad
+from gpuwise.workload.launch import Launch, command_line, replicas_snippet
+from gpuwise.workload.requests import Lengths
+
+RUNNERS_UP = 6  # devices and runtimes shown beside the choice
+KNEES = 12  # devices and runtimes whose knee the speed frontier is drawn from
+KNEE_REQUESTS = 200
+
+
+@dataclass(frozen=True)
+class PlanAnswer:
+    model: ResolvedModel
+    arch: Architecture
+    load: ServeLoad
+    found: Searched
+    at_load: ServeSummary | None  # the choice's fleet re-simulated at the load itself
+    runners_up: tuple[tuple[Evaluated, str], ...]  # each device and runtime's best, and why
+    speed_frontier: tuple[SpeedPoint, ...]
+    cost_frontier: tuple[Evaluated, ...]
+    command: str
+    snippet: str
+    command_note: str
+    seconds: float
+
+    @property
+    def best(self) -> Evaluated | None:
+        return self.found.best
+
+
+def plan(kw: dict[str, Any], progress: Progress | None = None) -> PlanAnswer:
+    start = time.perf_counter()
+    model, arch = model_named(kw["model"])
+    load = _load(kw)
+    cands = _devices(kw)
+    dep = build_plan(model, Deployment(runtime="vllm", ctx=kw.get("ctx")),
+                     Workload(1, kw["prompt"], kw["output"])).plan
+    shipped = shipped_weights(model.config)
+    for w in _names(kw, "weights"):
+        weight_format(w)  # "did you mean" where unknown
+    runtime_list(kw.get("runtime") or "auto")  # "did you mean" where unknown
+    bases = [c for cand in cands.values()
+             for c in base_configs(arch, cand.hw.id, cand.hw.kind, shipped,
+                                   _names(kw, "runtime"), _names(kw, "weights"),
+                                   kw.get("gpus_max"))]
+    if not bases:
+        raise GpuwiseError("no configuration to search", "check --on, --runtime and --weights")
+    p = Problem(arch, load, replace(dep, weights="bf16", stored_weights=None), cands,
+                assumptions(kw), Limits(kw.get("budget"), kw.get("gpus_max")), kw.get("max_kw"))
+    with Workers("configuration", progress) as workers:
+        found = search(p, bases, stream=workers.stream, progress=progress)
+    best = found.best
+    at_load = _at_load(p, best) if best else None
+    command, snippet, note = _command(model, best) if best else ("", "", "")
+    costs = tuple(cost_frontier(found.evaluated))
+    return PlanAnswer(model, arch, load, found, at_load, _runners_up(found),
+                      tuple(speed_frontier(_knees(p, found, costs))), costs, command,
+                      snippet, note, time.perf_counter() - start)
+
+
+def _names(kw: dict[str, Any], key: str) -> tuple[str, ...]:
+    """A comma list option's names (none: search every one)."""
+    return tuple(n.strip() for n in (kw.get(key) or "").split(",") if n.strip())
+
+
+def _load(kw: dict[str, Any]) -> ServeLoad:
+    rate: float | None = kw.get("request_rate")
+    per_day: float | None = kw.get("requests_per_day")
+    if per_day is not None and rate is None:
+        daily = per_day
+    elif rate is not None and per_day is None:
+        daily = rate * 86400
+    else:
+        raise GpuwiseError("give the load once: --rate (requests a second) or "
+                           "--requests-per-day", "e.g. --rate 5")
+    return ServeLoad(daily, kw["prompt"], kw["output"], kw.get("latency_ms"), kw.get("ttft_ms"),
+                     parse_fraction(kw.get("utilisation") or "60%", "utilisation"))
+
+
+def _devices(kw: dict[str, Any]) -> dict[str, Candidate]:
+    if kw.get("on"):
+        found = [candidate(hardware_named(n.strip())) for n in kw["on"].split(",") if n.strip()]
+    else:
+        found = candidates(None, None, None)
+    return {c.hw.id: c for c in found}
+
+
+def _at_load(p: Problem, e: Evaluated) -> ServeSummary | None:
+    """The chosen fleet at the load itself: each replica's share, in steady state."""
+    engine = _engine(p, e)
+    if engine is None:
+        return None
+    lengths = Lengths(p.load.prompt_tokens, p.load.output_tokens)
+    return steady_run(engine, p.load.arrivals_per_s / e.sizing.replicas, lengths, _slo(p.load))
+
+
+def _engine(p: Problem, e: Evaluated) -> Engine | None:
+    cand = p.candidates[e.config.device]
+    dep = replace(p.deployment, kv_dtype=e.config.kv_dtype,
+                  expert_parallel=e.config.expert_parallel)
+    prep = prepare_serving(p.arch, p.load, cand, e.config.weights, e.config.runtime, dep,
+                           knobs_for(p, e.config))
+    return None if isinstance(prep, str) else prep.engine
+
+
+def _knees(p: Problem, found: Searched, costs: tuple[Evaluated, ...]) -> list[SpeedPoint]:
+    """The knee of each device and runtime's best configuration that meets the targets, and
+    of those on the cost frontier: the speed frontier's points."""
+    best: dict[tuple[str, str], Evaluated] = {}
+    for e in sorted((e for e in found.evaluated if e.meets), key=lambda e: e.rank):
+        best.setdefault((e.config.device, e.config.runtime), e)
+    chosen = list({e.config: e for e in [*list(best.values())[:KNEES], *costs]}.values())
+    lengths = Lengths(p.load.prompt_tokens, p.load.output_tokens)
+    out = []
+    for e in chosen:
+        engine = _engine(p, e)
+        if engine is None:
+            continue
+        swept = knee(engine, lengths, KNEE_REQUESTS, _slo(p.load))
+        rate = swept.max_rate_meeting_slo
+        at = [pt for pt in swept.curve if pt.rate == rate]
+        if not rate or not at or not at[0].summary.tpot_s.p90:
+            continue
+        out.append(SpeedPoint(e, rate, rate * p.load.output_tokens / e.config.tp,
+                              1.0 / at[0].summary.tpot_s.p90))
+    return out
+
+
+def _slo(load: ServeLoad) -> Slo:
+    return Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
+               None if load.tpot_ms is None else load.tpot_ms / 1e3)
+
+
+def _runners_up(found: Searched) -> tuple[tuple[Evaluated, str], ...]:
+    """Each device and runtime's best configuration after the choice's, with why it lost."""
+    best = found.best
+    groups: dict[tuple[str, str], Evaluated] = {}
+    for e in found.evaluated:
+        key = (e.config.device, e.config.runtime)
+        if key not in groups or (e.meets, -e.cost) > (groups[key].meets, -groups[key].cost):
+            groups[key] = e
+    if best is not None:
+        groups.pop((best.config.device, best.config.runtime), None)
+    out = []
+    for e in sorted(groups.values(), key=lambda e: (not e.meets, e.cost))[:RUNNERS_UP]:
+        out.append((e, _why(e, best)))
+    return tuple(out)
+
+
+def _why(e: Evaluated, best: Evaluated | None) -> str:
+    if not e.allowed:
+        return "over the budget or the device limit"
+    if not e.option.meets:
+        return "misses " + ", ".join(e.option.misses or ("the targets",))
+    if best is None:
+        return ""
+    more = e.cost - best.cost
+    return f"costs ${more:,.0f}/month more (+{more / max(best.cost, 1e-9):.0%})"
+
+
+def _command(model: ResolvedModel, e: Evaluated) -> tuple[str, str, str]:
+    """The command line of the choice, a Deployment for its replicas, and a note where the
+    command needs a file or checkpoint gpuwise cannot name."""
+    c, sizing = e.config, e.sizing
+    hub = model.entry.hf_id if model.entry else model.name
+    checkpoint = shipped_weights(model.config) or "bf16"
+    gguf = weight_format(c.weights).gguf
+    launch = Launch(model=hub, runtime=c.runtime, tp=c.tp, expert_parallel=c.expert_parallel,
+                    replicas=sizing.replicas, weights=c.weights,
+                    checkpoint=checkpoint, kv_dtype=c.kv_dtype,
+                    gguf_file=f"{hub.split('/')[-1]}-{c.weights}.gguf" if gguf else None,
+                    gpu_layers=99 if gguf else None)
+    note = f"the {c.weights} GGUF file of {hub}: convert it or download one" if gguf else ""
+    try:
+        return command_line(launch), replicas_snippet(launch) if sizing.replicas > 1 else "", note
+    except GpuwiseError:  # a format the server does not make as it loads: its own checkpoint
+        launch = replace(launch, checkpoint=c.weights)
+        note = f"a {c.weights} checkpoint of {hub} (an AWQ or GPTQ export): give its hub id"
+        return command_line(launch), replicas_snippet(launch) if sizing.replicas > 1 else "", note

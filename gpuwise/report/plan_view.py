@@ -1,0 +1,125 @@
+"""`gpuwise plan`'s JSON record and terminal view (renders app/plan.py's answer only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpuwise.app.plan import PlanAnswer
+from gpuwise.estimate.plan.frontier import p90_tpot, per_device, per_user, usd_per_mtok
+from gpuwise.estimate.plan.search import Evaluated
+from gpuwise.report.records import model_record
+from gpuwise.report.serve_view import summary_record
+from gpuwise.report.terminal import View, format_seconds
+
+FRONTIER_ROWS = 8
+
+
+def config_record(e: Evaluated) -> dict[str, Any]:
+    c, s = e.config, e.sizing
+    return {"label": c.label, "device": c.device, "runtime": c.runtime, "weights": c.weights,
+            "kv_dtype": c.kv_dtype, "tp": c.tp, "expert_parallel": c.expert_parallel,
+            "max_seqs_share": c.seq_share, "max_batched_tokens_share": c.token_share,
+            "replicas": s.replicas, "devices": s.devices, "mode": e.option.cost.mode,
+            "usd_per_month": e.cost, "usd_per_million_tokens": usd_per_mtok(e),
+            "meets": e.meets, "misses": list(e.option.misses), "p90_ttft_s": s.ttft_s,
+            "p90_tpot_s": s.tpot_s, "tokens_per_s_per_device": per_device(e),
+            "tokens_per_s_per_user": per_user(e), "source": "estimated"}
+
+
+def plan_view(a: PlanAnswer) -> View:
+    best, f = a.best, a.found
+    load = a.load
+    obj: dict[str, Any] = {
+        "model": model_record(a.model, a.arch),
+        "load": {"requests_per_s": load.arrivals_per_s, "prompt_tokens": load.prompt_tokens,
+                 "new_tokens": load.output_tokens, "ttft_ms": load.ttft_ms,
+                 "tpot_ms": load.tpot_ms, "target_utilization": load.max_utilisation},
+        "choice": config_record(best) if best else None,
+        "at_load": summary_record(a.at_load, timeline=False) if a.at_load else None,
+        "command": a.command, "deployment_yaml": a.snippet, "command_note": a.command_note,
+        "runners_up": [{**config_record(e), "why": why} for e, why in a.runners_up],
+        "speed_frontier": [{**config_record(pt.evaluated), "knee_requests_per_s": pt.rate,
+                            "knee_tokens_per_s_per_device": pt.per_device,
+                            "knee_tokens_per_s_per_user": pt.per_user}
+                           for pt in a.speed_frontier],
+        "cost_frontier": [config_record(e) for e in a.cost_frontier],
+        "search": {"configurations": f.considered, "sized": len(f.evaluated),
+                   "ruled_out": len(f.refused), "left_unsized_by_the_bound": f.unsized,
+                   "seconds": a.seconds},
+    }
+    return obj, Group(*_lines(a))
+
+
+def _lines(a: PlanAnswer) -> list[Any]:
+    load, f, best = a.load, a.found, a.best
+    targets = ", ".join(t for t in (
+        f"TTFT <= {load.ttft_ms:g} ms" if load.ttft_ms else "",
+        f"<= {load.tpot_ms:g} ms per output token" if load.tpot_ms else "") if t)
+    out: list[Any] = [Text(
+        f"plan {a.model.name}: {load.arrivals_per_s:g} requests/s of {load.prompt_tokens} "
+        f"prompt + {load.output_tokens} new tokens; {targets or 'no latency target'} (p90), "
+        f"each replica at most {load.max_utilisation:.0%} of the rate it serves within them")]
+    out.append(Text(f"searched {f.considered:,} configurations: {len(f.evaluated)} sized, "
+                    f"{len(f.refused)} ruled out (memory, kernels, a request alone too slow), "
+                    f"{f.unsized:,} left unsized by the cost bound; {a.seconds:.1f} s "
+                    "(estimated: time model + catalogue prices)"))
+    if best is None:
+        out.append(Text("no configuration meets the targets within the limits; the closest "
+                        "are below"))
+    else:
+        out += [_choice(a, best), _command(a)]
+    out.append(_runners_up(a))
+    out.append(_frontier(a))
+    return out
+
+
+def _choice(a: PlanAnswer, best: Evaluated) -> Text:
+    s = best.sizing
+    lines = [f"choice: {best.config.label}, {s.replicas} replica(s) of {best.config.tp} "
+             f"({s.devices} device(s)), {best.option.cost.mode}, "
+             f"${best.cost:,.0f}/month, ${usd_per_mtok(best):.3f}/Mtok"]
+    r = a.at_load
+    if r is not None:
+        for name, p in (("TTFT", r.ttft_s), ("TPOT", r.tpot_s)):
+            lines.append(f"  {name} at the load: p50 {format_seconds(p.p50)}, p90 "
+                         f"{format_seconds(p.p90)}, p99 {format_seconds(p.p99)}")
+        lines.append(f"  {r.slo_met_fraction:.0%} of requests within the targets; each "
+                     f"replica busy {r.busy_fraction:.0%}")
+    return Text("\n".join(lines))
+
+
+def _command(a: PlanAnswer) -> Text:
+    text = f"run it:\n  {a.command}"
+    if a.command_note:
+        text += f"\n  (needs {a.command_note})"
+    if a.snippet:
+        text += "\n" + a.snippet.rstrip()
+    return Text(text)
+
+
+def _runners_up(a: PlanAnswer) -> Table:
+    t = Table(title="runners-up: each device and runtime's best, and why it lost",
+              title_justify="left", show_edge=False)
+    t.add_column("configuration", no_wrap=True)
+    t.add_column("$/month", justify="right", no_wrap=True)
+    t.add_column("p90 TPOT", justify="right", no_wrap=True)
+    t.add_column("why not", overflow="fold")
+    for e, why in a.runners_up:
+        t.add_row(e.config.label, f"{e.cost:,.0f}", format_seconds(p90_tpot(e)), why)
+    return t
+
+
+def _frontier(a: PlanAnswer) -> Table:
+    t = Table(title="frontier at each one's knee: tokens/s per device against tokens/s per "
+              "user", title_justify="left", show_edge=False)
+    t.add_column("configuration", no_wrap=True)
+    for col in ("req/s", "tok/s/dev", "tok/s/user", "$/month"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for pt in a.speed_frontier[:FRONTIER_ROWS]:
+        t.add_row(pt.evaluated.config.label, f"{pt.rate:,.2f}", f"{pt.per_device:,.0f}",
+                  f"{pt.per_user:,.1f}", f"{pt.evaluated.cost:,.0f}")
+    return t
