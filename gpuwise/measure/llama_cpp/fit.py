@@ -157,7 +157,10 @@ def fit_rates(a: ModelTiming, b: ModelTiming, depth: int = 0, seqs: int = 0,
     per_flop, layer_token_s = _solve(eqs[0], eqs[1])
     decode["masked_head_s"] = _masked_head_s(stepped, depth, chunk, attention)
     decode.update(_half_rates(a, b, layer_s, attention))
+    # the probe times no mixture of experts: routed experts stream as the dense weights do,
+    # the CPU backend's share (runtime_speed.toml [ggml.cpu] expert_memory 1.0)
     return {"weight_bytes_per_s": 1 / per_byte, "kv_bytes_per_s": 1 / per_byte,
+            "expert_bytes_per_s": 1 / per_byte,
             "matmul_flops": 1 / per_flop, "attention_flops": attention or 1 / per_flop,
             "layer_s": layer_s, "token_s": 0.0, "layer_token_s": layer_token_s, **decode,
             **{k: cache.get(k, 0.0) for k in CACHE_FIELDS}}
