@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuwise.app.deployment import Deployment, Workload, build_plan
-from gpuwise.app.infer import offload_host
 from gpuwise.app.lookup import hardware_named, model_named
 from gpuwise.app.side_by_side import Progress, Workers
 from gpuwise.catalog.costs import SITES, CostAssumptions, load_costs, with_overrides
@@ -294,6 +293,8 @@ def _with_hosts(cands: list[Candidate], dep: InferencePlan) -> list[Candidate]:
     """Each GPU with its host's CPU where llama.cpp runs layers or experts there (infer's)."""
     if dep.gpu_layers is None and not dep.cpu_moe_layers:
         return cands
+    from gpuwise.app.infer import offload_host  # infer's machinery, only where it is needed
+
     return [replace(c, host=offload_host(dep, c.hw)) for c in cands]
 
 
