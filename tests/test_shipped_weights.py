@@ -8,19 +8,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_run import run_cli as run
 
 from gpuwise.catalog.formats import shipped_weights
-from gpuwise.cli import main
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(("quant", "expected"), [

@@ -199,8 +199,9 @@ def _command(model: ResolvedModel, e: Evaluated) -> tuple[str, str, str]:
                     gpu_layers=99 if gguf else None)
     note = f"the {c.weights} GGUF file of {hub}: convert it or download one" if gguf else ""
     try:
-        return command_line(launch), replicas_snippet(launch) if sizing.replicas > 1 else "", note
+        line = command_line(launch)
     except GpuwiseError:  # a format the server does not make as it loads: its own checkpoint
         launch = replace(launch, checkpoint=c.weights)
         note = f"a {c.weights} checkpoint of {hub} (an AWQ or GPTQ export): give its hub id"
-        return command_line(launch), replicas_snippet(launch) if sizing.replicas > 1 else "", note
+        line = command_line(launch)
+    return line, replicas_snippet(launch) if sizing.replicas > 1 else "", note

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.estimate.cost.advise import Option, floor_of, price_options
+from gpuwise.estimate.cost.option_search import Floor
 from gpuwise.estimate.cost.serving_sim import prepare_serving, size_serving_simulated
 from gpuwise.estimate.cost.sizing import Candidate, Sizing
 from gpuwise.estimate.in_turn import Stream, one_by_one
@@ -108,7 +109,7 @@ def search(p: Problem, bases: list[Config], exhaustive: bool = False,
     global _PROBLEM
     _PROBLEM = p  # read by the sizing in this process and in the workers it forks
     out = Searched(considered=len(bases) + sum(len(knob_variants(c)) for c in bases))
-    floors: dict[Config, Bound | str] = {}
+    floors: dict[Config, Floor | str] = {}
     for i, cfg in enumerate(bases):
         if progress:
             progress(f"memory and bounds {i + 1} of {len(bases)}", 0.2 * i / len(bases))
@@ -141,10 +142,10 @@ class _State:
         self.sized: dict[Config, Evaluated] = {}
         self.total, self.done, self.progress = total, 0, progress
 
-    def worth(self, f: Bound) -> bool:
+    def worth(self, f: Floor) -> bool:
         return self.exhaustive or _worth(self.p, f, self.best)
 
-    def bases(self, order: list[Config], floors: dict[Config, Bound | str]) -> Iterator[Config]:
+    def bases(self, order: list[Config], floors: dict[Config, Floor | str]) -> Iterator[Config]:
         """Each base within the bound, and each device and runtime's cheapest (for why it
         lost); the others counted unsized with their narrower settings."""
         for cfg in order:
@@ -158,7 +159,7 @@ class _State:
             else:
                 self.out.unsized += 1 + len(knob_variants(cfg))
 
-    def variants(self, floors: dict[Config, Bound | str]) -> Iterator[Config]:
+    def variants(self, floors: dict[Config, Floor | str]) -> Iterator[Config]:
         for base, e in list(self.sized.items()):
             f = floors[base]
             if isinstance(f, str) or not self.worth(f):
@@ -192,7 +193,7 @@ class _State:
                 self.best = min(self.best, e.cost)
 
 
-def _worth(p: Problem, f: Bound, best: float) -> bool:
+def _worth(p: Problem, f: Floor, best: float) -> bool:
     cost = f.usd_per_month
     if p.limits.gpus_max is not None and f.devices > p.limits.gpus_max:
         return False
@@ -215,15 +216,9 @@ def _deployment(p: Problem, cfg: Config) -> InferencePlan:
     return replace(p.deployment, kv_dtype=cfg.kv_dtype, expert_parallel=cfg.expert_parallel)
 
 
-@dataclass(frozen=True)
-class Bound:
-    """The fewest devices a configuration's fleet can have, and the least they cost."""
-
-    devices: int
-    usd_per_month: float
-
-
-def _floor(p: Problem, cfg: Config) -> Bound | str:
+def _floor(p: Problem, cfg: Config) -> Floor | str:
+    """The configuration's floor (advise's: option_search.py), or why it cannot run or meet
+    the targets at all."""
     cand = p.candidates[cfg.device]
     prep = prepare_serving(p.arch, p.load, cand, cfg.weights, cfg.runtime, _deployment(p, cfg),
                            knobs_for(p, cfg))
@@ -235,11 +230,10 @@ def _floor(p: Problem, cfg: Config) -> Bound | str:
     if p.load.ttft_ms is not None and ttft * 1e3 > p.load.ttft_ms:
         return f"a request alone takes {ttft * 1e3:,.0f} ms to its first token, over " \
                f"{p.load.ttft_ms:g}"
-    floor = floor_of(cand, prep, p.load, p.assumptions, p.max_wall_kw)
-    return Bound(prep.devices_floor, floor.usd_per_month)
+    return floor_of(cand, prep, p.load, p.assumptions, p.max_wall_kw)
 
 
-def _floor_cost(f: Bound | str) -> float:
+def _floor_cost(f: Floor | str) -> float:
     return float("inf") if isinstance(f, str) else f.usd_per_month
 
 
