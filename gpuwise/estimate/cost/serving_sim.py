@@ -47,7 +47,8 @@ class Prepared:
 
     plan: InferencePlan
     engine: Engine
-    replicas_floor: int
+    replicas_floor: int  # in engines: a pipeline of pp stages is pp engines of tp devices
+    pp: int = 1
 
     @property
     def devices_floor(self) -> int:
@@ -67,7 +68,7 @@ def size_serving_simulated(arch: Architecture, load: ServeLoad, cand: Candidate,
     if isinstance(prep, str):
         return prep
     try:
-        return _sized(arch, load, cand, prep.plan, prep.engine)
+        return _sized(arch, load, cand, prep.plan, prep.engine, prep.pp)
     except GpuwiseError as exc:
         return str(exc)
 
@@ -116,25 +117,32 @@ def _prepare(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
         if tp is None or tp > most:
             return f"{weights} weights do not fit on {most} device(s) under {rt}"
         if knobs is not None:  # the width asked for, if the weights fit on it
-            if tp > knobs.tp or knobs.tp > most:
-                return f"{weights} weights do not fit on {knobs.tp} device(s) under {rt}"
+            width = knobs.tp * knobs.pp
+            if tp > width or width > most:
+                return f"{weights} weights do not fit on {width} device(s) under {rt}"
             engine = build_engine(arch, replace(plan, tp=knobs.tp), hw, cand.rates, knobs,
                                   cand.host)
             return Prepared(replace(plan, tp=knobs.tp), engine,
-                            _replicas_floor(engine, load, cand))
+                            _replicas_floor(engine, load, cand, knobs.pp), knobs.pp)
         tp, engine = _fast_enough(arch, load, plan, hw, cand, tp, most)
         return Prepared(replace(plan, tp=tp), engine, _replicas_floor(engine, load, cand))
     except GpuwiseError as exc:
         return str(exc)
 
 
-def _replicas_floor(engine: Engine, load: ServeLoad, cand: Candidate) -> int:
-    """The fewest replicas a sizing can have: the load over the headroom asked for, at the
-    rate no replica can exceed (where `fewest_replicas` starts), at most `max_replicas`."""
+def _replicas_floor(engine: Engine, load: ServeLoad, cand: Candidate, pp: int = 1) -> int:
+    """The fewest engines a sizing can have: the load over the headroom asked for, at the
+    rate no engine can exceed (where `fewest_replicas` starts), whole pipelines of `pp`, at
+    most `max_replicas`."""
     ceiling = rate_ceiling(engine, load.prompt_tokens, load.output_tokens)
     need = load.arrivals_per_s / load.max_utilisation
-    floor = max(1, math.ceil(need / ceiling)) if ceiling > 0 else 1
+    floor = _whole(max(1, math.ceil(need / ceiling)) if ceiling > 0 else 1, pp)
     return floor if cand.max_replicas is None else min(floor, cand.max_replicas)
+
+
+def _whole(engines: int, pp: int) -> int:
+    """Engines rounded up to whole pipelines of `pp` stages (pp engines each)."""
+    return -(-engines // pp) * pp
 
 
 def _fast_enough(arch: Architecture, load: ServeLoad, plan: InferencePlan, hw: Hardware,
@@ -248,22 +256,17 @@ def _next_count(k: int, rate: float, rec: ServeSummary, slo: Slo,
 
 
 def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: InferencePlan,
-           engine: Engine) -> Sizing:
+           engine: Engine, pp: int = 1) -> Sizing:
     """Replicas so that each runs at `max_utilisation` of the highest rate it sustains within
     the targets: the fewest that meet them at the load / max_utilisation; then the fleet at the
-    load itself, each replica's share of it simulated in steady state."""
+    load itself, each replica's share of it simulated in steady state. A pipeline of `pp`
+    stages is pp engines (estimate/serve/pipeline.py), its replicas whole pipelines."""
     weights, rt, tp = plan.weights, plan.runtime, plan.tp
     lengths = Lengths(load.prompt_tokens, load.output_tokens)
     slo = Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
               None if load.tpot_ms is None else load.tpot_ms / 1e3)
     ttft0, tpot0 = no_load_latency(engine, load.prompt_tokens, load.output_tokens)
-    rates = cand.rates
-    assert rates is not None
-    # What the runs depend on, by value (an object's id may be reused once it is freed).
-    lim = engine.limits  # the scheduler's limits: a plan's narrower settings differ in them
-    key = (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
-           tuple(sorted(rates.peak_flops.items())), plan, lengths, slo,
-           lim.max_batched_tokens, lim.max_seqs, lim.reserve_output, lim.overlap)
+    key = (*runs_key(arch, cand, plan, engine, pp), lengths, slo)
     misses, ratio = _misses(load, ttft0, tpot0)
     need = load.arrivals_per_s / load.max_utilisation
     found = None if misses else fewest_replicas(engine, key, need, lengths, slo, (ttft0, tpot0))
@@ -271,7 +274,7 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
         per_replica = rate_ceiling(engine, load.prompt_tokens, load.output_tokens) / 5
         found = max(1, math.ceil(load.arrivals_per_s / (per_replica * load.max_utilisation)))
         misses = misses or ["no rate meets the targets"]
-    replicas = found
+    replicas = _whole(found, pp)
     if cand.max_replicas is not None and replicas > cand.max_replicas:
         misses.append(f"load needs {replicas}")
         ratio, replicas = max(ratio, replicas / cand.max_replicas), cand.max_replicas
@@ -280,11 +283,24 @@ def _sized(arch: Architecture, load: ServeLoad, cand: Candidate, plan: Inference
     usage = Usage(tp * replicas, rec.busy_fraction * load.service_hours_per_month,
                   load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)
     tpot = rec.tpot_s.p50 or 0.0
-    batch = max(1, round(rec.output_tokens_per_s * tpot))  # sequences decoding at once
-    return Sizing(cand, f"{weights} ({rt})", tp, replicas, batch, usage, not misses,
-                  tuple(misses), ratio, rec.ttft_s.p90, rec.tpot_s.p90,
-                  rec.output_tokens_per_s, attainment=rec.slo_met_fraction,
+    batch = max(1, round(rec.output_tokens_per_s * tpot)) * pp  # sequences decoding at once
+    return Sizing(cand, f"{weights} ({rt})", tp * pp, max(1, replicas // pp), batch, usage,
+                  not misses, tuple(misses), ratio, rec.ttft_s.p90, rec.tpot_s.p90,
+                  rec.output_tokens_per_s * pp, attainment=rec.slo_met_fraction,
                   run_requests=(rec.requests, rec.warmup_requests))
+
+
+def runs_key(arch: Architecture, cand: Candidate, plan: InferencePlan, engine: Engine,
+             pp: int = 1) -> tuple[object, ...]:
+    """What a replica's runs depend on, by value (an object's id may be reused once it is
+    freed), but the lengths and targets: the model, the device and its rates, the plan, the
+    scheduler's limits (a plan's narrower settings differ in them) and the stages."""
+    rates = cand.rates
+    assert rates is not None
+    lim = engine.limits
+    return (arch, cand.hw.id, rates.source, rates.bandwidth_bytes_per_s,
+            tuple(sorted(rates.peak_flops.items())), plan, lim.max_batched_tokens,
+            lim.max_seqs, lim.reserve_output, lim.overlap, pp)
 
 
 def _misses(load: ServeLoad, ttft0: float, tpot0: float) -> tuple[list[str], float]:

@@ -60,6 +60,8 @@ class Sizing:
     # serving: the run at the load (requests, of which the warm-up): `gpuwise serve --rate
     # LOAD --gpus DEVICES --requests N --warmup W` gives the same figures
     run_requests: tuple[int, int] = (0, 0)
+    # serving, disaggregated: of `replicas`, those that only prefill (0: each does both)
+    prefill_replicas: int = 0
 
     @property
     def devices(self) -> int:

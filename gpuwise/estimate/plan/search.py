@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.estimate.cost.advise import Option, floor_of, price_options
+from gpuwise.estimate.cost.disaggregated import Pools, prepare_pools, size_pools
 from gpuwise.estimate.cost.option_search import Floor
 from gpuwise.estimate.cost.serving_sim import prepare_serving, size_serving_simulated
 from gpuwise.estimate.cost.sizing import Candidate, Sizing
@@ -209,7 +210,7 @@ def knobs_for(p: Problem, cfg: Config) -> ReplicaOptions:
     seqs = max(1, round(sched.max_seqs * cfg.seq_share)) if cfg.seq_share != 1.0 else None
     tokens = (max(256, round(sched.max_batched_tokens * cfg.token_share))
               if cfg.token_share != 1.0 else None)
-    return ReplicaOptions(tp=cfg.tp, max_seqs=seqs, max_batched_tokens=tokens)
+    return ReplicaOptions(tp=cfg.tp, pp=cfg.pp, max_seqs=seqs, max_batched_tokens=tokens)
 
 
 def _deployment(p: Problem, cfg: Config) -> InferencePlan:
@@ -220,17 +221,42 @@ def _floor(p: Problem, cfg: Config) -> Floor | str:
     """The configuration's floor (advise's: option_search.py), or why it cannot run or meet
     the targets at all."""
     cand = p.candidates[cfg.device]
+    if cfg.disagg:
+        return _pools_floor(p, cfg)
     prep = prepare_serving(p.arch, p.load, cand, cfg.weights, cfg.runtime, _deployment(p, cfg),
                            knobs_for(p, cfg))
     if isinstance(prep, str):
         return prep
     ttft, tpot = no_load_latency(prep.engine, p.load.prompt_tokens, p.load.output_tokens)
+    return _alone(p, ttft, tpot) or floor_of(cand, prep, p.load, p.assumptions, p.max_wall_kw)
+
+
+def _pools_floor(p: Problem, cfg: Config) -> Floor | str:
+    """A disaggregated configuration's floor: both pools' fewest devices; or why a request
+    alone misses (its prefill, the transfer and a decode step)."""
+    cand = p.candidates[cfg.device]
+    pools = _pools(p, cfg)
+    if isinstance(pools, str):
+        return pools
+    ttft_p = no_load_latency(pools.prefill, p.load.prompt_tokens, 1)[0]
+    tpot = no_load_latency(pools.decode, p.load.prompt_tokens, p.load.output_tokens)[1]
+    why = _alone(p, ttft_p + pools.transfer_s + tpot, tpot)
+    return why or floor_of(cand, pools.prepared, p.load, p.assumptions, p.max_wall_kw)
+
+
+def _pools(p: Problem, cfg: Config) -> Pools | str:
+    return prepare_pools(p.arch, p.load, p.candidates[cfg.device], cfg.weights, cfg.runtime,
+                         _deployment(p, cfg), knobs_for(p, cfg))
+
+
+def _alone(p: Problem, ttft: float, tpot: float) -> str:
+    """Why a request alone misses a target ("" where it meets them)."""
     if p.load.tpot_ms is not None and tpot * 1e3 > p.load.tpot_ms:
         return f"a request alone takes {tpot * 1e3:.1f} ms a token, over {p.load.tpot_ms:g}"
     if p.load.ttft_ms is not None and ttft * 1e3 > p.load.ttft_ms:
         return f"a request alone takes {ttft * 1e3:,.0f} ms to its first token, over " \
                f"{p.load.ttft_ms:g}"
-    return floor_of(cand, prep, p.load, p.assumptions, p.max_wall_kw)
+    return ""
 
 
 def _floor_cost(f: Floor | str) -> float:
@@ -239,8 +265,12 @@ def _floor_cost(f: Floor | str) -> float:
 
 def _evaluate(p: Problem, cfg: Config) -> Evaluated | str:
     cand = p.candidates[cfg.device]
-    sizing = size_serving_simulated(p.arch, p.load, cand, cfg.weights, cfg.runtime,
-                                    _deployment(p, cfg), knobs_for(p, cfg))
+    if cfg.disagg:
+        pools = _pools(p, cfg)
+        sizing = pools if isinstance(pools, str) else size_pools(p.arch, p.load, cand, pools)
+    else:
+        sizing = size_serving_simulated(p.arch, p.load, cand, cfg.weights, cfg.runtime,
+                                        _deployment(p, cfg), knobs_for(p, cfg))
     if isinstance(sizing, str):
         return sizing
     options = price_options(sizing, p.assumptions, p.max_wall_kw)

@@ -6,7 +6,7 @@ settings; the search sizes the replicas."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuwise.catalog.hardware import LINKED_KINDS
 from gpuwise.catalog.runtime_speed import runtime_speed
@@ -14,6 +14,8 @@ from gpuwise.estimate.runtimes import runtime_unit
 from gpuwise.workload import Architecture
 
 TP_WIDTHS = (1, 2, 4, 8)
+PP_STAGES = (1, 2, 4, 8)  # pipeline stages, each of tp devices
+MOST_DEVICES = 8  # tp x pp: one node's devices (one NVLink domain)
 SERVERS = ("vllm", "sglang")  # batching servers: safetensors formats, paged KV
 GGUF_WEIGHTS = ("q4_k_m", "q8_0")  # llama.cpp's usual files
 SERVER_WEIGHTS = ("bf16", "fp8", "int4")  # a checkpoint as shipped, fp8 online, AWQ/GPTQ
@@ -38,20 +40,29 @@ class Config:
     expert_parallel: bool = False
     seq_share: float = 1.0
     token_share: float = 1.0
+    pp: int = 1
+    disagg: bool = False  # a prefill pool and a decode pool of these replicas
 
     @property
     def base(self) -> Config:
         """The same settings at the scheduler's default limits."""
-        return Config(self.device, self.runtime, self.weights, self.kv_dtype, self.tp,
-                      self.expert_parallel)
+        return replace(self, seq_share=1.0, token_share=1.0)
+
+    @property
+    def devices(self) -> int:
+        """A replica's devices."""
+        return self.tp * self.pp
 
     @property
     def label(self) -> str:
-        parts = [f"{self.tp}x {self.device}", self.runtime, self.weights]
+        width = f"{self.tp}x" if self.pp == 1 else f"{self.tp}x{self.pp}pp"
+        parts = [f"{width} {self.device}", self.runtime, self.weights]
         if self.kv_dtype:
             parts.append(f"kv {self.kv_dtype}")
         if self.expert_parallel:
             parts.append("EP")
+        if self.disagg:
+            parts.append("disaggregated")
         if self.seq_share != 1.0:
             parts.append(f"seqs x{self.seq_share:g}")
         if self.token_share != 1.0:
@@ -89,21 +100,30 @@ def base_configs(arch: Architecture, device: str, kind: str, shipped: str | None
     moe = arch.moe is not None
     for rt in runtimes_on(kind, runtimes):
         sharded = runtime_unit(rt).shards_memory  # a batching server splitting each layer
-        widths = TP_WIDTHS if kind in LINKED_KINDS and sharded else (1,)
+        linked = kind in LINKED_KINDS and sharded
         for w in weights_for(rt, shipped, weights):
             for kv in (KV_DTYPES if sharded else (None,)):
-                for tp in widths:
-                    if gpus_max is not None and tp > gpus_max:
-                        continue
+                for tp, pp in widths(linked, runtime_unit(rt).pipelines, gpus_max):
                     for ep in ((False, True) if moe and tp > 1 else (False,)):
-                        out.append(Config(device, rt, w, kv, tp, ep))
+                        out.append(Config(device, rt, w, kv, tp, ep, pp=pp))
+                        if linked and pp == 1:  # its prefill and decode on pools of their own
+                            out.append(Config(device, rt, w, kv, tp, ep, disagg=True))
     return out
+
+
+def widths(linked: bool, pipelines: bool, gpus_max: int | None) -> list[tuple[int, int]]:
+    """(tensor-parallel width, pipeline stages) of a replica: one device where they are not
+    linked; else up to one node's devices, and `gpus_max`."""
+    if not linked:
+        return [(1, 1)]
+    most = min(MOST_DEVICES, gpus_max or MOST_DEVICES)
+    stages = PP_STAGES if pipelines else (1,)
+    return [(tp, pp) for pp in stages for tp in TP_WIDTHS if tp * pp <= most]
 
 
 def knob_variants(base: Config) -> list[Config]:
     """The base configuration with narrower scheduler limits (a batching server's; llama.cpp
     keeps its defaults)."""
-    if not runtime_unit(base.runtime).shards_memory:
+    if not runtime_unit(base.runtime).shards_memory or base.disagg:
         return []
-    return [Config(base.device, base.runtime, base.weights, base.kv_dtype, base.tp,
-                   base.expert_parallel, s, t) for s, t in NARROWER]
+    return [replace(base, seq_share=s, token_share=t) for s, t in NARROWER]

@@ -36,4 +36,5 @@ class Sglang(PagedPool):
         return sglang_cache_tokens(arch, plan, hw, tp)
 
 
-UNITS = (Sglang("sglang", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True),)
+UNITS = (Sglang("sglang", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True,
+                pipelines=True),)

@@ -39,6 +39,9 @@ class RuntimeUnit:
     memory_note: str = ""  # where its memory follows another runtime's rules: said
     own_memory_rules: bool = False  # sized by its own rules, not a replay of an allocator
     shards_memory: bool = False  # under --tp each device holds its share of weights and cache
+    # splits the layers into stages with batches in flight in each (vLLM
+    # --pipeline-parallel-size, SGLang --pp-size; estimate/serve/pipeline.py)
+    pipelines: bool = False
     torch_compile: bool = False  # runs the model through torch.compile (training too)
     # the part of `gpuwise probe --runtime` that times it: "" the machine's own probe (the
     # roofline's rates), a part's name where it has its own, None where nothing probes it

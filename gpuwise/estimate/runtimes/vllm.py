@@ -41,4 +41,5 @@ class PagedPool(RuntimeUnit):
 # --enable-expert-parallel, SGLang's --ep-size)
 READS = frozenset({"ctx", "gpu_memory_utilization", "expert_parallel"})
 LOADS = frozenset({"safetensors", "gguf"})  # vLLM and SGLang load a GGUF file (--load-format gguf)
-UNITS = (PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True),)
+UNITS = (PagedPool("vllm", reads=READS, loads=LOADS, own_memory_rules=True, shards_memory=True,
+                   pipelines=True),)

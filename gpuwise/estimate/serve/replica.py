@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from gpuwise.catalog.formats import weight_format
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.runtimes import runtime_unit
+from gpuwise.estimate.serve.pipeline import StagedStep, in_flight_seqs
 from gpuwise.estimate.serve.schedulers import Limits
 from gpuwise.estimate.serve.simulate import Engine
 from gpuwise.estimate.speed.device_rates import DeviceRates
@@ -30,30 +32,38 @@ class ReplicaOptions:
     # the next step picked while the current one runs (SGLang's overlap scheduler; off:
     # --disable-overlap-schedule, or SGLang before v0.4); None: the runtime's default
     overlap: bool | None = None
+    pp: int = 1  # pipeline stages, each of `tp` devices (the engine is one in-flight batch's)
 
 
 def build_engine(arch: Architecture, plan: InferencePlan, hw: Hardware, rates: DeviceRates,
                  opts: ReplicaOptions, host: DeviceRates | None = None) -> Engine:
     """The replica's engine; its steps timed by the plan's one step model (infer's), the
-    layers llama.cpp keeps off the GPU (`plan.gpu_layers`) on `host`."""
+    layers llama.cpp keeps off the GPU (`plan.gpu_layers`) on `host`. With `opts.pp` stages,
+    the engine of one of the pp batches in flight (pipeline.py)."""
     unit = runtime_unit(plan.runtime)
+    width = opts.tp * opts.pp  # the devices that hold the weights and the KV cache
     # the replica's devices: its memory and steps are theirs; the context (llama.cpp: and
     # layers) the runtime picks where the plan leaves it
-    plan = unit.as_run(arch, replace(plan, tp=opts.tp), hw)
+    plan = unit.as_run(arch, replace(plan, tp=width), hw)
     sched = unit.scheduler_for(arch, plan, hw)
     limits = Limits(opts.max_batched_tokens or sched.max_batched_tokens,
-                    opts.max_seqs or sched.max_seqs, sched.reserve_output,
+                    in_flight_seqs(opts.max_seqs or sched.max_seqs, opts.pp),
+                    sched.reserve_output,
                     sched.overlap if opts.overlap is None else opts.overlap)
-    positions = unit.kv_positions(arch, plan, hw, opts.tp, limits.max_seqs)
+    positions = unit.kv_positions(arch, plan, hw, width, limits.max_seqs * opts.pp) // opts.pp
     if positions <= 0:
-        raise GpuwiseError(f"the weights leave no memory for a KV cache on {opts.tp} x {hw.name}",
+        raise GpuwiseError(f"the weights leave no memory for a KV cache on {width} x {hw.name}",
                            "more devices (--tp), lower-precision weights or a smaller model")
     block = sched.block_tokens
+    plan = replace(plan, tp=opts.tp)  # a step runs on one stage's devices
     step = unit.step(arch, plan, rates, opts.tp, host)
+    parts = step.parts if opts.pp == 1 else StagedStep(
+        step.parts, arch, rates, weight_format(plan.weight_format.compute_dtype).bytes_per_element,
+        opts.pp)
     pair_flops = 4.0 * arch.num_layers * arch.q_dim  # QK^T and PV, a multiply-add each
     max_len = min(x for x in (plan.context_alloc, arch.max_position, 1 << 40) if x)
     return Engine(sched.policy, limits, positions // block, block,
-                  step.parts, pair_flops, max_len, sched.token_host_s, sched.request_host_s,
+                  parts, pair_flops, max_len, sched.token_host_s, sched.request_host_s,
                   opts.shared_prefix,
                   sched.prefix_cache if opts.prefix_cache is None else opts.prefix_cache,
                   sched.shared_cells,
