@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuwise.catalog.cuda_allocator import CudaAllocatorRules, cuda_allocator
 
@@ -275,34 +276,20 @@ SEGMENTS = 1 << 32
 SIZES = SEGMENTS * OFFSETS
 
 
-class _Piece:
-    """A block of the one-loop replay (`_replay_segments`): its segment's record [live
-    blocks, bytes, pool (1 small, 0 large), segment * OFFSETS] in place of its number."""
-
-    __slots__ = ("record", "offset", "size", "free", "prev", "next")
-
-    def __init__(self, record: list[int], offset: int, size: int, prev: _Piece | None = None,
-                 next: _Piece | None = None) -> None:
-        self.record = record
-        self.offset = offset
-        self.size = size
-        self.free = True
-        self.prev = prev
-        self.next = next
-
-
 def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -> ReplayPeak | None:
     """`CachingAllocator`'s malloc and free without expandable segments, written out in one
     loop with its state in locals (a search replays thousands of events, each a few calls
-    deep). None where a segment would pass OFFSETS (the class then replays)."""
+    deep). A block is a list, [size, offset, free, previous, next, its segment's record,
+    the bytes its tensor asked for] (no object to construct), and a segment's record is
+    [live blocks, bytes, pool (1 small, 0 large), segment * OFFSETS]. None where a segment
+    would pass OFFSETS (the class then replays)."""
     unit, small_max = rules.min_block_bytes, rules.small_size_bytes
     small_buffer, large_buffer = rules.small_buffer_bytes, rules.large_buffer_bytes
     min_large, round_large = rules.min_large_alloc_bytes, rules.round_large_bytes
     pools: tuple[list[int], list[int]] = ([], [])  # each pool's free blocks' places, sorted
-    free_blocks: dict[int, _Piece] = {}
+    free_blocks: dict[int, list[Any]] = {}
     segments = 0
-    live: dict[int, _Piece] = {}
-    taken: dict[int, int] = {}  # the bytes each live tensor asked for
+    live: dict[int, list[Any]] = {}
     reserved = pinned = requested = allocated = 0
     peak_reserved = peak_pinned = peak_requested = peak_allocated = 0
     bisect_left, insort = bisect.bisect_left, bisect.insort
@@ -316,7 +303,7 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
             i = bisect_left(keys, size * SIZES)  # best fit
             if i < len(keys):
                 block = free_blocks.pop(keys.pop(i))
-                record = block.record
+                record = block[5]
             else:  # a new segment (segment_bytes), its one block taken at once
                 if small:
                     grown = small_buffer
@@ -328,24 +315,27 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
                     return None
                 record = [0, grown, small, segments * OFFSETS]
                 segments += 1
-                block = _Piece(record, 0, grown)
+                block = [grown, 0, True, None, None, record, 0]
                 reserved += grown
                 if reserved > peak_reserved:
                     peak_reserved = reserved
-            remaining = block.size - size  # _split: the rest stays free when big enough
+            remaining = block[0] - size  # _split: the rest stays free when big enough
             if remaining >= unit if small else remaining > small_max:
-                after = block.next
-                rest = _Piece(record, block.offset + size, remaining, block, after)
+                after = block[4]
+                offset = block[1] + size
+                rest = [remaining, offset, True, block, after, record, 0]
                 if after is not None:
-                    after.prev = rest
-                block.next = rest
-                block.size = size
-                place = remaining * SIZES + record[3] + rest.offset
+                    after[3] = rest
+                block[4] = rest
+                block[0] = size
+                place = remaining * SIZES + record[3] + offset
                 insort(keys, place)
                 free_blocks[place] = rest
-            block.free = False
+            else:
+                size = block[0]
+            block[2] = False
+            block[6] = nbytes
             live[key] = block
-            taken[key] = nbytes
             if not record[0]:  # _pin
                 pinned += record[1]
                 if pinned > peak_pinned:
@@ -354,7 +344,7 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
             requested += nbytes
             if requested > peak_requested:
                 peak_requested = requested
-            allocated += block.size
+            allocated += size
             if allocated > peak_allocated:
                 peak_allocated = allocated
             continue
@@ -362,33 +352,39 @@ def _replay_segments(events: list[tuple[int, int]], rules: CudaAllocatorRules) -
         if found is None:
             continue
         block = found
-        requested -= taken.pop(key)
-        allocated -= block.size
-        record = block.record
+        requested -= block[6]
+        size = block[0]
+        allocated -= size
+        record = block[5]
         record[0] -= 1
         if not record[0]:
             pinned -= record[1]
-        block.free = True
         keys = pools[record[2]]
-        after, before = block.next, block.prev
-        if after is not None and after.free:  # merged with its free neighbours (_merge)
-            place = after.size * SIZES + record[3] + after.offset
+        base = record[3]
+        after = block[4]
+        before = block[3]
+        if after is not None and after[2]:  # merged with its free neighbours (_merge)
+            place = after[0] * SIZES + base + after[1]
             del free_blocks[place]
             del keys[bisect_left(keys, place)]
-            block.size += after.size
-            block.next = after.next
-            if after.next is not None:
-                after.next.prev = block
-        if before is not None and before.free:
-            place = before.size * SIZES + record[3] + before.offset
+            size += after[0]
+            after = after[4]
+            block[4] = after
+            if after is not None:
+                after[3] = block
+        if before is not None and before[2]:
+            place = before[0] * SIZES + base + before[1]
             del free_blocks[place]
             del keys[bisect_left(keys, place)]
-            before.size += block.size
-            before.next = block.next
-            if block.next is not None:
-                block.next.prev = before
+            size += before[0]
+            before[4] = after
+            if after is not None:
+                after[3] = before
             block = before
-        place = block.size * SIZES + record[3] + block.offset
+        else:
+            block[2] = True
+        block[0] = size
+        place = size * SIZES + base + block[1]
         insort(keys, place)
         free_blocks[place] = block
     return ReplayPeak(peak_reserved, peak_requested, peak_allocated, peak_pinned)
