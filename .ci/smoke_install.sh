@@ -80,6 +80,7 @@ ok "$G" train llama-3.1-8b --on a100-80gb --finetune lora --checkpointing --json
 ok "$G" advise qwen2.5-7b --requests-per-day 100000 --prompt 512 --new-tokens 256 --json
 ok "$G" cost qwen2.5-7b --on h100 --rent --requests-per-day 100000 --json
 ok "$G" plan qwen2.5-1.5b --on t4,l4,rtx-4090 --rate 2 --tpot-ms 50 --ttft-ms 1000 --json
+ok "$G" plan qwen2.5-1.5b --on t4 --runtime vllm --concurrency 8 --tpot-ms 50 --ttft-ms 300
 refused "$G" plan qwen2.5-1.5b --on t4
 ok "$G" watch --json --log "$work/watch.jsonl" -- "$work/venv/bin/python" job.py
 ok "$G" watch --report "$work/watch.jsonl" --json

@@ -10,6 +10,7 @@ from typing import Any
 from gpuwise.app.cost import assumptions, candidate, candidates
 from gpuwise.app.deployment import Deployment, Workload, build_plan
 from gpuwise.app.lookup import hardware_named, model_named
+from gpuwise.app.plan_load import AskedLoad, asked_load, at_asked_load
 from gpuwise.app.side_by_side import Progress, Workers
 from gpuwise.catalog.formats import shipped_weights, weight_format
 from gpuwise.catalog.models import ResolvedModel
@@ -17,14 +18,14 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import runtime_list
 from gpuwise.estimate.cost.serving_sim import prepare_serving
 from gpuwise.estimate.cost.sizing import Candidate
+from gpuwise.estimate.plan.closed_loop import LoadRun
 from gpuwise.estimate.plan.frontier import SpeedPoint, cost_frontier, speed_frontier
 from gpuwise.estimate.plan.search import Evaluated, Limits, Problem, Searched, knobs_for, search
 from gpuwise.estimate.plan.space import base_configs
 from gpuwise.estimate.serve.metrics import ServeSummary, Slo
 from gpuwise.estimate.serve.simulate import Engine
 from gpuwise.estimate.serve.steady_load import steady_run
-from gpuwise.estimate.serve.sweep import knee
-from gpuwise.units import parse_fraction
+from gpuwise.estimate.serve.sweep import knee, meets
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.launch import Launch, command_line, replicas_snippet
@@ -39,7 +40,8 @@ KNEE_REQUESTS = 200
 class PlanAnswer:
     model: ResolvedModel
     arch: Architecture
-    load: ServeLoad
+    load: ServeLoad  # the rate the search sized at
+    # the search's record; at clients or a trace its cheapest configurations re-simulated there
     found: Searched
     at_load: ServeSummary | None  # the choice's fleet re-simulated at the load itself
     runners_up: tuple[tuple[Evaluated, str], ...]  # each device and runtime's best, and why
@@ -49,6 +51,11 @@ class PlanAnswer:
     snippet: str
     command_note: str
     seconds: float
+    asked: AskedLoad | None = None  # the load as given: a rate, clients or a trace
+    # the re-simulation at the load asked (one replica's run is `at_load`)
+    load_run: LoadRun | None = None
+    chosen: Evaluated | None = None  # the fleet to run (`found.best`)
+    speed_points: tuple[SpeedPoint, ...] = ()  # every knee the speed frontier was drawn from
 
     @property
     def best(self) -> Evaluated | None:
@@ -58,7 +65,8 @@ class PlanAnswer:
 def plan(kw: dict[str, Any], progress: Progress | None = None) -> PlanAnswer:
     start = time.perf_counter()
     model, arch = model_named(kw["model"])
-    load = _load(kw)
+    asked = asked_load(kw)
+    load = asked.load
     cands = _devices(kw)
     dep = build_plan(model, Deployment(runtime="vllm", ctx=kw.get("ctx")),
                      Workload(1, kw["prompt"], kw["output"])).plan
@@ -76,32 +84,25 @@ def plan(kw: dict[str, Any], progress: Progress | None = None) -> PlanAnswer:
                 assumptions(kw), Limits(kw.get("budget"), kw.get("gpus_max")), kw.get("max_kw"))
     with Workers("configuration", progress) as workers:
         found = search(p, bases, stream=workers.stream, progress=progress)
+    at_load, run = None, None
+    if found.best is not None and asked.kind == "rate":
+        at_load, run = _at_load(p, found.best) or (None, None)
+    elif found.best is not None:  # re-simulated at the clients or the trace, grown to meet it
+        resim = at_asked_load(asked, p, found, lambda e: _engine(p, e))
+        if resim is not None:
+            found, at_load, run = resim
     best = found.best
-    at_load = _at_load(p, best) if best else None
     command, snippet, note = _command(model, best) if best else ("", "", "")
     costs = tuple(cost_frontier(found.evaluated))
+    points = tuple(_knees(p, found, costs))
     return PlanAnswer(model, arch, load, found, at_load, _runners_up(found),
-                      tuple(speed_frontier(_knees(p, found, costs))), costs, command,
-                      snippet, note, time.perf_counter() - start)
+                      tuple(speed_frontier(points)), costs, command,
+                      snippet, note, time.perf_counter() - start, asked, run, best, points)
 
 
 def _names(kw: dict[str, Any], key: str) -> tuple[str, ...]:
     """A comma list option's names (none: search every one)."""
     return tuple(n.strip() for n in (kw.get(key) or "").split(",") if n.strip())
-
-
-def _load(kw: dict[str, Any]) -> ServeLoad:
-    rate: float | None = kw.get("request_rate")
-    per_day: float | None = kw.get("requests_per_day")
-    if per_day is not None and rate is None:
-        daily = per_day
-    elif rate is not None and per_day is None:
-        daily = rate * 86400
-    else:
-        raise GpuwiseError("give the load once: --rate (requests a second) or "
-                           "--requests-per-day", "e.g. --rate 5")
-    return ServeLoad(daily, kw["prompt"], kw["output"], kw.get("latency_ms"), kw.get("ttft_ms"),
-                     parse_fraction(kw.get("utilisation") or "60%", "utilisation"))
 
 
 def _devices(kw: dict[str, Any]) -> dict[str, Candidate]:
@@ -112,13 +113,16 @@ def _devices(kw: dict[str, Any]) -> dict[str, Candidate]:
     return {c.hw.id: c for c in found}
 
 
-def _at_load(p: Problem, e: Evaluated) -> ServeSummary | None:
-    """The chosen fleet at the load itself: each replica's share, in steady state."""
+def _at_load(p: Problem, e: Evaluated) -> tuple[ServeSummary, LoadRun] | None:
+    """The chosen fleet at the rate itself: each replica's share, in steady state."""
     engine = _engine(p, e)
     if engine is None:
         return None
     lengths = Lengths(p.load.prompt_tokens, p.load.output_tokens)
-    return steady_run(engine, p.load.arrivals_per_s / e.sizing.replicas, lengths, _slo(p.load))
+    replicas = e.sizing.replicas
+    rec = steady_run(engine, p.load.arrivals_per_s / replicas, lengths, _slo(p.load))
+    return rec, LoadRun("rate", replicas, 0, replicas, 0, p.load.arrivals_per_s,
+                        meets(rec, _slo(p.load)), (rec.requests, rec.warmup_requests))
 
 
 def _engine(p: Problem, e: Evaluated) -> Engine | None:

@@ -4,15 +4,20 @@ that runs it (docs/plan.md). Its workload and assumption flags are advise's."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 from typing import Any
 
-from gpuwise.cli.common import NEW_TOKENS, PROMPT_TOKENS, app, emit
-from gpuwise.cli.cost import AS_JSON, ASSUMPTIONS, MODEL, CostCommand, option
+from gpuwise.cli.common import NEW_TOKENS, PROMPT_TOKENS, app, emit, html_output, write_html
+from gpuwise.cli.cost import AS_JSON, ASSUMPTIONS, HTML, MODEL, CostCommand, option
 
 WORKLOAD = [
     option("request_rate", float | None, None, "requests a second while the service runs",
          "--rate"),
     option("requests_per_day", float | None, None, "requests a day, instead of --rate"),
+    option("concurrency", int | None, None, "clients that each send a request when their last "
+         "is answered, instead of --rate (needs --tpot-ms)"),
+    option("trace", Path | None, None, "JSON lines of arrival_s, prompt_tokens, output_tokens "
+         "(vLLM/Mooncake keys too), instead of --rate: its rate and mean lengths"),
     option("prompt", int, PROMPT_TOKENS, "prompt tokens per request"),
     option("output", int, NEW_TOKENS, "tokens generated per request", "--new-tokens"),
     option("latency_ms", float | None, None, "target p90 time per output token, ms",
@@ -42,11 +47,13 @@ def plan(**kw: Any) -> None:
     from gpuwise.report.plan_view import plan_view
     from gpuwise.report.progress import progress_bar
 
+    html = html_output(kw.pop("html"))
     with progress_bar(quiet=kw["as_json"]) as progress:
         answer = run_plan(kw, progress)
     emit(plan_view(answer), kw["as_json"])
+    write_html(html, lambda pages: pages.plan_page(answer))
 
 
 plan.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-    [MODEL, *WORKLOAD, *SPACE, *ASSUMPTIONS, AS_JSON])
+    [MODEL, *WORKLOAD, *SPACE, *ASSUMPTIONS, AS_JSON, HTML])
 app.command(cls=CostCommand)(plan)

@@ -9,7 +9,14 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuwise.app.plan import PlanAnswer
-from gpuwise.estimate.plan.frontier import p90_tpot, per_device, per_user, usd_per_mtok
+from gpuwise.estimate.plan.closed_loop import LoadRun
+from gpuwise.estimate.plan.frontier import (
+    SpeedPoint,
+    p90_tpot,
+    per_device,
+    per_user,
+    usd_per_mtok,
+)
 from gpuwise.estimate.plan.search import Evaluated
 from gpuwise.report.records import model_record
 from gpuwise.report.serve_view import summary_record
@@ -30,23 +37,64 @@ def config_record(e: Evaluated) -> dict[str, Any]:
             "tokens_per_s_per_user": per_user(e), "source": "estimated"}
 
 
+def chosen(a: PlanAnswer) -> Evaluated | None:
+    """The fleet to run: the search's choice, grown where the re-simulation at clients or a
+    trace needed more replicas."""
+    return a.chosen if a.chosen is not None else a.best
+
+
+def _load_record(a: PlanAnswer) -> dict[str, Any]:
+    load, asked = a.load, a.asked
+    trace = None
+    if asked is not None and asked.trace is not None:
+        trace = {"path": str(asked.trace), "requests": len(asked.requests),
+                 "span_s": asked.span_s}
+    return {"kind": asked.kind if asked else "rate", "requests_per_s": load.arrivals_per_s,
+            "how": asked.how if asked else "", "concurrency": asked.concurrency if asked else None,
+            "trace": trace, "prompt_tokens": load.prompt_tokens,
+            "new_tokens": load.output_tokens, "ttft_ms": load.ttft_ms, "tpot_ms": load.tpot_ms,
+            "target_utilization": load.max_utilisation}
+
+
+def _run_record(a: PlanAnswer) -> dict[str, Any] | None:
+    r = a.load_run
+    if r is None:
+        return None
+    return {"kind": r.kind, "replicas": r.replicas, "added_replicas": r.added,
+            "tried_up_to_replicas": r.tried_up_to, "clients_per_replica": r.clients_per_replica,
+            "requests_per_s": r.requests_per_s, "meets": r.meets,
+            "run_requests": r.run_requests[0], "run_warmup_requests": r.run_requests[1],
+            "rechecked_configurations": r.rechecked, "search_choice": r.search_choice}
+
+
+def _point_record(e: Evaluated) -> dict[str, Any]:
+    """What the cost frontier's plot draws of one sized configuration."""
+    return {"label": e.config.label, "device": e.config.device, "runtime": e.config.runtime,
+            "usd_per_month": e.cost, "usd_per_million_tokens": usd_per_mtok(e),
+            "p90_tpot_s": p90_tpot(e), "p90_ttft_s": e.sizing.ttft_s, "meets": e.meets}
+
+
+def _knee_record(pt: SpeedPoint) -> dict[str, Any]:
+    return {**config_record(pt.evaluated), "knee_requests_per_s": pt.rate,
+            "knee_tokens_per_s_per_device": pt.per_device,
+            "knee_tokens_per_s_per_user": pt.per_user}
+
+
 def plan_view(a: PlanAnswer) -> View:
-    best, f = a.best, a.found
-    load = a.load
+    f = a.found
+    best = chosen(a)
     obj: dict[str, Any] = {
         "model": model_record(a.model, a.arch),
-        "load": {"requests_per_s": load.arrivals_per_s, "prompt_tokens": load.prompt_tokens,
-                 "new_tokens": load.output_tokens, "ttft_ms": load.ttft_ms,
-                 "tpot_ms": load.tpot_ms, "target_utilization": load.max_utilisation},
+        "load": _load_record(a),
         "choice": config_record(best) if best else None,
         "at_load": summary_record(a.at_load, timeline=False) if a.at_load else None,
+        "load_run": _run_record(a),
         "command": a.command, "deployment_yaml": a.snippet, "command_note": a.command_note,
         "runners_up": [{**config_record(e), "why": why} for e, why in a.runners_up],
-        "speed_frontier": [{**config_record(pt.evaluated), "knee_requests_per_s": pt.rate,
-                            "knee_tokens_per_s_per_device": pt.per_device,
-                            "knee_tokens_per_s_per_user": pt.per_user}
-                           for pt in a.speed_frontier],
+        "speed_frontier": [_knee_record(pt) for pt in a.speed_frontier],
+        "speed_points": [_knee_record(pt) for pt in a.speed_points],
         "cost_frontier": [config_record(e) for e in a.cost_frontier],
+        "sized": [_point_record(e) for e in f.evaluated],
         "search": {"configurations": f.considered, "sized": len(f.evaluated),
                    "ruled_out": len(f.refused), "left_unsized_by_the_bound": f.unsized,
                    "seconds": a.seconds},
@@ -54,13 +102,24 @@ def plan_view(a: PlanAnswer) -> View:
     return obj, Group(*_lines(a))
 
 
+def _asked_text(a: PlanAnswer) -> str:
+    """The load as given, and the rate the search sized at."""
+    asked, rate = a.asked, a.load.arrivals_per_s
+    if asked is None or asked.kind == "rate":
+        return f"{rate:g} requests/s"
+    if asked.concurrency is not None:
+        return (f"{asked.concurrency:,} clients in a closed loop (searched at {rate:.3g} "
+                f"requests/s: {asked.how})")
+    return f"the trace {asked.trace} (searched at {rate:.3g} requests/s: {asked.how})"
+
+
 def _lines(a: PlanAnswer) -> list[Any]:
-    load, f, best = a.load, a.found, a.best
+    load, f, best = a.load, a.found, chosen(a)
     targets = ", ".join(t for t in (
         f"TTFT <= {load.ttft_ms:g} ms" if load.ttft_ms else "",
         f"<= {load.tpot_ms:g} ms per output token" if load.tpot_ms else "") if t)
     out: list[Any] = [Text(
-        f"plan {a.model.name}: {load.arrivals_per_s:g} requests/s of {load.prompt_tokens} "
+        f"plan {a.model.name}: {_asked_text(a)} of {load.prompt_tokens} "
         f"prompt + {load.output_tokens} new tokens; {targets or 'no latency target'} (p90), "
         f"each replica at most {load.max_utilisation:.0%} of the rate it serves within them")]
     out.append(Text(f"searched {f.considered:,} configurations: {len(f.evaluated)} sized, "
@@ -82,14 +141,43 @@ def _choice(a: PlanAnswer, best: Evaluated) -> Text:
     lines = [f"choice: {best.config.label}, {s.replicas} replica(s) of {best.config.tp} "
              f"({s.devices} device(s)), {best.option.cost.mode}, "
              f"${best.cost:,.0f}/month, ${usd_per_mtok(best):.3f}/Mtok"]
-    r = a.at_load
+    r, run = a.at_load, a.load_run
     if r is not None:
+        at = _at_text(run)
         for name, p in (("TTFT", r.ttft_s), ("TPOT", r.tpot_s)):
-            lines.append(f"  {name} at the load: p50 {format_seconds(p.p50)}, p90 "
+            lines.append(f"  {name} at {at}: p50 {format_seconds(p.p50)}, p90 "
                          f"{format_seconds(p.p90)}, p99 {format_seconds(p.p99)}")
         lines.append(f"  {r.slo_met_fraction:.0%} of requests within the targets; each "
                      f"replica busy {r.busy_fraction:.0%}")
+    if run is not None and run.kind != "rate":
+        lines.append(f"  {_run_text(run)}")
     return Text("\n".join(lines))
+
+
+def _at_text(run: LoadRun | None) -> str:
+    if run is None or run.kind == "rate":
+        return "the load"
+    if run.clients_per_replica:
+        return f"{run.clients_per_replica} clients a replica"
+    return "the trace" + (f" (one request in {run.replicas} a replica)" if run.replicas > 1
+                          else "")
+
+
+def _run_text(run: LoadRun) -> str:
+    """What the re-simulation at clients or a trace found: the rate sent, replicas added, the
+    search's choice where it missed the targets there."""
+    sent = (f"the clients sent {run.requests_per_s:.3g} requests/s" if run.clients_per_replica
+            else f"the trace's {run.requests_per_s:.3g} requests/s")
+    if not run.meets:
+        return (f"{sent}; the targets are missed there with up to {run.tried_up_to} "
+                f"replica(s) (the search's {run.replicas} shown)")
+    out = f"{sent}; {run.replicas} replica(s) meet the targets there"
+    if run.added:
+        out += f" ({run.added} added to the search's, priced above)"
+    if run.search_choice:
+        out += (f"; cheaper than the search's choice, {run.search_choice}, once that is grown "
+                f"to meet them ({run.rechecked} configurations re-simulated there)")
+    return out
 
 
 def _command(a: PlanAnswer) -> Text:

@@ -10,6 +10,7 @@ from gpuwise.report.html.estimate_pages import (
     train_page,
 )
 from gpuwise.report.html.output import Page
+from gpuwise.report.html.plan import plan_page
 from gpuwise.report.html.run_pages import (
     advise_page,
     cost_page,
@@ -19,4 +20,4 @@ from gpuwise.report.html.run_pages import (
 )
 
 __all__ = ["Page", "advise_page", "check_page", "cost_page", "infer_page", "module_page",
-           "probe_page", "repro_page", "serve_page", "train_page", "watch_page"]
+           "plan_page", "probe_page", "repro_page", "serve_page", "train_page", "watch_page"]
