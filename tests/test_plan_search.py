@@ -1,7 +1,7 @@
 """`gpuwise plan`'s search (estimate/plan/search.py): on small spaces its choice is the one an
 exhaustive search over the same space finds with the same simulator, or within 2% of its
-cost; it sizes fewer configurations to get there; each device and runtime is sized once at
-least; and the scheduler's narrower limits reach the simulation."""
+cost; it sizes fewer configurations to get there; each device and runtime (of the first
+eight by floor: all of them here) is sized once at least; and the scheduler's narrower limits reach the simulation."""
 
 from __future__ import annotations
 

@@ -10,30 +10,24 @@ from typing import Any
 from gpuwise.app.cost import assumptions, candidate, candidates
 from gpuwise.app.deployment import Deployment, Workload, build_plan
 from gpuwise.app.lookup import hardware_named, model_named
+from gpuwise.app.plan_command import PlanCommand, plan_command
 from gpuwise.app.plan_load import AskedLoad, asked_load, at_asked_load
+from gpuwise.app.plan_runs import at_rate, replica_engine, speed_points
 from gpuwise.app.side_by_side import Progress, Workers
 from gpuwise.catalog.formats import shipped_weights, weight_format
 from gpuwise.catalog.models import ResolvedModel
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.advise import runtime_list
-from gpuwise.estimate.cost.serving_sim import prepare_serving
 from gpuwise.estimate.cost.sizing import Candidate
 from gpuwise.estimate.plan.closed_loop import LoadRun
 from gpuwise.estimate.plan.frontier import SpeedPoint, cost_frontier, speed_frontier
-from gpuwise.estimate.plan.search import Evaluated, Limits, Problem, Searched, knobs_for, search
+from gpuwise.estimate.plan.search import Evaluated, Limits, Problem, Searched, search
 from gpuwise.estimate.plan.space import base_configs
-from gpuwise.estimate.serve.metrics import ServeSummary, Slo
-from gpuwise.estimate.serve.simulate import Engine
-from gpuwise.estimate.serve.steady_load import steady_run
-from gpuwise.estimate.serve.sweep import knee, meets
+from gpuwise.estimate.serve.metrics import ServeSummary
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
-from gpuwise.workload.launch import Launch, command_line, replicas_snippet
-from gpuwise.workload.requests import Lengths
 
 RUNNERS_UP = 6  # devices and runtimes shown beside the choice
-KNEES = 12  # devices and runtimes whose knee the speed frontier is drawn from
-KNEE_REQUESTS = 200
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,7 @@ class PlanAnswer:
     # the search's record; at clients or a trace its cheapest configurations re-simulated there
     found: Searched
     at_load: ServeSummary | None  # the choice's fleet re-simulated at the load itself
-    runners_up: tuple[tuple[Evaluated, str], ...]  # each device and runtime's best, and why
+    runners_up: tuple[tuple[Evaluated, str], ...]  # the next devices and runtimes, and why
     speed_frontier: tuple[SpeedPoint, ...]
     cost_frontier: tuple[Evaluated, ...]
     command: str
@@ -86,15 +80,16 @@ def plan(kw: dict[str, Any], progress: Progress | None = None) -> PlanAnswer:
         found = search(p, bases, stream=workers.stream, progress=progress)
     at_load, run = None, None
     if found.best is not None and asked.kind == "rate":
-        at_load, run = _at_load(p, found.best) or (None, None)
+        at_load, run = at_rate(p, found.best) or (None, None)
     elif found.best is not None:  # re-simulated at the clients or the trace, grown to meet it
-        resim = at_asked_load(asked, p, found, lambda e: _engine(p, e))
+        resim = at_asked_load(asked, p, found, lambda e: replica_engine(p, e))
         if resim is not None:
             found, at_load, run = resim
     best = found.best
-    command, snippet, note = _command(model, best) if best else ("", "", "")
+    run_it = plan_command(model, best) if best else PlanCommand("", "", "")
+    command, snippet, note = run_it.command, run_it.snippet, run_it.note
     costs = tuple(cost_frontier(found.evaluated))
-    points = tuple(_knees(p, found, costs))
+    points = tuple(speed_points(p, found, costs))
     return PlanAnswer(model, arch, load, found, at_load, _runners_up(found),
                       tuple(speed_frontier(points)), costs, command,
                       snippet, note, time.perf_counter() - start, asked, run, best, points)
@@ -113,53 +108,12 @@ def _devices(kw: dict[str, Any]) -> dict[str, Candidate]:
     return {c.hw.id: c for c in found}
 
 
-def _at_load(p: Problem, e: Evaluated) -> tuple[ServeSummary, LoadRun] | None:
-    """The chosen fleet at the rate itself: each replica's share, in steady state."""
-    engine = _engine(p, e)
-    if engine is None:
-        return None
-    lengths = Lengths(p.load.prompt_tokens, p.load.output_tokens)
-    replicas = e.sizing.replicas
-    rec = steady_run(engine, p.load.arrivals_per_s / replicas, lengths, _slo(p.load))
-    return rec, LoadRun("rate", replicas, 0, replicas, 0, p.load.arrivals_per_s,
-                        meets(rec, _slo(p.load)), (rec.requests, rec.warmup_requests))
 
 
-def _engine(p: Problem, e: Evaluated) -> Engine | None:
-    cand = p.candidates[e.config.device]
-    dep = replace(p.deployment, kv_dtype=e.config.kv_dtype,
-                  expert_parallel=e.config.expert_parallel)
-    prep = prepare_serving(p.arch, p.load, cand, e.config.weights, e.config.runtime, dep,
-                           knobs_for(p, e.config))
-    return None if isinstance(prep, str) else prep.engine
 
 
-def _knees(p: Problem, found: Searched, costs: tuple[Evaluated, ...]) -> list[SpeedPoint]:
-    """The knee of each device and runtime's best configuration that meets the targets, and
-    of those on the cost frontier: the speed frontier's points."""
-    best: dict[tuple[str, str], Evaluated] = {}
-    for e in sorted((e for e in found.evaluated if e.meets), key=lambda e: e.rank):
-        best.setdefault((e.config.device, e.config.runtime), e)
-    chosen = list({e.config: e for e in [*list(best.values())[:KNEES], *costs]}.values())
-    lengths = Lengths(p.load.prompt_tokens, p.load.output_tokens)
-    out = []
-    for e in chosen:
-        engine = _engine(p, e)
-        if engine is None:
-            continue
-        swept = knee(engine, lengths, KNEE_REQUESTS, _slo(p.load))
-        rate = swept.max_rate_meeting_slo
-        at = [pt for pt in swept.curve if pt.rate == rate]
-        if not rate or not at or not at[0].summary.tpot_s.p90:
-            continue
-        out.append(SpeedPoint(e, rate, rate * p.load.output_tokens / e.config.tp,
-                              1.0 / at[0].summary.tpot_s.p90))
-    return out
 
 
-def _slo(load: ServeLoad) -> Slo:
-    return Slo(None if load.ttft_ms is None else load.ttft_ms / 1e3,
-               None if load.tpot_ms is None else load.tpot_ms / 1e3)
 
 
 def _runners_up(found: Searched) -> tuple[tuple[Evaluated, str], ...]:
@@ -189,23 +143,3 @@ def _why(e: Evaluated, best: Evaluated | None) -> str:
     return f"costs ${more:,.0f}/month more (+{more / max(best.cost, 1e-9):.0%})"
 
 
-def _command(model: ResolvedModel, e: Evaluated) -> tuple[str, str, str]:
-    """The command line of the choice, a Deployment for its replicas, and a note where the
-    command needs a file or checkpoint gpuwise cannot name."""
-    c, sizing = e.config, e.sizing
-    hub = model.entry.hf_id if model.entry else model.name
-    checkpoint = shipped_weights(model.config) or "bf16"
-    gguf = weight_format(c.weights).gguf
-    launch = Launch(model=hub, runtime=c.runtime, tp=c.tp, expert_parallel=c.expert_parallel,
-                    replicas=sizing.replicas, weights=c.weights,
-                    checkpoint=checkpoint, kv_dtype=c.kv_dtype,
-                    gguf_file=f"{hub.split('/')[-1]}-{c.weights}.gguf" if gguf else None,
-                    gpu_layers=99 if gguf else None)
-    note = f"the {c.weights} GGUF file of {hub}: convert it or download one" if gguf else ""
-    try:
-        line = command_line(launch)
-    except GpuwiseError:  # a format the server does not make as it loads: its own checkpoint
-        launch = replace(launch, checkpoint=c.weights)
-        note = f"a {c.weights} checkpoint of {hub} (an AWQ or GPTQ export): give its hub id"
-        line = command_line(launch)
-    return line, replicas_snippet(launch) if sizing.replicas > 1 else "", note

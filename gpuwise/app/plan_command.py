@@ -13,7 +13,7 @@ from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.plan.search import Evaluated
 from gpuwise.workload.launch import Launch, command_line, replicas_snippet
 
-ROUTER_NOTE = ("a router in front sends each request to a prefill server, then with its KV "
+ROUTER_NOTE = ("a router in front that sends each request to a prefill server, then with its KV "
                "cache to a decode server (vLLM's disaggregated proxy, SGLang's router with "
                "--pd-disaggregation, NVIDIA Dynamo)")
 

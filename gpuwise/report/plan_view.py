@@ -28,7 +28,8 @@ FRONTIER_ROWS = 8
 def config_record(e: Evaluated) -> dict[str, Any]:
     c, s = e.config, e.sizing
     return {"label": c.label, "device": c.device, "runtime": c.runtime, "weights": c.weights,
-            "kv_dtype": c.kv_dtype, "tp": c.tp, "expert_parallel": c.expert_parallel,
+            "kv_dtype": c.kv_dtype, "tp": c.tp, "pp": c.pp, "expert_parallel": c.expert_parallel,
+            "disaggregated": c.disagg, "prefill_replicas": s.prefill_replicas if c.disagg else None,
             "max_seqs_share": c.seq_share, "max_batched_tokens_share": c.token_share,
             "replicas": s.replicas, "devices": s.devices, "mode": e.option.cost.mode,
             "usd_per_month": e.cost, "usd_per_million_tokens": usd_per_mtok(e),
@@ -138,9 +139,9 @@ def _lines(a: PlanAnswer) -> list[Any]:
 
 def _choice(a: PlanAnswer, best: Evaluated) -> Text:
     s = best.sizing
-    lines = [f"choice: {best.config.label}, {s.replicas} replica(s) of {best.config.tp} "
-             f"({s.devices} device(s)), {best.option.cost.mode}, "
-             f"${best.cost:,.0f}/month, ${usd_per_mtok(best):.3f}/Mtok"]
+    lines = [f"choice: {best.config.label}, {_replicas(best)} ({s.devices} device(s)), "
+             f"{best.option.cost.mode}, ${best.cost:,.0f}/month, "
+             f"${usd_per_mtok(best):.3f}/Mtok"]
     r, run = a.at_load, a.load_run
     if r is not None:
         at = _at_text(run)
@@ -152,6 +153,15 @@ def _choice(a: PlanAnswer, best: Evaluated) -> Text:
     if run is not None and run.kind != "rate":
         lines.append(f"  {_run_text(run)}")
     return Text("\n".join(lines))
+
+
+def _replicas(e: Evaluated) -> str:
+    s, c = e.sizing, e.config
+    width = f"{c.tp}" if c.pp == 1 else f"{c.tp} x {c.pp} stages"
+    if c.disagg:
+        return (f"{s.prefill_replicas} prefill + {s.replicas - s.prefill_replicas} decode "
+                f"replica(s) of {width}")
+    return f"{s.replicas} replica(s) of {width}"
 
 
 def _at_text(run: LoadRun | None) -> str:
@@ -190,7 +200,7 @@ def _command(a: PlanAnswer) -> Text:
 
 
 def _runners_up(a: PlanAnswer) -> Table:
-    t = Table(title="runners-up: each device and runtime's best, and why it lost",
+    t = Table(title="runners-up: the next devices and runtimes, and why they lost",
               title_justify="left", show_edge=False)
     t.add_column("configuration", no_wrap=True)
     t.add_column("$/month", justify="right", no_wrap=True)

@@ -14,7 +14,7 @@ requests (`attainment` is the lower of the two)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.cost.prices import Usage
@@ -25,11 +25,11 @@ from gpuwise.estimate.cost.serving_sim import (
     runs_key,
 )
 from gpuwise.estimate.cost.sizing import Candidate, Sizing
-from gpuwise.estimate.serve.metrics import ServeSummary, Slo
+from gpuwise.estimate.serve.metrics import Percentiles, ServeSummary, Slo
 from gpuwise.estimate.serve.replica import ReplicaOptions, no_load_latency, rate_ceiling
 from gpuwise.estimate.serve.simulate import Engine, StepParts
 from gpuwise.estimate.serve.steady_load import steady_run
-from gpuwise.estimate.serve.sweep import ATTAINMENT
+from gpuwise.estimate.serve.sweep import ATTAINMENT, knee
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.plans import InferencePlan
@@ -180,3 +180,37 @@ def _sizing(load: ServeLoad, cand: Candidate, pools: Pools, counts: tuple[int, i
                   ttft, at_d.tpot_s.p90, at_d.output_tokens_per_s * n_d / (n_p + n_d),
                   attainment=attainment, run_requests=(at_d.requests, at_d.warmup_requests),
                   prefill_replicas=n_p)
+
+
+def joined(pools: Pools, prefill: ServeSummary, decode: ServeSummary) -> ServeSummary:
+    """The two pools' runs as one request sees them: each percentile of the time to first
+    token the prefill's, the transfer and the decode pool's first step added (as where the
+    parts vary together: at most that where they do not); the rest the decode pool's, the
+    share within the targets the lower pool's."""
+    def added(a: Percentiles, b: Percentiles) -> Percentiles:
+        parts = [(x + pools.transfer_s + y) if x is not None and y is not None else None
+                 for x, y in zip(astuple(a), astuple(b), strict=True)]
+        return Percentiles(*parts)
+
+    return replace(decode, ttft_s=added(prefill.ttft_s, decode.ttft_s),
+                   slo_met_fraction=min(prefill.slo_met_fraction, decode.slo_met_fraction),
+                   saturated=prefill.saturated or decode.saturated)
+
+
+def pools_knee(pools: Pools, load: ServeLoad, count: int) -> tuple[float, float] | None:
+    """(output tokens a second a device, tokens a second a user) at the pools' knees: each
+    pool at the highest rate meeting its share of the targets, the devices in the ratio of
+    the two rates (as many prefill as decode replicas' worth of the load each needs). None
+    where a pool meets no rate."""
+    split = shares(pools, load)
+    if isinstance(split, str):
+        return None
+    slo_p, slo_d = split
+    rate_p = knee(pools.prefill, Lengths(load.prompt_tokens, 1), count, slo_p).max_rate_meeting_slo
+    swept = knee(pools.decode, Lengths(load.prompt_tokens, load.output_tokens), count, slo_d)
+    rate_d = swept.max_rate_meeting_slo
+    at = [pt for pt in swept.curve if pt.rate == rate_d]
+    if not rate_p or not rate_d or not at or not at[0].summary.tpot_s.p90:
+        return None
+    devices_per_request = pools.plan.tp * (1 / rate_p + 1 / rate_d)
+    return load.output_tokens / devices_per_request, 1.0 / at[0].summary.tpot_s.p90

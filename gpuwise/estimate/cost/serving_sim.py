@@ -134,7 +134,7 @@ def _replicas_floor(engine: Engine, load: ServeLoad, cand: Candidate, pp: int = 
     """The fewest engines a sizing can have: the load over the headroom asked for, at the
     rate no engine can exceed (where `fewest_replicas` starts), whole pipelines of `pp`, at
     most `max_replicas`."""
-    ceiling = rate_ceiling(engine, load.prompt_tokens, load.output_tokens)
+    ceiling = rate_ceiling(engine, load.prompt_tokens, load.output_tokens, cache_bound=True)
     need = load.arrivals_per_s / load.max_utilisation
     floor = _whole(max(1, math.ceil(need / ceiling)) if ceiling > 0 else 1, pp)
     return floor if cand.max_replicas is None else min(floor, cand.max_replicas)

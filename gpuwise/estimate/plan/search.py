@@ -8,9 +8,9 @@ ruled out by its engine's no-load latency; and one whose floor (its devices at t
 replicas the load needs at its rate ceiling, powered but idle: option_search.py) already
 costs more than the best found is left unsized, with every narrower scheduler setting of it
 (a narrower batch only lowers the ceiling). So the choice is the one an exhaustive search
-over the same space finds (`exhaustive=True`; tests/test_plan_search.py). Each device and
-runtime's best configuration is sized even past the bound, so that the runners-up can say
-why they lost."""
+over the same space finds (`exhaustive=True`; tests/test_plan_search.py). The devices and
+runtimes with the cheapest floors (GROUPS_SIZED of them) are sized even past the bound, each
+at its GROUP_TRIES cheapest floors, so that the runners-up can say why they lost."""
 
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ from gpuwise.workload.deployments import ServeLoad
 from gpuwise.workload.plans import InferencePlan
 
 Progress = Callable[[str, float], None]
+# devices and runtimes sized past the bound, each at its cheapest floor, cheapest first: the
+# runners-up that say why they lost (app/plan.py shows six beside the choice)
+GROUPS_SIZED = 8
+GROUP_TRIES = 3  # of each, its cheapest floors (the cheapest floor is not always the best)
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,7 @@ class _State:
                  progress: Progress | None) -> None:
         self.p, self.exhaustive, self.out = p, exhaustive, out
         self.best = float("inf")
-        self.groups: set[tuple[str, str]] = set()
+        self.groups: dict[tuple[str, str], int] = {}  # configurations sized past the bound
         self.sized: dict[Config, Evaluated] = {}
         self.total, self.done, self.progress = total, 0, progress
 
@@ -147,18 +151,28 @@ class _State:
         return self.exhaustive or _worth(self.p, f, self.best)
 
     def bases(self, order: list[Config], floors: dict[Config, Floor | str]) -> Iterator[Config]:
-        """Each base within the bound, and each device and runtime's cheapest (for why it
-        lost); the others counted unsized with their narrower settings."""
+        """Each base within the bound, and the cheapest of the first GROUPS_SIZED devices and
+        runtimes (for why they lost); the others counted unsized with their narrower
+        settings."""
         for cfg in order:
             f = floors[cfg]
             if isinstance(f, str):
                 continue
             group = (cfg.device, cfg.runtime)
-            if self.worth(f) or group not in self.groups:
-                self.groups.add(group)
+            if self.worth(f):
+                yield cfg
+            elif self._past_bound(group):
+                self.groups[group] = self.groups.get(group, 0) + 1
                 yield cfg
             else:
                 self.out.unsized += 1 + len(knob_variants(cfg))
+
+    def _past_bound(self, group: tuple[str, str]) -> bool:
+        """Whether to size one more of a device and runtime's configurations past the bound:
+        its first GROUP_TRIES, for the first GROUPS_SIZED."""
+        if group in self.groups:
+            return self.groups[group] < GROUP_TRIES
+        return len(self.groups) < GROUPS_SIZED
 
     def variants(self, floors: dict[Config, Floor | str]) -> Iterator[Config]:
         for base, e in list(self.sized.items()):

@@ -104,10 +104,14 @@ def no_load_step(engine: Engine, prompt: int, output: int) -> float:
     return engine.step_seconds(1, 0, decode_context(prompt, output), 0.0)
 
 
-def rate_ceiling(engine: Engine, prompt: int, output: int) -> float:
+def rate_ceiling(engine: Engine, prompt: int, output: int, cache_bound: bool = False) -> float:
     """Requests a second the replica cannot exceed: at its fullest batch, each request costs
-    its prompt and its share of the decode steps."""
+    its prompt and its share of the decode steps. `cache_bound`: the batch no larger than the
+    KV pool holds sequences of the prompt's length (the least each holds once admitted) -
+    a tighter ceiling where the pool, not the scheduler, bounds the batch."""
     seqs = max(1, engine.limits.max_seqs)
+    if cache_bound:
+        seqs = max(1, min(seqs, engine.kv_blocks * engine.block_tokens // (prompt + 1)))
     mid = prompt + output / 2
     decode = engine.step_seconds(seqs, 0, seqs * mid, 0.0) / seqs
     prefill = engine.step_seconds(prompt, prompt, prompt, prompt * prompt / 2 *

@@ -170,6 +170,6 @@ def plan_page(answer: PlanAnswer) -> Page:
         sections.append(Section("The command that runs it", text=rec["command"],
                                 notes=tuple(notes)))
     sections.append(Section("The frontiers", figures=(speed_figure(rec), cost_figure(rec))))
-    sections.append(Section("Runners-up: each device and runtime's best, and why it lost",
+    sections.append(Section("Runners-up: the next devices and runtimes, and why they lost",
                             table=_runners_up(rec)))
     return Page(f"gpuwise plan: {answer.model.name}", tuple(sections), rec)
