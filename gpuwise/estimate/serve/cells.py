@@ -22,14 +22,33 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, compress, islice, repeat
+from itertools import chain, compress, repeat
 
-from gpuwise.estimate.speed.ggml_time import FA_TILE
+from gpuwise.estimate.serve.cell_pieces import (
+    FA_TILE,
+    FREE,
+    Piece,
+    SeqTiles,
+    Window,
+    as_range,
+    cyclic,
+    nth_free,
+    nth_taken,
+)
+
+_SeqTiles, _Window = SeqTiles, Window  # as the tests name them
 
 PAD = 256  # get_n_kv: n_kv padded to max(n_pad, 256)
 UBATCH = 512  # llama-server's n_ubatch (common/common.h)
+# A cell holds its owner's label, 0 where free: a request's cells go in one pass over the
+# cache (bytes.translate). 254 labels; every owner past them shares the last, and its
+# cells go one piece at a time.
+OVERFLOW = 255
+_SAME = bytes(range(256))
+_TAKE = [bytes([label]) + _SAME[1:] for label in range(256)]  # translate: free cells to label
+_LABEL = [bytes([label]) for label in range(256)]
 
 
 @dataclass
@@ -45,122 +64,137 @@ class Ubatch:
 
 
 @dataclass
-class _SeqTiles:
-    """A sequence's KV tiles in the order its positions first reach them, with that position;
-    scanned up to its `piece`-th piece's `offset`-th cell (`scanned` cells in all)."""
-
-    order: list[int] = field(default_factory=list)
-    firsts: list[int] = field(default_factory=list)
-    seen: set[int] = field(default_factory=set)
-    scanned: int = 0
-    piece: int = 0
-    offset: int = 0
-
-    def update(self, pieces: list[Piece], held: int) -> None:
-        """Its cells (`pieces`, `held` of them) from the first not yet scanned."""
-        if self.scanned == held:
-            return
-        pos, skip = self.scanned - self.offset, self.offset  # where the piece starts
-        for i in range(self.piece, len(pieces)):
-            piece = pieces[i]
-            for tile, k in _tiles(piece, skip):
-                if tile not in self.seen:
-                    self.seen.add(tile)
-                    self.order.append(tile)
-                    self.firsts.append(pos + k)
-            pos, skip = pos + len(piece), 0
-            self.piece, self.offset = i, len(piece)
-        self.scanned = held
-
-
-def _tiles(piece: Piece, skip: int) -> Iterator[tuple[int, int]]:
-    """The KV tiles a piece's cells from its `skip`-th on fall in, in order, each with the
-    index of its first such cell: a run (or every n-th cell) a tile at a time, others a
-    cell at a time."""
-    if isinstance(piece, range) and 0 < piece.step < FA_TILE:
-        if skip >= len(piece):
-            return
-        start, step = piece.start, piece.step
-        first, last = piece[skip] // FA_TILE, piece[-1] // FA_TILE
-        for tile in range(first, last + 1):
-            yield tile, max(skip, -(-(tile * FA_TILE - start) // step))
-        return
-    for k, cell in enumerate(islice(piece, skip, None), skip):
-        yield cell // FA_TILE, k
-
-
-@dataclass
 class SharedCells:
     size: int
     tiled: bool = False  # attention on ggml-cpu's tiled path (Ubatch.computed, .skipped)
     head: int = 0
     used: int = 0
     top: int = 0  # one past the highest cell in use
-    free: bytearray = field(init=False)  # 1 where a cell is free
-    # a sequence's cells in the order it took them, as pieces: ranges where they form one
+    own: bytearray = field(init=False)  # each cell's owner's label, 0 where free
+    # a sequence's cells in the order it took them, as pieces (ranges where they form one):
+    # kept where the order is read (tiled attention) or its label is shared, else []
     owned: dict[int, list[Piece]] = field(default_factory=dict)
     held: dict[int, int] = field(default_factory=dict)  # and how many
+    label: dict[int, int] = field(default_factory=dict)
+    spare: list[int] = field(default_factory=lambda: list(range(OVERFLOW - 1, 0, -1)))
     idle: deque[int] = field(default_factory=deque)  # finished requests whose cells stay
-    tiles: dict[int, _SeqTiles] = field(default_factory=dict)
+    tiles: dict[int, SeqTiles] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.free = bytearray(b"\x01") * self.size
+        self.own = bytearray(self.size)
+
+    @property
+    def free(self) -> bytearray:
+        """1 where a cell is free."""
+        return self.own.translate(FREE)
 
     def start(self, seq: int) -> None:
         """A new request takes a slot, and every idle slot's cells go (`cache_idle_slots`)."""
         if seq in self.owned:
             return
         self.owned[seq], self.held[seq] = [], 0
-        while self.idle:
-            self.release(self.idle.popleft())
+        if self.idle:
+            self._release(self.idle)
+            self.idle.clear()
 
     def finish(self, seq: int) -> None:
         self.idle.append(seq)
 
     def release(self, seq: int) -> None:
-        for piece in self.owned.pop(seq, []):
-            self._set(piece, 1)
-        self.tiles.pop(seq, None)
-        self.used -= self.held.pop(seq, 0)
-        self.top = self.free.rfind(0, 0, self.top) + 1
+        self._release((seq,))
+
+    def _release(self, seqs: Sequence[int] | deque[int]) -> None:
+        """`seqs`' cells freed: their labels' in one pass, a shared label's piece by piece."""
+        table = None
+        for seq in seqs:
+            pieces = self.owned.pop(seq, [])
+            self.tiles.pop(seq, None)
+            self.used -= self.held.pop(seq, 0)
+            label = self.label.pop(seq, 0)
+            if label == OVERFLOW:
+                for piece in pieces:
+                    self._clear(piece)
+            elif label:
+                table = table or bytearray(_SAME)
+                table[label] = 0
+                self.spare.append(label)
+        kept = self.own[:self.top]
+        if table is not None:
+            kept = kept.translate(table)
+            self.own[:self.top] = kept
+        self.top = len(kept.rstrip(b"\x00"))
+
+    def _clear(self, cells: Piece) -> None:
+        """`cells` (a shared label's) marked free: a slice where they are a range, the window's
+        mask cleared from its span, else each."""
+        own = self.own
+        if isinstance(cells, range):
+            own[cells.start:cells.stop:cells.step] = bytes(len(cells))
+        elif isinstance(cells, Window):
+            start, end = cells.start, cells.start + len(cells.mask)
+            now = int.from_bytes(own[start:end], "little")
+            mask = int.from_bytes(cells.mask, "little") * 255
+            own[start:end] = (now & ~mask).to_bytes(end - start, "little")
+        else:
+            deque(map(own.__setitem__, cells, repeat(0)), maxlen=0)
+
+    def _label(self, seq: int) -> int:
+        label = self.label.get(seq)
+        if label is None:
+            label = self.label[seq] = self.spare.pop() if self.spare else OVERFLOW
+            self.owned.setdefault(seq, [])
+            self.held.setdefault(seq, 0)
+        return label
+
+    def _keeps(self, label: int) -> bool:
+        """Whether a sequence's cells are kept as pieces too."""
+        return self.tiled or label == OVERFLOW
 
     def cells(self, seq: int) -> list[int]:
-        """`seq`'s cells in the order it took them."""
-        return list(chain.from_iterable(self.owned.get(seq, [])))
+        """`seq`'s cells in the order it took them where they are kept as pieces, else in the
+        cache's order."""
+        label = self.label.get(seq, 0)
+        if not label or self._keeps(label):
+            return list(chain.from_iterable(self.owned.get(seq, [])))
+        mine = bytes(label == i for i in range(256))
+        return list(compress(range(self.top), self.own[:self.top].translate(mine)))
 
-    def _own(self, seq: int, cells: Piece, mark: bool = True) -> None:
-        """`seq` takes `cells` (distinct, free): marked taken (`mark`: else the caller has),
-        kept as a piece."""
-        if not isinstance(cells, (range, _Window)):
-            cells = _as_range(cells)
-        if mark:
-            self._set(cells, 0)
-        self.owned.setdefault(seq, []).append(cells)
-        self.held[seq] = self.held.get(seq, 0) + len(cells)
+    def _own(self, seq: int, label: int, cells: Piece) -> None:
+        """`seq` holds `cells` more (already labelled); kept as a piece where pieces are."""
+        self.held[seq] += len(cells)
+        if self.tiled or label == OVERFLOW:
+            if not isinstance(cells, (range, Window)):
+                cells = as_range(cells)
+            self.owned[seq].append(cells)
 
-    def _window(self, start: int, count: int, stop: int | None = None) -> _Window | None:
-        """The first `count` free cells from `start` on (before `stop`), taken: every free
-        cell up to the last of them, so marked by one slice and kept as that span's mask."""
-        end = self._past_free(start, count, self.size if stop is None else stop)
-        mask = bytes(self.free[start:end])
-        window = _Window(start, mask, mask.count(1))
-        if not window.count:
-            return None
-        self.free[start:end] = bytes(end - start)
-        return window
+    def _window(self, seq: int, start: int, count: int, stop: int) -> tuple[int, int]:
+        """`seq` takes the first `count` free cells from `start` on (before `stop`): every free
+        cell up to the last of them, so labelled in one pass (and kept as that span's mask);
+        (cells taken, the cell past the last: -1 where none)."""
+        own = self.own
+        end, got = self._free_upto(start, count, stop)
+        if not got:
+            return 0, -1
+        span = own[start:end]
+        label = self._label(seq)
+        own[start:end] = span.translate(_TAKE[label])
+        self.held[seq] += got
+        if self._keeps(label):
+            self.owned[seq].append(Window(start, bytes(span.translate(FREE)), got))
+        return got, end
 
-    def _past_free(self, start: int, count: int, stop: int) -> int:
-        """The cell past the `count`-th free cell from `start` (past the last before `stop`
-        where there are fewer): free cells counted a chunk at a time in C, the last walked."""
-        free, pos, need = self.free, start, count
+    def _free_upto(self, start: int, count: int, stop: int) -> tuple[int, int]:
+        """(the cell past the `count`-th free cell from `start`, or past the last before
+        `stop` where there are fewer; how many that is): free cells counted a chunk at a
+        time in C."""
+        own, pos, need = self.own, start, count
         while pos < stop:
             end = min(stop, pos + max(64, 2 * need))
-            have = free.count(1, pos, end)
+            have = own.count(0, pos, end)
             if have >= need:
-                cells = compress(range(pos, end), memoryview(free)[pos:end])
-                return next(islice(cells, need - 1, None)) + 1
+                return nth_free(own, pos, end, need), count
             need, pos = need - have, end
-        return free.rfind(1, start, stop) + 1 or start
+        return own.rfind(0, start, stop) + 1 or start, count - need
 
     def take(self, work: list[tuple[int, int]]) -> list[Ubatch]:
         """Cells for a batch of (sequence, tokens), in ubatches of UBATCH tokens (llama_decode
@@ -181,14 +215,13 @@ class SharedCells:
         return out
 
     def _placed(self, parts: list[tuple[int, int]]) -> Ubatch:
-        starts = [self.held.get(seq, 0) for seq, _ in parts]
+        held = self.held
+        rows = [(seq, held.get(seq, 0), n) for seq, n in parts]
         self._ubatch(parts)
-        rows = [(seq, start, n) for (seq, n), start in zip(parts, starts, strict=True)]
         ub = Ubatch(rows, self.span())
         if self.tiled and sum(n for _, n in parts) >= FA_TILE:
             ub.computed, ub.skipped = self._flash(rows, ub.span // FA_TILE)
         return ub
-
     def _flash(self, rows: list[tuple[int, int, int]], kv_tiles: int) -> tuple[int, int]:
         """(computed, skipped) (query, cell) pairs of a ubatch's tiled flash attention: each
         tile of FA_TILE queries computes the KV tiles holding a cell any of its queries sees (a
@@ -203,7 +236,7 @@ class SharedCells:
             seen = []
             for r0, r1, seq, start in bounds:
                 if r0 < q1 and r1 > q0:
-                    tiles = self.tiles.setdefault(seq, _SeqTiles())
+                    tiles = self.tiles.setdefault(seq, SeqTiles())
                     tiles.update(self.owned.get(seq, []), self.held.get(seq, 0))
                     seen.append((tiles.order, bisect_right(tiles.firsts, start + min(q1, r1) - 1 - r0)))
             k = seen[0][1] if len(seen) == 1 else len(set().union(*(o[:n] for o, n in seen)))
@@ -217,7 +250,7 @@ class SharedCells:
         a time where a step starts from the first cell."""
         n, one = len(seqs), [(seq, 1) for seq in seqs]
         while steps > 0 and n:
-            below = self.head > self.used + 2 * n and self.free.find(1, 0, self.head) >= 0
+            below = self.head > self.used + 2 * n and self.own.find(0, 0, self.head) >= 0
             placed = 0 if below else self._steps(seqs, steps)
             if not placed:
                 self._ubatch(one)
@@ -233,54 +266,53 @@ class SharedCells:
         left to _ubatch); returns the steps placed."""
         n, head = len(seqs), self.head
         if self._free(head, head + steps * n):  # free from the head on: the lead stays
-            cells: Sequence[int] = range(head, head + (1 if head - self.used > 2 * n
-                                                       else steps) * n)
-        else:
-            found = self._next_free(head, steps * n)
-            steps = len(found) // n
-            used = self.used
-            first = bisect_right(range(1, steps + 1), 2 * n,  # the lead never falls
-                                 key=lambda j: found[j * n - 1] + 1 - (used + j * n))
-            steps = min(steps, first + 1)
-            cells = found[:steps * n]
-            if cells:  # every free cell up to the last is taken: one slice
-                self.free[head:cells[-1] + 1] = bytes(cells[-1] + 1 - head)
-                for i, seq in enumerate(seqs):
-                    self._own(seq, cells[i::n], mark=False)
-                return self._stepped(cells, n)
-        if not cells:
+            m = (1 if head - self.used > 2 * n else steps) * n
+            labels = [self._label(seq) for seq in seqs]
+            self.own[head:head + m] = bytes(labels) * (m // n)
+            for i, seq in enumerate(seqs):
+                self._own(seq, labels[i], range(head + i, head + m, n))
+            return self._stepped(head + m, m, n)
+        own, lead = self.own, head - self.used
+        end, got = self._free_upto(head, steps * n, self.size)  # past the last it may take
+        steps = got // n
+        # the lead after step j is head - used + the cells in use it passed: over 2n once
+        # past the (2n - lead + 1)-th in use from the head, which follows f free cells
+        ahead = 2 * n - lead + 1
+        if ahead <= 0:
+            steps = min(steps, 1)
+        elif (end - head) - got >= ahead:
+            f = nth_taken(own, head, end, ahead) - head - (ahead - 1)
+            steps = min(steps, f // n + 1)
+        if not steps:
             return 0
+        if steps * n < got:
+            end = nth_free(own, head, end, steps * n)
+        labels = [self._label(seq) for seq in seqs]
+        if len(seqs) > 255 or any(self._keeps(label) for label in labels):
+            return self._scattered(seqs, labels, end, steps * n)
+        own[head:end] = cyclic(own[head:end], labels)
+        for seq in seqs:
+            self.held[seq] += steps
+        return self._stepped(end, steps * n, n)
+
+    def _scattered(self, seqs: list[int], labels: list[int], end: int, m: int) -> int:
+        """The run's cells labelled (and kept as pieces) a cell at a time."""
+        n, own = len(seqs), self.own
+        found = list(compress(range(self.head, end), own[self.head:end].translate(FREE)))
         for i, seq in enumerate(seqs):
-            self._own(seq, cells[i::n])
-        return self._stepped(cells, n)
+            mine = found[i::n]
+            deque(map(own.__setitem__, mine, repeat(labels[i])), maxlen=0)
+            self._own(seq, labels[i], mine)
+        return self._stepped(end, m, n)
 
-    def _stepped(self, cells: Sequence[int], n: int) -> int:
-        self.used += len(cells)
-        self.top = max(self.top, cells[-1] + 1)
-        self.head = (cells[-1] + 1) % self.size
-        return len(cells) // n
-
-    def _next_free(self, start: int, count: int, stop: int | None = None) -> list[int]:
-        """Up to `count` free cells from `start` on, in order, before `stop` (the end)."""
-        stop = self.size if stop is None else stop
-        return list(islice(compress(range(start, stop), memoryview(self.free)[start:stop]), count))
-
-    def _set(self, cells: Piece, free: int) -> None:
-        """Mark `cells` free (1) or taken (0): a slice where they are a range or a window
-        (freed: the window's mask OR'd into the span), else each."""
-        if isinstance(cells, range):
-            self.free[cells.start:cells.stop:cells.step] = bytes([free]) * len(cells)
-        elif isinstance(cells, _Window):
-            assert free, "a window is taken as it is made"
-            start, end = cells.start, cells.start + len(cells.mask)
-            now = int.from_bytes(self.free[start:end], "little")
-            self.free[start:end] = (now | int.from_bytes(cells.mask, "little")).to_bytes(
-                end - start, "little")
-        else:  # scattered: a loop in C
-            deque(map(self.free.__setitem__, cells, repeat(free)), maxlen=0)
+    def _stepped(self, end: int, cells: int, n: int) -> int:
+        self.used += cells
+        self.top = max(self.top, end)
+        self.head = end % self.size
+        return cells // n
 
     def _free(self, start: int, end: int) -> bool:
-        return end <= self.size and self.free.find(0, start, end) < 0
+        return end <= self.size and self.own.count(0, start, end) == end - start
 
     def _moved(self, end: int) -> None:
         """The cells from the head to `end` taken: the head past them."""
@@ -296,52 +328,29 @@ class SharedCells:
         if self._free(cell, cell + n):  # the usual case: free cells from the head on
             self.head = cell
             for seq, k in parts:
-                self._own(seq, range(cell, cell + k))
+                label = self._label(seq)
+                self.own[cell:cell + k] = _LABEL[label] * k
+                self._own(seq, label, range(cell, cell + k))
                 cell += k
             self._moved(cell)
             return
+        own, top = self.own, self.top
         for seq, k in parts:  # the next free cells, wrapping at the end
-            first = self._window(cell, k)
-            rest = k - (len(first) if first else 0)
-            wrapped = self._window(0, rest, cell) if rest else None
-            for window in (first, wrapped):
-                if window is not None:
-                    self._own(seq, window, mark=False)
-                    cell = window.start + len(window.mask)
-                    self.top = max(self.top, cell)
+            if k == 1:  # a decoding sequence's token: the next free cell
+                past = own.find(0, cell) + 1 or own.find(0, 0, cell) + 1
+                own[past - 1] = label = self._label(seq)
+                self._own(seq, label, range(past - 1, past))
+                cell, top = past, max(top, past)
+                continue
+            got, end = self._window(seq, cell, k, self.size)
+            wrapped = self._window(seq, 0, k - got, cell)[1] if got < k else -1
+            for past in (end, wrapped):
+                if past >= 0:
+                    cell, top = past, max(top, past)
+        self.top = top
         self.used += n
         self.head = cell % self.size
 
     def span(self) -> int:
         """Cells a ubatch's attention spans now."""
         return min(self.size, max(PAD, -(-self.top // PAD) * PAD))
-
-
-def _as_range(cells: Sequence[int]) -> Sequence[int]:
-    """`cells` as a range where they form one (a run, or every n-th cell), else as they are."""
-    if len(cells) < 2:
-        return range(cells[0], cells[0] + 1) if cells else range(0)
-    step = cells[1] - cells[0]
-    if step <= 0:
-        return cells
-    as_range = range(cells[0], cells[-1] + 1, step)
-    return as_range if len(as_range) == len(cells) and list(as_range) == cells else cells
-
-
-@dataclass(frozen=True)
-class _Window:
-    """Cells a sequence took as every free cell of a span: the span's start and its mask
-    then (1 where a cell was free, so now this sequence's)."""
-
-    start: int
-    mask: bytes
-    count: int
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[int]:
-        return compress(range(self.start, self.start + len(self.mask)), self.mask)
-
-
-Piece = Sequence[int] | _Window  # cells a sequence took at once (SharedCells._own)
