@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import partial
 
 from gpuwise.app.infer import ignored_options, offload_host
-from gpuwise.app.side_by_side import side_by_side
 from gpuwise.catalog.formats import shipped_weights
 from gpuwise.catalog.hardware import Hardware
 from gpuwise.catalog.models import ResolvedModel
@@ -51,8 +49,9 @@ def check(model: ResolvedModel, arch: Architecture, hw: Hardware,
         listed = (shipped, *listed)
     precisions, refused = precisions_here(replace(plan, stored_weights=None), hw, listed)
     plans = [kernel_here(replace(plan, stored_weights=None, weights=p), hw) for p in precisions]
-    rows = check_rows(arch, replace(plan, stored_weights=None), hw, precisions,
-                      partial(side_by_side, what="precision"))
+    # in turn, in this process: the rows share their allocator replays (fp8 and int8 take
+    # the same search), and on two cores forking workers costs more than it saves
+    rows = check_rows(arch, replace(plan, stored_weights=None), hw, precisions)
     if plan.stored_weights:
         plans.insert(0, plan)
         rows.insert(0, replace(precision_row(arch, plan, hw),
