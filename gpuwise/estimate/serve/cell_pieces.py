@@ -126,6 +126,8 @@ def cyclic(cells: bytes | bytearray, labels: Sequence[int]) -> bytes:
     """`cells` with their free ones labelled in turn, the i-th labels[i % n] (n <= 255): in C,
     a span of 255 free cells at a time."""
     names, out, base, pos = bytes(labels), [], 0, 0
+    if cells.count(0) < 256:
+        return _cyclic(cells, names, 0)[0]
     while cells.count(0, pos) > 255:
         cut = _past_nth(cells, pos, len(cells), 255, free=True)
         chunk, base = _cyclic(cells[pos:cut], names, base)
@@ -144,7 +146,8 @@ def _cyclic(cells: bytes | bytearray, names: bytes, base: int) -> tuple[bytes, i
     if not size:
         return b"", base
     free = int.from_bytes(cells.translate(FREE), "little")
-    counts = (((free << (8 * size)) - free) // 255).to_bytes(2 * size, "little")[:size]
+    counts = ((((free << (8 * size)) - free) // 255) & ((1 << (8 * size)) - 1)).to_bytes(
+        size, "little")
     turn = (base - 1) % n
     table = ((names[turn:] + names[:turn]) * (256 // n + 1))[:256]
     mine = int.from_bytes(counts.translate(table), "little") & free * 255

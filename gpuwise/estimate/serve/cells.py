@@ -215,8 +215,8 @@ class SharedCells:
         return out
 
     def _placed(self, parts: list[tuple[int, int]]) -> Ubatch:
-        held = self.held
-        rows = [(seq, held.get(seq, 0), n) for seq, n in parts]
+        get = self.held.get
+        rows = [(seq, get(seq, 0), n) for seq, n in parts]
         self._ubatch(parts)
         ub = Ubatch(rows, self.span())
         if self.tiled and sum(n for _, n in parts) >= FA_TILE:
@@ -287,8 +287,9 @@ class SharedCells:
             return 0
         if steps * n < got:
             end = nth_free(own, head, end, steps * n)
-        labels = [self._label(seq) for seq in seqs]
-        if len(seqs) > 255 or any(self._keeps(label) for label in labels):
+        get = self.label.get
+        labels = [get(seq) or self._label(seq) for seq in seqs]
+        if self.tiled or n > 255 or OVERFLOW in labels:
             return self._scattered(seqs, labels, end, steps * n)
         own[head:end] = cyclic(own[head:end], labels)
         for seq in seqs:
@@ -334,12 +335,14 @@ class SharedCells:
                 cell += k
             self._moved(cell)
             return
-        own, top = self.own, self.top
+        own, top, get, held = self.own, self.top, self.label.get, self.held
         for seq, k in parts:  # the next free cells, wrapping at the end
             if k == 1:  # a decoding sequence's token: the next free cell
                 past = own.find(0, cell) + 1 or own.find(0, 0, cell) + 1
-                own[past - 1] = label = self._label(seq)
-                self._own(seq, label, range(past - 1, past))
+                own[past - 1] = label = get(seq) or self._label(seq)
+                held[seq] += 1
+                if self.tiled or label == OVERFLOW:
+                    self.owned[seq].append(range(past - 1, past))
                 cell, top = past, max(top, past)
                 continue
             got, end = self._window(seq, cell, k, self.size)

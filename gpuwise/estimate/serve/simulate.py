@@ -4,10 +4,12 @@ runtime's scheduler picks each step's work, and the runtime's time model times t
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from gpuwise.errors import GpuwiseError
 from gpuwise.estimate.serve import decoding
@@ -21,6 +23,7 @@ from gpuwise.workload.requests import Request
 # A step's (compute-bound, memory-bound, host) seconds, from (tokens, prompt tokens, cached
 # positions read, prompt attention FLOPs, prompt tokens x other sequences' cells they span).
 StepParts = Callable[[int, int, float, float, float], tuple[float, float, float]]
+STEP_MEMO = 1 << 15  # steps' times a simulation keeps, the most recently asked
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,19 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
     after another, each as soon as its previous answer is done)."""
     seqs = [Seq(i, r, r.prompt) for i, r in enumerate(requests)]
     _check_fits(engine, seqs, max_steps)
+    if engine.shared_cells:  # few slots: the same step recurs, asked of the time model once
+        engine = replace(engine, step_parts=lru_cache(STEP_MEMO, typed=True)(engine.step_parts))
+    enabled = gc.isenabled()  # its millions of short-lived objects form no cycles
+    gc.disable()
+    try:
+        return _run(engine, requests, seqs, clients, max_steps)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run(engine: Engine, requests: list[Request], seqs: list[Seq], clients: int,
+         max_steps: int) -> Trace:
     kv = KvPool(engine.kv_blocks, engine.block_tokens)
     trace = Trace(seqs)
     pending: deque[Seq] = deque(seqs)
@@ -85,26 +101,29 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
     schedule = POLICY[engine.policy]
     group = Decoding(engine.block_tokens, decoding.GROUPED and engine.policy in LAZY)
     note_every = max(1e-3, (requests[-1].arrival_s if not clients else 1.0) / 500)
+    prefix = engine.prefix_cache and engine.shared_prefix > 0
+    policy, itl, overlap = engine.policy, trace.itl, engine.limits.overlap
     for _ in range(max_steps):
-        if not clients:
+        if not clients and pending and pending[0].req.arrival_s <= now:
             _arrive(pending, waiting, arrivals, now, trace)
         if not running and not waiting:
             if not pending:
                 break
             now = pending[0].req.arrival_s
             continue
-        cached = _prefix(engine, waiting, running, kv, cached, group)
+        if prefix:
+            cached = _prefix(engine, waiting, running, kv, cached, group)
         nxt_arrival = pending[0].req.arrival_s if pending and not clients else math.inf
         run = steady_run(engine, running, waiting, kv, now, nxt_arrival, group)
         if run is not None:
             parts, k = run
+            took = sum(parts)
             if cells:
                 cells.take_run([s.id for s in running], k)
-            finished = apply_run(running, k, now, now + sum(parts), engine.policy, trace.itl,
-                                 group)
-            if engine.limits.overlap:
+            finished = apply_run(running, k, now, now + took, policy, itl, group)
+            if overlap:
                 receive_through(waiting, pending if not clients else deque(),
-                                now + sum(parts) * (k - 1) / k)
+                                now + took * (k - 1) / k)
         else:
             step = schedule(waiting, running, kv, engine.limits, group)
             trace.preemptions += step.preempted
@@ -114,9 +133,10 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
             c, m, h = (_shared_step(engine, step, cells) if cells
                        else engine.step_parts(*_step_work(engine, step, group)))
             parts, k = (c, m, h + _server_s(engine, step, group)), 1
-            finished = _apply(step, now, now + sum(parts), engine.policy, trace.itl, group)
-        now += sum(parts)
-        _account(trace, parts, k)
+            took = sum(parts)
+            finished = _apply(step, now, now + took, policy, itl, group)
+        now += took
+        _account(trace, parts, took, k)
         for seq in finished:
             running.remove(seq)
             kv.free(seq)
@@ -127,7 +147,8 @@ def simulate(engine: Engine, requests: list[Request], clients: int = 0,
                 nxt = pending.popleft()
                 arrivals[nxt.id] = now
                 waiting.append(nxt)
-        group.join_decoders()
+        if group.enabled:
+            group.join_decoders()
         kv.note(now, note_every)
     else:
         raise GpuwiseError(f"the simulation did not finish in {max_steps:,} steps",
@@ -178,9 +199,9 @@ def _arrive(pending: deque[Seq], waiting: deque[Seq], arrivals: dict[int, float]
             trace.queue_at_last_arrival = len(waiting)
 
 
-def _account(trace: Trace, parts: tuple[float, float, float], steps: int) -> None:
+def _account(trace: Trace, parts: tuple[float, float, float], took: float, steps: int) -> None:
     trace.steps += steps
-    trace.busy_s += sum(parts)
+    trace.busy_s += took
     trace.compute_s += parts[0]
     trace.host_s += parts[2]
 
