@@ -121,3 +121,35 @@ def test_disaggregation_does_not_raise_the_most_a_fleet_serves():
     together = size_serving_simulated(arch, load, cand, "fp8", "vllm", VLLM, ReplicaOptions(tp=2))
     assert not isinstance(s, str) and not isinstance(together, str)
     assert s.devices >= together.devices
+
+
+def _plan_json(capsys, *args: str) -> dict:
+    import json
+
+    from cli_run import run_cli
+
+    code, out, err = run_cli(["plan", "llama-3.1-70b", "--on", "h100", "--runtime", "vllm",
+                              "--weights", "fp8", "--rate", "2", *args, "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_one_shape_asked_is_the_only_one_searched_and_its_command_runs_it(capsys):
+    got = _plan_json(capsys, "--tp", "2", "--pp", "2", "--prefill-decode", "aggregated")
+    assert {c["label"].split()[0] for c in got["sized"]} == {"2x2pp"}
+    assert not any("disaggregated" in c["label"] for c in got["sized"])
+    assert got["choice"]["pp"] == 2 and "--pipeline-parallel-size 2" in got["command"]
+    pools = _plan_json(capsys, "--tp", "4", "--prefill-decode", "disaggregated",
+                       "--ttft-ms", "1000", "--tpot-ms", "40")
+    assert pools["choice"]["disaggregated"] and pools["choice"]["prefill_replicas"] >= 1
+    assert '"kv_role":"kv_producer"' in pools["command"]
+    assert '"kv_role":"kv_consumer"' in pools["command"]
+
+
+@pytest.mark.parametrize("option", [["--tp", "3"], ["--pp", "two"], ["--prefill-decode", "x"]])
+def test_a_shape_not_searched_is_one_error_line(capsys, option):
+    from cli_run import run_cli
+
+    code, out, err = run_cli(["plan", "llama-3.1-70b", "--on", "h100", "--rate", "2", *option],
+                             capsys)
+    assert code == 2 and err.startswith("error: ") and "Traceback" not in err

@@ -43,6 +43,7 @@ DIFFERENT_DEFAULT = {
     ("advise", "--on"): "every priced device and this machine",
     ("plan", "--on"): "every priced device",
     ("plan", "--runtime"): "each that runs on the device",
+    ("plan", "--tp"): "a comma list (default: 1,2,4,8",
 }
 
 

@@ -22,7 +22,7 @@ from gpuwise.estimate.cost.sizing import Candidate
 from gpuwise.estimate.plan.closed_loop import LoadRun
 from gpuwise.estimate.plan.frontier import SpeedPoint, cost_frontier, speed_frontier
 from gpuwise.estimate.plan.search import Evaluated, Limits, Problem, Searched, search
-from gpuwise.estimate.plan.space import base_configs
+from gpuwise.estimate.plan.space import Shapes, base_configs
 from gpuwise.estimate.serve.metrics import ServeSummary
 from gpuwise.workload import Architecture
 from gpuwise.workload.deployments import ServeLoad
@@ -68,12 +68,14 @@ def plan(kw: dict[str, Any], progress: Progress | None = None) -> PlanAnswer:
     for w in _names(kw, "weights"):
         weight_format(w)  # "did you mean" where unknown
     runtime_list(kw.get("runtime") or "auto")  # "did you mean" where unknown
+    shapes = _shapes(kw)
     bases = [c for cand in cands.values()
              for c in base_configs(arch, cand.hw.id, cand.hw.kind, shipped,
                                    _names(kw, "runtime"), _names(kw, "weights"),
-                                   kw.get("gpus_max"))]
+                                   kw.get("gpus_max"), shapes)]
     if not bases:
-        raise GpuwiseError("no configuration to search", "check --on, --runtime and --weights")
+        raise GpuwiseError("no configuration to search",
+                           "check --on, --runtime, --weights, --tp, --pp and --prefill-decode")
     p = Problem(arch, load, replace(dep, weights="bf16", stored_weights=None), cands,
                 assumptions(kw), Limits(kw.get("budget"), kw.get("gpus_max")), kw.get("max_kw"))
     with Workers("configuration", progress) as workers:
@@ -100,20 +102,37 @@ def _names(kw: dict[str, Any], key: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in (kw.get(key) or "").split(",") if n.strip())
 
 
+SPLITS = {"both": (False, True), "aggregated": (False,), "disaggregated": (True,)}
+
+
+def _shapes(kw: dict[str, Any]) -> Shapes:
+    """The replica shapes asked: --tp and --pp comma lists of widths, --prefill-decode."""
+    split = (kw.get("prefill_decode") or "both").strip().lower()
+    if split not in SPLITS:
+        raise GpuwiseError(f"--prefill-decode {split!r} is not one of " + ", ".join(SPLITS),
+                           "both (the default) searches each")
+    default = Shapes()
+    return Shapes(_widths(kw, "tp", default.tp), _widths(kw, "pp", default.pp), SPLITS[split])
+
+
+def _widths(kw: dict[str, Any], key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    names = _names(kw, key)
+    try:
+        widths = tuple(int(n) for n in names)
+    except ValueError:
+        widths = ()
+    if names and (not widths or any(w not in default for w in widths)):
+        raise GpuwiseError(f"--{key} takes {', '.join(map(str, default))}, a comma list, not "
+                           f"{kw.get(key)!r}", f"e.g. --{key} 2,4")
+    return widths or default
+
+
 def _devices(kw: dict[str, Any]) -> dict[str, Candidate]:
     if kw.get("on"):
         found = [candidate(hardware_named(n.strip())) for n in kw["on"].split(",") if n.strip()]
     else:
         found = candidates(None, None, None)
     return {c.hw.id: c for c in found}
-
-
-
-
-
-
-
-
 
 
 def _runners_up(found: Searched) -> tuple[tuple[Evaluated, str], ...]:

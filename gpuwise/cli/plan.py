@@ -33,6 +33,12 @@ SPACE = [
          "llama.cpp (default: each that runs on the device)"),
     option("weights", str | None, None, "weight formats to search, a comma list (default: as "
          "shipped or bf16, fp8, int4; llama.cpp: q4_k_m, q8_0)"),
+    option("tp", str | None, None, "tensor-parallel widths to search, a comma list (default: "
+         "1,2,4,8 on linked devices)"),
+    option("pp", str | None, None, "pipeline stages to search, a comma list (default: 1,2,4,8 "
+         "under vLLM and SGLang; tp x pp at most 8)"),
+    option("prefill_decode", str, "both", "aggregated (each replica does both), disaggregated "
+         "(a prefill pool and a decode pool) or both"),
     option("ctx", int | None, None, "context allocated up front (vLLM max_model_len; default: "
          "the runtime's)"),
     option("budget", float | None, None, "most it may cost, USD a month"),

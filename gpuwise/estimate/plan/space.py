@@ -26,6 +26,17 @@ KV_DTYPES = (None, "fp8")
 NARROWER = ((0.25, 1.0), (1.0, 0.25), (0.25, 0.25))
 
 
+@dataclass(frozen=True)
+class Shapes:
+    """The replica shapes searched (gpuwise plan --tp, --pp, --prefill-decode): tensor-parallel
+    widths, pipeline stages, and aggregated (False) or disaggregated (True) prefill and
+    decode."""
+
+    tp: tuple[int, ...] = TP_WIDTHS
+    pp: tuple[int, ...] = PP_STAGES
+    split: tuple[bool, ...] = (False, True)
+
+
 @dataclass(frozen=True, order=True)
 class Config:
     """One replica's settings. `seq_share`, `token_share`: the scheduler's limits as a share
@@ -94,7 +105,7 @@ def weights_for(runtime: str, shipped: str | None, asked: tuple[str, ...] = ()) 
 
 def base_configs(arch: Architecture, device: str, kind: str, shipped: str | None,
                  runtimes: tuple[str, ...] = (), weights: tuple[str, ...] = (),
-                 gpus_max: int | None = None) -> list[Config]:
+                 gpus_max: int | None = None, shapes: Shapes = Shapes()) -> list[Config]:
     """Every configuration at the scheduler's defaults on one device."""
     out = []
     moe = arch.moe is not None
@@ -103,22 +114,23 @@ def base_configs(arch: Architecture, device: str, kind: str, shipped: str | None
         linked = kind in LINKED_KINDS and sharded
         for w in weights_for(rt, shipped, weights):
             for kv in (KV_DTYPES if sharded else (None,)):
-                for tp, pp in widths(linked, runtime_unit(rt).pipelines, gpus_max):
+                for tp, pp in widths(linked, runtime_unit(rt).pipelines, gpus_max, shapes):
                     for ep in ((False, True) if moe and tp > 1 else (False,)):
-                        out.append(Config(device, rt, w, kv, tp, ep, pp=pp))
-                        if linked and pp == 1:  # its prefill and decode on pools of their own
-                            out.append(Config(device, rt, w, kv, tp, ep, disagg=True))
+                        # its prefill and decode together, or on pools of their own
+                        for split in shapes.split if linked and pp == 1 else (False,):
+                            out.append(Config(device, rt, w, kv, tp, ep, pp=pp, disagg=split))
     return out
 
 
-def widths(linked: bool, pipelines: bool, gpus_max: int | None) -> list[tuple[int, int]]:
+def widths(linked: bool, pipelines: bool, gpus_max: int | None,
+           shapes: Shapes = Shapes()) -> list[tuple[int, int]]:
     """(tensor-parallel width, pipeline stages) of a replica: one device where they are not
-    linked; else up to one node's devices, and `gpus_max`."""
+    linked; else the shapes asked, up to one node's devices and `gpus_max`."""
     if not linked:
-        return [(1, 1)]
+        return [(1, 1)] if 1 in shapes.tp and 1 in shapes.pp and False in shapes.split else []
     most = min(MOST_DEVICES, gpus_max or MOST_DEVICES)
-    stages = PP_STAGES if pipelines else (1,)
-    return [(tp, pp) for pp in stages for tp in TP_WIDTHS if tp * pp <= most]
+    stages = shapes.pp if pipelines else tuple(p for p in shapes.pp if p == 1)
+    return [(tp, pp) for pp in stages for tp in shapes.tp if tp * pp <= most]
 
 
 def knob_variants(base: Config) -> list[Config]:
