@@ -6,9 +6,13 @@ importing a module here is what puts its commands on the command line.
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import sys
+
+import typer
+from typer.main import get_command_name
 
 try:  # recent typer vendors its own click; its exceptions are the ones raised
     from typer._click import exceptions as click_errors  # type: ignore[import-not-found]
@@ -35,9 +39,9 @@ __all__ = ["app", "main"]
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors are one line on stderr and exit code 2, never a traceback."""
     _ignore_tiny_columns()
+    args = _json_after_command(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=_json_after_command(sys.argv[1:] if argv is None else argv),
-            standalone_mode=False)
+        _with_only_named(args)(args=args, standalone_mode=False)
     except GpuwiseError as exc:
         _fail(exc.message, exc.hint)
     except click_errors.UsageError as exc:
@@ -63,6 +67,23 @@ def _usage_error(exc: click_errors.UsageError) -> tuple[str, str]:
     if not names:
         return message, see
     return message, f"did you mean {' or '.join(repr(n) for n in dict.fromkeys(names))}? ({see})"
+
+
+def _with_only_named(args: list[str]) -> typer.Typer:
+    """The app with only the command that `args` name outright: typer builds the click
+    command of every command it holds (reading each one's options), tens of milliseconds
+    at each run, of which a run uses one. Anything else (no command, an option first, a
+    command group, a name that is no command) gets the whole app, so the listing, the
+    errors and their suggestions are as they were."""
+    if not args or args[0].startswith("-"):
+        return app
+    named = [c for c in app.registered_commands
+             if (c.name or get_command_name(getattr(c.callback, "__name__", ""))) == args[0]]
+    if len(named) != 1:
+        return app
+    only = copy.copy(app)
+    only.registered_commands, only.registered_groups = named, []
+    return only
 
 
 def _ignore_tiny_columns() -> None:
