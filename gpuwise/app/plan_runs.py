@@ -5,19 +5,15 @@ rate asked, and each configuration at its knee. A pipeline's replica is pp engin
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from gpuwise.estimate.cost.disaggregated import Pools, at_load, joined, pools_knee, prepare_pools
-from gpuwise.estimate.cost.serving_sim import prepare_serving
+from gpuwise.estimate.cost.disaggregated import Pools, at_load, joined, pools_knee
 from gpuwise.estimate.plan.closed_loop import LoadRun
 from gpuwise.estimate.plan.frontier import SpeedPoint
-from gpuwise.estimate.plan.search import Evaluated, Problem, Searched, knobs_for
+from gpuwise.estimate.plan.search import Evaluated, Problem, Searched, pools_for, prepared_for
 from gpuwise.estimate.serve.metrics import ServeSummary, Slo
 from gpuwise.estimate.serve.simulate import Engine
 from gpuwise.estimate.serve.steady_load import steady_run
 from gpuwise.estimate.serve.sweep import knee, meets
 from gpuwise.workload.deployments import ServeLoad
-from gpuwise.workload.plans import InferencePlan
 from gpuwise.workload.requests import Lengths
 
 KNEES = 12  # devices and runtimes whose knee the speed frontier is drawn from
@@ -29,18 +25,12 @@ def slo_of(load: ServeLoad) -> Slo:
                None if load.tpot_ms is None else load.tpot_ms / 1e3)
 
 
-def _deployment(p: Problem, e: Evaluated) -> InferencePlan:
-    return replace(p.deployment, kv_dtype=e.config.kv_dtype,
-                   expert_parallel=e.config.expert_parallel)
-
-
 def engine_of(p: Problem, e: Evaluated) -> Engine | None:
     """The configuration's engine (a pipeline's: one of its batches in flight); None for
     two pools, or where it has none."""
     if e.config.disagg:
         return None
-    prep = prepare_serving(p.arch, p.load, p.candidates[e.config.device], e.config.weights,
-                           e.config.runtime, _deployment(p, e), knobs_for(p, e.config))
+    prep = prepared_for(p, e.config)
     return None if isinstance(prep, str) else prep.engine
 
 
@@ -51,8 +41,7 @@ def replica_engine(p: Problem, e: Evaluated) -> Engine | None:
 
 
 def _pools(p: Problem, e: Evaluated) -> Pools | None:
-    pools = prepare_pools(p.arch, p.load, p.candidates[e.config.device], e.config.weights,
-                          e.config.runtime, _deployment(p, e), knobs_for(p, e.config))
+    pools = pools_for(p, e.config)
     return None if isinstance(pools, str) else pools
 
 

@@ -159,17 +159,10 @@ def floor_of(cand: Candidate, prep: Prepared, load: ServeLoad, a: CostAssumption
            max_wall_kw: float | None) -> Floor:
     """The fewest devices the candidate's sizing can have, at the least they cost: powered,
     idle, for the service's hours (each cost grows with devices and busy hours)."""
-    return idle_floor(cand, prep.plan.tp, prep.replicas_floor, load, a, max_wall_kw)
-
-
-def idle_floor(cand: Candidate, per_replica: int, replicas: int, load: ServeLoad,
-               a: CostAssumptions, max_wall_kw: float | None) -> Floor:
-    """`replicas` of `per_replica` devices, powered and idle for the service's hours, at the
-    cheapest way to pay for them."""
-    usage = Usage(per_replica * replicas, 0.0, load.service_hours_per_month, 0.0)
-    sizing = Sizing(cand, "", per_replica, replicas, 1, usage, False, (), 0.0)
+    usage = Usage(prep.devices_floor, 0.0, load.service_hours_per_month, 0.0)
+    sizing = Sizing(cand, "", prep.plan.tp, prep.replicas_floor, 1, usage, False, (), 0.0)
     cost = min(o.cost.usd_per_month for o in price_options(sizing, a, max_wall_kw))
-    return Floor(per_replica * replicas, cost, cand.hw.kind == "cpu")
+    return Floor(prep.devices_floor, cost, cand.hw.kind == "cpu")
 
 
 def _priced(sizing: Sizing | str, a: CostAssumptions,

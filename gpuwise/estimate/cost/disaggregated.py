@@ -5,15 +5,14 @@ Dynamo). Decode steps then never wait behind a prompt's chunk, at the cost of th
 and of two pools sized apart.
 
 Each pool is sized as advise sizes a replica (serving_sim.py `fewest_replicas`) against its
-share of the targets: the decode pool meets the time per output token, and takes each request in
-and samples its first token within a quarter of the time to first token the transfer leaves;
-the prefill pool meets the rest. So a request within
-both pools' shares is within the targets, and each pool meets its share for 90% of its
-requests (`attainment` is the lower of the two)."""
+share of the targets: the decode pool meets the time per output token, and takes each request
+in and samples its first token within a quarter of the time to first token the transfer
+leaves; the prefill pool meets the rest. So a request within both pools' shares is within the
+targets, and each pool meets its share for 90% of its requests (`attainment` is the lower of
+the two)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import astuple, dataclass, replace
 
 from gpuwise.errors import GpuwiseError
@@ -22,11 +21,12 @@ from gpuwise.estimate.cost.serving_sim import (
     Prepared,
     fewest_replicas,
     prepare_serving,
+    replicas_floor,
     runs_key,
 )
 from gpuwise.estimate.cost.sizing import Candidate, Sizing
 from gpuwise.estimate.serve.metrics import Percentiles, ServeSummary, Slo
-from gpuwise.estimate.serve.replica import ReplicaOptions, no_load_latency, rate_ceiling
+from gpuwise.estimate.serve.replica import ReplicaOptions, no_load_latency
 from gpuwise.estimate.serve.simulate import Engine, StepParts
 from gpuwise.estimate.serve.steady_load import steady_run
 from gpuwise.estimate.serve.sweep import ATTAINMENT, knee
@@ -91,17 +91,12 @@ def prepare_pools(arch: Architecture, load: ServeLoad, cand: Candidate, weights:
                      limits=replace(prefill.limits, max_batched_tokens=ADMISSION_BUDGET))
     tp = prep.plan.tp
     cache = load.prompt_tokens * prep.plan.kv_bytes_per_position(arch) / tp  # each device's
-    floor_p = _floor(rate_ceiling(prefill, load.prompt_tokens, 1), load)
-    floor_d = _floor(rate_ceiling(decode, load.prompt_tokens, load.output_tokens), load)
+    floor_p = replicas_floor(prefill, replace(load, output_tokens=1), cand)
+    floor_d = replicas_floor(decode, load, cand)
     link, latency = ((cand.rates.interconnect_bytes_per_s, cand.rates.collective_latency_s)
                      if tp * (floor_p + floor_d) <= NODE_DEVICES and
                      cand.rates.interconnect_bytes_per_s else (NIC_BYTES_PER_S, NIC_LATENCY_S))
     return Pools(prep.plan, prefill, decode, latency + cache / link, floor_p, floor_d)
-
-
-def _floor(ceiling: float, load: ServeLoad) -> int:
-    need = load.arrivals_per_s / load.max_utilisation
-    return max(1, math.ceil(need / ceiling)) if ceiling > 0 else 1
 
 
 def shares(pools: Pools, load: ServeLoad) -> tuple[Slo, Slo] | str:
@@ -165,11 +160,11 @@ def _sizing(load: ServeLoad, cand: Candidate, pools: Pools, counts: tuple[int, i
     busy = (n_p * at_p.busy_fraction + n_d * at_d.busy_fraction) / (n_p + n_d)
     usage = Usage(tp * (n_p + n_d), busy * load.service_hours_per_month,
                   load.service_hours_per_month, load.tokens_per_month, load.requests_per_month)
-    ttft = (at_p.ttft_s.p90 or 0.0) + pools.transfer_s + (at_d.ttft_s.p90 or 0.0)
-    attainment = min(at_p.slo_met_fraction, at_d.slo_met_fraction)
+    rec = joined(pools, at_p, at_d)
+    ttft, attainment = rec.ttft_s.p90 or 0.0, rec.slo_met_fraction
     targets = {"ms/tok": (at_d.tpot_s.p90 or 0.0, load.tpot_ms), "TTFT": (ttft, load.ttft_ms)}
     misses = misses or [k for k, (v, t) in targets.items() if t and v * 1e3 > t]
-    if not misses and (attainment < ATTAINMENT or at_p.saturated or at_d.saturated):
+    if not misses and (attainment < ATTAINMENT or rec.saturated):
         misses = ["the targets at the load"]
     meets = not misses
     ratio = max([0.0, *(v * 1e3 / t for v, t in targets.values() if t)])

@@ -123,14 +123,14 @@ def _prepare(arch: Architecture, load: ServeLoad, cand: Candidate, weights: str,
             engine = build_engine(arch, replace(plan, tp=knobs.tp), hw, cand.rates, knobs,
                                   cand.host)
             return Prepared(replace(plan, tp=knobs.tp), engine,
-                            _replicas_floor(engine, load, cand, knobs.pp), knobs.pp)
+                            replicas_floor(engine, load, cand, knobs.pp), knobs.pp)
         tp, engine = _fast_enough(arch, load, plan, hw, cand, tp, most)
-        return Prepared(replace(plan, tp=tp), engine, _replicas_floor(engine, load, cand))
+        return Prepared(replace(plan, tp=tp), engine, replicas_floor(engine, load, cand))
     except GpuwiseError as exc:
         return str(exc)
 
 
-def _replicas_floor(engine: Engine, load: ServeLoad, cand: Candidate, pp: int = 1) -> int:
+def replicas_floor(engine: Engine, load: ServeLoad, cand: Candidate, pp: int = 1) -> int:
     """The fewest engines a sizing can have: the load over the headroom asked for, at the
     rate no engine can exceed (where `fewest_replicas` starts), whole pipelines of `pp`, at
     most `max_replicas`."""

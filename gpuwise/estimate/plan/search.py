@@ -21,7 +21,7 @@ from gpuwise.catalog.costs import CostAssumptions
 from gpuwise.estimate.cost.advise import Option, floor_of, price_options
 from gpuwise.estimate.cost.disaggregated import Pools, prepare_pools, size_pools
 from gpuwise.estimate.cost.option_search import Floor
-from gpuwise.estimate.cost.serving_sim import prepare_serving, size_serving_simulated
+from gpuwise.estimate.cost.serving_sim import Prepared, prepare_serving, size_serving_simulated
 from gpuwise.estimate.cost.sizing import Candidate, Sizing
 from gpuwise.estimate.in_turn import Stream, one_by_one
 from gpuwise.estimate.plan.space import Config, knob_variants
@@ -231,14 +231,26 @@ def _deployment(p: Problem, cfg: Config) -> InferencePlan:
     return replace(p.deployment, kv_dtype=cfg.kv_dtype, expert_parallel=cfg.expert_parallel)
 
 
+def prepared_for(p: Problem, cfg: Config) -> Prepared | str:
+    """An aggregated configuration's replica made ready to size (its engine: a pipeline's,
+    one of its batches in flight), or why it cannot run."""
+    return prepare_serving(p.arch, p.load, p.candidates[cfg.device], cfg.weights, cfg.runtime,
+                           _deployment(p, cfg), knobs_for(p, cfg))
+
+
+def pools_for(p: Problem, cfg: Config) -> Pools | str:
+    """A disaggregated configuration's two pools, or why it cannot run."""
+    return prepare_pools(p.arch, p.load, p.candidates[cfg.device], cfg.weights, cfg.runtime,
+                         _deployment(p, cfg), knobs_for(p, cfg))
+
+
 def _floor(p: Problem, cfg: Config) -> Floor | str:
     """The configuration's floor (advise's: option_search.py), or why it cannot run or meet
     the targets at all."""
     cand = p.candidates[cfg.device]
     if cfg.disagg:
         return _pools_floor(p, cfg)
-    prep = prepare_serving(p.arch, p.load, cand, cfg.weights, cfg.runtime, _deployment(p, cfg),
-                           knobs_for(p, cfg))
+    prep = prepared_for(p, cfg)
     if isinstance(prep, str):
         return prep
     ttft, tpot = no_load_latency(prep.engine, p.load.prompt_tokens, p.load.output_tokens)
@@ -249,18 +261,13 @@ def _pools_floor(p: Problem, cfg: Config) -> Floor | str:
     """A disaggregated configuration's floor: both pools' fewest devices; or why a request
     alone misses (its prefill, the transfer and a decode step)."""
     cand = p.candidates[cfg.device]
-    pools = _pools(p, cfg)
+    pools = pools_for(p, cfg)
     if isinstance(pools, str):
         return pools
     ttft_p = no_load_latency(pools.prefill, p.load.prompt_tokens, 1)[0]
     tpot = no_load_latency(pools.decode, p.load.prompt_tokens, p.load.output_tokens)[1]
     why = _alone(p, ttft_p + pools.transfer_s + tpot, tpot)
     return why or floor_of(cand, pools.prepared, p.load, p.assumptions, p.max_wall_kw)
-
-
-def _pools(p: Problem, cfg: Config) -> Pools | str:
-    return prepare_pools(p.arch, p.load, p.candidates[cfg.device], cfg.weights, cfg.runtime,
-                         _deployment(p, cfg), knobs_for(p, cfg))
 
 
 def _alone(p: Problem, ttft: float, tpot: float) -> str:
@@ -280,7 +287,7 @@ def _floor_cost(f: Floor | str) -> float:
 def _evaluate(p: Problem, cfg: Config) -> Evaluated | str:
     cand = p.candidates[cfg.device]
     if cfg.disagg:
-        pools = _pools(p, cfg)
+        pools = pools_for(p, cfg)
         sizing = pools if isinstance(pools, str) else size_pools(p.arch, p.load, cand, pools)
     else:
         sizing = size_serving_simulated(p.arch, p.load, cand, cfg.weights, cfg.runtime,
